@@ -1,0 +1,108 @@
+"""Every error mainboard raises on purpose, in one hierarchy.
+
+User errors (bad input) exit with code 2 and print one line; the CLI adds a
+traceback only under ``--debug``. Messages name the offending file, key or value
+and say what is valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+class MainboardError(Exception):
+    """Base of every error mainboard raises on purpose."""
+
+    exit_code: int = 1
+
+
+class UserError(MainboardError):
+    """Bad input from the user: exit code 2, one clear line with the fix."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError):
+    """A mainboard.toml (or run file) is invalid: names file, key path, line, value and what is valid."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+        value: Any = None,
+        valid: str | Iterable[str] | None = None,
+    ) -> None:
+        self.file, self.key, self.line, self.value = file, key, line, value
+        self.valid = valid if valid is None or isinstance(valid, str) else ", ".join(valid)
+        self.detail = message
+        where = file or "<config>"
+        if line is not None:
+            where += f":{line}"
+        parts = [where + ":"]
+        if key:
+            parts.append(f"{key}:")
+        parts.append(message)
+        if value is not None:
+            parts.append(f"(got {value!r})")
+        text = " ".join(parts)
+        if self.valid:
+            text += f"; valid: {self.valid}"
+        super().__init__(text)
+
+
+class ConfigNotFound(ConfigError):
+    """No mainboard.toml in the working directory or any parent, and MAINBOARD_CONFIG unset."""
+
+
+class ExpressionError(ConfigError):
+    """An expression or interpolation is malformed or uses something outside the whitelist."""
+
+
+class UnknownHost(UserError):
+    """A host name that mainboard.toml does not declare."""
+
+
+class HostError(MainboardError):
+    """A declared host could not be used."""
+
+
+class HostUnreachable(HostError):
+    """The host did not answer (DNS, refused, timeout)."""
+
+
+class AuthFailed(HostError):
+    """The host answered but refused our credentials."""
+
+
+class HostKeyMismatch(HostError):
+    """The host's key is unknown or differs from known_hosts: refused, possible interception."""
+
+
+class CommandFailed(MainboardError):
+    """A command run with check=True exited non-zero: shows command, code and stderr tail."""
+
+    def __init__(self, command: str, returncode: int, stdout: str = "", stderr: str = "",
+                 host: str = "local") -> None:
+        self.command, self.returncode, self.stdout, self.stderr, self.host = (
+            command, returncode, stdout, stderr, host)
+        tail = "\n".join(stderr.rstrip().splitlines()[-10:])
+        msg = f"command failed on {host} with exit code {returncode}: {command}"
+        if tail:
+            msg += f"\n--- stderr (last lines) ---\n{tail}"
+        super().__init__(msg)
+
+
+class BrokerError(MainboardError):
+    """The broker (embedded or configured) could not be started, reached or stopped."""
+
+
+class MissingDependency(UserError):
+    """A program mainboard needs is not installed: the message says how to install it."""
+
+
+class FactsError(MainboardError):
+    """The hardware probe failed or returned data that does not match the facts schema."""
