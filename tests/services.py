@@ -153,3 +153,103 @@ def start_sshd(directory: Path, user: str = "root") -> SshServer:
     key_type, key_b64 = (directory / "host_ed25519.pub").read_text().split()[:2]
     return SshServer(host="127.0.0.1", port=port, user=user, identity=client_key,
                      host_key_line=f"{key_type} {key_b64}", dir=directory, proc=proc)
+
+
+@dataclass
+class SlurmCluster:
+    """A real single-node SLURM (slurmctld + slurmd + munge) on loopback.
+
+    ``env`` holds ``SLURM_CONF``; pass it to every sbatch/squeue/qsub call.
+    """
+
+    dir: Path
+    conf: Path
+    node: str
+    partition: str
+    procs: list[subprocess.Popen] = field(repr=False)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            _terminate(proc)
+
+
+def start_slurm(directory: Path, cpus: int = 2) -> SlurmCluster:
+    """Start munged, slurmctld and slurmd with state in ``directory`` (fresh state each time)."""
+    munged = require("munged", "apt-get install munge")
+    slurmctld = require("slurmctld", "apt-get install slurm-wlm")
+    slurmd = require("slurmd", "apt-get install slurm-wlm")
+    require("sbatch", "apt-get install slurm-wlm")
+    directory.mkdir(parents=True, exist_ok=True)
+    for sub in ("state", "spool", "munge"):
+        (directory / sub).mkdir(exist_ok=True)
+    key = directory / "munge" / "munge.key"
+    if not key.exists():
+        key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    sock = directory / "munge" / "munge.socket"
+    procs = [subprocess.Popen(
+        [munged, "-F", "--force", f"--key-file={key}", f"--socket={sock}",
+         f"--pid-file={directory / 'munge' / 'munged.pid'}",
+         f"--log-file={directory / 'munge' / 'munged.log'}",
+         f"--seed-file={directory / 'munge' / 'munged.seed'}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    deadline = time.monotonic() + 10
+    while not sock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    node = socket.gethostname().split(".")[0]
+    d = directory
+    conf = d / "slurm.conf"
+    conf.write_text(f"""ClusterName=mbtest
+SlurmctldHost={node}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={sock}
+CommunicationParameters=NoInAddrAny
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool/%n
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={d}/jobcomp.txt
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+SchedulerParameters=sched_interval=1
+MinJobAge=300
+KillWait=5
+MailProg=/bin/true
+NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=2000 State=UNKNOWN
+PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
+PartitionName=short Nodes={node} Default=NO MaxTime=00:10:00 State=UP
+""")
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    procs.append(subprocess.Popen([slurmctld, "-D", "-i", "-f", str(conf)], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    procs.append(subprocess.Popen([slurmd, "-D", "-f", str(conf)], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    cluster = SlurmCluster(dir=d, conf=conf, node=node, partition="debug", procs=procs)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T", "-n", node], env=env,
+                             capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip() in {"idle", "mixed", "allocated"}:
+            return cluster
+        time.sleep(0.3)
+    cluster.stop()
+    raise TimeoutError(f"SLURM node {node} not idle after 30s; see {d}/slurmctld.log")
