@@ -1,0 +1,409 @@
+"""The embedded broker: a private, password-protected redis-server per workspace.
+
+Nothing to install or configure for a first run: ``EmbeddedBroker(state_dir).up()``
+starts ``redis-server`` on loopback with a random password kept in
+``state_dir/broker.secret`` (mode 0600). The password lives only in that file and in
+a generated redis.conf (mode 0600); the process is started as ``redis-server CONF``
+so it never shows up in ``ps``. ``[broker] url = "redis://..."`` in mainboard.toml
+replaces all of this with an existing Redis (see :func:`resolve_broker_url`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from mainboard.errors import BrokerError, ConfigError, MissingDependency
+
+if TYPE_CHECKING:
+    from mainboard.config import Config
+
+REDIS_SERVER_ENV = "MAINBOARD_REDIS_SERVER"
+HOST = "127.0.0.1"
+FORBIDDEN_PORTS = frozenset({6379})  # a foreign Redis may own the default port
+START_TIMEOUT = 15.0
+STOP_TIMEOUT = 15.0
+
+INSTALL_HINT = (
+    "install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis; "
+    "conda: conda install -c conda-forge redis), or use an existing Redis with "
+    '[broker] url = "redis://..." in mainboard.toml'
+)
+
+
+def find_redis_server() -> str:
+    """Path of the redis-server binary: $MAINBOARD_REDIS_SERVER, else the first on PATH."""
+    override = os.environ.get(REDIS_SERVER_ENV)
+    if override:
+        if os.path.isfile(override) and os.access(override, os.X_OK):
+            return override
+        raise MissingDependency(
+            f"{REDIS_SERVER_ENV}={override!r} is not an executable file: point it at "
+            f"redis-server or unset it to search PATH; or {INSTALL_HINT}")
+    found = shutil.which("redis-server")
+    if not found:
+        raise MissingDependency(f"redis-server not found on PATH (nor set in {REDIS_SERVER_ENV}): "
+                                f"{INSTALL_HINT}")
+    return found
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, safe to print or log."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def resolve_broker_url(config: Config) -> str:
+    """The broker URL to use: ``[broker] url`` if set, else the embedded broker (started if needed)."""
+    url = config.broker.url
+    if url:
+        scheme = urlsplit(url).scheme
+        if scheme not in {"redis", "rediss"}:
+            raise ConfigError("unsupported broker URL scheme", file=str(config.path or "<default>"),
+                              key="broker.url", value=redact_url(url),
+                              valid="redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS)")
+        return url
+    broker = EmbeddedBroker(config.state_dir)
+    broker.up()
+    return broker.url()
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """What a PING/INFO of the embedded broker says (or that it is stopped)."""
+
+    running: bool
+    state_dir: str
+    pid: int | None = None
+    port: int | None = None
+    url: str | None = None  # display form, password replaced by ***
+    redis_version: str | None = None
+    uptime_s: int | None = None
+    memory_used_bytes: int | None = None
+    memory_used_human: str | None = None
+    aof_enabled: bool | None = None
+    keys: int | None = None
+    action: str | None = None  # started | already running | stopped | not running
+    note: str | None = None  # e.g. a stale pid file that was cleared
+
+    @property
+    def state(self) -> str:
+        """``running`` or ``stopped``."""
+        return "running" if self.running else "stopped"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (never holds the password)."""
+        return {"state": self.state, **asdict(self)}
+
+
+def _port_is_free(port: int) -> bool:
+    """True if redis-server (which sets SO_REUSEADDR) could bind 127.0.0.1:port now."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _fresh_port() -> int:
+    """A free loopback port chosen by the kernel, never a forbidden one."""
+    while True:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port not in FORBIDDEN_PORTS:
+            return port
+
+
+def _conf_value(value: str) -> str:
+    """Quote a value for redis.conf (double quotes, backslash escapes)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _process_cmdline(pid: int) -> str | None:
+    """Command line of a live (non-zombie) process, or None if it is gone."""
+    proc = Path(f"/proc/{pid}")
+    if Path("/proc/self").is_dir():
+        try:
+            if (proc / "stat").read_text().rpartition(")")[2].split()[:1] == ["Z"]:
+                return None
+            raw = (proc / "cmdline").read_bytes()
+        except OSError:
+            return None
+        return raw.replace(b"\0", b" ").decode(errors="replace").strip() or None
+    # no /proc (macOS): ask ps; a zombie shows state Z
+    try:
+        done = subprocess.run(["ps", "-o", "stat=,command=", "-p", str(pid)],
+                              capture_output=True, text=True, check=False)
+    except OSError:  # no ps either: we cannot prove it is ours, so never treat it as ours
+        return None
+    line = done.stdout.strip()
+    if done.returncode != 0 or not line or line.startswith("Z"):
+        return None
+    return line.split(None, 1)[1] if " " in line else None
+
+
+class EmbeddedBroker:
+    """A private redis-server whose config, data, password and pid live under ``state_dir``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir).absolute()
+        self.redis_dir = self.state_dir / "redis"
+        self.conf_path = self.redis_dir / "redis.conf"
+        self.log_path = self.redis_dir / "redis.log"
+        self.pidfile_path = self.redis_dir / "redis.pid"
+        self.secret_path = self.state_dir / "broker.secret"
+        self.state_path = self.state_dir / "broker.json"
+        self._lock_path = self.state_dir / "broker.lock"
+
+    # ----- files -------------------------------------------------------------------------
+
+    def _ensure_dirs(self) -> None:
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.redis_dir.mkdir(mode=0o700, exist_ok=True)
+        self.redis_dir.chmod(0o700)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialise up/down between processes sharing this state dir."""
+        self._ensure_dirs()
+        with open(self._lock_path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _password(self) -> str | None:
+        """The broker password from broker.secret (re-tightened to 0600), None if absent."""
+        try:
+            self.secret_path.chmod(0o600)
+            return self.secret_path.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def _ensure_password(self) -> str:
+        """The existing password, or a new random one written to a fresh 0600 file."""
+        existing = self._password()
+        if existing:
+            return existing
+        password = secrets.token_urlsafe(32)
+        fd = os.open(self.secret_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(password + "\n")
+        return password
+
+    def _recorded(self) -> tuple[int | None, int | None]:
+        """(pid, port) from broker.json; redis.pid and redis.conf fill in what it lacks."""
+        try:
+            data = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        data = data if isinstance(data, dict) else {}
+        pid, port = data.get("pid"), data.get("port")
+        if pid is None:
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(self.pidfile_path.read_text().strip())
+        if port is None:
+            with contextlib.suppress(OSError):
+                found = re.search(r"^port (\d+)$", self.conf_path.read_text(), re.MULTILINE)
+                port = int(found.group(1)) if found else None
+        return (pid if isinstance(pid, int) else None), (port if isinstance(port, int) else None)
+
+    def _record(self, **data: Any) -> None:
+        tmp = self.state_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(self.state_path)
+
+    def _write_conf(self, port: int, password: str) -> None:
+        """The generated redis.conf: the only place besides broker.secret holding the password."""
+        lines = [
+            "# generated by `mainboard broker up`, rewritten on every start; do not edit",
+            f"bind {HOST}", "protected-mode yes", f"port {port}",
+            "daemonize no", "set-proc-title no",
+            f"dir {_conf_value(str(self.redis_dir))}",
+            f"pidfile {_conf_value(str(self.pidfile_path))}",
+            f"logfile {_conf_value(str(self.log_path))}", "loglevel notice",
+            "appendonly yes", "appendfsync everysec", 'save ""',
+            "maxmemory-policy noeviction", "tcp-keepalive 60",
+            f"requirepass {password}",
+        ]
+        fd = os.open(self.conf_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        self.conf_path.chmod(0o600)
+
+    def _log_tail(self, offset: int, password: str | None) -> str:
+        """Last log lines written since ``offset``, with the password scrubbed."""
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(offset)
+                text = handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+        if password:
+            text = text.replace(password, "***")
+        return " | ".join(line.strip() for line in text.strip().splitlines()[-3:])
+
+    # ----- process -----------------------------------------------------------------------
+
+    def _is_ours(self, pid: int | None) -> bool:
+        """True if ``pid`` is alive and is the redis-server running our conf file."""
+        if not pid or pid <= 0:
+            return False
+        cmdline = _process_cmdline(pid)
+        return bool(cmdline) and "redis-server" in cmdline and str(self.conf_path) in cmdline
+
+    def _client(self, port: int, password: str | None) -> redis.Redis:
+        """A client that fails fast: no retries, so a stopped server is noticed at once."""
+        return redis.Redis(host=HOST, port=port, password=password, socket_timeout=3,
+                           socket_connect_timeout=3, retry=Retry(NoBackoff(), 0))
+
+    def _launch(self, binary: str, port: int, password: str) -> int:
+        """Start redis-server in its own session; return its pid once it answers PING."""
+        self._write_conf(port, password)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen([binary, str(self.conf_path)], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, start_new_session=True,
+                                    close_fds=True, cwd=self.redis_dir)
+        # reap it whenever it exits, so a long-lived caller never keeps a zombie
+        threading.Thread(target=proc.wait, name=f"reap-redis-{proc.pid}", daemon=True).start()
+        deadline = time.monotonic() + START_TIMEOUT
+        with self._client(port, password) as client:
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    tail = self._log_tail(offset, password)
+                    raise BrokerError(f"redis-server exited with code {proc.returncode} on port "
+                                      f"{port}: {tail or 'no log output'} (log: {self.log_path})")
+                try:
+                    if client.ping():
+                        return proc.pid
+                except (redis.ConnectionError, redis.TimeoutError):
+                    time.sleep(0.05)
+        proc.terminate()
+        raise BrokerError(f"redis-server did not answer on {HOST}:{port} within "
+                          f"{START_TIMEOUT:.0f}s: {self._log_tail(offset, password)} "
+                          f"(log: {self.log_path})")
+
+    def _wait_gone(self, pid: int, timeout: float) -> bool:
+        """True once ``pid`` is no longer our redis-server, False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self._is_ours(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    # ----- public API ----------------------------------------------------------------------
+
+    def status(self) -> BrokerStatus:
+        """Running or stopped, with pid, port, memory, uptime, AOF and key count from INFO."""
+        pid, port = self._recorded()
+        base = BrokerStatus(running=False, state_dir=str(self.state_dir), port=port)
+        if not self._is_ours(pid):
+            note = f"stale pid {pid} (process gone)" if pid else None
+            return replace(base, note=note)
+        base = replace(base, running=True, pid=pid, url=self.display_url)
+        try:
+            with self._client(port or 0, self._password()) as client:
+                info = client.info("everything")
+        except redis.RedisError as exc:
+            return replace(base, note=f"process alive but not answering: {type(exc).__name__}")
+        keys = sum(v.get("keys", 0) for k, v in info.items()
+                   if re.fullmatch(r"db\d+", k) and isinstance(v, dict))
+        return replace(base, redis_version=str(info.get("redis_version")),
+                       uptime_s=int(info.get("uptime_in_seconds", 0)),
+                       memory_used_bytes=int(info.get("used_memory", 0)),
+                       memory_used_human=str(info.get("used_memory_human")),
+                       aof_enabled=bool(info.get("aof_enabled")), keys=keys)
+
+    def up(self) -> BrokerStatus:
+        """Start the broker, or reuse the one already running for this state dir."""
+        with self._locked():
+            current = self.status()
+            if current.running:
+                return replace(current, action="already running")
+            binary = find_redis_server()
+            password = self._ensure_password()
+            previous = current.port
+            port = previous if previous and previous not in FORBIDDEN_PORTS \
+                and _port_is_free(previous) else _fresh_port()
+            for attempt in range(3):
+                try:
+                    pid = self._launch(binary, port, password)
+                    break
+                except BrokerError as exc:  # someone grabbed the port between check and bind
+                    if attempt == 2 or "in use" not in str(exc):
+                        raise
+                    port = _fresh_port()
+            self._record(pid=pid, port=port, conf=str(self.conf_path), started_at=time.time())
+        return replace(self.status(), action="started", note=current.note)
+
+    def down(self) -> BrokerStatus:
+        """Stop the broker: SHUTDOWN (AOF flushed), else SIGTERM to our verified pid."""
+        with self._locked():
+            current = self.status()
+            if not current.running or current.pid is None:
+                with contextlib.suppress(FileNotFoundError):
+                    self.pidfile_path.unlink()  # left behind by a killed server
+                if current.note:  # stale pid: forget it, keep the port for the next start
+                    self._record(port=current.port)
+                return replace(current, action="not running")
+            pid, port = current.pid, current.port
+            try:
+                with self._client(port or 0, self._password()) as client:
+                    client.ping()  # shutdown() alone mistakes a refused AUTH for success
+                    client.shutdown()  # returns once the server has dropped the connection
+                asked = True
+            except redis.RedisError:  # e.g. broker.secret lost or replaced: fall back to a signal
+                asked = False
+            if not (asked and self._wait_gone(pid, STOP_TIMEOUT)):
+                if self._is_ours(pid):  # re-check right before signalling: never hit a stranger
+                    os.kill(pid, signal.SIGTERM)
+                if not self._wait_gone(pid, STOP_TIMEOUT):
+                    raise BrokerError(f"redis-server pid {pid} did not stop after SHUTDOWN and "
+                                      f"SIGTERM; see {self.log_path}")
+            self._record(port=port)  # keep the port for the next start, drop the pid
+        return BrokerStatus(running=False, state_dir=str(self.state_dir), pid=pid, port=port,
+                            action="stopped")
+
+    def url(self, with_password: bool = True) -> str:
+        """``redis://:PASSWORD@127.0.0.1:PORT/0`` for internal use (e.g. Celery); never print it."""
+        port = self._recorded()[1]
+        if not port:
+            raise BrokerError(f"the embedded broker in {self.state_dir} has never been started; "
+                              "run `mainboard broker up`")
+        password = self._password() if with_password else "***"
+        auth = f":{password}@" if password else ""
+        return f"redis://{auth}{HOST}:{port}/0"
+
+    @property
+    def display_url(self) -> str:
+        """The URL with the password shown as ``***``: safe for output and logs."""
+        return self.url(with_password=False)
