@@ -41,10 +41,11 @@ def cli(ctx: click.Context, debug: bool, config_path: str | None) -> None:
 def _register() -> None:
     from mainboard.cli.broker import broker
     from mainboard.cli.compute import compute
+    from mainboard.cli.config import config
     from mainboard.cli.facts import facts
     from mainboard.cli.run import run
 
-    for command in (run, facts, compute, broker):
+    for command in (run, facts, compute, broker, config):
         cli.add_command(command)
 
 

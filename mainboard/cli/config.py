@@ -1,0 +1,70 @@
+"""CLI verb `config`: `mainboard config check [--json]` validates mainboard.toml and shows the hosts.
+
+Useful after editing the file: every problem is reported as one line naming the file, the
+key path, the line and what is valid (exit code 2). Nothing secret is printed: the config
+holds only environment-variable NAMES for API keys, and a broker URL's password and host env
+values with secret-looking names (interpolated from the environment) are redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import click
+
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE", re.I)
+
+
+@click.group("config")
+def config() -> None:
+    """Inspect mainboard.toml."""
+
+
+@config.command("check")
+@click.option("--json", "as_json", is_flag=True, help="Print the validated config as JSON.")
+@click.pass_context
+def check(ctx: click.Context, as_json: bool) -> None:
+    """Validate mainboard.toml and list the hosts it declares."""
+    from mainboard.config import load_config
+
+    loaded = load_config((ctx.obj or {}).get("config_path"), required=True)
+    dump = _redacted(loaded.model_dump(mode="json"))
+    if as_json:
+        click.echo(json.dumps(dump, indent=2))
+        return
+    click.echo(f"{loaded.path}: ok")
+    click.echo(f"broker: {dump['broker']['url'] or 'embedded (mainboard broker up)'}")
+    names = loaded.host_names()
+    width = max(len(n) for n in names)
+    for name in names:
+        host = loaded.host(name)
+        click.echo(f"  {name:<{width}}  {host.kind:<8}  {_where(host)}")
+
+
+def _where(host: Any) -> str:
+    """One short phrase saying how the host is reached."""
+    params = host.ssh_params()
+    if params is not None:
+        where = f"ssh {params.user}@{params.host}:{params.port}"
+    elif host.kind == "provider":
+        where = f"rented from {host.provider}" + (f" ({host.gpu})" if host.gpu else "")
+    else:
+        where = "this machine"
+    if host.kind in ("slurm", "pbs"):
+        where += f", {'sbatch' if host.kind == 'slurm' else 'qsub'}"
+    return where + (f", root {host.root}" if host.root else "")
+
+
+def _redacted(dump: dict[str, Any]) -> dict[str, Any]:
+    """Hide the broker password and host env values whose names look secret (interpolated)."""
+    if dump["broker"]["url"]:
+        from mainboard.broker import redact_url
+
+        dump["broker"]["url"] = redact_url(dump["broker"]["url"])
+    for host in dump["hosts"].values():
+        for name in host["env"]:
+            if _SECRET_NAME.search(name):
+                host["env"][name] = "***"
+    return dump
