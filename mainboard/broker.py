@@ -26,13 +26,14 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from mainboard.errors import BrokerError, ConfigError, MissingDependency
+from mainboard.redact import redact_url
 
 if TYPE_CHECKING:
     from mainboard.config import Config
@@ -64,16 +65,6 @@ def find_redis_server() -> str:
         raise MissingDependency(f"redis-server not found on PATH (nor set in {REDIS_SERVER_ENV}): "
                                 f"{INSTALL_HINT}")
     return found
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``, safe to print or log."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def resolve_broker_url(config: Config) -> str:

@@ -24,6 +24,7 @@ from pydantic import (
 
 from mainboard.config_base import ConfigModel, JobDefaults, QueuePolicy, custom_error
 from mainboard.errors import UnknownHost
+from mainboard.redact import redact_url
 
 HOST_KINDS = ("local", "ssh", "slurm", "pbs", "provider")
 _HOST = "a host name or address without spaces, e.g. login.example.org"
@@ -56,7 +57,8 @@ class BrokerConfig(ConfigModel):
     def _scheme(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("redis://", "rediss://")):
             raise custom_error("broker url must be a Redis url",
-                               "redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS)")
+                               "redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS)",
+                               value=redact_url(value))
         return value
 
 

@@ -438,3 +438,13 @@ def test_cli_config_check_lists_hosts_and_hides_passwords(tmp_path: Path) -> Non
     assert dumped["path"] == str(path)
     missing = _cli("config", "check", cwd=tmp_path.parents[1])
     assert missing.returncode == 2 and "no mainboard.toml" in missing.stderr
+
+
+def test_bad_broker_url_error_never_shows_the_password(tmp_path: Path) -> None:
+    """A wrong scheme is refused, and the message hides the password it quotes."""
+    path = tmp_path / "mainboard.toml"
+    path.write_text('[broker]\nurl = "amqp://:hunter2@h/"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "hunter2" not in str(info.value)
+    assert "broker.url" in str(info.value) and "rediss://" in str(info.value)
