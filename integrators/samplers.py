@@ -1,0 +1,219 @@
+"""Samplers: how a batch's points are drawn, and how they learn between iterations.
+
+Common interface (all state is plain data so a coordinator can snapshot and ship it):
+
+- ``sample(run_seed, iteration, batch_index, n) -> LatentBatch``: the compact batch.
+- ``materialise(latent) -> Batch``: draw points from the latent batch's own random stream.
+- ``training(batch, wf2, finite) -> dict[str, ndarray]``: per-batch training data from the
+  squared magnitudes |w f|^2; the arrays of different batches simply add (:func:`merge_training`).
+- ``ingest(training)`` then ``adapt()``: once per iteration, with the merged training data.
+- ``snapshot() -> dict`` / ``restore(dict)`` and :func:`restore_sampler` for a fresh process.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from mainboard.integrators.domain import Batch, Domain
+from mainboard.integrators.grid import GridTables, adapt_edges, uniform_edges
+from mainboard.integrators.seeding import LatentBatch
+
+Training = dict[str, np.ndarray]
+
+
+def merge_training(parts: Sequence[Mapping[str, np.ndarray]]) -> Training:
+    """Key-wise sum of training data, in the order given (batch order for reproducibility)."""
+    out: Training = {}
+    for part in parts:
+        for key, arr in part.items():
+            arr = np.asarray(arr, dtype=np.float64)
+            out[key] = out[key] + arr if key in out else arr.copy()
+    return out
+
+
+def _uniform_channels(domain: Domain, rng: np.random.Generator, n: int
+                      ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Uniform discrete indices: (n, k) idx, flat channels, and the weight factor (#channels)."""
+    channels = domain.channels
+    if channels == 1:
+        return np.zeros((n, len(domain.discrete)), np.int64), np.zeros(n, np.int64), 1.0
+    flat = rng.integers(0, channels, size=n, dtype=np.int64)
+    return domain.unflatten(flat), flat, float(channels)
+
+
+class Sampler(ABC):
+    """Base of every sampler: holds the domain, a version counter and pending training data."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, domain: Domain) -> None:
+        self.domain = domain
+        self.version = 0
+        self.pending: Training = {}
+
+    def sample(self, run_seed: int, iteration: int, batch_index: int, n: int) -> LatentBatch:
+        """The compact latent batch; points are drawn later, from its seed, by materialise."""
+        return LatentBatch(int(run_seed), int(iteration), int(batch_index), int(n))
+
+    @abstractmethod
+    def materialise(self, latent: LatentBatch) -> Batch:
+        """Concrete points, indices and weights for a latent batch (deterministic in its seed)."""
+
+    def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
+        """Training data of one batch (none for samplers that do not learn)."""
+        return {}
+
+    def ingest(self, training: Mapping[str, np.ndarray]) -> None:
+        """Add (merged) training data; adapt() uses everything ingested since the last adapt."""
+        self.pending = merge_training([self.pending, training])
+
+    def adapt(self) -> None:
+        """Learn from pending training data and clear it; bumps ``version``."""
+        self._adapt(self.pending)
+        self.pending = {}
+        self.version += 1
+
+    def _adapt(self, training: Training) -> None:
+        """Subclasses learn here; a sampler that does not learn ignores its training data."""
+        del training
+
+    def config(self) -> dict[str, Any]:
+        """The sampler's settings (the run file's ``[sampler]`` table)."""
+        return {"kind": self.kind}
+
+    def snapshot(self) -> dict[str, Any]:
+        """Plain data restoring this exact state (settings, version, learned arrays)."""
+        return {"kind": self.kind, "config": self.config(), "domain": self.domain.to_dict(),
+                "version": self.version, "pending": dict(self.pending),
+                "state": self._state()}
+
+    def _state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Load a snapshot taken from a sampler of the same kind and settings."""
+        if snapshot.get("kind") != self.kind:
+            raise ValueError(f"snapshot is of a {snapshot.get('kind')!r} sampler, "
+                             f"not {self.kind!r}")
+        self.version = int(snapshot["version"])
+        self.pending = {k: np.asarray(v, dtype=np.float64)
+                        for k, v in snapshot.get("pending", {}).items()}
+        self._load(snapshot.get("state", {}))
+
+    def _load(self, state: Mapping[str, Any]) -> None:
+        """Subclasses read their learned arrays here; stateless samplers have none."""
+        del state
+
+
+class NaiveSampler(Sampler):
+    """Uniform points in the cube, uniform discrete indices: weight = number of channels."""
+
+    kind = "naive"
+
+    def materialise(self, latent: LatentBatch) -> Batch:
+        """Uniform draws."""
+        rng = latent.rng()
+        idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
+        x = rng.random((self.domain.continuous, latent.n)).T
+        return Batch(x=x, idx=idx, weights=np.full(latent.n, factor))
+
+
+class VegasSampler(Sampler):
+    """One VEGAS grid over the continuous dimensions; discrete indices uniform."""
+
+    kind = "vegas"
+
+    def __init__(self, domain: Domain, bins: int = 64, alpha: float = 0.5) -> None:
+        super().__init__(domain)
+        self.bins, self.alpha = int(bins), float(alpha)
+        self.tables = GridTables(uniform_edges(1, domain.continuous, self.bins))
+
+    @property
+    def edges(self) -> np.ndarray:
+        """Current grid edges, shape (d, bins + 1)."""
+        return self.tables.edges[0]
+
+    def config(self) -> dict[str, Any]:
+        """Settings."""
+        return {"kind": self.kind, "bins": self.bins, "alpha": self.alpha}
+
+    def materialise(self, latent: LatentBatch) -> Batch:
+        """Uniform y mapped through the grid; bin numbers kept for training."""
+        rng = latent.rng()
+        idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
+        y = rng.random((self.domain.continuous, latent.n))
+        x, jac, bins = self.tables.map(y)
+        if factor != 1.0:
+            jac *= factor
+        return Batch(x=x.T, idx=idx, weights=jac, aux={"bins": bins.T})
+
+    def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
+        """Per-dimension per-bin sums of |w f|^2 and counts."""
+        sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
+        return {"grid_sum": sums, "grid_count": counts}
+
+    def _adapt(self, training: Training) -> None:
+        if "grid_sum" in training:
+            self.tables = GridTables(adapt_edges(self.tables.edges, training["grid_sum"],
+                                                 training["grid_count"], self.alpha))
+
+    def _state(self) -> dict[str, Any]:
+        return {"edges": self.tables.edges}
+
+    def _load(self, state: Mapping[str, Any]) -> None:
+        edges = np.asarray(state["edges"], dtype=np.float64)
+        want = (1, self.domain.continuous, self.bins + 1)
+        if edges.shape != want:
+            raise ValueError(f"vegas snapshot edges have shape {edges.shape}, expected {want}")
+        self.tables = GridTables(edges)
+
+
+SamplerFactory = Callable[..., Sampler]
+_SAMPLERS: dict[str, SamplerFactory] = {"naive": NaiveSampler, "vegas": VegasSampler}
+# Kinds whose code lives in optional modules, imported on first use.
+_LAZY_SAMPLERS = {"discrete": "mainboard.integrators.discrete:DiscreteSampler",
+                  "process": "mainboard.integrators.process.sampler:ProcessSampler"}
+_MATERIALIZED = "mainboard.integrators.process.sampler:MaterializedSampler"
+
+
+def register_sampler(kind: str, factory: SamplerFactory) -> None:
+    """Add a sampler kind: ``factory(domain, **settings) -> Sampler``."""
+    _SAMPLERS[kind] = factory
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make_sampler(spec: Any, domain: Domain) -> Sampler:
+    """Build a sampler from the run file's ``[sampler]`` table (pydantic model or plain dict).
+
+    A ``materializer`` table wraps the sampler so a process turns its latent batches into
+    points (see ``mainboard.integrators.process.sampler.MaterializedSampler``).
+    """
+    config = dict(spec) if isinstance(spec, Mapping) else spec.model_dump()
+    kind = config.pop("kind", None)
+    materializer = config.pop("materializer", None)
+    if kind not in _SAMPLERS and kind in _LAZY_SAMPLERS:
+        register_sampler(kind, _load(_LAZY_SAMPLERS[kind]))
+    if kind not in _SAMPLERS:
+        valid = ", ".join(sorted({*_SAMPLERS, *_LAZY_SAMPLERS}))
+        raise ValueError(f"unknown sampler kind {kind!r}; valid: {valid}")
+    sampler = _SAMPLERS[kind](domain, **config)
+    if materializer is not None:
+        sampler = _load(_MATERIALIZED)(sampler, materializer)
+    return sampler
+
+
+def restore_sampler(snapshot: Mapping[str, Any], domain: Domain | None = None) -> Sampler:
+    """A sampler rebuilt from :meth:`Sampler.snapshot` data alone (e.g. in a worker process)."""
+    dom = domain if domain is not None else Domain.from_dict(snapshot["domain"])
+    sampler = make_sampler(snapshot["config"], dom)
+    sampler.restore(snapshot)
+    return sampler

@@ -1,0 +1,371 @@
+"""The run file (``RUN.toml``) as pydantic models: a user-facing contract with clear errors.
+
+Every table forbids unknown keys; ``kind`` selects the model of ``[integrand]``, ``[sampler]``
+and each ``[[transforms]]``. :func:`load_run_file` is the only function here that reads a file;
+errors come back as :class:`mainboard.errors.ConfigError` naming file, key, line and what is valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
+
+from mainboard.errors import ConfigError
+from mainboard.integrators.spec_checks import (
+    SpecError,
+    check_integrand,
+    check_transforms,
+    integrand_components,
+)
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+GENZ_KINDS = ("genz.oscillatory", "genz.product_peak", "genz.corner_peak", "genz.gaussian",
+              "genz.continuous", "genz.discontinuous")
+TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.]*$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DomainSpec(_Model):
+    """``[domain]``: continuous dimensions and discrete cardinalities."""
+
+    continuous: int = Field(ge=1, le=1000)
+    discrete: list[Annotated[int, Field(ge=1)]] = []
+
+
+# ---------------------------------------------------------------- integrands
+class GenzSpec(_Model):
+    """The six Genz families; ``a`` is the difficulty, ``u`` the shift (default 0.5)."""
+
+    kind: Literal[GENZ_KINDS]  # type: ignore[valid-type]
+    a: list[FiniteFloat] = Field(min_length=1)
+    u: list[FiniteFloat] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> GenzSpec:
+        if self.kind == "genz.corner_peak" and min(self.a) <= 0:
+            raise SpecError("a", "genz.corner_peak needs every a > 0", self.a)
+        return self
+
+
+class ConstantSpec(_Model):
+    """f = value."""
+
+    kind: Literal["constant"]
+    value: FiniteFloat = 1.0
+
+
+class PolynomialSpec(_Model):
+    """f = prod_i p(x_i) with p(t) = sum_k coefficients[k] t^k."""
+
+    kind: Literal["polynomial"]
+    coefficients: list[FiniteFloat] = Field(min_length=1)
+
+
+class GaussianPeakSpec(_Model):
+    """A normalised Gaussian of width ``sigma`` centred at ``u`` (default 0.5)."""
+
+    kind: Literal["gaussian_peak"]
+    sigma: PositiveFloat = 0.1
+    u: list[FiniteFloat] | None = None
+
+
+class ComplexExponentialSpec(_Model):
+    """f = exp(i sum a_j x_j): a complex-valued integrand with a known answer."""
+
+    kind: Literal["complex_exponential"]
+    a: list[FiniteFloat] = Field(min_length=1)
+
+
+class MomentsSpec(_Model):
+    """Vector integrand f_k = prod_i x_i^powers[k]."""
+
+    kind: Literal["moments"]
+    powers: list[Annotated[int, Field(ge=0, le=64)]] = Field(min_length=1)
+
+
+class ChannelsSpec(_Model):
+    """f(x, c) = coefficients[c] * gaussian_peak(x; u, sigma[c]) over the flat discrete channel c."""
+
+    kind: Literal["channels"]
+    coefficients: list[FiniteFloat] = Field(min_length=1)
+    sigma: PositiveFloat | list[PositiveFloat] = 0.1
+    u: list[FiniteFloat] | None = None
+
+
+Components = Annotated[int, Field(ge=1, le=4096)] | Literal["complex"]
+
+
+class PythonSpec(_Model):
+    """A Python ``module:function`` taking x (n, d) [and idx (n, k) when the domain has some]."""
+
+    kind: Literal["python"]
+    target: str = Field(pattern=TARGET_PATTERN)
+    params: dict[str, Any] = {}
+    components: Components = 1
+    exact: FiniteFloat | list[FiniteFloat] | None = None
+
+
+class ProcessTable(_Model):
+    """How to start an external process (see PROCESS_PROTOCOL.md); unset keys take the
+    protocol layer's defaults, so they are left out of dumps (and of the run id)."""
+
+    command: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    cwd: str | None = None
+    env: dict[str, str] = {}
+    args: dict[str, Any] = {}
+    request_timeout: PositiveFloat | None = None
+    shutdown_grace: NonNegativeFloat | None = None
+    terminate_grace: NonNegativeFloat | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class ProcessSpec(ProcessTable):
+    """An integrand in an external process speaking the framed JSON-RPC protocol."""
+
+    kind: Literal["process"]
+    components: Components = 1
+    exact: FiniteFloat | list[FiniteFloat] | None = None
+    timeout_s: PositiveFloat | None = None
+
+
+IntegrandSpec = Annotated[
+    GenzSpec | ConstantSpec | PolynomialSpec | GaussianPeakSpec | ComplexExponentialSpec
+    | MomentsSpec | ChannelsSpec | PythonSpec | ProcessSpec, Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- samplers
+class MaterializerSpec(ProcessTable):
+    """``[sampler.materializer]``: a process that turns latent batches into points."""
+
+    kind: Literal["process"]
+
+
+class NaiveSpec(_Model):
+    """Uniform sampling (optionally with points from a process materializer)."""
+
+    kind: Literal["naive"]
+    materializer: MaterializerSpec | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class ProcessSamplerSpec(ProcessTable):
+    """A sampler in an external process (plan, points and adaptation live there)."""
+
+    kind: Literal["process"]
+    materializer: MaterializerSpec | None = None
+
+
+class VegasSpec(_Model):
+    """Lepage's VEGAS map: ``bins`` per dimension, damping ``alpha`` (0 freezes the grid)."""
+
+    kind: Literal["vegas"]
+    bins: int = Field(default=64, ge=2, le=100_000)
+    alpha: float = Field(default=0.5, ge=0, le=10)
+
+
+class DiscreteSpec(_Model):
+    """Havana-style adaptive channel probabilities plus VEGAS grids (shared or per channel)."""
+
+    kind: Literal["discrete"]
+    bins: int = Field(default=64, ge=2, le=100_000)
+    alpha: float = Field(default=0.5, ge=0, le=10)
+    grids: Literal["shared", "per_channel"] = "shared"
+    learning_rate: float = Field(default=0.5, gt=0, le=1)
+    floor: float = Field(default=0.05, gt=0, lt=1)
+    train_on: Literal["rms", "abs"] = "rms"
+
+
+SamplerSpec = Annotated[NaiveSpec | VegasSpec | DiscreteSpec | ProcessSamplerSpec,
+                        Field(discriminator="kind")]
+
+
+# ---------------------------------------------------------------- transforms
+class _Centred(_Model):
+    radius: PositiveFloat = 1.0
+    center: list[FiniteFloat] | None = None
+
+
+class UnitBallSpec(_Centred):
+    """Unit cube of dimension d -> ball of ``radius`` in R^d (volume measure)."""
+
+    kind: Literal["unit_ball"]
+
+    def output_dim(self, d: int) -> int:
+        """Same dimension."""
+        return d
+
+
+class SphericalSpec(_Centred):
+    """Unit cube of dimension d -> sphere of ``radius`` in R^(d+1) (surface measure)."""
+
+    kind: Literal["spherical"]
+
+    def output_dim(self, d: int) -> int:
+        """One more dimension than the cube."""
+        return d + 1
+
+
+class AffineSpec(_Model):
+    """x -> shift + scale * x per dimension (scalar or per-dimension lists)."""
+
+    kind: Literal["affine"]
+    scale: FiniteFloat | list[FiniteFloat] = 1.0
+    shift: FiniteFloat | list[FiniteFloat] = 0.0
+
+    def output_dim(self, d: int) -> int:
+        """Same dimension."""
+        return d
+
+
+class ProcessTransformSpec(ProcessTable):
+    """A batch transform in an external process; it maps the unit cube onto itself."""
+
+    kind: Literal["process"]
+
+    def output_dim(self, d: int) -> int:
+        """Same dimension."""
+        return d
+
+
+TransformSpec = Annotated[UnitBallSpec | SphericalSpec | AffineSpec | ProcessTransformSpec,
+                          Field(discriminator="kind")]
+
+
+class AccumulatorSpec(_Model):
+    """``[accumulator]``: value kind (default: what the integrand gives); ``discard`` leaves
+    the first iterations out of the result."""
+
+    kind: Literal["scalar", "complex", "vector"] | None = None
+    discard: int = Field(default=0, ge=0)
+
+
+class StopSpec(_Model):
+    """``[stop]``: at least one of max_samples, max_iterations, absolute_error, relative_error."""
+
+    max_samples: int | None = Field(default=None, ge=1)
+    max_iterations: int | None = Field(default=None, ge=1)
+    absolute_error: PositiveFloat | None = None
+    relative_error: PositiveFloat | None = None
+    min_samples: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_required(self) -> StopSpec:
+        if all(getattr(self, k) is None for k in STOP_LIMITS):
+            raise SpecError("", "needs at least one stop condition", None)
+        return self
+
+
+STOP_LIMITS = ("max_samples", "max_iterations", "absolute_error", "relative_error")
+
+
+class BatchingSpec(_Model):
+    """``[batching]``: samples per batch, batches per iteration, fused stages."""
+
+    batch_size: int = Field(default=100_000, ge=1, le=100_000_000)
+    batches_per_iteration: int = Field(default=10, ge=1, le=1_000_000)
+    fuse: bool = False
+
+
+class RunSpec(_Model):
+    """A whole run file; immutable, with a content-derived :meth:`run_id`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    seed: int = Field(ge=0, le=2**63 - 1)
+    domain: DomainSpec
+    integrand: IntegrandSpec
+    sampler: SamplerSpec = VegasSpec(kind="vegas")
+    transforms: list[TransformSpec] = []
+    accumulator: AccumulatorSpec = AccumulatorSpec()
+    stop: StopSpec
+    batching: BatchingSpec = BatchingSpec()
+
+    @property
+    def integrand_dim(self) -> int:
+        """Dimension of the points the integrand receives (after all transforms)."""
+        d = self.domain.continuous
+        for t in self.transforms:
+            d = t.output_dim(d)
+        return d
+
+    @property
+    def natural_accumulator(self) -> str:
+        """The accumulator kind the integrand's values call for."""
+        comps = integrand_components(self.integrand)
+        return "complex" if comps == "complex" else ("scalar" if comps == 1 else "vector")
+
+    @property
+    def accumulator_kind(self) -> str:
+        """``[accumulator] kind``, or the integrand's natural kind when it is not set."""
+        return self.accumulator.kind or self.natural_accumulator
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> RunSpec:
+        check_transforms(self.transforms, self.domain.continuous)
+        check_integrand(self.integrand, self.integrand_dim, self.domain)
+        natural = self.natural_accumulator
+        kind = self.accumulator.kind
+        if kind is not None and kind != natural and not (kind == "vector" and natural == "scalar"):
+            raise SpecError("accumulator.kind", f"the integrand gives {natural} values, so the "
+                            f"accumulator kind must be {natural!r}", kind)
+        if self.sampler.kind == "discrete" and not self.domain.discrete:
+            raise SpecError("sampler.kind", "the discrete sampler needs domain.discrete "
+                            "cardinalities", "discrete")
+        return self
+
+    def run_id(self) -> str:
+        """Content-derived id: the same definition always gets the same id."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def parse_run(data: dict[str, Any], *, file: str | None = None,
+              text: str | None = None) -> RunSpec:
+    """Validate run data; raise ConfigError naming the key (and line when ``text`` is given)."""
+    from mainboard.integrators.spec_errors import to_config_error
+
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as exc:
+        raise to_config_error(exc, RunSpec, file=file, text=text) from None
+
+
+def load_run_file(path: str | Path) -> RunSpec:
+    """Read and validate a ``RUN.toml``; the one place in the integrators that touches files."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("run file not found", file=str(p)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read run file: {exc}", file=str(p)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        from mainboard.integrators.spec_errors import toml_error
+
+        raise toml_error(exc, str(p)) from None
+    return parse_run(data, file=str(p), text=text)

@@ -1,0 +1,72 @@
+"""Cross-field checks of a run spec, shared by the pydantic models and the stage builders.
+
+Each raises :class:`SpecError` carrying the dotted key to blame, so the run-file error names
+the right line even when the problem spans several tables.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+class SpecError(ValueError):
+    """A cross-field check failed; ``key`` is the dotted path to blame in the run file."""
+
+    def __init__(self, key: str, message: str, value: Any = None) -> None:
+        super().__init__(message)
+        self.key, self.value = key, value
+
+
+def integrand_components(spec: Any) -> int | str:
+    """1 for scalar integrands, "complex", or the length of a vector integrand."""
+    if spec.kind == "complex_exponential":
+        return "complex"
+    if spec.kind == "moments":
+        return len(spec.powers)
+    return getattr(spec, "components", 1)
+
+
+def check_transforms(transforms: list[Any], d: int) -> None:
+    """Ball, sphere and process transforms take the unit cube, so only cube-to-cube (process)
+    transforms may come before them; centres and scales must fit the dimension."""
+    dim, in_cube = d, True
+    for i, t in enumerate(transforms):
+        if t.kind in ("unit_ball", "spherical", "process"):
+            if not in_cube:
+                raise SpecError(f"transforms.{i}.kind", f"{t.kind} maps the unit cube, so it "
+                                "must come before any unit_ball, spherical or affine transform",
+                                t.kind)
+        if t.kind in ("unit_ball", "spherical"):
+            out = t.output_dim(dim)
+            if t.kind == "spherical" and out < 2:
+                raise SpecError(f"transforms.{i}.kind", "spherical needs at least one "
+                                "continuous dimension", t.kind)
+            if t.center is not None and len(t.center) != out:
+                raise SpecError(f"transforms.{i}.center", f"center needs {out} entries",
+                                t.center)
+        elif t.kind == "affine":
+            for name in ("scale", "shift"):
+                val = getattr(t, name)
+                if isinstance(val, list) and len(val) != dim:
+                    raise SpecError(f"transforms.{i}.{name}", f"{name} needs {dim} entries "
+                                    "(or one number)", val)
+        in_cube = in_cube and t.kind == "process"
+        dim = t.output_dim(dim)
+
+
+def check_integrand(spec: Any, dim: int, domain: Any) -> None:
+    """Parameter lengths must match the integrand's dimension and the channel count."""
+    for name in ("a", "u"):
+        val = getattr(spec, name, None)
+        if val is not None and len(val) != dim:
+            raise SpecError(f"integrand.{name}", f"{spec.kind} needs {dim} entries in {name} "
+                            f"(the integrand's dimension)", val)
+    if spec.kind == "channels":
+        channels = math.prod(domain.discrete) if domain.discrete else 1
+        if len(spec.coefficients) != channels:
+            raise SpecError("integrand.coefficients", f"channels needs one coefficient per "
+                            f"discrete channel ({channels})", spec.coefficients)
+        if isinstance(spec.sigma, list) and len(spec.sigma) != channels:
+            raise SpecError("integrand.sigma", f"sigma needs 1 or {channels} entries",
+                            spec.sigma)

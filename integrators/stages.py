@@ -1,0 +1,178 @@
+"""The per-batch pipeline as pure functions, shared by the local driver and Celery tasks.
+
+``sample -> materialise -> transform -> evaluate`` turns (sampler state, iteration, batch
+index, n) into a :class:`BatchResult`; :func:`process_batch` is the fused form. Results merge
+with :func:`merge_results` in batch-index order, so an iteration's numbers are bit-identical
+whichever process ran each batch and in whatever order they finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mainboard.errors import ConfigError
+from mainboard.integrators.accumulators import IterationEstimate, Partial, real_columns
+from mainboard.integrators.domain import Batch, Domain, validate
+from mainboard.integrators.errors import MergeError
+from mainboard.integrators.integrands import Integrand, make_integrand
+from mainboard.integrators.samplers import (
+    Sampler,
+    Training,
+    make_sampler,
+    merge_training,
+    restore_sampler,
+)
+from mainboard.integrators.seeding import LatentBatch
+from mainboard.integrators.spec import RunSpec, integrand_components, parse_run
+from mainboard.integrators.transforms import TransformChain
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run spec turned into the objects the stages call (the "spec objects")."""
+
+    spec: RunSpec
+    domain: Domain
+    integrand: Integrand
+    transforms: TransformChain
+    kind: str
+    width: int
+
+    def new_sampler(self) -> Sampler:
+        """A sampler in its initial state."""
+        return make_sampler(self.spec.sampler, self.domain)
+
+
+def build_run(spec: RunSpec | Mapping[str, Any]) -> Run:
+    """Validate a run spec (model or plain dict) and build its domain, integrand, transforms."""
+    if not isinstance(spec, RunSpec):
+        spec = parse_run(dict(spec))
+    domain = Domain(spec.domain.continuous, spec.domain.discrete)
+    transforms = TransformChain(spec.transforms, domain)
+    integrand = make_integrand(spec.integrand, transforms.output_dim, domain.discrete)
+    if integrand.components != integrand_components(spec.integrand):
+        raise ConfigError(f"integrand kind {spec.integrand.kind!r} gives "
+                          f"{integrand.components} component(s), its spec says "
+                          f"{integrand_components(spec.integrand)}", key="integrand.kind")
+    kind = spec.accumulator_kind
+    return Run(spec, domain, integrand, transforms, kind, integrand.width)
+
+
+@dataclass
+class BatchResult:
+    """Everything the coordinator merges from one batch: sums, counts, training data."""
+
+    iteration: int
+    batch_index: int
+    sampler_version: int
+    partial: Partial
+    training: Training = field(default_factory=dict)
+    nonfinite_example: list[float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (numpy arrays kept for a binary codec; see plain.to_plain for JSON)."""
+        return {"iteration": self.iteration, "batch_index": self.batch_index,
+                "sampler_version": self.sampler_version, "partial": self.partial.to_dict(),
+                "training": dict(self.training), "nonfinite_example": self.nonfinite_example}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BatchResult:
+        """Inverse of :meth:`to_dict`; lists accepted for arrays."""
+        return cls(int(data["iteration"]), int(data["batch_index"]),
+                   int(data["sampler_version"]), Partial.from_dict(data["partial"]),
+                   {k: np.asarray(v, dtype=np.float64) for k, v in data["training"].items()},
+                   data.get("nonfinite_example"))
+
+
+@dataclass
+class IterationResult:
+    """One iteration's merged batches."""
+
+    iteration: int
+    batches: int
+    sampler_version: int
+    partial: Partial
+    training: Training
+
+    def estimate(self) -> IterationEstimate:
+        """Mean and variance of the mean per component."""
+        return IterationEstimate.from_partial(self.iteration, self.partial)
+
+
+def _sampler(run: Run, sampler: Sampler | Mapping[str, Any]) -> Sampler:
+    return sampler if isinstance(sampler, Sampler) else restore_sampler(sampler, run.domain)
+
+
+def sample(run: Run, sampler: Sampler | Mapping[str, Any], iteration: int, batch_index: int,
+           n: int) -> LatentBatch:
+    """Stage 1: the compact latent batch."""
+    return _sampler(run, sampler).sample(run.spec.seed, iteration, batch_index, n)
+
+
+def materialise(run: Run, sampler: Sampler | Mapping[str, Any], latent: LatentBatch) -> Batch:
+    """Stage 2: concrete points in the unit cube, validated against the domain."""
+    batch = _sampler(run, sampler).materialise(latent)
+    return validate(batch, run.domain, "materialise")
+
+
+def transform(run: Run, batch: Batch) -> Batch:
+    """Stage 3: the run's transforms in order, each validated."""
+    return run.transforms.apply(batch)
+
+
+def evaluate(run: Run, sampler: Sampler | Mapping[str, Any], latent: LatentBatch,
+             batch: Batch) -> BatchResult:
+    """Stage 4: integrand values -> partial sums, non-finite count and training data."""
+    smp = _sampler(run, sampler)
+    values = run.integrand.evaluate(batch.x, batch.idx)
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite products are counted
+        wf = real_columns(values) * batch.weights[:, None]
+        wf2 = (wf * wf).sum(axis=1)
+        wf2_total = wf2.sum()
+    partial, finite = Partial.from_values(wf)
+    if not np.isfinite(wf2_total):  # keep NaN/inf (and overflowing squares) out of training
+        wf2 = np.where(np.isfinite(wf2), wf2, 0.0)
+    example = None
+    if finite is not None:
+        example = batch.x[int(np.flatnonzero(~finite)[0])].tolist()
+    return BatchResult(latent.iteration, latent.batch_index, smp.version, partial,
+                       smp.training(batch, wf2, finite), example)
+
+
+def process_batch(run: Run, sampler: Sampler | Mapping[str, Any], iteration: int,
+                  batch_index: int, n: int) -> BatchResult:
+    """All stages fused: what one worker does for one batch."""
+    smp = _sampler(run, sampler)
+    latent = sample(run, smp, iteration, batch_index, n)
+    batch = transform(run, materialise(run, smp, latent))
+    return evaluate(run, smp, latent, batch)
+
+
+def merge_results(results: Sequence[BatchResult], expected: int | None = None
+                  ) -> IterationResult:
+    """Merge one iteration's batch results in batch-index order (input order is irrelevant)."""
+    if not results:
+        raise MergeError("no batch results to merge")
+    ordered = sorted(results, key=lambda r: r.batch_index)
+    iterations = {r.iteration for r in ordered}
+    versions = {r.sampler_version for r in ordered}
+    if len(iterations) != 1:
+        raise MergeError(f"batch results from several iterations: {sorted(iterations)}")
+    if len(versions) != 1:
+        raise MergeError(f"batch results from several sampler versions: {sorted(versions)}")
+    indices = [r.batch_index for r in ordered]
+    want = list(range(expected if expected is not None else len(ordered)))
+    if indices != want:
+        dupes = sorted({i for i in indices if indices.count(i) > 1})
+        missing = sorted(set(want) - set(indices))
+        raise MergeError(f"iteration {ordered[0].iteration}: batch indices must be 0..{len(want) - 1} "
+                         f"exactly once (duplicates {dupes}, missing {missing})")
+    partial = Partial.empty(ordered[0].partial.mean.shape[0])
+    for r in ordered:
+        partial = partial.merge(r.partial)
+    return IterationResult(ordered[0].iteration, len(ordered), ordered[0].sampler_version,
+                           partial, merge_training([r.training for r in ordered]))
