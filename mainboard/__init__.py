@@ -2,6 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["Board", "Result", "__version__", "integrate"]
+
+if TYPE_CHECKING:
+    from mainboard.board import Board
+    from mainboard.runner import Result, integrate
+
+
+def __getattr__(name: str) -> Any:
+    """Import Board on first use, so `import mainboard` (and the CLI) stays light."""
+    if name == "Board":
+        from mainboard.board import Board
+
+        return Board
+    if name in ("integrate", "Result"):  # numpy and Celery load only when integrating
+        from mainboard import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'mainboard' has no attribute {name!r}")

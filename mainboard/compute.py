@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from mainboard.board import Board
-from mainboard.bridges.remote import remote_word
+from mainboard.bridges.ssh_session import remote_word
 from mainboard.bridges.ssh import SshTransport
 from mainboard.config import Config, HostConfig, ProviderConfig
 from mainboard.errors import AuthFailed, HostKeyMismatch, MainboardError

@@ -106,3 +106,45 @@ class MissingDependency(UserError):
 
 class FactsError(MainboardError):
     """The hardware probe failed or returned data that does not match the facts schema."""
+
+
+class CommandTimeout(CommandFailed):
+    """A command ran past its timeout and was killed: shows command, limit and output tail."""
+
+    def __init__(self, command: str, timeout: float, stdout: str = "", stderr: str = "",
+                 host: str = "local") -> None:
+        super().__init__(command, 124, stdout, stderr, host)
+        self.timeout = timeout
+        tail = "\n".join(stderr.rstrip().splitlines()[-10:])
+        msg = f"command timed out after {timeout:g}s on {host} and was killed: {command}"
+        if tail:
+            msg += f"\n--- stderr (last lines) ---\n{tail}"
+        self.args = (msg,)
+
+
+class IntegrationFailed(MainboardError):
+    """A run stopped: a batch raised or kept getting lost; names the batch, stage and cause."""
+
+
+class QueuePolicyError(UserError):
+    """A job asks more than its queue allows (or names an unknown queue): refused before submit."""
+
+
+class ProviderError(MainboardError):
+    """A GPU rental provider's API failed, refused a request or answered something unusable."""
+
+
+class ProviderAuthFailed(ProviderError):
+    """The provider refused our API key (HTTP 401/403) or the key's environment variable is unset."""
+
+
+class OfferNotFound(ProviderError, UserError):
+    """The offer id is unknown to the provider or no longer rentable."""
+
+
+class PriceLimitExceeded(ProviderError, UserError):
+    """An offer costs more per hour than the host's max_usd_hr: refused before renting."""
+
+
+class MirrorError(HostError):
+    """Syncing the workspace mirror to a host failed; its manifest was left unchanged."""

@@ -126,8 +126,12 @@ def _keygen(path: Path) -> None:
                    check=True, stdout=subprocess.DEVNULL)
 
 
-def start_sshd(directory: Path, user: str = "root") -> SshServer:
-    """Start sshd on a free loopback port; the client key is ``directory/client_ed25519``."""
+def start_sshd(directory: Path, user: str = "root", port: int | None = None) -> SshServer:
+    """Start sshd on a free (or the given) loopback port; the client key is ``directory/client_ed25519``.
+
+    Keys already in ``directory`` are reused, so a test can restart a server with a new
+    host key but the same client key (or the reverse) on the same port.
+    """
     sshd = require("sshd", "apt-get install openssh-server")
     require("ssh-keygen")
     directory.mkdir(parents=True, exist_ok=True)
@@ -140,7 +144,7 @@ def start_sshd(directory: Path, user: str = "root") -> SshServer:
     auth.write_text((directory / "client_ed25519.pub").read_text())
     auth.chmod(0o644)
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     conf = directory / "sshd_config"
     conf.write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"

@@ -1,0 +1,150 @@
+"""The Board facade: one object that runs commands here or on any host mainboard.toml declares.
+
+``Board().run(cmd)`` runs in the workspace root; ``Board().on("gpu-box").run(cmd)`` runs
+in that host's ``root`` (created on first use), over ssh when the host is remote. ssh
+connections are pooled per (host, port, user) across Boards in the process.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from mainboard.bridges.ssh import SshTransport
+from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
+from mainboard.config import Config, HostConfig, ProviderHost, load_config
+from mainboard.errors import UserError
+
+
+class HostHandle:
+    """One declared host: run commands and copy files in its root directory."""
+
+    def __init__(self, board: Board, name: str, config: HostConfig) -> None:
+        self.board, self.name, self.config = board, name, config
+        self._transport: Transport | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def remote(self) -> bool:
+        """True when the host is another machine: ssh, batch with login = "ssh", provider."""
+        return self.config.ssh_params() is not None or isinstance(self.config, ProviderHost)
+
+    @property
+    def transport(self) -> Transport:
+        """The transport for this host, made on first use (no connection until a command)."""
+        with self._lock:
+            if self._transport is None:
+                self._transport = self._make_transport()
+            return self._transport
+
+    def _make_transport(self) -> Transport:
+        if isinstance(self.config, ProviderHost):
+            raise UserError(
+                f"host {self.name!r} is a provider host ([providers.{self.config.provider}]): "
+                f"commands run there once it is rented with `mainboard fleet up {self.name}`")
+        params = self.config.ssh_params()
+        if params is None:
+            return LocalTransport(self.name)
+        transport = SshTransport.from_params(params, self.name)
+        # Relative identity/known_hosts paths mean "next to mainboard.toml", not the cwd.
+        if transport.identity and not os.path.isabs(transport.identity):
+            transport.identity = str(self.board.config.root / transport.identity)
+        if not transport.known_hosts.is_absolute():
+            transport.known_hosts = self.board.config.root / transport.known_hosts
+        return transport
+
+    @property
+    def root(self) -> str:
+        """The host's workspace directory: absolute locally; may start with ``~`` remotely."""
+        root = self.config.root
+        if self.remote:
+            return root or "~/mainboard"
+        if root is None:
+            return str(self.board.config.root)
+        return str(self.board.config.root / Path(root).expanduser())
+
+    def path(self, relative: str | os.PathLike[str]) -> str:
+        """``relative`` inside the host's root (an absolute path is kept as-is)."""
+        if self.remote:
+            return posixpath.join(self.root, os.fspath(relative))
+        return str(Path(self.root) / Path(relative).expanduser())
+
+    def run(self, command: Command, *, check: bool = False, timeout: float | None = None,
+            env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+            stream: bool | StreamSink = False, stdin: bytes | None = None) -> Completed:
+        """Run ``command`` in the host's root (or ``cwd`` inside it) with the host's env added.
+
+        A str is shell text run as-is by the host's shell; a list is an argv, quoted.
+        ``check=True`` raises CommandFailed; ``stream=True`` prints output as it arrives.
+        """
+        return self.transport.run(
+            command, check=check, timeout=timeout, env={**self.config.env, **(env or {})},
+            cwd=self.path(cwd) if cwd is not None else self.root, stdin=stdin, stream=stream)
+
+    def put(self, local: str | os.PathLike[str], remote: str | os.PathLike[str]) -> str:
+        """Copy a local file to ``remote`` (relative to the host root); returns that path."""
+        target = self.path(remote)
+        self.transport.put(local, target)
+        return target
+
+    def get(self, remote: str | os.PathLike[str], local: str | os.PathLike[str]) -> Path:
+        """Copy ``remote`` (relative to the host root) to the local file ``local``."""
+        self.transport.get(self.path(remote), local)
+        return Path(local)
+
+    def close(self) -> None:
+        """Let go of this host's connection (the last user of a pooled one closes it)."""
+        with self._lock:
+            if self._transport is not None:
+                self._transport.close()
+                self._transport = None
+
+    def __repr__(self) -> str:
+        return f"<HostHandle {self.name} kind={self.config.kind} root={self.root!r}>"
+
+
+class Board:
+    """mainboard.toml made usable: ``run`` here, ``on(name).run`` there, ``close`` when done."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.config: Config = load_config(None if path is None else Path(path))
+        self._handles: dict[str, HostHandle] = {}
+        self._lock = threading.Lock()
+
+    def on(self, name: str) -> HostHandle:
+        """The named host; UnknownHost (listing the declared ones) when it is not declared."""
+        with self._lock:
+            if name not in self._handles:
+                self._handles[name] = HostHandle(self, name, self.config.host(name))
+            return self._handles[name]
+
+    def run(self, command: Command, *, check: bool = False, timeout: float | None = None,
+            env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+            stream: bool | StreamSink = False, stdin: bytes | None = None) -> Completed:
+        """Run ``command`` on this machine in the workspace root (see HostHandle.run)."""
+        return self.on("local").run(command, check=check, timeout=timeout, env=env, cwd=cwd,
+                                    stream=stream, stdin=stdin)
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every host name: "local" first, then the declared ones in file order."""
+        return self.config.host_names()
+
+    def close(self) -> None:
+        """Close every transport this Board opened."""
+        with self._lock:
+            handles = list(self._handles.values())
+        for handle in handles:
+            handle.close()
+
+    def __enter__(self) -> Board:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Board {self.config.path or 'no mainboard.toml'} hosts={self.hosts}>"
