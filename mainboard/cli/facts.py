@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import shlex
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from mainboard.errors import UserError
-from mainboard.facts import GIB, Facts, cached_record, probe_facts
+
+if TYPE_CHECKING:
+    from mainboard.facts import Facts
+
+GIB = 1024**3  # same unit as mainboard.facts.GIB, without importing pydantic models for --help
 
 
 def _gib(n: int | None) -> str:
@@ -62,6 +67,8 @@ def facts(ctx: click.Context, host: str, as_json: bool, cached: bool) -> None:
 
     board = Board(ctx.obj.get("config_path") if ctx.obj else None)
     board.config.host(host)  # unknown host -> UnknownHost listing the declared ones
+    from mainboard.facts import cached_record, probe_facts
+
     if cached:
         record = cached_record(board.config.state_dir, host)
         if record is None:

@@ -1,0 +1,38 @@
+"""External processes speaking framed JSON-RPC ("gammaboard-jsonrpc-v2").
+
+This package root exposes only the process-side helper, which needs nothing but numpy and
+the standard library, so ``from mainboard.integrators.process import Evaluator`` works in
+whatever environment a user's integrand lives in. The host side lives in the submodules
+``client`` (one process), ``pool`` (reuse, restart once), ``adapters`` (evaluator, batch
+transform, materializer) and ``sampler``; the worker imports those explicitly.
+"""
+
+from mainboard.integrators.process.helper import (
+    BatchTransform,
+    Evaluator,
+    MaterializedBatch,
+    Materializer,
+    SampleBatch,
+    Sampler,
+    TransformedBatch,
+    log,
+    run_batch_transform,
+    run_evaluator,
+    run_materializer,
+    run_sampler,
+)
+
+__all__ = [
+    "BatchTransform",
+    "Evaluator",
+    "MaterializedBatch",
+    "Materializer",
+    "SampleBatch",
+    "Sampler",
+    "TransformedBatch",
+    "log",
+    "run_batch_transform",
+    "run_evaluator",
+    "run_materializer",
+    "run_sampler",
+]

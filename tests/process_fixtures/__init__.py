@@ -1,0 +1,1 @@
+"""Small processes for the process-protocol tests (misbehaving ones included)."""
