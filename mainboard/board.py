@@ -12,11 +12,15 @@ import posixpath
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
 from mainboard.config import Config, HostConfig, ProviderHost, load_config
 from mainboard.errors import UserError
+
+if TYPE_CHECKING:
+    from mainboard.mirror import Plan, SyncReport
 
 
 class HostHandle:
@@ -94,6 +98,18 @@ class HostHandle:
         """Copy ``remote`` (relative to the host root) to the local file ``local``."""
         self.transport.get(self.path(remote), local)
         return Path(local)
+
+    def sync(self, *, full: bool = False) -> SyncReport:
+        """Mirror the workspace to this host's root, sending only what changed."""
+        from mainboard.mirror import Mirror
+
+        return Mirror.of(self).sync(full=full)
+
+    def plan(self, *, probe: bool = False) -> Plan:
+        """What ``sync()`` would send now (files, raw and wire bytes), without sending."""
+        from mainboard.mirror import Mirror
+
+        return Mirror.of(self).plan(probe=probe)
 
     def close(self) -> None:
         """Let go of this host's connection (the last user of a pooled one closes it)."""

@@ -148,3 +148,7 @@ class PriceLimitExceeded(ProviderError, UserError):
 
 class MirrorError(HostError):
     """Syncing the workspace mirror to a host failed; its manifest was left unchanged."""
+
+
+class TunnelError(HostError):
+    """A reverse ssh tunnel to a host could not be opened (remote port refused, no answer)."""

@@ -43,6 +43,15 @@ class RunCreated(Payload):
     spec: dict[str, Any]
     parent: str | None = None
     from_iteration: int | None = None
+    snapshot: dict[str, Any] | None = None  # a clone's starting state (sampler, accumulator)
+
+
+class RunResumed(Payload):
+    """A coordinator took an unfinished run over from its snapshot after ``from_iteration``."""
+
+    topic: ClassVar[str] = "run.resumed"
+    run_id: str
+    from_iteration: int
 
 
 class IterationDone(Payload):
@@ -72,10 +81,34 @@ class RunFailed(Payload):
     run_id: str
     error: str
     iteration: int | None = None
+    batch: int | None = None
+    stage: str | None = None
+
+
+class RentalCreated(Payload):
+    """A cloud GPU was rented: it costs money until a RentalDestroyed line names it."""
+
+    topic: ClassVar[str] = "rental.created"
+    provider: str
+    rental_id: str
+    offer_id: str
+    label: str
+    usd_hr: float
+    host: str | None = None
+
+
+class RentalDestroyed(Payload):
+    """A rental was destroyed (or found already gone); ``reason`` says who and why."""
+
+    topic: ClassVar[str] = "rental.destroyed"
+    provider: str
+    rental_id: str
+    reason: str
 
 
 TOPICS: dict[str, type[Payload]] = {
-    cls.topic: cls for cls in (RunCreated, IterationDone, RunFinished, RunFailed)
+    cls.topic: cls for cls in (RunCreated, RunResumed, IterationDone, RunFinished, RunFailed,
+                                RentalCreated, RentalDestroyed)
 }
 
 

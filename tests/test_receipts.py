@@ -55,7 +55,7 @@ def test_torn_last_line_is_ignored_but_corruption_inside_is_an_error(tmp_path: P
 def test_unknown_topic_and_bad_payload_are_named(tmp_path: Path) -> None:
     log = Receipts(tmp_path / "r.ndjson")
     log.path.write_text('{"topic":"nope","ts":0,"payload":{}}\n')
-    with pytest.raises(ReceiptError, match="unknown receipt topic 'nope'; known: run.created"):
+    with pytest.raises(ReceiptError, match="unknown receipt topic 'nope'; known: .*run.created"):
         list(log.read())
     with pytest.raises(ValueError, match="extra"):
         RunFinished(run_id="r", result={}, surprise=1)

@@ -1,0 +1,93 @@
+"""Start the LOCAL SIMULATED GPU provider for tests (a simulation, not a real marketplace).
+
+``start_simulated_provider(dir)`` runs ``python -m mainboard.bridges.providers.simulated``
+as a real subprocess on a free loopback port and returns a handle; ``stop()`` shuts it
+down and destroys every simulated rental it recorded, even if the server crashed.
+Needs root, ``ip`` and ``sshd``: missing ones skip locally and fail under CI=true.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mainboard.bridges.providers.simulated import cleanup_all
+from tests.services import IN_CI, free_port, require, wait_port
+
+
+def require_root_netns() -> None:
+    """Network namespaces need root and iproute2; sshd runs inside them."""
+    require("ip", "apt-get install iproute2")
+    require("sshd", "apt-get install openssh-server")
+    require("unshare")
+    if os.geteuid() != 0:
+        msg = "network namespaces need root"
+        if IN_CI:
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+
+
+@dataclass
+class SimulatedProviderServer:
+    """A running simulated provider: its URL, state directory, key file and stderr log."""
+
+    url: str
+    state: Path
+    key_file: Path
+    log: Path
+    proc: subprocess.Popen = field(repr=False)
+
+    @property
+    def api_key(self) -> str:
+        return self.key_file.read_text().strip()
+
+    def sandbox(self, rental_id: str) -> dict[str, Any]:
+        """The simulation's record of a rental's namespace, veth and sshd pid."""
+        state = json.loads((self.state / "state.json").read_text())
+        return state["rentals"][str(rental_id)]["sandbox"]
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def crash(self) -> None:
+        """SIGKILL the server: its rentals stay up, as after a real crash."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        cleanup_all(self.state)
+
+
+def start_simulated_provider(directory: Path, credit: float = 25.0) -> SimulatedProviderServer:
+    """Start the simulated provider subprocess with its state in ``directory``."""
+    require_root_netns()
+    directory.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = directory / "server.log"
+    with log.open("ab") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mainboard.bridges.providers.simulated", "--port", str(port),
+             "--state", str(directory / "state"), "--credit", str(credit)],
+            stdout=err, stderr=err)
+    try:
+        wait_port("127.0.0.1", port, timeout=20)
+    except TimeoutError:
+        proc.kill()
+        raise
+    return SimulatedProviderServer(url=f"http://127.0.0.1:{port}", state=directory / "state",
+                                   key_file=directory / "state" / "api_key", log=log, proc=proc)
