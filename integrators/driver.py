@@ -26,6 +26,8 @@ from mainboard.integrators.stages import (
     build_run,
     merge_results,
     process_batch,
+    release_processes,
+    scope,
 )
 from mainboard.integrators.stop import plan_iteration, stop_reason
 
@@ -167,11 +169,26 @@ def integrate_local(spec: RunSpec | Mapping[str, Any] | Run, *,
                     state: RunState | None = None,
                     on_iteration: Callable[[RunState, IterationResult], None] | None = None
                     ) -> RunResult:
-    """Integrate a run in this process until a stop condition holds; resumes from ``state``."""
+    """Integrate a run in this process until a stop condition holds; resumes from ``state``.
+
+    External processes the run starts are ended on return, unless the caller entered a
+    ``run_scope`` (then they are the caller's to release) or passed ``state`` (its sampler's
+    process lives as long as the state).
+    """
     run = spec if isinstance(spec, Run) else build_run(spec)
     current = state if state is not None else RunState.start(run)
     began = time.perf_counter()
-    while (merged := step(current)) is not None:
-        if on_iteration is not None:
-            on_iteration(current, merged)
+    with scope(run) as owned:
+        try:
+            while (merged := step(current)) is not None:
+                if on_iteration is not None:
+                    on_iteration(current, merged)
+        finally:
+            if owned is not None:  # no caller scope: this call owns the run's processes
+                release_processes(owned)
+            if state is None:  # nobody else holds this state: end a process sampler now
+                close = getattr(getattr(current.sampler, "inner", current.sampler), "close",
+                                None)
+                if close is not None:
+                    close()
     return current.result(wall_s=time.perf_counter() - began)

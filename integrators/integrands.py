@@ -33,7 +33,7 @@ EvalFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Factory = Callable[[Any, int, tuple[int, ...]], "Integrand"]
 _REGISTRY: dict[str, Factory] = {}
 CORNER_PEAK_MAX_EXACT_DIM = 22  # 2^d vertex terms
-# Kinds whose code lives in optional modules, imported on first use.
+# Kinds whose code lives in optional modules, imported on first use by _factory.
 _LAZY = {"process": "mainboard.integrators.process.adapters:process_integrand"}
 
 
@@ -112,13 +112,20 @@ def make_integrand(spec: Any, dim: int, discrete: Sequence[int] = ()) -> Integra
         check_integrand(spec, dim, DomainSpec(continuous=max(dim, 1), discrete=list(discrete)))
     except SpecError as exc:
         raise ConfigError(str(exc), key=exc.key, value=exc.value) from None
-    if spec.kind not in _REGISTRY and spec.kind in _LAZY:
-        register_integrand(spec.kind, load_target(_LAZY[spec.kind]))
-    factory = _REGISTRY.get(spec.kind)
+    factory = _factory(spec.kind)
     if factory is None:
         raise ConfigError(f"integrand kind {spec.kind!r} is not available in this process",
-                          key="integrand.kind", valid=sorted(_REGISTRY))
+                          key="integrand.kind", valid=sorted({*_REGISTRY, *_LAZY}))
     return factory(spec, dim, tuple(int(c) for c in discrete))
+
+
+def _factory(kind: str) -> Factory | None:
+    """The factory of ``kind``; a kind listed in ``_LAZY`` is imported and registered on first
+    use (the one mechanism for optional kinds: ``process`` pulls in subprocess machinery)."""
+    if kind not in _REGISTRY and kind in _LAZY:
+        module, _, attr = _LAZY[kind].partition(":")
+        register_integrand(kind, getattr(importlib.import_module(module), attr))
+    return _REGISTRY.get(kind)
 
 
 class _IntegrandOnly(BaseModel):

@@ -6,6 +6,7 @@ the run seed and the batch coordinates reproduces them, whatever the order batch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,7 +50,17 @@ class LatentBatch:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LatentBatch:
-        """Inverse of :meth:`to_dict`."""
+    def from_dict(cls, data: Mapping[str, Any]) -> LatentBatch:
+        """Inverse of :meth:`to_dict`, for every kind of latent batch: ``kind = "process"``
+        (a process sampler's batch, which carries its points) rebuilds that subclass, so a
+        worker needs no special case."""
+        kind = data.get("kind")
+        if kind == "process" and cls is LatentBatch:
+            from mainboard.integrators.process.sampler import ProcessLatentBatch
+
+            return ProcessLatentBatch.from_dict(data)
+        if kind is not None and kind != "process":
+            raise ValueError(f"unknown latent batch kind {kind!r}; valid: none (seeded) or "
+                             "'process'")
         return cls(int(data["run_seed"]), int(data["iteration"]), int(data["batch_index"]),
                    int(data["n"]))

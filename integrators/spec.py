@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -30,10 +31,15 @@ from mainboard.integrators.spec_checks import (
     check_transforms,
     integrand_components,
 )
+from mainboard.integrators.spec_process import (
+    MaterializerSpec,
+    ProcessSamplerSpec,
+    ProcessTable,
+    ProcessTransformSpec,
+)
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 GENZ_KINDS = ("genz.oscillatory", "genz.product_peak", "genz.corner_peak", "genz.gaussian",
               "genz.continuous", "genz.discontinuous")
 TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.]*$"
@@ -110,7 +116,8 @@ class ChannelsSpec(_Model):
     u: list[FiniteFloat] | None = None
 
 
-Components = Annotated[int, Field(ge=1, le=4096)] | Literal["complex"]
+MAX_COMPONENTS = 4096
+Components = Annotated[int, Field(ge=1, le=MAX_COMPONENTS)] | Literal["complex"]
 
 
 class PythonSpec(_Model):
@@ -123,30 +130,25 @@ class PythonSpec(_Model):
     exact: FiniteFloat | list[FiniteFloat] | None = None
 
 
-class ProcessTable(_Model):
-    """How to start an external process (see PROCESS_PROTOCOL.md); unset keys take the
-    protocol layer's defaults, so they are left out of dumps (and of the run id)."""
-
-    command: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
-    cwd: str | None = None
-    env: dict[str, str] = {}
-    args: dict[str, Any] = {}
-    request_timeout: PositiveFloat | None = None
-    shutdown_grace: NonNegativeFloat | None = None
-    terminate_grace: NonNegativeFloat | None = None
-
-    @model_serializer(mode="wrap")
-    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if v is not None}
-
-
 class ProcessSpec(ProcessTable):
-    """An integrand in an external process speaking the framed JSON-RPC protocol."""
+    """An integrand in an external process; ``components`` is a count, "complex", or a list
+    of component names (sent to the process; one name gives a scalar integrand)."""
 
     kind: Literal["process"]
-    components: Components = 1
+    components: int | Literal["complex"] | list[str] = 1
     exact: FiniteFloat | list[FiniteFloat] | None = None
-    timeout_s: PositiveFloat | None = None
+
+    @field_validator("components", mode="before")
+    @classmethod
+    def _components(cls, value: Any) -> Any:
+        names = (isinstance(value, list) and bool(value)
+                 and all(isinstance(v, str) and v for v in value)
+                 and len(set(value)) == len(value))
+        count = type(value) is int and 1 <= value <= MAX_COMPONENTS
+        if not (names or count or value == "complex"):
+            raise SpecError("", f"components must be a count 1..{MAX_COMPONENTS}, \"complex\", "
+                            "or a list of distinct non-empty names", value)
+        return value
 
 
 IntegrandSpec = Annotated[
@@ -155,12 +157,6 @@ IntegrandSpec = Annotated[
 
 
 # ---------------------------------------------------------------- samplers
-class MaterializerSpec(ProcessTable):
-    """``[sampler.materializer]``: a process that turns latent batches into points."""
-
-    kind: Literal["process"]
-
-
 class NaiveSpec(_Model):
     """Uniform sampling (optionally with points from a process materializer)."""
 
@@ -170,13 +166,6 @@ class NaiveSpec(_Model):
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return {k: v for k, v in handler(self).items() if v is not None}
-
-
-class ProcessSamplerSpec(ProcessTable):
-    """A sampler in an external process (plan, points and adaptation live there)."""
-
-    kind: Literal["process"]
-    materializer: MaterializerSpec | None = None
 
 
 class VegasSpec(_Model):
@@ -241,18 +230,14 @@ class AffineSpec(_Model):
         return d
 
 
-class ProcessTransformSpec(ProcessTable):
-    """A batch transform in an external process; it maps the unit cube onto itself."""
-
-    kind: Literal["process"]
-
-    def output_dim(self, d: int) -> int:
-        """Same dimension."""
-        return d
-
-
 TransformSpec = Annotated[UnitBallSpec | SphericalSpec | AffineSpec | ProcessTransformSpec,
                           Field(discriminator="kind")]
+
+
+def component_count(spec: Any) -> int | str:
+    """The integrand's value width: a count, or "complex"; a list of names counts its entries."""
+    comps = integrand_components(spec)
+    return len(comps) if isinstance(comps, list) else comps
 
 
 class AccumulatorSpec(_Model):
@@ -314,7 +299,7 @@ class RunSpec(_Model):
     @property
     def natural_accumulator(self) -> str:
         """The accumulator kind the integrand's values call for."""
-        comps = integrand_components(self.integrand)
+        comps = component_count(self.integrand)
         return "complex" if comps == "complex" else ("scalar" if comps == 1 else "vector")
 
     @property

@@ -4,12 +4,20 @@
 index, n) into a :class:`BatchResult`; :func:`process_batch` is the fused form. Results merge
 with :func:`merge_results` in batch-index order, so an iteration's numbers are bit-identical
 whichever process ran each batch and in whatever order they finished.
+
+Process kinds (integrand, sampler, materializer, transforms in child processes) need nothing
+special from callers: each stage runs under ``run_scope(run.run_id)`` (unless the caller set
+a scope), so the worker's pool keeps one process per run and role across batches; a caller
+ends them with :func:`release_processes` when the run is over or the worker shuts down.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -27,7 +35,7 @@ from mainboard.integrators.samplers import (
     restore_sampler,
 )
 from mainboard.integrators.seeding import LatentBatch
-from mainboard.integrators.spec import RunSpec, integrand_components, parse_run
+from mainboard.integrators.spec import RunSpec, component_count, parse_run
 from mainboard.integrators.transforms import TransformChain
 
 
@@ -46,6 +54,19 @@ class Run:
         """A sampler in its initial state."""
         return make_sampler(self.spec.sampler, self.domain)
 
+    @cached_property
+    def run_id(self) -> str:
+        """The spec's content-derived id (computed once)."""
+        return self.spec.run_id()
+
+    @cached_property
+    def uses_processes(self) -> bool:
+        """Whether any stage of this run talks to an external process."""
+        spec = self.spec
+        kinds = {spec.integrand.kind, spec.sampler.kind, *(t.kind for t in spec.transforms),
+                 *(t.kind for t in self.transforms.transforms), self.integrand.kind}
+        return "process" in kinds or getattr(spec.sampler, "materializer", None) is not None
+
 
 def build_run(spec: RunSpec | Mapping[str, Any]) -> Run:
     """Validate a run spec (model or plain dict) and build its domain, integrand, transforms."""
@@ -54,10 +75,10 @@ def build_run(spec: RunSpec | Mapping[str, Any]) -> Run:
     domain = Domain(spec.domain.continuous, spec.domain.discrete)
     transforms = TransformChain(spec.transforms, domain)
     integrand = make_integrand(spec.integrand, transforms.output_dim, domain.discrete)
-    if integrand.components != integrand_components(spec.integrand):
+    if integrand.components != component_count(spec.integrand):
         raise ConfigError(f"integrand kind {spec.integrand.kind!r} gives "
                           f"{integrand.components} component(s), its spec says "
-                          f"{integrand_components(spec.integrand)}", key="integrand.kind")
+                          f"{component_count(spec.integrand)}", key="integrand.kind")
     kind = spec.accumulator_kind
     return Run(spec, domain, integrand, transforms, kind, integrand.width)
 
@@ -107,28 +128,77 @@ def _sampler(run: Run, sampler: Sampler | Mapping[str, Any]) -> Sampler:
     return sampler if isinstance(sampler, Sampler) else restore_sampler(sampler, run.domain)
 
 
+def _latent(latent: LatentBatch | Mapping[str, Any]) -> LatentBatch:
+    return latent if isinstance(latent, LatentBatch) else LatentBatch.from_dict(latent)
+
+
+@contextlib.contextmanager
+def scope(run: Run) -> Iterator[str | None]:
+    """Pooled processes acquired inside belong to this run: ``run_scope(run.run_id)``, unless
+    the run has no process stage or the caller already entered a scope (the outer one wins).
+    Yields the run id it set, or None when it set nothing."""
+    if not run.uses_processes:
+        yield None
+        return
+    from mainboard.integrators.process.adapters import RUN_ID, run_scope
+
+    if RUN_ID.get():
+        yield None
+        return
+    with run_scope(run.run_id):
+        yield run.run_id
+
+
+def release_processes(run_id: str | None = None) -> None:
+    """End this worker process's pooled processes of one run (of every run when None).
+
+    Call it when a run ends and at worker shutdown; a no-op where no process stage ran.
+    """
+    if "mainboard.integrators.process.pool" in sys.modules:
+        from mainboard.integrators.process.pool import default_pool
+
+        default_pool().release(run_id)
+
+
+def prepare_sampler(run: Run, sampler: Sampler) -> Sampler:
+    """Give a process sampler the process evaluator's ``initialize`` metadata (the protocol's
+    ``evaluator_metadata``) before its process starts; other samplers pass through."""
+    inner = getattr(sampler, "inner", sampler)  # a MaterializedSampler wraps its planner
+    if (run.integrand.kind == "process" and getattr(inner, "kind", "") == "process"
+            and hasattr(inner, "evaluator_metadata") and not inner.evaluator_metadata):
+        with scope(run):
+            inner.evaluator_metadata = dict(run.integrand.fn.metadata)  # type: ignore[attr-defined]
+    return sampler
+
+
 def sample(run: Run, sampler: Sampler | Mapping[str, Any], iteration: int, batch_index: int,
            n: int) -> LatentBatch:
-    """Stage 1: the compact latent batch."""
-    return _sampler(run, sampler).sample(run.spec.seed, iteration, batch_index, n)
+    """Stage 1: the compact latent batch (a process sampler's carries its points)."""
+    smp = prepare_sampler(run, _sampler(run, sampler))
+    with scope(run):
+        return smp.sample(run.spec.seed, iteration, batch_index, n)
 
 
-def materialise(run: Run, sampler: Sampler | Mapping[str, Any], latent: LatentBatch) -> Batch:
+def materialise(run: Run, sampler: Sampler | Mapping[str, Any],
+                latent: LatentBatch | Mapping[str, Any]) -> Batch:
     """Stage 2: concrete points in the unit cube, validated against the domain."""
-    batch = _sampler(run, sampler).materialise(latent)
+    with scope(run):
+        batch = _sampler(run, sampler).materialise(_latent(latent))
     return validate(batch, run.domain, "materialise")
 
 
 def transform(run: Run, batch: Batch) -> Batch:
     """Stage 3: the run's transforms in order, each validated."""
-    return run.transforms.apply(batch)
+    with scope(run):
+        return run.transforms.apply(batch)
 
 
-def evaluate(run: Run, sampler: Sampler | Mapping[str, Any], latent: LatentBatch,
-             batch: Batch) -> BatchResult:
+def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
+             latent: LatentBatch | Mapping[str, Any], batch: Batch) -> BatchResult:
     """Stage 4: integrand values -> partial sums, non-finite count and training data."""
-    smp = _sampler(run, sampler)
-    values = run.integrand.evaluate(batch.x, batch.idx)
+    smp, latent = _sampler(run, sampler), _latent(latent)
+    with scope(run):
+        values = run.integrand.evaluate(batch.x, batch.idx)
     with np.errstate(over="ignore", invalid="ignore"):  # non-finite products are counted
         wf = real_columns(values) * batch.weights[:, None]
         wf2 = (wf * wf).sum(axis=1)
