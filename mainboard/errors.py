@@ -152,3 +152,7 @@ class MirrorError(HostError):
 
 class TunnelError(HostError):
     """A reverse ssh tunnel to a host could not be opened (remote port refused, no answer)."""
+
+
+class WaitTimedOut(MainboardError):
+    """``Job.wait(timeout=...)`` gave up before the job reached a final state (it keeps running)."""

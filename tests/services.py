@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,11 +127,13 @@ def _keygen(path: Path) -> None:
                    check=True, stdout=subprocess.DEVNULL)
 
 
-def start_sshd(directory: Path, user: str = "root", port: int | None = None) -> SshServer:
+def start_sshd(directory: Path, user: str = "root", port: int | None = None, *,
+               listen: str = "127.0.0.1", wrapper: Sequence[str] = ()) -> SshServer:
     """Start sshd on a free (or the given) loopback port; the client key is ``directory/client_ed25519``.
 
     Keys already in ``directory`` are reused, so a test can restart a server with a new
-    host key but the same client key (or the reverse) on the same port.
+    host key but the same client key (or the reverse) on the same port. ``listen`` and
+    ``wrapper`` (argv run before sshd, e.g. ``ip netns exec NS``) serve another network.
     """
     sshd = require("sshd", "apt-get install openssh-server")
     require("ssh-keygen")
@@ -147,15 +150,16 @@ def start_sshd(directory: Path, user: str = "root", port: int | None = None) -> 
     port = port or free_port()
     conf = directory / "sshd_config"
     conf.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\n"
+        f"Port {port}\nListenAddress {listen}\nHostKey {host_key}\n"
         f"PidFile {directory / 'sshd.pid'}\nAuthorizedKeysFile {auth}\n"
         "PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "PermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\n"
         "MaxStartups 100:30:200\nMaxSessions 50\nSubsystem sftp internal-sftp\n")
-    proc = subprocess.Popen([sshd, "-f", str(conf), "-D", "-E", str(directory / "sshd.log")])
-    wait_port("127.0.0.1", port)
+    proc = subprocess.Popen([*wrapper, sshd, "-f", str(conf), "-D", "-E",
+                             str(directory / "sshd.log")])
+    wait_port(listen, port)
     key_type, key_b64 = (directory / "host_ed25519.pub").read_text().split()[:2]
-    return SshServer(host="127.0.0.1", port=port, user=user, identity=client_key,
+    return SshServer(host=listen, port=port, user=user, identity=client_key,
                      host_key_line=f"{key_type} {key_b64}", dir=directory, proc=proc)
 
 

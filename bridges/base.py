@@ -1,0 +1,369 @@
+"""The one Bridge base class: submit a job script anywhere, ask how it is, cancel it, read its logs.
+
+A subclass per host kind sets only what differs (dask-jobqueue / Parsl style): its
+header prefix and header lines, its submit/cancel commands, its job-id pattern and
+its native-state table, plus ``_query`` for status. The job script itself is owned
+here (``render_script`` in ``jobscript``): whatever the scheduler, the script records
+its exit code (and cancellation or timeout markers) in the job directory
+``<root>/.mainboard/jobs/<uid>/`` on the host, so an outcome survives the scheduler
+forgetting the job. Every command runs on the host's login side through a Transport.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import secrets
+import shlex
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from mainboard.config import ContainerConfig, HostConfig
+from mainboard.errors import CommandFailed, UserError
+
+from .jobscript import JobPaths, render
+from .jobspec import JobSpec, check_policy, resolve
+from .jobstate import JobState, JobStatus, translate
+from .transport import Command, Completed, StreamSink, Transport
+
+COMMAND_TIMEOUT_S = 120.0
+_UID_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_FACTS = "mb-facts:"
+
+
+class JobRecord(BaseModel):
+    """A submitted job: enough to ask about it, cancel it or read its logs from a new process."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str        # the scheduler's id; for local/ssh hosts the uid
+    uid: str           # mainboard's own id: the job directory's name
+    host: str
+    kind: str
+    name: str
+    job_dir: str       # absolute path on the host
+    submitted_at: float
+    spec: JobSpec
+
+    @property
+    def paths(self) -> JobPaths:
+        """Where the script, logs and outcome files live on the host."""
+        return JobPaths(self.job_dir)
+
+
+@dataclass(frozen=True)
+class DirFacts:
+    """What a job directory says: the script's exit code, markers, and (local/ssh) the pid."""
+
+    present: bool
+    exit_code: int | None = None
+    cancelled: bool = False
+    timeout: bool = False
+    pid: int | None = None
+    alive: bool = False
+
+
+def new_uid(name: str) -> str:
+    """``20250101-120000-name-1a2b3c``: sortable, unique, safe as a path component."""
+    safe = _UID_SAFE.sub("_", name).strip("._-")[:24] or "job"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{safe}-{secrets.token_hex(3)}"
+
+
+class Bridge(ABC):
+    """Jobs on one host. Subclasses set the class attributes and implement ``_query``."""
+
+    kind: ClassVar[str]
+    header_prefix: ClassVar[str | None] = None           # "#SBATCH", "#PBS"
+    submit_command: ClassVar[tuple[str, ...]] = ()       # script path is appended
+    cancel_command: ClassVar[tuple[str, ...]] = ()       # job ids are appended
+    job_id_regex: ClassVar[re.Pattern[str]]              # on submit output; group "job_id"
+    job_id_form: ClassVar[str] = "a job id"              # for error messages
+    states: ClassVar[Mapping[str, JobState]] = {}        # native word -> JobState
+    job_id_env: ClassVar[str | None] = None              # shell expr for $MAINBOARD_JOB_ID
+    enforces_walltime: ClassVar[bool] = True             # False: the script's watchdog does
+    native_retire_signal: ClassVar[bool] = False         # True: header asks the scheduler
+    job_dir_is_truth: ClassVar[bool] = False             # True: _query already read the dir
+
+    def __init__(self, name: str, host: HostConfig, transport: Transport, *,
+                 container: ContainerConfig | None = None, root: str | None = None) -> None:
+        self.name, self.host, self.transport, self.container = name, host, transport, container
+        self._root = root or host.root or self.default_root()
+        # An absolute root needs no round trip; "~/x" or a relative one is resolved there.
+        self._absolute_root: str | None = self._root if posixpath.isabs(self._root) else None
+
+    def default_root(self) -> str:
+        """Where jobs live when neither the caller nor the host names a root."""
+        return "~/mainboard"
+
+    # -- the narrow hooks: commands and files on the login side ---------------------------
+
+    def run(self, command: Command, *, check: bool = False, timeout: float | None = None,
+            env: Mapping[str, str] | None = None, cwd: str | None = None,
+            stdin: bytes | None = None, stream: bool | StreamSink = False) -> Completed:
+        """Run ``command`` on the host's login side with the host's ``env`` added."""
+        return self.transport.run(command, check=check, timeout=timeout,
+                                  env={**self.host.env, **(env or {})}, cwd=cwd, stdin=stdin,
+                                  stream=stream)
+
+    def _run(self, command: Command, *, stdin: bytes | None = None,
+             timeout: float | None = COMMAND_TIMEOUT_S) -> Completed:
+        """Run and raise CommandFailed (command, exit code, stdout, stderr) unless it exits 0."""
+        done = self.run(command, timeout=timeout, stdin=stdin)
+        if not done.ok:
+            raise CommandFailed(done.command, done.returncode, done.stdout, done.stderr, done.host)
+        return done
+
+    def _sh(self, script: str, *, stdin: bytes | None = None) -> Completed:
+        """POSIX sh text run by /bin/sh whatever the login shell is (zsh, fish...); checked."""
+        return self._run(["/bin/sh", "-c", script], stdin=stdin)
+
+    def put(self, local: str, remote: str) -> None:
+        """Copy a local file to ``remote`` on the host."""
+        self.transport.put(local, remote)
+
+    def get(self, remote: str, local: str) -> None:
+        """Copy ``remote`` on the host to a local file."""
+        self.transport.get(remote, local)
+
+    @property
+    def root(self) -> str:
+        """The host's root as an absolute path (resolved on the host once if it is not)."""
+        if self._absolute_root is None:
+            done = self.run(["/bin/sh", "-c", f"printf '{_FACTS}%s\\n' \"$PWD\""], cwd=self._root,
+                            timeout=COMMAND_TIMEOUT_S)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith(_FACTS)]
+            if not done.ok or not lines:
+                raise CommandFailed(done.command, done.returncode, done.stdout, done.stderr,
+                                    done.host)
+            self._absolute_root = lines[-1][len(_FACTS):]
+        return self._absolute_root
+
+    def job_dir(self, uid: str) -> str:
+        """The job directory of ``uid`` on the host."""
+        return posixpath.join(self.root, ".mainboard", "jobs", uid)
+
+    # -- the job script ----------------------------------------------------------------------
+
+    def header_lines(self, spec: JobSpec, paths: JobPaths) -> list[str]:
+        """Scheduler directives (without the prefix); none for hosts without a scheduler."""
+        return []
+
+    def render_script(self, spec: JobSpec, paths: JobPaths, uid: str) -> str:
+        """The job script for ``spec`` (the one template; subclasses add header lines)."""
+        headers = [f"{self.header_prefix} {line}" for line in self.header_lines(spec, paths)] \
+            if self.header_prefix else []
+        workdir = spec.workdir or self.root
+        if not posixpath.isabs(workdir):
+            workdir = posixpath.join(self.root, workdir)
+        return render(
+            spec, paths, headers=headers, workdir=workdir, root=self.root,
+            env={**self.host.env, **spec.env}, modules=list(getattr(self.host, "modules", [])),
+            container=self.container,
+            job_id=self.job_id_env if self.job_id_env is not None else shlex.quote(uid),
+            watchdog_walltime=not self.enforces_walltime,
+            watchdog_retire=not self.native_retire_signal)
+
+    # -- submit ------------------------------------------------------------------------------
+
+    def prepare(self, spec: JobSpec | None = None, /, **params: object) -> JobSpec:
+        """The spec with host defaults for its attempt filled in, checked against queue policy.
+
+        Runs entirely on this machine: a refusal happens before any connection is made.
+        """
+        base = spec if spec is not None else JobSpec.from_params(params)
+        if spec is not None and params:
+            base = JobSpec.from_params({**spec.model_dump(), **params})
+        resolved = resolve(base, self.host)
+        check_policy(resolved, self.host, self.name)
+        return resolved
+
+    def submit_text(self, paths: JobPaths) -> str:
+        """Shell text that hands the written script to the scheduler."""
+        return shlex.join([*self.submit_command, paths.script])
+
+    def submit(self, spec: JobSpec | None = None, /, **params: object) -> JobRecord:
+        """Check policy, write the script into a fresh job directory and submit it (one command)."""
+        spec = self.prepare(spec, **params)
+        uid = new_uid(spec.name)
+        paths = JobPaths(self.job_dir(uid))
+        script = self.render_script(spec, paths, uid)
+        # Only the job directory is private (the script holds env values); the job itself
+        # runs with the login's usual umask.
+        q = shlex.quote
+        text = (f"mkdir -p {q(posixpath.dirname(paths.job_dir))} && mask=$(umask) && "
+                f"umask 077 && mkdir {q(paths.job_dir)} && cat > {q(paths.script)} && "
+                f'umask "$mask" && cd {q(paths.job_dir)} && {self.submit_text(paths)}')
+        done = self._sh(text, stdin=script.encode())
+        job_id = self.accepted(done.stdout, uid)
+        return JobRecord(job_id=job_id, uid=uid, host=self.name, kind=self.kind, name=spec.name,
+                         job_dir=paths.job_dir, submitted_at=time.time(), spec=spec)
+
+    def accepted(self, stdout: str, uid: str) -> str:
+        """The job id from the submit command's output."""
+        return self.parse_job_id(stdout)
+
+    def parse_job_id(self, stdout: str) -> str:
+        """The last line of ``stdout`` that matches ``job_id_regex`` (login noise is skipped)."""
+        for line in reversed(stdout.strip().splitlines()):
+            match = self.job_id_regex.match(line.strip())
+            if match:
+                return match.group("job_id")
+        raise UserError(f"{self.kind} host {self.name!r}: no job id ({self.job_id_form}) in the "
+                        f"submit output: {stdout.strip()[-300:]!r}")
+
+    # -- status ------------------------------------------------------------------------------
+
+    def status(self, jobs: Iterable[str | JobRecord]) -> dict[str, JobState]:
+        """``{job_id: JobState}``; see ``poll`` for exit codes and reasons."""
+        return {job_id: found.state for job_id, found in self.poll(jobs).items()}
+
+    def poll(self, jobs: Iterable[str | JobRecord]) -> dict[str, JobStatus]:
+        """Each job's status: the scheduler's view, corrected by the job directory.
+
+        Pass JobRecords where you have them: the directory's exit code and cancel marker
+        are what tell "failed with 3" from "completed" when a scheduler (or its PBS
+        wrapper) reports only that the job is gone.
+        """
+        records: dict[str, JobRecord | None] = {}
+        for job in jobs:
+            job_id = job.job_id if isinstance(job, JobRecord) else job
+            records[job_id] = job if isinstance(job, JobRecord) else records.get(job_id)
+        if not records:
+            return {}
+        self.check_ids(list(records))
+        native = self._query(list(records), {i: r.job_dir for i, r in records.items() if r})
+        out = {i: native.get(i, JobStatus(JobState.UNKNOWN, reason="not reported by the host"))
+               for i in records}
+        if self.job_dir_is_truth:
+            return out
+        settle = {i: r.job_dir for i, r in records.items()
+                  if r is not None and (out[i].final or out[i].state is JobState.UNKNOWN)}
+        if settle:
+            facts = self.read_facts(list(settle.values()))
+            for job_id, job_dir in settle.items():
+                out[job_id] = merge(out[job_id], facts[job_dir])
+        return out
+
+    def check_ids(self, ids: Sequence[str]) -> None:
+        """Refuse ids that are not this scheduler's (they end up as command arguments)."""
+        for job_id in ids:
+            match = self.job_id_regex.match(job_id)
+            if not match or match.group("job_id") != job_id:
+                raise UserError(f"{job_id!r} is not a {self.kind} job id; expected "
+                                f"{self.job_id_form}")
+
+    @abstractmethod
+    def _query(self, ids: list[str], job_dirs: dict[str, str]) -> dict[str, JobStatus]:
+        """The host's own view of ``ids`` (missing ids are reported UNKNOWN by the caller).
+
+        ``job_dirs`` holds the directory of each id that came as a JobRecord.
+        """
+
+    def native_status(self, native: str, exit_code: int | None = None,
+                      reason: str = "") -> JobStatus:
+        """A JobStatus from a native state word through this bridge's table."""
+        return JobStatus(translate(native, self.states), native, exit_code, reason)
+
+    def read_facts(self, job_dirs: list[str]) -> dict[str, DirFacts]:
+        """Read pid liveness, exit code and markers of several job directories in one command.
+
+        Liveness is read first: a process seen alive may have finished by the time its
+        exit code is read (fine), but one seen dead has already recorded its code. ``ps -ww``:
+        without it ps cuts the command line at $COLUMNS and a long path looks dead.
+        """
+        script = (
+            'for d in "$@"; do\n'
+            '  [ -d "$d" ] || { echo "' + _FACTS + 'missing"; continue; }\n'
+            '  e=; p=; a=0; c=0; t=0\n'
+            '  if [ -r "$d/pid" ]; then p=$(cat "$d/pid")\n'
+            '    ps -ww -p "$p" -o args= 2>/dev/null | grep -qF -- "$d/job.sh" && a=1; fi\n'
+            '  [ -r "$d/exit_code" ] && e=$(cat "$d/exit_code")\n'
+            '  [ -e "$d/cancelled" ] && c=1\n'
+            '  [ -e "$d/timeout" ] && t=1\n'
+            '  echo "' + _FACTS + '$e|$c|$t|$p|$a"\n'
+            'done')
+        done = self._run(["/bin/sh", "-c", script, "mb-facts", *job_dirs])
+        lines = [ln[len(_FACTS):] for ln in done.stdout.splitlines() if ln.startswith(_FACTS)]
+        if len(lines) != len(job_dirs):
+            raise CommandFailed(done.command, done.returncode, done.stdout,
+                                "job directory probe returned the wrong number of lines",
+                                done.host)
+        return {d: _parse_facts(line) for d, line in zip(job_dirs, lines, strict=True)}
+
+    # -- cancel and logs ---------------------------------------------------------------------
+
+    def cancel(self, jobs: Iterable[str | JobRecord]) -> None:
+        """Stop jobs; a record's directory gets a ``cancelled`` marker first, so its outcome reads
+        CANCELLED even where the scheduler cannot say so (PBS wrappers)."""
+        items = list(jobs)
+        ids = [j.job_id if isinstance(j, JobRecord) else j for j in items]
+        if not ids:
+            return
+        self.check_ids(ids)
+        markers = [j.paths.cancelled for j in items
+                   if isinstance(j, JobRecord)]
+        text = self.cancel_text(ids, {j.job_id: j.job_dir for j in items
+                                      if isinstance(j, JobRecord)})
+        if markers:
+            text = f"touch {' '.join(shlex.quote(m) for m in markers)} 2>/dev/null; {text}"
+        done = self.run(["/bin/sh", "-c", text], timeout=COMMAND_TIMEOUT_S)
+        if done.ok:
+            return
+        # qdel (and some scancel versions) fail on jobs that already ended: that is success.
+        left = {i: s for i, s in self.poll(items).items()
+                if not s.final and s.state is not JobState.UNKNOWN}
+        if left:
+            raise CommandFailed(done.command, done.returncode, done.stdout,
+                                done.stderr or f"still running: {', '.join(left)}", done.host)
+
+    def cancel_text(self, ids: list[str], job_dirs: dict[str, str]) -> str:
+        """Shell text that asks the scheduler to stop ``ids`` (``job_dirs``: known dirs)."""
+        return shlex.join([*self.cancel_command, *ids])
+
+    def logs(self, job: JobRecord, tail: int | None = None,
+             stream: Literal["stdout", "stderr"] = "stdout") -> str:
+        """The job's stdout (or stderr) so far; its last ``tail`` lines when given."""
+        if tail is not None and tail < 1:
+            raise UserError(f"tail must be a positive number of lines (got {tail})")
+        path = shlex.quote(getattr(job.paths, stream))
+        reader = f"tail -n {int(tail)} -- {path}" if tail else f"cat -- {path}"
+        return self._sh(f"if [ -r {path} ]; then {reader}; fi").stdout
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} root={self._root!r}>"
+
+
+def _parse_facts(line: str) -> DirFacts:
+    if line == "missing":
+        return DirFacts(present=False)
+    exit_text, cancelled, timeout, pid, alive = line.split("|")
+    exit_code = int(exit_text) if exit_text.strip().lstrip("-").isdigit() else None
+    return DirFacts(present=True, exit_code=exit_code, cancelled=cancelled == "1",
+                    timeout=timeout == "1", pid=int(pid) if pid.isdigit() else None,
+                    alive=alive == "1")
+
+
+def merge(native: JobStatus, facts: DirFacts) -> JobStatus:
+    """The scheduler's final (or unknown) word corrected by what the job directory recorded.
+
+    The scheduler's TIMEOUT/PREEMPTED/CANCELLED stand (it knows why it stopped the job:
+    the script then records 143 from the TERM it passed on); otherwise a cancel marker
+    means CANCELLED and the recorded exit code decides completed/failed.
+    """
+    if not facts.present:
+        return native
+    if native.state in (JobState.TIMEOUT, JobState.PREEMPTED, JobState.CANCELLED):
+        return JobStatus(native.state, native.native,
+                         facts.exit_code if facts.exit_code is not None else native.exit_code,
+                         native.reason)
+    if facts.cancelled:
+        return JobStatus(JobState.CANCELLED, native.native, facts.exit_code, "cancelled")
+    if facts.exit_code is None:
+        return native
+    state = JobState.COMPLETED if facts.exit_code == 0 else JobState.FAILED
+    return JobStatus(state, native.native, facts.exit_code, native.reason)

@@ -1,0 +1,101 @@
+"""Jobs as detached processes on a host without a scheduler (this machine; ssh hosts reuse it).
+
+The job script is started with ``nohup`` in a new session (``setsid`` where it exists),
+stdio redirected into the job directory, so it outlives the command (and the Python
+process, and the ssh connection) that started it. The launcher records the pid; the
+script records its exit code. Status therefore needs no daemon: a pid that is alive
+and still runs this job's script means running, a recorded exit code means finished,
+a dead pid without one means the process was killed. The job id is the job's uid.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+
+from mainboard.errors import HostError
+
+from .base import Bridge, DirFacts, JobPaths
+from .jobstate import JobState, JobStatus
+
+
+class ProcessBridge(Bridge):
+    """A detached process per job; the job directory is the whole truth about it."""
+
+    job_id_regex = re.compile(r"^(?P<job_id>\d{8}-\d{6}-[A-Za-z0-9_.-]+-[0-9a-f]{6})$")
+    job_id_form = "a mainboard job uid such as 20250101-120000-fit-1a2b3c"
+    enforces_walltime = False
+    job_dir_is_truth = True
+    cancel_grace_s: float = 10.0  # TERM -> KILL
+
+    def submit_text(self, paths: JobPaths) -> str:
+        """nohup + setsid the script; record and print its pid."""
+        q = shlex.quote
+        return ("if command -v setsid >/dev/null 2>&1; then _mb_s=setsid; else _mb_s=; fi; "
+                f"nohup $_mb_s /bin/bash {q(paths.script)} > {q(paths.stdout)} "
+                f"2> {q(paths.stderr)} < /dev/null & "
+                f"echo $! > {q(paths.pid)}; echo \"mb-pid:$!\"")
+
+    def accepted(self, stdout: str, uid: str) -> str:
+        """The launcher printed a pid: the job's id is its uid."""
+        if not re.search(r"^mb-pid:\d+$", stdout, re.MULTILINE):
+            raise HostError(f"{self.name}: the job launcher printed no pid (output: "
+                            f"{stdout.strip()[-300:]!r})")
+        return uid
+
+    def _query(self, ids: list[str], job_dirs: dict[str, str]) -> dict[str, JobStatus]:
+        dirs = {job_id: job_dirs.get(job_id) or self.job_dir(job_id) for job_id in ids}
+        facts = self.read_facts(list(dirs.values()))
+        return {job_id: process_status(facts[d], d) for job_id, d in dirs.items()}
+
+    def cancel_text(self, ids: list[str], job_dirs: dict[str, str]) -> str:
+        """Mark, TERM each script's process group, wait, then KILL what is left (and its child)."""
+        dirs = " ".join(shlex.quote(job_dirs.get(i) or self.job_dir(i)) for i in ids)
+        return (
+            # running: the pid still runs this job's script (not a zombie, not a reused pid)
+            'running() { p=$(cat "$1/pid" 2>/dev/null) && '
+            'ps -ww -p "$p" -o args= 2>/dev/null | grep -qF -- "$1/job.sh"; }\n'
+            f"for d in {dirs}; do\n"
+            '  : > "$d/cancelled"\n'
+            '  running "$d" && { kill -TERM "-$p" || kill -TERM "$p"; }\n'
+            "done 2>/dev/null\n"
+            f"end=$(($(date +%s) + {int(self.cancel_grace_s)}))\n"
+            'while [ "$(date +%s)" -lt "$end" ]; do\n'
+            f"  left=; for d in {dirs}; do running \"$d\" && left=1; done\n"
+            '  [ -z "$left" ] && exit 0; sleep 0.1\n'
+            "done\n"
+            f"for d in {dirs}; do\n"
+            '  running "$d" || continue\n'
+            '  kill -KILL "-$(cat "$d/child")"; kill -KILL "-$p" || kill -KILL "$p"\n'
+            "done 2>/dev/null; exit 0")
+
+
+def process_status(facts: DirFacts, job_dir: str) -> JobStatus:
+    """A detached job's state from its directory (markers say why a dead job ended)."""
+    if not facts.present:
+        return JobStatus(JobState.UNKNOWN, reason=f"no job directory {job_dir}")
+    marker = (JobState.CANCELLED, "cancelled") if facts.cancelled else \
+        (JobState.TIMEOUT, "killed at walltime") if facts.timeout else None
+    if facts.exit_code is not None:
+        if marker:
+            return JobStatus(marker[0], "exited", facts.exit_code, marker[1])
+        state = JobState.COMPLETED if facts.exit_code == 0 else JobState.FAILED
+        return JobStatus(state, "exited", facts.exit_code)
+    if facts.alive:
+        return JobStatus(JobState.RUNNING, f"running (pid {facts.pid})")
+    if facts.pid is None:
+        return JobStatus(JobState.UNKNOWN, reason="no pid recorded: the launch did not happen")
+    if marker:
+        return JobStatus(marker[0], "killed", None, marker[1])
+    return JobStatus(JobState.FAILED, "gone", None,
+                     f"process {facts.pid} ended without recording an exit code (killed?)")
+
+
+class LocalBridge(ProcessBridge):
+    """Jobs on this machine; the root defaults to the current directory."""
+
+    kind = "local"
+
+    def default_root(self) -> str:
+        return os.getcwd()

@@ -1,0 +1,170 @@
+"""SLURM: ``#SBATCH`` headers, ``sbatch --parsable``, ``squeue``/``sacct`` status, ``scancel``.
+
+Status asks ``squeue -t all`` first (it still knows jobs that ended less than
+MinJobAge ago, with their wait status), then ``sacct`` for older ones. ``sacct``
+needs accounting storage; where it is disabled (``accounting_storage/none``) the
+jobcomp file is read with ``sacct -c`` instead. The choice is made once per bridge.
+Output paths are given on the sbatch command line (quoted), not as headers, so any
+root path works; the job name in ``-J`` is reduced to safe characters.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+
+from .base import Bridge, JobPaths
+from .jobspec import JobSpec, format_walltime
+from .jobstate import JobState, JobStatus, translate
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.+-]+")
+
+SLURM_STATES: dict[str, JobState] = {
+    "PENDING": JobState.PENDING,
+    "CONFIGURING": JobState.PENDING,
+    "REQUEUED": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING,
+    "SUSPENDED": JobState.PENDING,
+    "STOPPED": JobState.PENDING,
+    "RUNNING": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED,
+    "BOOT_FAIL": JobState.FAILED,
+    "SPECIAL_EXIT": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+    "PREEMPTED": JobState.PREEMPTED,
+    "NODE_FAIL": JobState.PREEMPTED,
+}
+SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|"
+_NO_ACCOUNTING = ("accounting storage is disabled", "slurmdbd", "no accounting")
+
+
+def safe_job_name(name: str, limit: int = 64) -> str:
+    """A scheduler job name: letters, digits and ``_.+-`` only (others become ``_``)."""
+    cleaned = _SAFE_NAME.sub("_", name).strip("_") or "job"
+    return (cleaned if cleaned[0].isalnum() else f"j{cleaned}")[:limit]
+
+
+def wait_status(raw: str) -> tuple[int | None, str]:
+    """squeue's ``exit_code`` (a wait status) as (exit code, reason): 768 -> (3, "")."""
+    if not raw.strip().isdigit():
+        return None, ""
+    value = int(raw)
+    if value & 0x7F:
+        return None, f"killed by signal {value & 0x7F}"
+    return value >> 8, ""
+
+
+def exit_pair(raw: str) -> tuple[int | None, str]:
+    """sacct/scontrol ``ExitCode`` ``3:0`` (code:signal) as (exit code, reason)."""
+    code, _, signal = raw.partition(":")
+    if signal.strip() not in ("", "0"):
+        return None, f"killed by signal {signal.strip()}"
+    return (int(code), "") if code.strip().isdigit() else (None, "")
+
+
+class SlurmBridge(Bridge):
+    """Jobs through sbatch; partitions are the spec's ``queue``."""
+
+    kind = "slurm"
+    header_prefix = "#SBATCH"
+    submit_command = ("sbatch", "--parsable")
+    cancel_command = ("scancel",)
+    job_id_regex = re.compile(r"^(?P<job_id>\d+(?:_\d+)?)(?:;(?P<cluster>[\w.-]+))?$")
+    job_id_form = "a SLURM job id such as 1234 or 1234_7 (sbatch --parsable may add ;cluster)"
+    states = SLURM_STATES
+    job_id_env = '"${SLURM_JOB_ID:-}"'
+    native_retire_signal = True
+    _sacct_flags: list[str] | None = None  # per bridge: [] (accounting) or ["-c"] once known
+
+    def header_lines(self, spec: JobSpec, paths: JobPaths) -> list[str]:
+        lines = [f"-J {safe_job_name(spec.name)}"]
+        if spec.walltime:
+            lines.append(f"-t {format_walltime(spec.walltime)}")
+        if spec.mem_gb:
+            lines.append(f"--mem={math.ceil(spec.mem_gb * 1024)}M")
+        if spec.cpus:
+            lines.append(f"-c {spec.cpus}")
+        if spec.gpus:
+            lines.append(f"--gres=gpu:{spec.gpus}")
+        if spec.queue:
+            lines.append(f"-p {spec.queue}")
+        if spec.account:
+            lines.append(f"-A {spec.account}")
+        lines.append(f"-N {spec.nodes}")
+        if spec.retire_before:
+            lines.append(f"--signal=B:{spec.retire_signal}@{spec.retire_before}")
+        return [*lines, *spec.extra]
+
+    def submit_text(self, paths: JobPaths) -> str:
+        """sbatch with ``-o``/``-e`` in the job directory (``%`` doubled: SLURM expands it)."""
+        def literal(path: str) -> str:
+            return path.replace("%", "%%")
+        return shlex.join([*self.submit_command, "-o", literal(paths.stdout),
+                           "-e", literal(paths.stderr), paths.script])
+
+    def _query(self, ids: list[str], job_dirs: dict[str, str]) -> dict[str, JobStatus]:
+        done = self.run(["squeue", "-h", "-t", "all", "-O", SQUEUE_FORMAT, "-j", ",".join(ids)],
+                        timeout=60)
+        if not done.ok and "invalid job id" not in done.stderr.lower():
+            done.check()  # (an invalid id means every job has left slurmctld's memory)
+        found = parse_squeue(done.stdout if done.ok else "", ids)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            found.update(self._sacct(missing))
+        return found
+
+    def _sacct(self, ids: list[str]) -> dict[str, JobStatus]:
+        """Finished jobs from accounting (or the jobcomp file when accounting is off)."""
+        options = ["-n", "-P", "-X", "-o", "JobID,State,ExitCode", "-j", ",".join(ids)]
+        if self._sacct_flags is None:
+            done = self.run(["sacct", *options], timeout=60)
+            if done.ok:
+                self._sacct_flags = []
+            elif any(word in done.stderr.lower() for word in _NO_ACCOUNTING):
+                self._sacct_flags = ["-c"]
+                done = self.run(["sacct", "-c", *options], timeout=60)
+        else:
+            done = self.run(["sacct", *self._sacct_flags, *options], timeout=60)
+        if not done.ok:
+            reason = f"sacct failed: {done.stderr.strip()[-200:]}"
+            return {i: JobStatus(JobState.UNKNOWN, reason=reason) for i in ids}
+        return parse_sacct(done.stdout, ids)
+
+
+def parse_squeue(text: str, ids: list[str]) -> dict[str, JobStatus]:
+    """``squeue -h -t all -O JobID:|,State:|,Reason:|,exit_code:|`` lines for ``ids``."""
+    out: dict[str, JobStatus] = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) < 4 or fields[0] not in ids:
+            continue
+        state = translate(fields[1], SLURM_STATES)
+        reason = "" if fields[2] == "None" else fields[2]
+        code, why = wait_status(fields[3]) if state.final else (None, "")
+        out[fields[0]] = JobStatus(state, fields[1], code, why or reason)
+    return out
+
+
+def parse_sacct(text: str, ids: list[str]) -> dict[str, JobStatus]:
+    """``sacct -n -P -X -o JobID,State,ExitCode`` lines for ``ids`` (a blank state is skipped)."""
+    out: dict[str, JobStatus] = {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) < 3 or fields[0] not in ids or not fields[1].strip():
+            continue
+        native = fields[1].split()[0]  # "CANCELLED by 0" -> CANCELLED
+        code, why = exit_pair(fields[2])
+        out[fields[0]] = JobStatus(translate(native, SLURM_STATES), native, code, why)
+    return out

@@ -1,0 +1,31 @@
+"""The session's one real SLURM (import ``slurm_cluster`` into a test module to use it).
+
+Only one slurmctld/slurmd pair can run on this machine, so the cluster is a process-wide
+singleton even if several modules import this fixture (pytest then holds one fixture
+definition per module); the last user to finish stops it. To move into conftest.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.services import SlurmCluster, start_slurm
+
+_shared: dict[str, object] = {"cluster": None, "users": 0}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real single-node SLURM 22.05 (partitions ``debug`` default, ``short`` 10 min max)."""
+    if _shared["cluster"] is None:
+        _shared["cluster"] = start_slurm(tmp_path_factory.mktemp("slurm"))
+    _shared["users"] = int(_shared["users"]) + 1  # type: ignore[call-overload]
+    cluster = _shared["cluster"]
+    assert isinstance(cluster, SlurmCluster)
+    yield cluster
+    _shared["users"] = int(_shared["users"]) - 1  # type: ignore[call-overload]
+    if _shared["users"] == 0:
+        cluster.stop()
+        _shared["cluster"] = None
