@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.services import RedisServer, SshServer, start_redis, start_sshd
 
 pytest_plugins = ("celery.contrib.pytest",)

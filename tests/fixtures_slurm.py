@@ -2,7 +2,8 @@
 
 Only one slurmctld/slurmd pair can run on this machine, so the cluster is a process-wide
 singleton even if several modules import this fixture (pytest then holds one fixture
-definition per module); the last user to finish stops it. To move into conftest.py.
+definition per module); the last user to finish stops it. conftest.py imports it, so
+every module can ask for ``slurm_cluster``.
 """
 
 from __future__ import annotations

@@ -207,6 +207,9 @@ def make_netns_host(name: str, subnet_index: int, directory: Path, *,
     if not 1 <= subnet_index <= 254:
         raise ValueError(f"subnet_index {subnet_index!r}: valid: 1..254 (10.78.N.0/24)")
     host = NetnsHost(f"{PREFIX}{name}-{os.getpid()}", subnet_index, directory, hostname)
+    # A packet for a test host that is gone must die here, never take the default route
+    # off this machine: a blackhole under the more specific /24s of live hosts.
+    _ip("route", "replace", "blackhole", "10.78.0.0/16")
     try:
         _ip("netns", "add", host.name)
         _ip("link", "add", host.veth_host, "type", "veth", "peer", "name", host.veth_ns)
