@@ -12,7 +12,7 @@ import posixpath
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
@@ -20,6 +20,7 @@ from mainboard.config import Config, HostConfig, ProviderHost, load_config
 from mainboard.errors import UserError
 
 if TYPE_CHECKING:
+    from mainboard.jobs import Job
     from mainboard.mirror import Plan, SyncReport
 
 
@@ -110,6 +111,12 @@ class HostHandle:
         from mainboard.mirror import Mirror
 
         return Mirror.of(self).plan(probe=probe)
+
+    def submit(self, cmd: Command, **options: Any) -> Job:
+        """Submit ``cmd`` as a batch job here; see ``mainboard.jobs.submit`` for the options."""
+        from mainboard.jobs import submit  # jobs imports the bridges; keep `board` light
+
+        return submit(self.board, self.name, cmd, **options)
 
     def close(self) -> None:
         """Let go of this host's connection (the last user of a pooled one closes it)."""

@@ -125,6 +125,11 @@ class CommandTimeout(CommandFailed):
 class IntegrationFailed(MainboardError):
     """A run stopped: a batch raised or kept getting lost; names the batch, stage and cause."""
 
+    def __init__(self, message: str, *, batch: int | None = None,
+                 stage: str | None = None) -> None:
+        super().__init__(message)
+        self.batch, self.stage = batch, stage
+
 
 class QueuePolicyError(UserError):
     """A job asks more than its queue allows (or names an unknown queue): refused before submit."""

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mainboard.errors import MainboardError
 
@@ -64,6 +64,7 @@ class IterationDone(Payload):
     estimate: Any
     error: Any
     snapshot: dict[str, Any] = Field(default_factory=dict)
+    wall_s: float | None = None  # coordinator time spent on the run so far, all executions
 
 
 class RunFinished(Payload):
@@ -106,9 +107,119 @@ class RentalDestroyed(Payload):
     reason: str
 
 
+class JobSubmitted(Payload):
+    """A job was accepted by its host; enough to find, poll, cancel and pull it from any process."""
+
+    topic: ClassVar[str] = "job.submitted"
+    id: str                 # mainboard's uid (also the job directory's name on the host)
+    host: str
+    kind: str
+    job_id: str             # the scheduler's id (the uid on hosts without a scheduler)
+    name: str
+    job_dir: str            # absolute, on the host
+    root: str               # the host root the job ran in: data went there, fetch comes from there
+    spec: dict[str, Any]
+    data: list[str] = Field(default_factory=list)
+    fetch: list[str] = Field(default_factory=list)
+    submitted_at: float
+
+
+class JobStateChanged(Payload):
+    """A job was seen in a new, not yet final state (pending, running, unknown)."""
+
+    topic: ClassVar[str] = "job.state"
+    id: str
+    state: str
+    native: str = ""
+    reason: str = ""
+
+
+class JobFinished(Payload):
+    """The verdict: a job reached a final state. Written once per job."""
+
+    topic: ClassVar[str] = "job.finished"
+    id: str
+    state: str
+    exit_code: int | None = None
+    native: str = ""
+    reason: str = ""
+
+
+class JobPulled(Payload):
+    """A finished job's ``fetch`` paths were copied back into the workspace."""
+
+    topic: ClassVar[str] = "job.pulled"
+    id: str
+    paths: list[str]
+    missing: list[str] = Field(default_factory=list)
+    bytes: int = 0
+    in_place: bool = False  # the job ran in the workspace itself: nothing needed copying
+    error: str = ""        # why nothing came back (the host could not pack or send it)
+
+
+class MonitorPass(Payload):
+    """One monitor pass that had news; the union of ``announced`` is the monitor's cursor."""
+
+    topic: ClassVar[str] = "monitor.pass"
+    running: int
+    announced: list[str]
+    unreachable_hosts: list[str]
+    pulled: list[str] = Field(default_factory=list)
+    released: list[str] = Field(default_factory=list)  # rental ids destroyed: work done
+
+
+class WorkerTunnel(Payload):
+    """A fleet worker's host needs a reverse tunnel to the broker (kept by the fleet keeper).
+
+    Written before the worker is submitted, so the tunnel is up when the worker connects;
+    ``ssh`` holds connection parameters only (host, port, user, key and known_hosts paths).
+    """
+
+    topic: ClassVar[str] = "worker.tunnel"
+    worker_id: str
+    host: str
+    ssh: dict[str, Any]
+    remote_port: int
+    local_host: str
+    local_port: int
+
+
+class WorkerStarted(Payload):
+    """A fleet worker was submitted: enough to find, drain and stop it from a new process."""
+
+    topic: ClassVar[str] = "worker.started"
+    worker_id: str
+    host: str
+    kind: str
+    node: str                      # Celery node name before the "@": mb-<host>-<id>
+    queues: list[str]
+    concurrency: int
+    job: dict[str, Any]            # the bridge's JobRecord
+    root: str
+    python: str
+    broker_via: str                # "direct" or "tunnel"
+    secret_path: str               # the 0600 file on the host holding the broker URL
+    tunnel_port: int | None = None
+    ssh: dict[str, Any] | None = None     # how to reach a rented machine (provider hosts)
+    rental: dict[str, str] | None = None  # {"provider", "rental_id"}
+    idle_timeout_s: float | None = None
+
+
+class WorkerStopped(Payload):
+    """A fleet worker is gone (drained, retired, cancelled, failed to start, or idle)."""
+
+    topic: ClassVar[str] = "worker.stopped"
+    worker_id: str
+    host: str
+    reason: str
+    state: str | None = None
+
+
 TOPICS: dict[str, type[Payload]] = {
     cls.topic: cls for cls in (RunCreated, RunResumed, IterationDone, RunFinished, RunFailed,
-                                RentalCreated, RentalDestroyed)
+                                RentalCreated, RentalDestroyed, JobSubmitted, JobStateChanged,
+                                JobFinished, JobPulled, MonitorPass, WorkerTunnel,
+                                WorkerStarted, WorkerStopped)
 }
 
 
@@ -141,8 +252,19 @@ class Receipts:
             os.close(fd)
         return record
 
-    def read(self, topic: str | None = None) -> Iterator[Payload]:
-        """Replay payloads in write order; a torn last line (crash mid-write) is ignored."""
+    def read(self, topic: str | None = None, *,
+             errors: list[ReceiptError] | None = None) -> Iterator[Payload]:
+        """Replay payloads in write order; a torn last line (crash mid-write) is ignored.
+
+        A bad line raises ReceiptError naming ``file:line``; with an ``errors`` list it is
+        appended there instead and the following lines are still read.
+        """
+        for _ts, payload in self.read_timed(topic, errors=errors):
+            yield payload
+
+    def read_timed(self, topic: str | None = None, *, errors: list[ReceiptError] | None = None
+                   ) -> Iterator[tuple[float, Payload]]:
+        """Like ``read``, with each line's write time (``ts``, seconds since the epoch)."""
         if not self.path.exists():
             return
         with self.path.open("rb") as fh:
@@ -152,17 +274,41 @@ class Receipts:
                 continue
             try:
                 record = json.loads(raw)
-            except json.JSONDecodeError as exc:
+                if not isinstance(record, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:  # JSONDecodeError is a ValueError
                 if number == len(lines):  # unterminated final line: a write that never finished
                     break
-                raise ReceiptError(f"{self.path}:{number}: not a JSON receipt line ({exc})") from exc
+                problem = ReceiptError(f"{self.path}:{number}: not a JSON receipt line ({exc})")
+                if errors is None:
+                    raise problem from exc
+                errors.append(problem)
+                continue
             if topic is not None and record.get("topic") != topic:
                 continue
-            model = TOPICS.get(record.get("topic"))
-            if model is None:
-                raise ReceiptError(f"{self.path}:{number}: unknown receipt topic "
-                                   f"{record.get('topic')!r}; known: {', '.join(sorted(TOPICS))}")
-            yield model.model_validate(record["payload"])
+            try:
+                payload = self._payload(record, number)
+            except ReceiptError as problem:
+                if errors is None:
+                    raise
+                errors.append(problem)
+                continue
+            ts = record.get("ts")
+            yield (float(ts) if isinstance(ts, (int, float)) else 0.0), payload
+
+    def _payload(self, record: dict[str, Any], number: int) -> Payload:
+        """The typed payload of one parsed line, or ReceiptError naming file:line and why."""
+        model = TOPICS.get(record.get("topic"))  # type: ignore[arg-type]
+        if model is None:
+            raise ReceiptError(f"{self.path}:{number}: unknown receipt topic "
+                               f"{record.get('topic')!r}; known: {', '.join(sorted(TOPICS))}")
+        try:
+            return model.model_validate(record.get("payload"))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "payload"
+            raise ReceiptError(f"{self.path}:{number}: bad {model.topic} payload "
+                               f"({where}: {err['msg']})") from None
 
     def last(self, topic: str) -> Payload | None:
         """The most recent payload of ``topic``, or None."""
@@ -170,3 +316,65 @@ class Receipts:
         for found in self.read(topic):  # noqa: B007 - keep the last one
             pass
         return found
+
+
+# -- batches (mainboard.batch): one receipts file per batch, .mainboard/batches/<id>/ -------
+
+class BatchCreated(Payload):
+    """A batch was declared: its fleet.toml resolved into jobs, fixed here for every later verb."""
+
+    topic: ClassVar[str] = "batch.created"
+    batch_id: str
+    name: str
+    fleet: str                      # the fleet.toml it came from
+    fleet_sha256: str
+    jobs: list[dict[str, Any]]      # each job resolved (defaults inherited, name given)
+
+
+class BatchDispatched(Payload):
+    """One batch job was accepted by its target; ``job`` is its mainboard job id."""
+
+    topic: ClassVar[str] = "batch.dispatched"
+    batch_id: str
+    name: str
+    target: str
+    job: str
+    adopted: bool = False  # found already submitted by an interrupted dispatch, not resent
+
+
+class BatchDispatchFailed(Payload):
+    """One batch job never reached its target: ``outcome`` is unreachable, refused or error."""
+
+    topic: ClassVar[str] = "batch.dispatch_failed"
+    batch_id: str
+    name: str
+    target: str
+    outcome: str
+    reason: str
+
+
+class BatchAnnounced(Payload):
+    """One batch job's outcome was announced; written once per job (the watch's cursor)."""
+
+    topic: ClassVar[str] = "batch.announced"
+    batch_id: str
+    name: str
+    target: str
+    outcome: str
+    job: str | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    pulled: list[str] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+
+
+class BatchFinished(Payload):
+    """Every job of the batch has an announced outcome; ``outcomes`` counts them."""
+
+    topic: ClassVar[str] = "batch.finished"
+    batch_id: str
+    outcomes: dict[str, int]
+
+
+for _model in (BatchCreated, BatchDispatched, BatchDispatchFailed, BatchAnnounced, BatchFinished):
+    register(_model)

@@ -1,0 +1,153 @@
+"""`mainboard jobs list|show|logs|pull|cancel`: jobs of this workspace, read from their receipts.
+
+``list`` and ``show`` read only ``.mainboard/jobs/*.ndjson`` (no host is contacted;
+``show --refresh`` asks the host). An unreadable receipt line is a warning naming its
+file and line; the other jobs are still shown. JOB is an id or a unique id suffix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from mainboard.board import Board
+    from mainboard.jobstore import JobView
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+@contextmanager
+def _board(ctx: click.Context) -> Iterator[Board]:
+    from mainboard.board import Board
+
+    with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
+        yield board
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, allow_nan=False))
+
+
+def _row(view: JobView) -> str:
+    when = dt.datetime.fromtimestamp(view.submitted.submitted_at).strftime("%Y-%m-%d %H:%M:%S")
+    code = "" if view.exit_code is None else str(view.exit_code)
+    return f"{view.id:<40} {view.host:<12} {view.state.value:<10} {code:>4}  {when}  {view.name}"
+
+
+@click.group("jobs")
+def jobs() -> None:
+    """Batch jobs of this workspace: list, show, logs, pull, cancel."""
+
+
+@jobs.command("list")
+@click.option("--host", default=None, help="Only jobs on this host.")
+@_JSON
+@click.pass_context
+def list_jobs(ctx: click.Context, host: str | None, as_json: bool) -> None:
+    """Every job with receipts, oldest first (no host is contacted)."""
+    from mainboard.config import load_config
+    from mainboard.jobstore import JobStore
+
+    config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+    views, errors = JobStore(config.state_dir).scan()
+    views = [v for v in views if host is None or v.host == host]
+    if as_json:
+        _echo_json({"jobs": [v.as_json() for v in views], "errors": [str(e) for e in errors]})
+        return
+    for error in errors:
+        click.echo(f"mainboard: warning: {error}", err=True)
+    if not views:
+        click.echo("no jobs yet (submit one with `mainboard submit --on HOST -- CMD`)")
+        return
+    click.echo(f"{'ID':<40} {'HOST':<12} {'STATE':<10} {'EXIT':>4}  {'SUBMITTED':<19}  NAME")
+    for view in views:
+        click.echo(_row(view))
+
+
+@jobs.command("show")
+@click.argument("job")
+@click.option("--refresh", is_flag=True, help="Ask the host first (records any news).")
+@_JSON
+@click.pass_context
+def show(ctx: click.Context, job: str, refresh: bool, as_json: bool) -> None:
+    """One job: what it asked for, where it runs, its state and outcome."""
+    if refresh:
+        from mainboard.jobs import Job
+
+        with _board(ctx) as board:
+            handle = Job(board, job)
+            handle.poll()
+            view = handle.view()
+    else:
+        from mainboard.config import load_config
+        from mainboard.jobstore import JobStore
+
+        config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+        view = JobStore(config.state_dir).load(job)
+    data = view.as_json()
+    if as_json:
+        _echo_json(data)
+        return
+    spec = {k: v for k, v in data["spec"].items() if v not in (None, [], {})}
+    for key in ("id", "name", "host", "kind", "job_id", "state", "exit_code", "reason",
+                "job_dir", "root", "data", "fetch", "pulled"):
+        if data[key] not in (None, "", []):
+            click.echo(f"{key + ':':<10} {data[key]}")
+    click.echo(f"{'spec:':<10} {json.dumps(spec)}")
+
+
+@jobs.command("logs")
+@click.argument("job")
+@click.option("--tail", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Only the last N lines.")
+@click.option("--stderr", "stderr_", is_flag=True, help="The job's stderr instead of stdout.")
+@click.pass_context
+def logs(ctx: click.Context, job: str, tail: int | None, stderr_: bool) -> None:
+    """The job's stdout (or stderr) so far, read from its host."""
+    from mainboard.jobs import Job
+
+    with _board(ctx) as board:
+        text = Job(board, job).logs(tail=tail, stream="stderr" if stderr_ else "stdout")
+    click.echo(text, nl=False)
+
+
+@jobs.command("pull")
+@click.argument("job")
+@_JSON
+@click.pass_context
+def pull(ctx: click.Context, job: str, as_json: bool) -> None:
+    """Copy the job's fetch paths from its host into the workspace."""
+    from mainboard.jobs import Job
+
+    with _board(ctx) as board:
+        payload = Job(board, job).pull()
+    if as_json:
+        _echo_json(payload.model_dump(mode="json"))
+        return
+    if payload.error:
+        raise click.ClickException(f"nothing pulled: {payload.error}")
+    click.echo(f"pulled: {', '.join(payload.paths) or 'nothing'}"
+               + (f"; missing on the host: {', '.join(payload.missing)}" if payload.missing else ""))
+
+
+@jobs.command("cancel")
+@click.argument("job")
+@_JSON
+@click.pass_context
+def cancel(ctx: click.Context, job: str, as_json: bool) -> None:
+    """Stop the job on its host (a finished job is left as it is)."""
+    from mainboard.jobs import Job
+
+    with _board(ctx) as board:
+        handle = Job(board, job)
+        state = handle.cancel()
+    if as_json:
+        _echo_json({"id": handle.id, "state": state.value})
+        return
+    click.echo(f"{handle.id}: {state.value}")

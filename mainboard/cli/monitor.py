@@ -1,0 +1,51 @@
+"""`mainboard monitor [--json]`: one durable pass over every job still owed an outcome."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+
+def _line(entry: dict[str, Any]) -> str:
+    code = "" if entry["exit_code"] is None else f" exit {entry['exit_code']}"
+    why = f" ({entry['reason']})" if entry["reason"] else ""
+    pulled = f"; pulled {', '.join(entry['pulled'])}" if entry["pulled"] else ""
+    return f"  {entry['id']} {entry['name']} on {entry['host']}: {entry['state']}{code}{why}{pulled}"
+
+
+@click.command("monitor")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--lock-wait", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              metavar="S", help="How long to wait for a pass already running, then report busy.")
+@click.pass_context
+def monitor(ctx: click.Context, as_json: bool, lock_wait: float) -> None:
+    """Probe every unfinished job once, pull results, report what changed.
+
+    Safe from cron every minute and concurrently; a job's outcome is announced once.
+    """
+    from mainboard.board import Board  # late: `mainboard --help` stays fast
+    from mainboard.monitor import monitor_pass
+
+    with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
+        report = monitor_pass(board, lock_wait=lock_wait)
+    if as_json:
+        click.echo(json.dumps(report, allow_nan=False))
+        return
+    for error in report["errors"]:
+        click.echo(f"mainboard: warning: {error}", err=True)
+    if report["busy"]:
+        click.echo("busy: another monitor pass is running; nothing done")
+        return
+    for key in ("finished", "failed"):
+        if report[key]:
+            click.echo(f"{key}:")
+            for entry in report[key]:
+                click.echo(_line(entry))
+    for host in report["unreachable_hosts"]:
+        click.echo(f"unreachable: {host}: {report['host_errors'][host]}")
+    if report["released"]:
+        click.echo(f"rentals destroyed: {', '.join(report['released'])}")
+    state = "changed" if report["changed"] else "no change"
+    click.echo(f"{report['running']} job(s) still running or queued; {state}")

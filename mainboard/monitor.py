@@ -1,0 +1,222 @@
+"""One durable monitor pass: probe every job still owed an outcome, pull, record, announce.
+
+Safe from cron every minute and concurrently: a pass holds ``.mainboard/monitor.lock``
+(a second one waits up to ``lock_wait`` seconds, then reports ``busy`` and does
+nothing). Everything it knows comes from receipts: the jobs' own lines say which are
+still owed an outcome, and ``monitor.ndjson`` (one ``monitor.pass`` line per pass that
+had news) says which verdicts were already announced, so a job is announced once even
+across crashed, concurrent or restarted passes. Jobs are probed with one status query
+per host (hosts in parallel); a host that cannot be reached is one entry in
+``unreachable_hosts`` and its jobs are simply asked again next pass.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mainboard.bridges.jobstate import JobState
+from mainboard.config import Config
+from mainboard.errors import HostError, MainboardError
+from mainboard.jobs import bridge_of, pull_view, store_of
+from mainboard.jobstore import JobStore, JobView
+from mainboard.receipts import MonitorPass, Receipts
+
+if TYPE_CHECKING:
+    from mainboard.board import Board
+
+LOCK_FILE = "monitor.lock"
+LOG_FILE = "monitor.ndjson"
+Release = Callable[[Config, set[str]], tuple[list[str], list[str]]]
+
+
+def monitor_log(state_dir: Path) -> Receipts:
+    """The monitor's own receipts: one ``monitor.pass`` line per pass that had news."""
+    return Receipts(Path(state_dir) / LOG_FILE)
+
+
+@contextmanager
+def _pass_lock(state_dir: Path, wait: float) -> Iterator[bool]:
+    """Hold the monitor lock (True), or give up after ``wait`` seconds (False)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / LOCK_FILE, "a") as handle:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.05)
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def release_rentals(config: Config, hosts: set[str]) -> tuple[list[str], list[str]]:
+    """Destroy the provider rentals recorded for ``hosts`` (their work is done).
+
+    Returns (destroyed rental ids, errors). Does nothing when the provider layer is not
+    installed; a rental that cannot be destroyed is an error line, not a failed pass.
+    """
+    if not hosts:
+        return [], []
+    try:
+        from mainboard.bridges.providers import adapter_for
+        from mainboard.bridges.providers.lifecycle import (
+            destroy_rental,
+            owned_rentals,
+            rental_receipts,
+        )
+    except ImportError:
+        return [], []
+    done: list[str] = []
+    errors: list[str] = []
+    for rental in owned_rentals(config.state_dir):
+        if rental.host not in hosts:
+            continue
+        provider = config.providers.get(rental.provider)
+        try:
+            if provider is None:
+                raise MainboardError(f"provider {rental.provider!r} is not in mainboard.toml "
+                                     f"(declared: {', '.join(config.providers) or 'none'})")
+            destroy_rental(adapter_for(rental.provider, provider),
+                           rental_receipts(config.state_dir), rental.rental_id,
+                           f"monitor: every job on host {rental.host} is done")
+            done.append(rental.rental_id)
+        except MainboardError as exc:
+            errors.append(f"rental {rental.rental_id} ({rental.provider}, host {rental.host}) "
+                          f"was not destroyed and may still cost money: {exc}")
+    return done, errors
+
+
+def _probe(board: Board, store: JobStore, host: str, root: str,
+           views: list[JobView]) -> str | None:
+    """Ask one host about its owed jobs in one query and record the news; the error, if any."""
+    try:
+        bridge = bridge_of(board.on(host), root)
+        statuses = bridge.poll([v.record() for v in views])
+    except (MainboardError, OSError) as exc:
+        return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    for view in views:
+        store.observe(view.id, statuses[view.submitted.job_id])
+    return None
+
+
+def _entry(view: JobView) -> dict[str, Any]:
+    """How one announced job appears in the report."""
+    s = view.submitted
+    return {"id": s.id, "name": s.name, "host": s.host, "state": view.state.value,
+            "exit_code": view.exit_code, "reason": view.reason,
+            "pulled": None if view.pulled is None else view.pulled.paths}
+
+
+def _announced(log: Receipts, errors: list[str]) -> tuple[set[str], MonitorPass | None]:
+    """Every job id a past pass announced, and the last pass with news."""
+    seen: set[str] = set()
+    last: MonitorPass | None = None
+    problems: list[Any] = []
+    for payload in log.read(MonitorPass.topic, errors=problems):
+        assert isinstance(payload, MonitorPass)
+        seen.update(payload.announced)
+        last = payload
+    errors += [str(p) for p in problems]
+    return seen, last
+
+
+def monitor_pass(board: Board, *, lock_wait: float = 30.0,
+                 release: Release = release_rentals) -> dict[str, Any]:
+    """One pass; returns ``{"running", "finished", "failed", "unreachable_hosts", "changed", ...}``.
+
+    ``finished`` are jobs that completed (exit 0), ``failed`` every other outcome
+    (failed, timeout, cancelled, preempted), each announced in exactly one pass.
+    ``errors`` lists unreadable receipt lines (``file:line``) and rentals not destroyed.
+    """
+    state_dir = board.config.state_dir
+    with _pass_lock(state_dir, lock_wait) as held:
+        if not held:
+            return {"running": None, "finished": [], "failed": [], "unreachable_hosts": [],
+                    "host_errors": {}, "pulled": [], "released": [], "errors": [],
+                    "changed": False, "busy": True}
+        return _sweep(board, release)
+
+
+def _sweep(board: Board, release: Release) -> dict[str, Any]:
+    store = store_of(board)
+    views, _ = store.scan()
+    groups: dict[tuple[str, str], list[JobView]] = {}
+    for view in views:
+        if not view.finished:
+            groups.setdefault((view.host, view.submitted.root), []).append(view)
+    down: dict[str, str] = {}
+    if groups:
+        with ThreadPoolExecutor(max_workers=min(8, len(groups))) as pool:
+            answers = list(pool.map(lambda item: _probe(board, store, *item[0], item[1]),
+                                    groups.items()))
+        for (host, _root), error in zip(groups, answers, strict=True):
+            if error is not None:
+                down.setdefault(host, error)
+    # The cursor comes from the receipts, including the verdicts this pass just wrote.
+    views, problems = store.scan()
+    errors = [str(p) for p in problems]
+    pulled = _pull_finished(board, views, down)
+    if pulled:
+        views, _ = store.scan()
+    log = monitor_log(board.config.state_dir)
+    announced, last = _announced(log, errors)
+    news = [v for v in views if v.finished and v.id not in announced
+            and (not v.submitted.fetch or v.pulled is not None)]
+    owed = [v for v in views if not v.finished]
+    released, release_errors = release(board.config, _done_provider_hosts(board, news, owed))
+    errors += release_errors
+    running = len(owed)
+    unreachable = sorted(down)
+    before = (last.running, last.unreachable_hosts) if last is not None else (0, [])
+    changed = bool(news or pulled or released) or (running, unreachable) != before
+    if changed:
+        log.append(MonitorPass(running=running, announced=[v.id for v in news],
+                               unreachable_hosts=unreachable, pulled=pulled, released=released))
+    return {
+        "running": running,
+        "finished": [_entry(v) for v in news if v.state is JobState.COMPLETED],
+        "failed": [_entry(v) for v in news if v.state is not JobState.COMPLETED],
+        "unreachable_hosts": unreachable,
+        "host_errors": {h: down[h] for h in unreachable},
+        "pulled": pulled,
+        "released": released,
+        "errors": errors,
+        "changed": changed,
+        "busy": False,
+    }
+
+
+def _pull_finished(board: Board, views: list[JobView], down: dict[str, str]) -> list[str]:
+    """Pull every finished job with ``fetch`` paths not pulled yet; the ids pulled."""
+    pulled: list[str] = []
+    for view in views:
+        if not (view.finished and view.submitted.fetch and view.pulled is None):
+            continue
+        if view.host in down:
+            continue
+        try:
+            pull_view(board, view)
+            pulled.append(view.id)
+        except (HostError, OSError) as exc:
+            down.setdefault(view.host, str(exc).splitlines()[0][:300])
+    return pulled
+
+
+def _done_provider_hosts(board: Board, news: Iterable[JobView],
+                         owed: Iterable[JobView]) -> set[str]:
+    """Provider hosts with a job announced now and none still owed: their rental is idle."""
+    busy = {v.host for v in owed}
+    hosts = {v.host for v in news} - busy
+    return {h for h in hosts if h in board.config.hosts and board.config.hosts[h].kind == "provider"}

@@ -1,0 +1,199 @@
+"""The monitor pass, for real: idempotent, safe concurrently, calm about a host that is down.
+
+Jobs are real detached processes (local, and over a real sshd of this test's own that
+is stopped and restarted); concurrent passes are real ``mainboard monitor`` processes;
+rentals are destroyed on the local SIMULATED provider (a subprocess with real sshd
+sandboxes), through the same lifecycle code ``fleet down`` uses.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mainboard.board import Board
+from mainboard.bridges import ssh
+from mainboard.bridges.jobstate import JobState
+from mainboard.bridges.providers import RestProvider
+from mainboard.bridges.providers.lifecycle import RentalGuard, owned_rentals
+from mainboard.config import load_config
+from mainboard.jobs import Job
+from mainboard.monitor import LOCK_FILE, monitor_log, monitor_pass, release_rentals
+from tests.jobs_workspace import make_workspace, wait_until
+from tests.services import free_port, start_sshd
+from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
+from tests.workspace import run_cli, toml_tables
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture
+def board(tmp_path: Path) -> Iterator[Board]:
+    with Board(make_workspace(tmp_path)) as found:
+        yield found
+
+
+def _ids(report: dict[str, Any], key: str) -> list[str]:
+    return [entry["id"] for entry in report[key]]
+
+
+def _until_announced(board: Board, jobs: list[Job]) -> dict[str, dict[str, Any]]:
+    """Run passes until every job in ``jobs`` was announced; each must be announced once."""
+    seen: dict[str, dict[str, Any]] = {}
+
+    def one_pass() -> bool:
+        report = monitor_pass(board)
+        for entry in report["finished"] + report["failed"]:
+            assert entry["id"] not in seen, f"{entry['id']} announced twice"
+            seen[entry["id"]] = entry
+        return {j.id for j in jobs} <= set(seen)
+
+    wait_until(one_pass, "every job announced", timeout=30)
+    return seen
+
+
+def test_monitor_announces_once_pulls_and_then_reports_no_change(board: Board) -> None:
+    scratch = board.on("scratch")
+    ok = scratch.submit("mkdir -p out && cp in/d.txt out/r.txt", name="ok", data=["in/d.txt"],
+                        fetch=["out/r.txt"])
+    bad = scratch.submit("exit 2", name="bad")
+    long = scratch.submit("sleep 60", name="long")
+    seen = _until_announced(board, [ok, bad])
+    assert (seen[ok.id]["state"], seen[ok.id]["pulled"]) == ("completed", ["out/r.txt"])
+    assert (seen[bad.id]["state"], seen[bad.id]["exit_code"]) == ("failed", 2)
+    assert (board.config.root / "out" / "r.txt").read_text() == "hello\n"  # the monitor pulled
+    quiet = monitor_pass(board)
+    assert quiet == {**quiet, "running": 1, "finished": [], "failed": [], "changed": False,
+                     "unreachable_hosts": [], "errors": []}
+    assert long.cancel() is JobState.CANCELLED
+    report = monitor_pass(board)
+    assert (_ids(report, "failed"), report["failed"][0]["state"]) == ([long.id], "cancelled")
+    assert (report["running"], report["changed"]) == (0, True)
+    assert monitor_pass(board)["changed"] is False
+    config = board.config.path
+    assert config is not None
+    fresh = json.loads(run_cli(config, "monitor", "--json").stdout)  # cursor from receipts only
+    assert (fresh["changed"], fresh["finished"], fresh["failed"]) == (False, [], [])
+    human = run_cli(config, "monitor")
+    assert human.stdout.strip() == "0 job(s) still running or queued; no change"
+
+
+def test_concurrent_passes_announce_each_job_exactly_once(board: Board) -> None:
+    config = board.config.path
+    assert config is not None
+    jobs = [board.on("scratch").submit(f"exit {i % 2}", name=f"j{i}") for i in range(4)]
+    jobs.append(board.on("local").submit("sleep 0.5", name="slow"))
+    announced: Counter[str] = Counter()
+
+    def two_at_once() -> bool:
+        procs = [subprocess.Popen([sys.executable, "-m", "mainboard", "--config", str(config),
+                                   "monitor", "--json"], stdout=subprocess.PIPE, text=True,
+                                  cwd=config.parent) for _ in range(2)]
+        for proc in procs:
+            out, _ = proc.communicate(timeout=60)
+            report = json.loads(out)
+            assert report["busy"] is False and report["errors"] == []
+            announced.update(_ids(report, "finished") + _ids(report, "failed"))
+        return len(announced) == len(jobs)
+
+    wait_until(two_at_once, "every job announced", timeout=60)
+    assert announced == Counter({job.id: 1 for job in jobs})
+    states = {job.name: job.view().state for job in jobs}
+    assert states == {"j0": JobState.COMPLETED, "j1": JobState.FAILED, "j2": JobState.COMPLETED,
+                      "j3": JobState.FAILED, "slow": JobState.COMPLETED}
+
+
+def test_a_host_that_is_down_is_one_entry_not_a_failed_pass(tmp_path: Path) -> None:
+    server = start_sshd(tmp_path / "sshd-edge", port=free_port())
+    with Board(make_workspace(tmp_path, sshd=server)) as board:
+        far = [board.on("edge").submit("sleep 60", name=f"far{i}") for i in range(2)]
+        near = board.on("scratch").submit("true", name="near")
+        wait_until(lambda: all(j.status() is JobState.RUNNING for j in far), "edge jobs running")
+        server.stop()
+        ssh.close_all()  # the host is gone: its established connection (sshd child) too
+        try:
+            down = monitor_pass(board)
+            assert down["unreachable_hosts"] == ["edge"] and "edge" in down["host_errors"]
+            assert _ids(down, "finished") == [near.id] and down["running"] == 2
+            again = monitor_pass(board)
+            assert (again["unreachable_hosts"], again["changed"]) == (["edge"], False)
+        finally:
+            server = start_sshd(server.dir, port=server.port)  # same keys, same port
+        try:
+            for job in far:
+                job.cancel()
+            back = monitor_pass(board)
+            assert back["unreachable_hosts"] == [] and back["changed"] is True
+            assert sorted(_ids(back, "failed")) == sorted(j.id for j in far)
+        finally:
+            server.stop()
+
+
+def test_a_pass_that_cannot_get_the_lock_reports_busy_and_does_nothing(board: Board) -> None:
+    job = board.on("local").submit("true", name="quick")
+    assert job.wait(timeout=30, poll=0.2) is JobState.COMPLETED
+    lock = board.config.state_dir / LOCK_FILE
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a pass in another process holds it
+        busy = monitor_pass(board, lock_wait=0.3)
+    assert (busy["busy"], busy["changed"], busy["finished"]) == (True, False, [])
+    assert not monitor_log(board.config.state_dir).path.exists()
+    assert _ids(monitor_pass(board), "finished") == [job.id]
+
+
+def test_corrupt_lines_are_reported_with_file_and_line(board: Board) -> None:
+    first = board.on("local").submit("true", name="first")
+    second = board.on("local").submit("true", name="second")
+    jobs_file = board.config.state_dir / "jobs" / f"{first.id}.ndjson"
+    with jobs_file.open("a") as fh:
+        fh.write('{"topic":"job.state","ts":0,"payload":{"id":1}}\n')
+    log = monitor_log(board.config.state_dir).path
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("garbage\n")
+    seen = _until_announced(board, [first, second])
+    assert set(seen) == {first.id, second.id}
+    report = monitor_pass(board)
+    assert report["changed"] is False
+    assert any(e.startswith(f"{jobs_file}:2: bad job.state payload") for e in report["errors"])
+    assert any(e.startswith(f"{log}:1: not a JSON receipt line") for e in report["errors"])
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderServer]:
+    server = start_simulated_provider(tmp_path_factory.mktemp("simprov"))
+    yield server
+    server.stop()
+
+
+def test_release_rentals_destroys_only_the_done_hosts_rentals(
+        sim: SimulatedProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MB_TEST_SIM_KEY", sim.api_key)
+    config_path = make_workspace(tmp_path, extra=toml_tables({"providers.sim": {
+        "kind": "simulated", "api_url": sim.url, "api_key_env": "MB_TEST_SIM_KEY"}}))
+    config = load_config(config_path)
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    adapter = RestProvider("sim", api_url=sim.url, api_key_env="MB_TEST_SIM_KEY")
+    rentals = {}
+    try:
+        for host in ("gpu-a", "gpu-b"):
+            guard = RentalGuard(adapter, config.state_dir, host=host)
+            offer = adapter.cheapest("SIM_RTX_4090", 1.0)
+            rentals[host] = guard.rent(offer, ssh_public_key=key.with_suffix(".pub").read_text(),
+                                       label=f"mb-test-{host}", wait=None)
+        done, errors = release_rentals(config, {"gpu-a"})
+        assert (done, errors) == ([rentals["gpu-a"].id], [])
+        assert adapter.status(rentals["gpu-a"].id).state == "destroyed"
+        assert [r.rental_id for r in owned_rentals(config.state_dir)] == [rentals["gpu-b"].id]
+        assert release_rentals(config, {"gpu-a"}) == ([], [])  # nothing left to do there
+    finally:
+        for rental in adapter.list_rentals():
+            adapter.destroy(rental.id)
