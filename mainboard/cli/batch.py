@@ -1,0 +1,370 @@
+"""`mainboard batch prepare|estimate|run|watch|list|show`: many jobs from one fleet.toml.
+
+``prepare`` and ``estimate`` contact no target. ``run`` prints the batch id first, then
+one line per job as it is dispatched. ``watch`` drives the monitor sweep until every
+job has an outcome (a live table on a terminal, one line per outcome otherwise, NDJSON
+events with ``--json``) and exits 0 only if every job completed. All state is read
+back from ``.mainboard/batches/<id>/``: a killed ``watch`` started again continues.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from mainboard.batch_plan import Estimate, Prepared
+    from mainboard.batch_store import BatchView
+    from mainboard.batch_watch import JobRow, WatchStep
+    from mainboard.board import Board
+    from mainboard.receipts import Payload
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+_FLEET = click.argument("fleet", type=click.Path(dir_okay=False))
+_AGENT_KEYS = ("name", "target", "kind", "files", "raw_bytes", "wire_bytes", "codec",
+               "last_sync", "in_place", "shared_by", "extra_files", "extra_raw_bytes",
+               "extra_wire_bytes", "policy")
+
+
+@contextmanager
+def _board(ctx: click.Context) -> Iterator[Board]:
+    from mainboard.board import Board
+
+    with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
+        yield board
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, allow_nan=False, default=str))
+
+
+def _size(n: float) -> str:
+    units = ("B", "kB", "MB", "GB", "TB")
+    step = 0
+    while n >= 1000 and step < len(units) - 1:
+        n, step = n / 1000, step + 1
+    return f"{n:.0f} B" if step == 0 else f"{n:.1f} {units[step]}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}s" if value < 120 else f"{value / 60:.1f}m"
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:.4f}"
+
+
+def _table(*columns: str, fold: int = 1) -> Table:
+    """A plain table; only the last ``fold`` columns wrap, the others keep whole words."""
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for index, column in enumerate(columns):
+        wraps = index >= len(columns) - fold
+        table.add_column(column, overflow="fold" if wraps else "ellipsis", no_wrap=not wraps)
+    return table
+
+
+def _print(*renderables: Any) -> None:
+    from rich.console import Console
+
+    Console(soft_wrap=False).print(*renderables)
+
+
+@click.group("batch")
+def batch() -> None:
+    """Many jobs from one fleet.toml: prepare, estimate, run, watch, list, show."""
+
+
+@batch.command("prepare")
+@_FLEET
+@_JSON
+@click.option("--agent", is_flag=True,
+              help="One key=value line per job, fixed key order (for scripts and LLM agents).")
+@click.pass_context
+def prepare_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> None:
+    """Per job, what must ship to its target (nothing runs, no target is contacted)."""
+    from mainboard.batch import load_fleet
+    from mainboard.batch_plan import prepare
+
+    if as_json and agent:
+        raise click.UsageError("--json and --agent are alternatives; give one")
+    with _board(ctx) as board:
+        rows = prepare(board, load_fleet(fleet, board.config))
+    if as_json:
+        _echo_json([r.as_json() for r in rows])
+    elif agent:
+        for row in rows:
+            data = row.as_json()
+            click.echo(" ".join(f"{k}={shlex.quote(_agent_value(data[k]))}" for k in _AGENT_KEYS))
+    else:
+        _print(_prepare_table(rows))
+
+
+def _agent_value(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _prepare_table(rows: list[Prepared]) -> Table:
+    from rich.text import Text
+
+    table = _table("JOB", "TARGET", "FILES", "RAW", "WIRE", "LAST SYNC", "EXTRA DATA", "POLICY",
+                   fold=2)
+    for r in rows:
+        files = "in place" if r.in_place else str(r.files)
+        when = r.last_sync.strftime("%Y-%m-%d %H:%M") if r.last_sync else "never"
+        extra = (f"{len(r.extra_files)} files, {_size(r.extra_raw_bytes)} -> "
+                 f"{_size(r.extra_wire_bytes)}") if r.extra_files else "-"
+        table.add_row(Text(r.name), Text(r.target), files, _size(r.raw_bytes),
+                      f"{_size(r.wire_bytes)} {r.codec}", when, extra,
+                      Text(r.policy, style="green" if r.policy == "ok" else "yellow"))
+    return table
+
+
+@batch.command("estimate")
+@_FLEET
+@_JSON
+@click.pass_context
+def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
+    """Per job: setup p50/p90 from this workspace's past dispatches, runtime, rate, cost."""
+    from mainboard.batch import load_fleet
+    from mainboard.batch_plan import estimate
+
+    with _board(ctx) as board:
+        rows = estimate(board, load_fleet(fleet, board.config))
+    if as_json:
+        _echo_json([r.as_json() for r in rows])
+        return
+    _print(_estimate_table(rows))
+
+
+def _estimate_table(rows: list[Estimate]) -> Table:
+    from rich.text import Text
+
+    table = _table("JOB", "TARGET", "SETUP p50/p90 (n)", "RUNTIME", "USD/H", "COST exp/p90",
+                   "NOTES")
+    for r in rows:
+        setup = (f"{_seconds(r.setup.p50_s)}/{_seconds(r.setup.p90_s)} ({r.setup.samples})"
+                 if r.setup.samples else "never timed (0)")
+        cost = "-" if r.expected_usd is None else f"{_usd(r.expected_usd)}/{_usd(r.p90_usd)}"
+        table.add_row(Text(r.name), Text(r.target), setup, _seconds(r.runtime_s),
+                      "-" if r.usd_hr is None else f"{r.usd_hr:.4f}", cost,
+                      Text("; ".join([r.rate, *r.notes] if r.kind == "provider" else r.notes)))
+    return table
+
+
+def _event_line(payload: Payload) -> str:
+    from mainboard.receipts import BatchAnnounced, BatchDispatched, BatchDispatchFailed
+
+    if isinstance(payload, BatchDispatched):
+        how = " (adopted: already submitted)" if payload.adopted else ""
+        return f"dispatched {payload.name} -> {payload.target}: job {payload.job}{how}"
+    if isinstance(payload, BatchDispatchFailed):
+        return f"{payload.outcome} {payload.name} -> {payload.target}: {payload.reason}"
+    if isinstance(payload, BatchAnnounced):
+        code = "" if payload.exit_code is None else f" (exit {payload.exit_code})"
+        got = f"; pulled {', '.join(payload.pulled)}" if payload.pulled else ""
+        why = f"; {payload.reason}" if payload.reason else ""
+        return f"{payload.outcome}: {payload.name} on {payload.target}{code}{got}{why}"
+    return str(payload)
+
+
+def _event_json(payload: Payload) -> dict[str, Any]:
+    return {"event": payload.topic.removeprefix("batch."), **payload.model_dump(mode="json")}
+
+
+@batch.command("run")
+@_FLEET
+@_JSON
+@click.pass_context
+def run_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
+    """Record a batch, print its id, dispatch every job to its target.
+
+    A target that cannot be reached fails only its own jobs (recorded with the
+    reason); the others still go. Then `mainboard batch watch ID`, or let a cron'd
+    `mainboard monitor` bring the results back.
+    """
+    from mainboard.batch import dispatch, start, store_of
+
+    with _board(ctx) as board:
+        batch_id = start(board, fleet)
+        if not as_json:
+            click.echo(batch_id)
+        written = dispatch(board, batch_id, on_event=None if as_json else
+                           lambda p: click.echo(_event_line(p)))
+        view = store_of(board).load(batch_id)
+    if as_json:
+        _echo_json({"batch": batch_id, "name": view.name, "events": [_event_json(p)
+                                                                      for p in written]})
+
+
+class _WatchOutput:
+    """Where a watch's news goes: NDJSON events, plain lines, or lines above a live table."""
+
+    def __init__(self, as_json: bool) -> None:
+        from rich.console import Console
+
+        self.as_json = as_json
+        self.console = Console(soft_wrap=True)
+        self.live: Any = None
+        self.down: dict[str, str] = {}
+
+    def start(self, view: BatchView) -> None:
+        if not self.as_json and self.console.is_terminal:
+            from rich.live import Live
+
+            self.live = Live(console=self.console, auto_refresh=False, transient=True)
+            self.live.start()
+        if not self.as_json and view.announced:
+            self.line(f"batch {view.id} ({view.name}): {len(view.announced)} of "
+                      f"{len(view.jobs)} outcomes already announced")
+
+    def line(self, text: str) -> None:
+        if self.live is not None:
+            self.live.console.print(text, markup=False, highlight=False)
+        else:
+            click.echo(text)
+
+    def step(self, step: WatchStep) -> None:
+        news: list[Payload] = [*step.dispatched, *step.announced]
+        for payload in news:
+            if self.as_json:
+                _echo_json(_event_json(payload))
+            else:
+                self.line(_event_line(payload))
+        for host in sorted(set(step.unreachable) | set(self.down)):
+            now = step.unreachable.get(host)
+            if now != self.down.get(host):
+                if self.as_json:
+                    _echo_json({"event": "host", "host": host, "unreachable": now is not None,
+                                "reason": now or ""})
+                else:
+                    self.line(f"host {host}: " + (f"unreachable: {now}" if now else "back"))
+        self.down = dict(step.unreachable)
+        for error in step.errors:
+            click.echo(f"mainboard: warning: {error}", err=True)
+        if self.live is not None:
+            self.live.update(_rows_table(step.rows), refresh=True)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+_STYLE = {"completed": "green", "failed": "red", "timeout": "red", "unreachable": "red",
+          "refused": "red", "error": "red", "cancelled": "yellow", "preempted": "yellow"}
+
+
+def _rows_table(rows: list[JobRow]) -> Table:
+    from rich.text import Text
+
+    table = _table("JOB", "TARGET", "STATE", "EXIT", "JOB ID", "DETAIL", fold=2)
+    for r in rows:
+        detail = "; ".join(x for x in (f"pulled {', '.join(r.pulled)}" if r.pulled else "",
+                                       r.detail) if x)
+        table.add_row(Text(r.name), Text(r.target),
+                      Text(r.state, style=_STYLE.get(r.outcome or "", "")),
+                      "" if r.exit_code is None else str(r.exit_code), r.job or "-", Text(detail))
+    return table
+
+
+def _summary_line(view: BatchView) -> str:
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in view.outcomes().items()) \
+        or "no outcome yet"
+    left = len(view.jobs) - len(view.announced)
+    more = f", {left} still owed an outcome" if left else ""
+    return f"batch {view.id} ({view.name}): {len(view.jobs)} jobs: {counts}{more}"
+
+
+@batch.command("watch")
+@click.argument("batch_id", metavar="ID")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=5.0, show_default=True,
+              metavar="S", help="Seconds between sweeps.")
+@_JSON
+@click.pass_context
+def watch_cmd(ctx: click.Context, batch_id: str, interval: float, as_json: bool) -> None:
+    """Sweep until every job has an outcome; exit 0 only if all completed.
+
+    Each sweep is one `mainboard monitor` pass (results pulled, rentals released);
+    each outcome is announced once, even across a killed and restarted watch.
+    """
+    from mainboard.batch import store_of
+    from mainboard.batch_watch import summary, watch
+
+    with _board(ctx) as board:
+        out = _WatchOutput(as_json)
+        out.start(store_of(board).load(batch_id))
+        try:
+            last = watch(board, batch_id, interval=interval, on_step=out.step)
+        finally:
+            out.stop()
+    result = summary(last.view, last.rows)
+    if as_json:
+        _echo_json({"event": "summary", **result})
+    else:
+        _print(_rows_table(last.rows))
+        click.echo(_summary_line(last.view))
+    ctx.exit(0 if result["ok"] else 1)
+
+
+@batch.command("list")
+@_JSON
+@click.pass_context
+def list_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Every batch of this workspace, oldest first (read from receipts only)."""
+    import datetime as dt
+
+    from mainboard.batch import BatchStore
+    from mainboard.config import load_config
+
+    config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+    views, problems = BatchStore(config.state_dir).scan()
+    for problem in problems:
+        click.echo(f"mainboard: warning: {problem}", err=True)
+    if as_json:
+        _echo_json([{"batch": v.id, "name": v.name, "jobs": len(v.jobs), "created": v.created_at,
+                     "complete": v.complete, "outcomes": v.outcomes()} for v in views])
+        return
+    if not views:
+        click.echo("no batches yet (`mainboard batch run fleet.toml`)")
+        return
+    table = _table("BATCH", "CREATED", "JOBS", "OUTCOMES")
+    for v in views:
+        counts = ", ".join(f"{n} {o}" for o, n in v.outcomes().items()) or "-"
+        owed = len(v.jobs) - len(v.announced)
+        table.add_row(v.id, dt.datetime.fromtimestamp(v.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+                      str(len(v.jobs)), counts + (f" ({owed} owed)" if owed else ""))
+    _print(table)
+
+
+@batch.command("show")
+@click.argument("batch_id", metavar="ID")
+@_JSON
+@click.pass_context
+def show_cmd(ctx: click.Context, batch_id: str, as_json: bool) -> None:
+    """One batch: every job's target, state and outcome (receipts only; no host asked)."""
+    from mainboard.batch import store_of
+    from mainboard.batch_watch import job_rows, summary
+
+    with _board(ctx) as board:
+        view = store_of(board).load(batch_id)
+        rows = job_rows(board, view)
+    for problem in view.errors:
+        click.echo(f"mainboard: warning: {problem}", err=True)
+    if as_json:
+        _echo_json(summary(view, rows))
+        return
+    _print(_rows_table(rows))
+    click.echo(_summary_line(view))

@@ -1,0 +1,278 @@
+"""Batches before they run: fleet.toml checking (naming, inheritance, every class of bad
+input with file, line, key and fix), ``prepare`` against the workspace mirror plan, and
+``estimate`` from this workspace's own recorded dispatches and a provider's offers.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from mainboard import mirror
+from mainboard.batch import load_fleet
+from mainboard.batch_plan import estimate, prepare, quantile
+from mainboard.board import Board
+from mainboard.bridges.jobstate import JobState
+from mainboard.bridges.providers import RestProvider
+from mainboard.config import load_config
+from mainboard.errors import ConfigError
+from mainboard.jobs import store_of as job_store
+from mainboard.jobs import submit
+from tests.batch_helpers import HOSTILE, fleet_file, invoke, plain_workspace, raw_receipts
+from tests.boards import write_config
+from tests.sim_provider import start_simulated_provider
+from tests.workspace import toml_tables
+
+KEY_ENV = "MB_TEST_BATCH_SIM_KEY"
+
+
+@pytest.fixture
+def plain(tmp_path: Path) -> Path:
+    """A workspace with local, ssh and SLURM hosts that are never contacted."""
+    return plain_workspace(tmp_path)
+
+
+# -- fleet.toml ------------------------------------------------------------------------------
+
+def test_fleet_naming_and_inheritance(plain: Path) -> None:
+    config = load_config(plain)
+    path = fleet_file(plain.parent, f"""
+[defaults]
+target = "scratch"
+walltime = "30m"
+runtime-s = "2m"
+env = {{ STAGE = "fit", KEEP = "yes" }}
+fetch = ["out/"]
+
+[[jobs]]
+command = "python fit.py"
+data = ["./in/d.txt"]
+
+[[jobs]]
+name = {json.dumps(HOSTILE)}
+target = "hpc"
+command = ["printf", "%s", "$(touch pwned)"]
+walltime = 600
+mem_gb = 1.5
+env = {{ STAGE = "check" }}
+fetch = []
+
+[[jobs]]
+target = "edge"
+command = "true"
+""")
+    fleet = load_fleet(path, config)
+    assert fleet.name == "fleet" and fleet.path == path  # the file's stem when unnamed
+    first, hostile, third = fleet.jobs
+    assert (first.name, first.target, first.walltime, first.runtime_s, first.data, first.fetch,
+            first.env) == ("scratch-1", "scratch", 1800, 120, ["in/d.txt"], ["out"],
+                           {"STAGE": "fit", "KEEP": "yes"})
+    assert (hostile.name, hostile.target, hostile.command, hostile.walltime, hostile.mem_gb,
+            hostile.fetch, hostile.env) == (HOSTILE, "hpc", ["printf", "%s", "$(touch pwned)"],
+                                            600, 1.5, [], {"STAGE": "check", "KEEP": "yes"})
+    assert (third.name, third.position, third.runtime_s) == ("edge-3", 3, 120)
+    assert fleet.targets == ["scratch", "hpc", "edge"]
+
+
+BAD = {
+    "unknown key": ('[[jobs]]\ntarget = "scratch"\ncommand = "x"\ncolour = "red"\n',
+                    4, "jobs[1].colour", "unknown key", "runtime-s (default: None)"),
+    "bad walltime": ('[defaults]\nwalltime = "soon"\n[[jobs]]\ntarget = "scratch"\n'
+                     'command = "x"\n', 2, "defaults.walltime", "not a duration", '"2h"'),
+    "negative walltime": ('[[jobs]]\ntarget = "scratch"\ncommand = "x"\nwalltime = -5\n',
+                          4, "jobs[1].walltime", "cannot be negative", "HH:MM:SS"),
+    "unknown target": ('[[jobs]]\ncommand = "x"\ntarget = "edge"\n\n[[jobs]]\ncommand = "y"\n'
+                       'target = "gpu"\n', 7, "jobs[2].target", "unknown target",
+                       "local, scratch, edge, hpc"),
+    "inherited unknown target": ('[defaults]\ntarget = "gpu"\n[[jobs]]\ncommand = "x"\n',
+                                 2, "defaults.target", "unknown target", "local, scratch"),
+    "duplicate names": ('[[jobs]]\ntarget = "scratch"\ncommand = "x"\n[[jobs]]\n'
+                        'name = "scratch-1"\ntarget = "scratch"\ncommand = "y"\n',
+                        5, "jobs[2].name", "duplicate job name (jobs[1] at line 1",
+                        "a name no other job"),
+    "no target": ('[[jobs]]\ncommand = "x"\n', 1, "jobs[1]", "no target", "local, scratch"),
+    "no command": ('[[jobs]]\ntarget = "scratch"\n', 1, "jobs[1]", "missing required key "
+                   "command", "argv array"),
+    "bad command": ('[[jobs]]\ntarget = "scratch"\ncommand = ["sh", ""]\n', 3,
+                    "jobs[1].command", "not a command", "argv array of non-empty strings"),
+    "name with newline": ('[[jobs]]\nname = "a\\nb"\ntarget = "scratch"\ncommand = "x"\n', 2,
+                          "jobs[1].name", "control characters", "printable"),
+    "data outside workspace": ('[[jobs]]\ntarget = "scratch"\ncommand = "x"\n'
+                               'data = ["../secret"]\n', 4, "jobs[1].data", "not valid",
+                               "workspace-relative"),
+    "missing data": ('[[jobs]]\ntarget = "scratch"\ncommand = "x"\ndata = ["in/nope"]\n', 4,
+                     "jobs[1].data", "does not exist", "workspace-relative"),
+    "bad env name": ('[defaults]\nenv = { "A-B" = "1" }\n[[jobs]]\ntarget = "scratch"\n'
+                     'command = "x"\n', 2, "defaults.env", "not valid", None),
+    "bad mem": ('[[jobs]]\ntarget = "scratch"\ncommand = "x"\nmem-gb = 0\n', 4,
+                "jobs[1].mem-gb", "greater than 0", "a number of GB"),
+    "no jobs": ('name = "empty"\n', None, "jobs", "missing required key jobs", "jobs (required)"),
+    "toml syntax": ('[[jobs]\ntarget = "scratch"\n', 1, None, "TOML syntax error", "TOML 1.0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_fleet_inputs_name_file_line_key_and_fix(plain: Path, case: str) -> None:
+    text, line, key, message, hint = BAD[case]
+    path = fleet_file(plain.parent, text)
+    with pytest.raises(ConfigError) as caught:
+        load_fleet(path, load_config(plain))
+    error = caught.value
+    assert (error.file, error.line, error.key) == (str(path), line, key), str(error)
+    assert message in error.detail, str(error)
+    if hint is not None:
+        assert error.valid and hint in error.valid, str(error)
+
+
+def test_bad_fleet_on_the_command_line_is_one_line_exit_2(plain: Path) -> None:
+    path = fleet_file(plain.parent,
+                      '[[jobs]]\ntarget = "scratch"\ncommand = "x"\nwalltime = "2x"\n')
+    for verb in ("prepare", "estimate", "run"):
+        done = invoke(plain, "batch", verb, str(path))
+        assert done.exit_code == 2, done.output
+        assert done.output.strip().splitlines() == [
+            f"mainboard: error: {path}:4: jobs[1].walltime: not a duration (got '2x'); valid: "
+            '"HH:MM:SS", "MM:SS", "D-HH:MM:SS", "D-HH", "90s", "30m", "2h", "1d", or an '
+            "integer number of seconds"]
+    assert not (plain.parent / ".mainboard" / "batches").exists()
+
+
+# -- prepare ---------------------------------------------------------------------------------
+
+def test_prepare_matches_the_mirror_plan_and_runs_nothing(plain: Path, tmp_path: Path) -> None:
+    ws = plain.parent
+    (ws / ".gitignore").write_text("big/\n")
+    (ws / "big").mkdir()
+    (ws / "big" / "table.csv").write_text("x,y\n" * 5000)  # ignored: travels as extra data
+    (ws / "fit.py").write_text("print('fit')\n" * 200)
+    path = fleet_file(ws, f"""
+[[jobs]]
+name = {json.dumps(HOSTILE)}
+target = "scratch"
+command = "python fit.py"
+data = ["big", "in/d.txt"]
+[[jobs]]
+target = "edge"
+command = "python fit.py"
+[[jobs]]
+target = "scratch"
+command = "true"
+[[jobs]]
+target = "local"
+command = "true"
+[[jobs]]
+target = "hpc"
+command = "true"
+walltime = "2h"
+""")
+    with Board(plain) as board:
+        rows = {r.name: r for r in prepare(board, load_fleet(path, board.config))}
+        for name, target in ((HOSTILE, "scratch"), ("edge-2", "edge"), ("scratch-3", "scratch")):
+            plan = mirror.plan(board, target)
+            row = rows[name]
+            assert (row.files, row.raw_bytes, row.wire_bytes, row.codec, row.last_sync) == (
+                len(plan.files), plan.raw_bytes, plan.wire_bytes, plan.codec, None)
+            assert "fit.py" in plan.files and "big/table.csv" not in plan.files
+        assert rows[HOSTILE].shared_by == 2 and rows[HOSTILE].extra_files == ["big/table.csv"]
+        assert rows[HOSTILE].extra_raw_bytes == 20000 > rows[HOSTILE].extra_wire_bytes > 0
+        assert rows["local-4"].in_place and rows["local-4"].files == 0
+        assert rows["hpc-5"].policy == (
+            "refused: host 'hpc': queue 'debug' refuses job 'hpc-5' (attempt 1): walltime "
+            "2:00:00 is over max-walltime 1:00:00; no declared queue fits this job; ask for less")
+        assert not (tmp_path / "scratch-root").exists()  # nothing ran, nothing was copied
+        report = board.on("scratch").sync()
+        after = invoke(plain, "batch", "prepare", str(path), "--json")
+        assert after.exit_code == 0, after.output
+        shown = {r["name"]: r for r in json.loads(after.output)}
+        assert (shown[HOSTILE]["files"], shown[HOSTILE]["raw_bytes"],
+                shown[HOSTILE]["last_sync"]) == (0, 0, report.synced_at.isoformat())
+        assert shown["edge-2"]["files"] == len(mirror.plan(board, "edge").files) > 0
+    agent = invoke(plain, "batch", "prepare", str(path), "--agent")
+    lines = [dict(word.split("=", 1) for word in shlex.split(line))
+             for line in agent.output.splitlines()]
+    assert [line["name"] for line in lines] == [HOSTILE, "edge-2", "scratch-3", "local-4", "hpc-5"]
+    assert lines[0]["extra_files"] == "big/table.csv" and lines[0]["policy"] == "ok"
+    refused = invoke(plain, "batch", "run", str(path))  # the policy refusal stops the batch
+    assert refused.exit_code == 2 and "job 'hpc-5' would be refused by hpc" in refused.output
+    assert not (ws / ".mainboard" / "batches").exists()
+
+
+# -- estimate --------------------------------------------------------------------------------
+
+def test_estimate_zero_samples_then_fitted_from_recorded_dispatches(plain: Path) -> None:
+    path = fleet_file(plain.parent, '[defaults]\nruntime-s = "90s"\n[[jobs]]\n'
+                                    'target = "scratch"\ncommand = "x"\n[[jobs]]\ntarget = "edge"\n'
+                                    'command = "y"\n')
+    with Board(plain) as board:
+        fleet = load_fleet(path, board.config)
+        before = estimate(board, fleet)
+        assert [(e.setup.samples, e.setup.p50_s, e.setup.p90_s, e.runtime_s, e.usd_hr,
+                 e.expected_usd) for e in before] == [(0, None, None, 90, None, None)] * 2
+        jobs = []
+        for i in range(3):  # one at a time: each is seen running before it ends
+            jobs.append(submit(board, "scratch", "sleep 0.6", name=f"timed-{i}"))
+            assert jobs[-1].wait(timeout=30, poll=0.2) is JobState.COMPLETED
+        # The same numbers, recomputed from the raw receipt lines.
+        setups = []
+        for job in jobs:
+            lines = raw_receipts(job_store(board).file(job.id))
+            submitted = lines[0]["payload"]["submitted_at"]
+            running = next(ln["ts"] for ln in lines if ln["topic"] == "job.state"
+                           and ln["payload"]["state"] == "running")
+            setups.append(running - submitted)
+        after = {e.target: e for e in estimate(board, fleet)}
+    assert after["scratch"].setup.samples == 3
+    assert after["scratch"].setup.p50_s == pytest.approx(sorted(setups)[1])
+    assert after["scratch"].setup.p90_s == pytest.approx(quantile(setups, 0.9))
+    assert after["edge"].setup == before[1].setup  # another target: still never timed
+    shown = invoke(plain, "batch", "estimate", str(path), "--json")
+    assert [(e["target"], e["setup"]["samples"]) for e in json.loads(shown.output)] == [
+        ("scratch", 3), ("edge", 0)]
+    table = invoke(plain, "batch", "estimate", str(path)).output
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
+    assert "never timed (0)" in rows["edge-2"] and "(3)" in rows["scratch-1"]
+
+
+def test_quantile_interpolates_like_numpy() -> None:
+    import numpy as np
+
+    values = [3.0, 1.0, 10.0, 4.0]
+    for q in (0.0, 0.5, 0.9, 1.0):
+        assert quantile(values, q) == pytest.approx(float(np.percentile(values, q * 100)))
+
+
+@pytest.mark.live
+def test_estimate_rate_from_provider_offers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    server = start_simulated_provider(tmp_path / "sim")
+    try:
+        monkeypatch.setenv(KEY_ENV, server.api_key)
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        (ws / "fit.py").write_text("print(1)\n")
+        config = write_config(ws, {"gpu": {"kind": "provider", "provider": "sim",
+                                           "gpu": "SIM_RTX_4090", "max_usd_hr": 0.5}},
+                              toml_tables({"providers.sim": {"kind": "simulated",
+                                                             "api_url": server.url,
+                                                             "api_key_env": KEY_ENV}}))
+        path = fleet_file(ws, '[defaults]\ntarget = "gpu"\ncommand = "python fit.py"\n'
+                              '[[jobs]]\nruntime-s = "1h"\n[[jobs]]\n')
+        cheapest = RestProvider("sim", api_url=server.url, api_key_env=KEY_ENV).cheapest(
+            "SIM_RTX_4090", 0.5)
+        with Board(config) as board:
+            fleet = load_fleet(path, board.config)
+            timed, untimed = estimate(board, fleet)
+            ready = prepare(board, fleet)
+    finally:
+        server.stop()
+    assert (timed.usd_hr, untimed.usd_hr) == (cheapest.usd_hr, cheapest.usd_hr)
+    assert timed.rate.startswith(f"sim offer {cheapest.id}: 1x ")
+    assert (timed.setup.samples, timed.expected_usd, timed.p90_usd, timed.notes) == (
+        0, None, None, ["setup on gpu never timed: cost unknown"])
+    assert untimed.notes == ["no runtime_s: cost unknown"]
+    assert [(r.files, r.policy.startswith("checked when the rental is up")) for r in ready] == [
+        (3, True)] * 2  # fit.py, fleet.toml, mainboard.toml: nothing contacted
+    assert server.api_key not in json.dumps([timed.as_json(), untimed.as_json()])
