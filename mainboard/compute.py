@@ -17,18 +17,20 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from mainboard.board import Board
-from mainboard.bridges.ssh_session import remote_word
 from mainboard.bridges.ssh import SshTransport
+from mainboard.bridges.ssh_session import remote_word
 from mainboard.config import Config, HostConfig, ProviderConfig
 from mainboard.errors import AuthFailed, HostKeyMismatch, MainboardError
 from mainboard.facts import cached_record, summary
 
-Access = Literal["here", "ready", "unreachable", "auth-failed", "not-set-up", "keyed", "missing"]
+HostAccess = Literal["here", "ready", "unreachable", "auth-failed", "not-set-up"]
+Credentials = Literal["keyed", "missing"]  # providers: whether the API key variable is set
+Access = HostAccess | Credentials
 SCHEDULER_COMMAND = {"slurm": "sbatch", "pbs": "qsub"}
 MAX_PARALLEL = 64  # checks mostly wait on the network
 
@@ -45,6 +47,15 @@ class ComputeRow(BaseModel):
     reason: str | None = None
     summary: str
     probed_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _access_fits_type(self) -> ComputeRow:
+        """Hosts say whether they are usable; providers only whether they are keyed."""
+        allowed = get_args(HostAccess if self.type == "host" else Credentials)
+        if self.access not in allowed:
+            raise ValueError(f"a {self.type} row's access is one of {', '.join(allowed)}, "
+                             f"not {self.access!r}")
+        return self
 
     @property
     def access_text(self) -> str:
@@ -135,8 +146,9 @@ def host_access(board: Board | None, name: str, host: HostConfig, config: Config
     """Access state of one declared host (never raises)."""
     if host.kind == "local":
         return _Access("here")
-    if host.kind == "provider":
-        return provider_access(host.provider, config.providers[host.provider])
+    if host.kind == "provider":  # rented on demand: usable once its provider is keyed
+        keyed = provider_access(host.provider, config.providers[host.provider])
+        return _Access("ready") if keyed.access == "keyed" else _Access("not-set-up", keyed.reason)
     if host.ssh_params() is None:  # slurm/pbs whose login is this machine
         scheduler = SCHEDULER_COMMAND[host.kind]
         if shutil.which(scheduler):

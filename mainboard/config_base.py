@@ -115,8 +115,11 @@ class JobDefaults(ConfigModel):
         try:
             expr.check(value, allowed)
         except ExpressionError as exc:
-            hint = exc.valid if name != "walltime" else f"{DURATION_FORMS}; or {exc.valid}"
-            raise custom_error(exc.detail, hint, expression=True) from None
+            if name != "walltime":
+                raise custom_error(exc.detail, exc.valid, expression=True) from None
+            raise custom_error(f"neither a duration nor a valid expression ({exc.detail})",
+                               f"a duration: {DURATION_FORMS}; or an expression with "
+                               f"{exc.valid}", expression=True) from None
         return value
 
     def evaluate(self, attempt: int = 1, walltime_s: float | None = None,
@@ -133,7 +136,8 @@ class JobDefaults(ConfigModel):
                 continue
             if isinstance(value, str) and "walltime_s" in expr.names_used(value):
                 if seconds is None:
-                    raise ExpressionError(f"defaults.{name} uses walltime_s but no walltime is "
+                    key = name.replace("_", "-")
+                    raise ExpressionError(f"defaults.{key} uses walltime_s but no walltime is "
                                           "known", value=value,
                                           valid="set defaults.walltime or pass walltime_s")
                 names["walltime_s"] = float(seconds)
@@ -145,15 +149,16 @@ class JobDefaults(ConfigModel):
 
 def _check_range(name: str, value: float) -> float | int:
     """Whole units for walltime/cpus/gpus, and no zero or negative memory or cpus."""
+    key = name.replace("_", "-")  # as written in mainboard.toml
     if not math.isfinite(value):
-        raise custom_error(f"{name} must be a finite number", "a number or an expression")
+        raise custom_error(f"{key} must be a finite number", "a number or an expression")
     if name != "mem_gb":
         if value != int(value):
-            raise custom_error(f"{name} must be a whole number", f"an integer >= {_MINIMUM[name]}")
+            raise custom_error(f"{key} must be a whole number", f"an integer >= {_MINIMUM[name]}")
         value = int(value)
     if value < _MINIMUM[name]:
         low = "greater than 0" if name == "mem_gb" else f">= {_MINIMUM[name]}"
-        raise custom_error(f"{name} must be {low}", f"a number {low} or an expression")
+        raise custom_error(f"{key} must be {low}", f"a number {low} or an expression")
     return value
 
 
@@ -161,6 +166,7 @@ def _evaluated(name: str, value: float | str, names: dict[str, float]) -> float 
     """Evaluate one default and check the result is a sensible amount."""
     result = expr.evaluate(value, names) if isinstance(value, str) else float(value)
     if result < _MINIMUM[name]:
-        raise ExpressionError(f"defaults.{name} evaluated to {result:g}, below {_MINIMUM[name]}",
+        key = name.replace("_", "-")
+        raise ExpressionError(f"defaults.{key} evaluated to {result:g}, below {_MINIMUM[name]}",
                               value=value, valid=f"an expression giving >= {_MINIMUM[name]}")
     return result if name == "mem_gb" else math.ceil(result)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import json
 import re
 import tomllib
 from pathlib import Path
@@ -19,13 +18,17 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from mainboard.config_models import HOST_KINDS, HOST_MODELS, Config, LocalHost
+from mainboard.config_syntax import display_key as _display
+from mainboard.config_syntax import toml_syntax_error
 from mainboard.errors import ConfigError, ExpressionError
 from mainboard.interpolate import has_placeholder, interpolate
+from mainboard.redact import reads_secret
 from mainboard.sourcemap import KeyPath, SourceMap
 
 CONNECTION_KEYS = frozenset({"user", "port", "identity", "trust", "known_hosts",
                              "connect_timeout", "python"})
 NOT_INHERITED = frozenset({"kind", "host"})
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_IN_TOML = frozenset({"path", "root"})  # Config fields set by the loader, not the file
 _EXPECTED = {"int": "an integer", "float": "a number", "string": "a quoted string",
              "bool": "true or false", "list": "an array [...]", "dict": "a table",
@@ -72,12 +75,6 @@ def _submodel(model: type[BaseModel], field: str) -> tuple[str, type[BaseModel]]
     return None
 
 
-def _display(path: KeyPath) -> str:
-    """A key path as the user would write it (quoting names that are not bare keys)."""
-    return ".".join(p if isinstance(p, str) and re.fullmatch(r"[A-Za-z0-9_-]+", p)
-                    else (str(p) if isinstance(p, int) else json.dumps(p)) for p in path)
-
-
 class Loader:
     """One load of one file: keeps the text's source map and where inherited keys came from."""
 
@@ -87,13 +84,14 @@ class Loader:
         self.sources = SourceMap(text)
         self.raw: dict[str, Any] = {}
         self.inherited: dict[KeyPath, KeyPath] = {}  # host key path -> hosts.defaults key path
+        self.templates: dict[KeyPath, str] = {}  # key path -> the {{ ... }} text as written
 
     def load(self) -> Config:
         """Run every stage; the first problem found is raised as one ConfigError."""
         try:
             self.raw = tomllib.loads(self.text)
         except tomllib.TOMLDecodeError as exc:
-            raise self._syntax(exc) from None
+            raise toml_syntax_error(exc, self.text, self.file, self.sources) from None
         self.raw = self._interpolate(self.raw, ())
         data = self._normalize(Config, self.raw, ())
         if self.path is not None:
@@ -115,20 +113,12 @@ class Loader:
                 break
         loc = self._respell(loc)
         shown = None if value is _MISSING else value
+        template = self.templates.get(loc)
+        if template is not None and shown is not None and shown != template:
+            suffix += f" (expanded from {template})"  # what the user wrote, then what it gave
+            shown = "***" if reads_secret(template) else shown
         return cls(message + suffix, file=self.file, key=_display(loc) or None,
                    line=self.sources.line(loc), value=shown, valid=valid)
-
-    def _syntax(self, exc: tomllib.TOMLDecodeError) -> ConfigError:
-        """tomllib's message carries the line; the source map adds the enclosing table."""
-        match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line = int(match.group(1)) if match else getattr(exc, "lineno", None)
-        table = self.sources.table_at(line) if line else ()
-        message = f"TOML syntax error: {str(exc).split(' (at line')[0]}"
-        if match:
-            message += f" at column {match.group(2)}"
-        return ConfigError(message, file=self.file, key=_display(table) or None, line=line,
-                           valid="TOML 1.0 (https://toml.io): key = value, strings in quotes, "
-                                 "[table] headers")
 
     def _interpolate(self, value: Any, loc: KeyPath) -> Any:
         """Expand ``{{ ... }}`` in every string, naming the key on failure."""
@@ -138,9 +128,11 @@ class Loader:
             return [self._interpolate(v, loc + (i,)) for i, v in enumerate(value)]
         if isinstance(value, str) and has_placeholder(value):
             try:
-                return interpolate(value)
+                expanded = interpolate(value)
             except ConfigError as exc:
                 raise self.error(loc, exc.detail, value, exc.valid, type(exc)) from None
+            self.templates[loc] = value
+            return expanded
         return value
 
     def _normalize(self, model: type[BaseModel], data: Any, loc: KeyPath) -> Any:
@@ -200,6 +192,9 @@ class Loader:
             if name == "defaults":
                 continue
             here = loc + (name,)
+            if not name.strip():
+                raise self.error(here, "a host name cannot be empty", name,
+                                 '[hosts.NAME] with a name such as "gpu-box"')
             if not isinstance(table, dict):
                 raise self.error(here, "a host must be a table", table,
                                  f'[hosts.{_display((name,))}] with kind = "ssh" (or '
@@ -213,8 +208,17 @@ class Loader:
             model = HOST_MODELS[kind]
             host = self._normalize(model, table, here)
             self._inherit(host, folded, model, here)
+            self._check_env_names(host.get("env"), here + ("env",))
             out[name] = host
         return out
+
+    def _check_env_names(self, env: Any, loc: KeyPath) -> None:
+        """Names end up in shell text on the host: refuse bad ones now, with the key path."""
+        for name in env if isinstance(env, dict) else ():
+            if not ENV_NAME.fullmatch(name):
+                raise self.error(loc + (name,), "not a valid environment variable name", name,
+                                 "letters, digits and _, not starting with a digit, "
+                                 "e.g. OMP_NUM_THREADS")
 
     def _host_defaults(self, table: dict[str, Any], loc: KeyPath) -> dict[str, tuple[Any, str]]:
         """Normalize [hosts.defaults]: field -> (value, key as written)."""
@@ -279,7 +283,8 @@ class Loader:
         if kind == "missing":
             model = self._model_at(loc[:-1])
             valid = describe_keys(model) if model else None
-            where = f" for kind {self._kind_at(loc)}" if self._kind_at(loc) else ""
+            kind = self._kind_at(loc) if len(loc) == 3 else None  # a key of the host table
+            where = f" for kind {kind}" if kind else ""
             return self.error(loc, f"missing required key {loc[-1]}{where}", valid=valid)
         if kind == "literal_error":
             return self.error(loc, "not one of the allowed values", value, ctx.get("expected"))

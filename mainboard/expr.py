@@ -131,11 +131,15 @@ def evaluate(expr: str, names: Mapping[str, float]) -> float:
 
 
 def _eval(node: ast.AST, names: Mapping[str, float]) -> Any:
-    """Walk a tree that ``parse`` has already whitelisted."""
+    """Walk a tree that ``parse`` has already whitelisted.
+
+    Every value is a float, so a huge result overflows at once (OverflowError or inf)
+    instead of growing an exact integer: ``(((9**64)**64)**64)**64`` must not hang.
+    """
     if isinstance(node, ast.Constant):
-        return node.value
+        return float(node.value)
     if isinstance(node, ast.Name):
-        return names[node.id]
+        return float(names[node.id])
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_eval(node.operand, names))
     if isinstance(node, ast.BinOp):
@@ -145,5 +149,5 @@ def _eval(node: ast.AST, names: Mapping[str, float]) -> Any:
         return _BINOPS[type(node.op)](left, right)
     if isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)
-        return FUNCTIONS[node.func.id](*(_eval(a, names) for a in node.args))
+        return float(FUNCTIONS[node.func.id](*(_eval(a, names) for a in node.args)))
     raise AssertionError(f"unreachable: {type(node).__name__}")  # parse() refuses the rest

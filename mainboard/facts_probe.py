@@ -292,9 +292,8 @@ def scratch() -> List[Dict[str, Any]]:
     return found
 
 
-def infiniband() -> List[Dict[str, Any]]:
-    """InfiniBand/RDMA devices under /sys/class/infiniband with their ports' state and rate."""
-    base = "/sys/class/infiniband"
+def infiniband(base: str = "/sys/class/infiniband") -> List[Dict[str, Any]]:
+    """InfiniBand/RDMA devices under ``base`` (sysfs) with their ports' state and rate."""
     if not os.path.isdir(base):
         return []
     devices = []

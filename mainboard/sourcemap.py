@@ -35,6 +35,8 @@ class SourceMap:
         self._lines: dict[KeyPath, int] = {}
         self._array_counts: dict[KeyPath, int] = {}
         self._headers: dict[KeyPath, int] = {}
+        self._inside: dict[int, KeyPath] = {}  # continuation line -> key whose value it holds
+        self.unclosed: KeyPath | None = None  # key whose array/string is still open at the end
         self._scan(text)
 
     def line(self, path: KeyPath) -> int | None:
@@ -48,6 +50,15 @@ class SourceMap:
     def exact(self, path: KeyPath) -> int | None:
         """Line of exactly ``path``, without prefix fallback."""
         return self._lines.get(tuple(path))
+
+    def key_at(self, lineno: int) -> KeyPath:
+        """The deepest key or header written on line ``lineno`` (() when none is)."""
+        found = [path for path, line in self._lines.items() if line == lineno]
+        return max(found, key=len, default=())
+
+    def opened_by(self, lineno: int) -> KeyPath | None:
+        """The key whose multi-line array, inline table or string line ``lineno`` continues."""
+        return self._inside.get(lineno)
 
     def table_at(self, lineno: int) -> KeyPath:
         """The table whose header is the last one at or before ``lineno`` (() for the root)."""
@@ -67,6 +78,8 @@ class SourceMap:
         state = _State()
         for lineno, line in enumerate(text.splitlines(), start=1):
             pos = 0
+            if (state.multiline or state.depth > 0) and state.array:
+                self._inside[lineno] = state.array
             if state.multiline:
                 end = line.find(state.multiline)
                 if end < 0:
@@ -95,6 +108,8 @@ class SourceMap:
             self._record(table + tuple(keys), lineno)
             state.array = table + tuple(keys)
             self._scan_value(line, len(line) - len(rest) + 1, state, lineno)
+        if state.depth > 0 or state.multiline:
+            self.unclosed = state.array
 
     def _header(self, line: str, pos: int, lineno: int) -> KeyPath:
         """Parse ``[a.b]`` or ``[[a.b]]`` starting at ``pos``; returns the new table path."""

@@ -237,3 +237,24 @@ def test_cli_run_ctrl_c_stops_the_command_and_exits_130(board: Board, tmp_path: 
     code, child = interrupt_cli_run(
         ["run", "--", f"sleep 60 & echo $! > '{pidfile}'; wait"], pidfile, tmp_path)
     assert code == 130 and process_gone(child)
+
+
+def test_board_without_a_path_finds_mainboard_toml_like_git(board: Board, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Board() walks up from the cwd; MAINBOARD_CONFIG wins; no file means just `local`."""
+    monkeypatch.delenv("MAINBOARD_CONFIG", raising=False)
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    with Board() as found:
+        assert found.config.path == tmp_path / "mainboard.toml" and "here" in found.hosts
+        assert found.run("pwd -P").stdout.strip() == str(tmp_path.resolve())
+    empty = tmp_path.parent / f"{tmp_path.name}-empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    with Board() as bare:
+        assert bare.config.path is None and bare.hosts == ["local"]
+        assert bare.run(["pwd", "-P"], check=True).stdout.strip() == str(empty.resolve())
+    monkeypatch.setenv("MAINBOARD_CONFIG", str(tmp_path / "mainboard.toml"))
+    with Board() as named:
+        assert named.config.path == tmp_path / "mainboard.toml"

@@ -11,6 +11,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ from mainboard.errors import ConfigError, MissingDependency
 from tests.services import free_port, require, wait_port
 
 REPO = Path(__file__).resolve().parents[1]
-MAINBOARD = REPO / ".venv" / "bin" / "mainboard"
+MAINBOARD = Path(sys.executable).parent / "mainboard"  # the venv running the tests
 HOSTILE = "we ird'; echo pwned \"x\" $(id)"
 
 
@@ -110,7 +111,9 @@ def test_password_never_in_ps_output_logs_or_state(broker: EmbeddedBroker) -> No
     assert len(password) >= 32
     with _client(status.port, "wrong") as bad, pytest.raises(redis.AuthenticationError):
         bad.ping()
-    ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True).stdout
+    ps_binary = require("ps", "apt-get install procps")
+    ps = subprocess.run([ps_binary, "-eww", "-o", "args"], capture_output=True, text=True,
+                        check=True).stdout
     assert str(broker.conf_path) in ps and password not in ps
     assert password not in broker.state_path.read_text()
     assert password not in broker.log_path.read_text()
@@ -276,14 +279,17 @@ def test_resolve_uses_configured_url(tmp_path: Path) -> None:
 
 
 def test_resolve_rejects_other_schemes(tmp_path: Path) -> None:
-    try:
-        config = _config(tmp_path, '[workspace]\n[broker]\nurl = "amqp://:pw@h:5672//"\n')
-    except ConfigError as exc:  # the config layer may already refuse it: same contract
-        assert "broker.url" in str(exc)
-        return
+    """mainboard.toml refuses a non-Redis url; a Config built in code is refused again."""
+    with pytest.raises(ConfigError, match=r"broker\.url.*redis://") as loading:
+        _config(tmp_path, '[workspace]\n[broker]\nurl = "amqp://:pw@h:5672//"\n')
+    assert ":pw@" not in str(loading.value) and "amqp://:***@h:5672//" in str(loading.value)
+    from mainboard.config import BrokerConfig, Config
+
+    built = Config(root=tmp_path, broker=BrokerConfig.model_construct(url="amqp://:pw@h:5672//"))
     with pytest.raises(ConfigError, match=r"broker\.url.*redis://") as caught:
-        resolve_broker_url(config)
+        resolve_broker_url(built)
     assert ":pw@" not in str(caught.value)
+    assert not (tmp_path / ".mainboard").exists()  # refused before anything started
 
 
 def test_resolve_starts_embedded_when_no_url(tmp_path: Path) -> None:

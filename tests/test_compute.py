@@ -8,10 +8,12 @@ provider's API key must never appear in any output.
 from __future__ import annotations
 
 import json
+import selectors
 import shlex
 import shutil
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,7 +84,7 @@ def test_every_row(rows: dict[str, ComputeRow], fleet: Path) -> None:
         "nopython": ("host", "ssh", "not-set-up"), HOSTILE: ("host", "ssh", "not-set-up"),
         "sl": ("host", "slurm", "ready" if shutil.which("sbatch") else "not-set-up"),
         "pb": ("host", "pbs", "ready" if shutil.which("qsub") else "not-set-up"),
-        "rent": ("host", "provider", "keyed"), "vast": ("provider", "vast", "keyed"),
+        "rent": ("host", "provider", "ready"), "vast": ("provider", "vast", "keyed"),
         "runpod": ("provider", "runpod", "missing"),
     }
     assert list(rows) == list(expected)  # local first, hosts in file order, then providers
@@ -105,13 +107,75 @@ def test_every_row(rows: dict[str, ComputeRow], fleet: Path) -> None:
 
 def test_batch_hosts_without_scheduler_are_not_set_up(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    config = write_config(tmp_path, {"sl": {"kind": "slurm"}, "pb": {"kind": "pbs"}},
+    config = write_config(tmp_path, {"sl": {"kind": "slurm"}, "pb": {"kind": "pbs"},
+                                     "g": {"kind": "provider", "provider": "free"}},
                           extra=toml_tables({"providers.free": {"kind": "free"}}))
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no sbatch/qsub on it
     rows = {row.name: row for row in list_compute(load_config(config))}
     assert rows["sl"].access_text == "not-set-up (sbatch not found on PATH)"
     assert rows["pb"].access_text == "not-set-up (qsub not found on PATH)"
     assert rows["free"].access_text == "missing (providers.free.api_key_env is not set)"
+    assert rows["g"].access_text == "not-set-up (providers.free.api_key_env is not set)"
+
+
+def test_access_values_are_exactly_the_documented_ones(rows: dict[str, ComputeRow]) -> None:
+    """Hosts: here | ready | unreachable (reason) | auth-failed | not-set-up; providers:
+    keyed | missing. A row mixing the two is refused by the model itself."""
+    hosts = {r.access for r in rows.values() if r.type == "host"}
+    assert hosts == {"here", "ready", "unreachable", "auth-failed", "not-set-up"}
+    assert {r.access for r in rows.values() if r.type == "provider"} == {"keyed", "missing"}
+    assert rows["closed"].access_text.startswith("unreachable (") and rows["closed"].reason
+    with pytest.raises(ValueError, match="host row's access is one of here, ready"):
+        ComputeRow(name="x", type="host", kind="ssh", access="keyed", summary="")
+    with pytest.raises(ValueError, match="provider row's access is one of keyed, missing"):
+        ComputeRow(name="x", type="provider", kind="vast", access="ready", summary="")
+
+
+def test_checks_run_concurrently(tmp_path: Path, sshd_server: SshServer) -> None:
+    """Several silent hosts: every check has connected before the first one gives up, so
+    the checks overlap instead of queueing (counted from the listener, not from a clock)."""
+    count = 4
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        silent.setblocking(False)
+        port = silent.getsockname()[1]
+        known = sshd_server.known_hosts(tmp_path / "kh")
+        # distinct users: connections are pooled (and made one at a time) per target
+        config = write_config(tmp_path, {f"silent{i}": ssh_host(
+            sshd_server, known, port=port, user=f"user{i}", connect_timeout=60.0)
+            for i in range(count)})
+        open_at_first_close: list[int] = []
+        watcher = threading.Thread(target=_watch, args=(silent, count, open_at_first_close))
+        watcher.start()
+        rows = list_compute(load_config(config), timeout=2.0)
+        watcher.join(30)
+    assert [r.access for r in rows] == ["here"] + ["unreachable"] * count
+    assert open_at_first_close == [count]
+
+
+def _watch(listener: socket.socket, count: int, open_at_first_close: list[int]) -> None:
+    """Accept connections and, when the first client hangs up, record how many were open."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(listener, selectors.EVENT_READ)
+        accepted, closed = 0, 0
+        while closed < count:
+            events = selector.select(timeout=20)
+            if not events:
+                return
+            for key, _ in events:
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is listener:
+                    conn, _ = listener.accept()
+                    selector.register(conn, selectors.EVENT_READ)
+                    accepted += 1
+                elif not sock.recv(4096):  # the client's banner is read and ignored; b"" = gone
+                    selector.unregister(sock)
+                    sock.close()
+                    closed += 1
+                    if not open_at_first_close:
+                        open_at_first_close.append(accepted)
 
 
 def test_silent_host_is_one_unreachable_row(tmp_path: Path, sshd_server: SshServer) -> None:

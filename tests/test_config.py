@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,163 +26,11 @@ from mainboard.config import (
 from mainboard.errors import ConfigError, ConfigNotFound, ExpressionError, UnknownHost
 from mainboard.interpolate import local_num_cpus
 from mainboard.sourcemap import SourceMap
+from tests.config_cases import BAD, SSH, UNSET, Bad, toml
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "deploy" / "mainboard.example.toml"
 MAINBOARD = Path(sys.executable).parent / "mainboard"
-UNSET = "MB_TEST_SURELY_UNSET_VARIABLE"
-EXPR_HINT = "names attempt, walltime_s, num_cpus; functions min(), max(), ceil(), floor()"
-KINDS = "local, ssh, slurm, pbs, provider"
-SSH_KEYS = "host (required), root (default: '~/mainboard')"
-
-
-def toml(*lines: str) -> str:
-    """Join lines so the line numbers in the cases below are easy to count."""
-    return "\n".join(lines) + "\n"
-
-
-@dataclass
-class Bad:
-    """One bad mainboard.toml and what its error must say."""
-
-    text: str
-    key: str
-    hint: str
-    line: int | None
-    error: type[ConfigError] = ConfigError
-
-
-SSH = ('[hosts.box]', 'kind = "ssh"', 'host = "box.example.org"')  # lines 1-3
-SLURM = ('[hosts.c]', 'kind = "slurm"')  # lines 1-2
-
-BAD: dict[str, Bad] = {
-    "syntax-missing-value": Bad(toml(*SSH[:2], "port = "), "hosts.box", "TOML 1.0", 3),
-    "syntax-unclosed-header": Bad(toml("[workspace]", 'name = "x"', "[hosts.box"),
-                                  "hosts.box", "[table] headers", 3),
-    "syntax-duplicate-key": Bad(toml("[workspace]", 'name = "a"', 'name = "b"'), "workspace",
-                                "TOML 1.0", 3),
-    "unknown-top-level-key": Bad(toml("[workspac]", 'name = "x"'), "workspac",
-                                 "workspace (default: table), broker (default: table)", 1),
-    "unknown-host-key": Bad(toml(*SSH, "prot = 22"), "hosts.box.prot",
-                            "port (default: 22), identity (default: None)", 4),
-    "unknown-workspace-key": Bad(toml("[workspace]", "exclud = []"), "workspace.exclud",
-                                 "name (default: None), exclude (default: [])", 2),
-    "unknown-key-did-you-mean": Bad(toml(*SSH, "prot = 22"), "hosts.box.prot",
-                                    "did you mean port?", 4),
-    "wrong-type-port": Bad(toml(*SSH, 'port = "ssh"'), "hosts.box.port", "an integer", 4),
-    "wrong-type-array": Bad(toml("[workspace]", 'exclude = ".git"'), "workspace.exclude",
-                            "an array", 2),
-    "wrong-type-string": Bad(toml(*SSH[:2], "host = 12"), "hosts.box.host", "a quoted string", 3),
-    "wrong-type-table": Bad(toml("[hosts]", "box = 3"), "hosts.box", 'kind = "ssh"', 2),
-    "unknown-host-kind": Bad(toml("[hosts.box]", 'kind = "kubernetes"'), "hosts.box.kind",
-                             KINDS, 2),
-    "missing-host-kind": Bad(toml("[hosts.box]", 'host = "h"'), "hosts.box", KINDS, 1),
-    "bad-port-high": Bad(toml(*SSH, "port = 70000"), "hosts.box.port", "65535", 4),
-    "bad-port-zero": Bad(toml(*SSH, "port = 0"), "hosts.box.port", "greater than or equal to 1", 4),
-    "bad-trust": Bad(toml(*SSH, 'trust = "always"'), "hosts.box.trust",
-                     "'known-hosts' or 'first-use'", 4),
-    "bad-duration": Bad(toml(*SLURM, "[hosts.c.queues.short-g]", 'max-walltime = "8 hours"',
-                             "mem-ceiling-gb = 10"),
-                        "hosts.c.queues.short-g.max-walltime", '"D-HH:MM:SS", "D-HH", "90s"', 4),
-    "bad-duration-minutes": Bad(toml(*SLURM, "[hosts.c.queues.q]", 'max-walltime = "01:75:00"',
-                                     "mem-ceiling-gb = 10"),
-                                "hosts.c.queues.q.max-walltime", "below 60", 4),
-    "zero-duration": Bad(toml(*SLURM, "[hosts.c.queues.q]", "max-walltime = 0",
-                              "mem-ceiling-gb = 10"),
-                         "hosts.c.queues.q.max-walltime", "greater than zero", 4),
-    "bad-walltime-default": Bad(toml(*SLURM, "[hosts.c.defaults]", 'walltime = "2 hours"'),
-                                "hosts.c.defaults.walltime", '"HH:MM:SS"', 4, ExpressionError),
-    "bad-expression-syntax": Bad(toml(*SLURM, "[hosts.c.defaults]", 'mem-gb = "min(100, attempt *"'),
-                                 "hosts.c.defaults.mem-gb", EXPR_HINT, 4, ExpressionError),
-    "unsafe-expression": Bad(toml(*SLURM, "[hosts.c.defaults]",
-                                  "mem-gb = \"__import__('os').system('x')\""),
-                             "hosts.c.defaults.mem-gb", EXPR_HINT, 4, ExpressionError),
-    "attribute-expression": Bad(toml(*SLURM, "[hosts.c.defaults]", 'cpus = "num_cpus.real"'),
-                                "hosts.c.defaults.cpus", EXPR_HINT, 4, ExpressionError),
-    "unknown-name-expression": Bad(toml(*SLURM, "[hosts.c.defaults]", 'mem-gb = "memory * 2"'),
-                                   "hosts.c.defaults.mem-gb", EXPR_HINT, 4, ExpressionError),
-    "walltime-uses-walltime": Bad(toml(*SLURM, "[hosts.c.defaults]", 'walltime = "walltime_s * 2"'),
-                                  "hosts.c.defaults.walltime", "names attempt, num_cpus;", 4,
-                                  ExpressionError),
-    "lambda-expression": Bad(toml(*SLURM, "[hosts.c.defaults]", 'gpus = "(lambda: 1)()"'),
-                             "hosts.c.defaults.gpus", EXPR_HINT, 4, ExpressionError),
-    "fractional-cpus": Bad(toml(*SLURM, "[hosts.c.defaults]", "cpus = 2.5"),
-                           "hosts.c.defaults.cpus", "an integer >= 1", 4),
-    "zero-mem-default": Bad(toml(*SLURM, "[hosts.c.defaults]", "mem-gb = 0"),
-                            "hosts.c.defaults.mem-gb", "greater than 0", 4),
-    "infinite-mem-default": Bad(toml(*SLURM, "[hosts.c.defaults]", "mem-gb = inf"),
-                                "hosts.c.defaults.mem-gb", "a number or an expression", 4),
-    "nan-mem-ceiling": Bad(toml(*SLURM, "[hosts.c.queues.q]", 'max-walltime = "1h"',
-                                "mem-ceiling-gb = nan"),
-                           "hosts.c.queues.q.mem-ceiling-gb", "a number of GB greater than 0", 5),
-    "bool-cpus": Bad(toml(*SLURM, "[hosts.c.defaults]", "cpus = true"),
-                     "hosts.c.defaults.cpus", "expression", 4),
-    "missing-env-var": Bad(toml(*SSH[:2], f"host = \"{{{{ env('{UNSET}') }}}}\""),
-                           "hosts.box.host", f"env('{UNSET}', 'default')", 3),
-    "unknown-interpolation-function": Bad(toml("[workspace]", "name = \"{{ shell('ls') }}\""),
-                                          "workspace.name", "env('X', 'default'), num_cpus()",
-                                          2, ExpressionError),
-    "interpolation-not-literal": Bad(toml("[workspace]", 'name = "{{ env(HOME) }}"'),
-                                     "workspace.name", "quoted strings", 2, ExpressionError),
-    "interpolation-unbalanced": Bad(toml("[workspace]", "name = \"{{ env('HOME')\""),
-                                    "workspace.name", "unbalanced", 2, ExpressionError),
-    "interpolation-in-array": Bad(toml("[python]", "deps = [", '  "numpy",',
-                                       f"  \"{{{{ env('{UNSET}') }}}}\",", "]"),
-                                  "python.deps.1", f"export {UNSET}=", 4),
-    "inheritance-conflict": Bad(toml("[hosts.defaults]", 'partition = "gpu"', *SSH),
-                                "hosts.defaults.partition",
-                                "hosts.defaults.partition is not valid for hosts.box (kind ssh)", 2),
-    "inheritance-conflict-lists-keys": Bad(toml("[hosts.defaults]", 'container = "x"',
-                                                "[hosts.l]", 'kind = "local"'),
-                                           "hosts.defaults.container",
-                                           "keys for kind local: root (default: None)", 2),
-    "kind-not-inheritable": Bad(toml("[hosts.defaults]", 'kind = "ssh"'), "hosts.defaults.kind",
-                                "set kind in each [hosts.NAME] table", 2),
-    "unknown-defaults-key": Bad(toml("[hosts.defaults]", "colour = 1"), "hosts.defaults.colour",
-                                "partition", 2),
-    "inherited-bad-value": Bad(toml("[hosts.defaults]", 'port = "x"', *SSH),
-                               "hosts.defaults.port", "(inherited by hosts.box)", 2),
-    "inherited-bad-expression": Bad(toml("[hosts.defaults.defaults]", 'mem-gb = "foo * 2"', *SSH),
-                                    "hosts.defaults.defaults.mem-gb", "unknown name 'foo'", 2,
-                                    ExpressionError),
-    "container-not-declared": Bad(toml(*SLURM, 'container = "physics"'), "hosts.c.container",
-                                  "no [containers.NAME] table is declared", 3),
-    "container-not-among-declared": Bad(toml("[containers.gpu]", 'image = "x.sif"', *SLURM,
-                                             'container = "physics"'),
-                                        "hosts.c.container", "declared containers: gpu", 5),
-    "provider-not-declared": Bad(toml("[providers.vast]", 'kind = "vastai"', "[hosts.g]",
-                                      'kind = "provider"', 'provider = "runpod"'),
-                                 "hosts.g.provider", "declared providers: vast", 5),
-    "queue-policy-unknown-key": Bad(toml(*SLURM, "[hosts.c.queues.q]", 'max-walltime = "1h"',
-                                         "mem-ceiling-gb = 1", "max-cpus = 3"),
-                                    "hosts.c.queues.q.max-cpus",
-                                    "max-walltime (required), mem-ceiling-gb (required)", 6),
-    "queue-policy-missing-key": Bad(toml(*SLURM, "[hosts.c.queues.q]", 'max-walltime = "1h"'),
-                                    "hosts.c.queues.q.mem-ceiling-gb",
-                                    "mem-ceiling-gb (required)", 3),
-    "negative-mem-ceiling": Bad(toml(*SLURM, "[hosts.c.queues.q]", 'max-walltime = "1h"',
-                                     "mem-ceiling-gb = -1"),
-                                "hosts.c.queues.q.mem-ceiling-gb", "greater than 0", 5),
-    "bad-runtime": Bad(toml("[containers.x]", 'image = "x.sif"', 'runtime = "docker"'),
-                       "containers.x.runtime", "'apptainer', 'singularity' or 'podman'", 3),
-    "missing-required-host-field": Bad(toml("[hosts.box]", 'kind = "ssh"', "port = 2222"),
-                                       "hosts.box.host", SSH_KEYS, 1),
-    "slurm-ssh-login-without-host": Bad(toml(*SLURM, 'login = "ssh"'), "hosts.c.host",
-                                        'login = "local"', 1),
-    "local-name-reserved": Bad(toml("[hosts.local]", 'kind = "ssh"', 'host = "h"'),
-                               "hosts.local.kind", 'kind = "local", or another name', 2),
-    "bad-broker-url": Bad(toml("[broker]", 'url = "amqp://h"'), "broker.url", "redis://", 2),
-    "key-given-twice": Bad(toml(*SLURM, "[hosts.c.queues.q]", "max-walltime = 1",
-                                'max_walltime = "1h"', "mem-ceiling-gb = 1"),
-                           "hosts.c.queues.q.max_walltime", "write it once", 5),
-    "hostile-host-name": Bad(toml("[hosts.\"a'; echo pwned\"]", 'kind = "ssh"', 'host = "h"',
-                                  "port = -1"),
-                             "hosts.\"a'; echo pwned\".port", "greater than or equal to 1", 4),
-    "inline-table": Bad(toml("[hosts]", 'box = { kind = "ssh", host = "h", port = "x" }'),
-                        "hosts.box.port", "an integer", 2),
-    "dotted-keys": Bad(toml("[hosts]", 'box.kind = "ssh"', 'box.host = "h"', 'box.port = "x"'),
-                       "hosts.box.port", "an integer", 4),
-}
 
 
 @pytest.mark.parametrize("case", BAD.values(), ids=list(BAD))
@@ -227,6 +74,21 @@ def test_secret_pasted_into_api_key_env_is_not_echoed(tmp_path: Path) -> None:
     assert f"{path}:3: providers.vast.api-key-env:" in str(info.value)
     assert "NAME of an environment variable" in str(info.value)
     assert secret not in str(info.value)
+
+
+def test_interpolated_secret_in_a_wrong_place_is_not_echoed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token interpolated into a key that refuses it: the error shows the template, not it."""
+    secret = "hf_live_0123456789abcdef"
+    monkeypatch.setenv("MB_TEST_API_KEY", secret)
+    path = tmp_path / "mainboard.toml"
+    path.write_text(toml(*SSH, "port = \"{{ env('MB_TEST_API_KEY') }}\""))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:4: hosts.box.port: wrong type: expected an integer")
+    assert "(expanded from {{ env('MB_TEST_API_KEY') }}) (got '***')" in message
+    assert secret not in message
 
 
 def test_example_config_loads_and_round_trips() -> None:
@@ -399,6 +261,12 @@ def test_source_map_skips_multiline_values() -> None:
     assert source.exact(("a", "list", 2)) == 8 and source.exact(("a", "list", 3)) is None
     assert source.line(("a", "list", 1, 0)) == 7  # falls back to the longest known prefix
     assert source.table_at(15) == ("runs", 1) and source.table_at(1) == ("a",)
+    assert source.key_at(12) == ("a", "dotted", "deep") and source.key_at(5) == ()
+    assert source.key_at(7) == ("a", "list", 0) and source.key_at(13) == ("runs", 0)
+    assert source.opened_by(3) == ("a", "text") and source.opened_by(8) == ("a", "list")
+    assert source.opened_by(10) is None and source.unclosed is None
+    assert SourceMap(toml("[a]", "x = [1,", "  2", "y = 3")).unclosed == ("a", "x")
+    assert SourceMap(toml("[a]", "s = '''", "never closed")).unclosed == ("a", "s")
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -448,3 +316,59 @@ def test_bad_broker_url_error_never_shows_the_password(tmp_path: Path) -> None:
         load_config(path)
     assert "hunter2" not in str(info.value)
     assert "broker.url" in str(info.value) and "rediss://" in str(info.value)
+
+
+def test_every_key_the_issue_names_is_accepted_for_its_kind(tmp_path: Path) -> None:
+    """Each table and per-kind key of mainboard.toml as specified loads with its value."""
+    config = loads_config(toml(
+        "[workspace]", 'name = "w"', 'exclude = ["*.tmp"]',
+        "[broker]", 'url = "redis://:pw@127.0.0.1:7000/0"',
+        "[deps]", 'redis-server = "apt:redis-server"',
+        "[python]", 'deps = ["numpy>=1.26"]',
+        "[containers.phys]", 'image = "docker://x/y:1"', 'runtime = "podman"',
+        'binds = ["/scratch"]',
+        "[providers.vast]", 'kind = "vastai"', 'api_key_env = "VAST_API_KEY"',
+        "[hosts.defaults]", 'user = "inherited"',
+        "[hosts.defaults.defaults]", 'walltime = "2h"',
+        "[hosts.s]", 'kind = "ssh"', 'host = "s.example"', 'user = "me"', "port = 2222",
+        'identity = "~/.ssh/k"', 'root = "/srv/mb"', 'python = "python3.12"',
+        "[hosts.sl]", 'kind = "slurm"', 'login = "ssh"', 'host = "login.example"', "port = 22",
+        'identity = "/k"', 'account = "gx1"', 'partition = "gpu"', 'modules = ["cuda/12"]',
+        'container = "phys"', 'python = "/opt/py/bin/python3"',
+        "[hosts.sl.defaults]", 'mem-gb = "min(100, attempt * 50)"', 'queue = "short"',
+        "[hosts.sl.queues.short]", 'max-walltime = "8h"', "mem-ceiling-gb = 120",
+        "max-nodes = 8", "max-gpus = 4",
+        "[hosts.pb]", 'kind = "pbs"', 'login = "local"', 'account = "phys"', 'queue = "workq"',
+        'modules = ["openmpi"]', 'container = "phys"',
+        "[hosts.g]", 'kind = "provider"', 'provider = "vast"', 'gpu = "H100"',
+        "max_usd_hr = 2.5",
+    ), tmp_path / "mainboard.toml")
+    assert (config.workspace.name, config.workspace.exclude) == ("w", ["*.tmp"])
+    assert config.broker.url == "redis://:pw@127.0.0.1:7000/0"
+    assert config.deps == {"redis-server": "apt:redis-server"}
+    assert config.python.deps == ["numpy>=1.26"]
+    phys = config.containers["phys"]
+    assert (phys.image, phys.runtime, phys.binds) == ("docker://x/y:1", "podman", ["/scratch"])
+    vast = config.providers["vast"]
+    assert (vast.kind, vast.api_key_env) == ("vastai", "VAST_API_KEY")
+    s = config.host("s")
+    assert isinstance(s, SshHost)
+    assert (s.host, s.user, s.port, s.identity, s.root, s.python) == (
+        "s.example", "me", 2222, "~/.ssh/k", "/srv/mb", "python3.12")
+    sl = config.host("sl")
+    assert isinstance(sl, SlurmHost) and sl.ssh_params() is not None
+    assert (sl.login, sl.host, sl.user, sl.account, sl.partition, sl.modules, sl.container,
+            sl.python) == ("ssh", "login.example", "inherited", "gx1", "gpu", ["cuda/12"],
+                           "phys", "/opt/py/bin/python3")
+    queue = sl.queues["short"]
+    assert (queue.max_walltime, queue.mem_ceiling_gb, queue.max_nodes, queue.max_gpus) == (
+        8 * 3600, 120, 8, 4)
+    assert sl.job_defaults(attempt=3) == {"walltime": 7200, "mem_gb": 100.0, "queue": "short"}
+    pb = config.host("pb")
+    assert isinstance(pb, PbsHost) and pb.ssh_params() is None
+    assert (pb.account, pb.queue, pb.modules, pb.container) == ("phys", "workq", ["openmpi"],
+                                                                "phys")
+    g = config.host("g")
+    assert isinstance(g, ProviderHost)
+    assert (g.provider, g.gpu, g.max_usd_hr) == ("vast", "H100", 2.5)
+    assert g.job_defaults() == {"walltime": 7200}  # [hosts.defaults.defaults] reach every kind

@@ -9,12 +9,11 @@ values with secret-looking names (interpolated from the environment) are redacte
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import click
 
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE", re.I)
+from mainboard.redact import looks_secret, redact_url
 
 
 @click.group("config")
@@ -60,11 +59,9 @@ def _where(host: Any) -> str:
 def _redacted(dump: dict[str, Any]) -> dict[str, Any]:
     """Hide the broker password and host env values whose names look secret (interpolated)."""
     if dump["broker"]["url"]:
-        from mainboard.broker import redact_url
-
         dump["broker"]["url"] = redact_url(dump["broker"]["url"])
     for host in dump["hosts"].values():
         for name in host["env"]:
-            if _SECRET_NAME.search(name):
+            if looks_secret(name):
                 host["env"][name] = "***"
     return dump
