@@ -60,11 +60,11 @@ class Prepared:
 
 def _extra_data(board: Board, plan_files: set[str], data: list[str]) -> tuple[list[str], int, int]:
     """Data files a sync does not carry, their size, and the size of their gzip'd tar."""
-    from mainboard.jobfiles import _files
+    from mainboard.jobfiles import data_files
     from mainboard.mirror_archive import write_archive
 
     workspace = board.config.root
-    extra = [f for f in _files(workspace, data) if f not in plan_files]
+    extra = [f for f in data_files(workspace, data) if f not in plan_files]
     if not extra:
         return [], 0, 0
     raw = sum((workspace / f).lstat().st_size for f in extra)

@@ -1,13 +1,14 @@
 """Watching a batch: the monitor sweep, annotated with the batch's jobs, until each has an outcome.
 
-A watch step (1) finishes an interrupted dispatch, (2) runs one ``monitor_pass`` (the
-same sweep as ``mainboard monitor``: probe, record verdicts, pull results, release
-rentals), then (3) announces, under the batch's ``announce`` lock, every job whose
-outcome is now known and not yet announced: one ``batch.announced`` line each. The
-set of those lines is the cursor: a watch killed mid-way and started again, or two
-watches side by side, announce every job exactly once. When all are announced,
-``batch.finished`` is written once. A job's outcome is known when its verdict is
-recorded and, if it has ``fetch`` paths, its results were pulled.
+A watch step (1) finishes an interrupted dispatch, (2) runs one ``monitor_pass`` scoped
+to the batch's jobs (the same sweep as ``mainboard monitor``: probe, record verdicts,
+pull results, release rentals; other jobs are left for a plain pass to announce),
+then (3) announces, under the batch's ``announce`` lock, every job whose outcome is now
+known and not yet announced: one ``batch.announced`` line each. The set of those lines
+is the cursor: a watch killed mid-way and started again, or two watches side by side,
+announce every job exactly once. When all are announced, ``batch.finished`` is written
+once. A job's outcome is known when its verdict is recorded and, if it has ``fetch``
+paths, its results were pulled.
 """
 
 from __future__ import annotations
@@ -143,9 +144,10 @@ def watch_step(board: Board, batch_id: str, *, lock_wait: float = 30.0) -> Watch
     view = store_of(board).load(batch_id)
     unreachable: dict[str, str] = {}
     errors = [str(e) for e in view.errors]
-    owed = [j for j in view.jobs if j.name in view.dispatched and j.name not in view.announced]
-    if owed:
-        report = monitor_pass(board, lock_wait=lock_wait)
+    owed = {view.dispatched[j.name].job for j in view.jobs
+            if j.name in view.dispatched and j.name not in view.announced}
+    if owed:  # only this batch's jobs: the others stay news for a plain `mainboard monitor`
+        report = monitor_pass(board, only=owed, lock_wait=lock_wait)
         unreachable = dict(report.get("host_errors") or {})
         errors += list(report.get("errors") or [])
     new, view, rows = announce(board, batch_id, unreachable)

@@ -66,7 +66,7 @@ def in_place(handle: HostHandle, root: str) -> bool:
     return Path(root).expanduser().resolve() == handle.board.config.root.resolve()
 
 
-def _files(workspace: Path, paths: Sequence[str]) -> list[str]:
+def data_files(workspace: Path, paths: Sequence[str]) -> list[str]:
     """Every file under ``paths`` (directories walked), workspace-relative."""
     found: list[str] = []
     for path in paths:
@@ -92,7 +92,7 @@ def ship_data(handle: HostHandle, bridge: Bridge, paths: Sequence[str]) -> list[
     mirror.sync()
     carried = set(load_manifest(mirror.manifest_file, handle.name, handle.root).files)
     workspace = handle.board.config.root
-    extra = [f for f in _files(workspace, paths) if f not in carried]
+    extra = [f for f in data_files(workspace, paths) if f not in carried]
     if extra:
         _send_tar(bridge, workspace, extra)
     return extra

@@ -8,13 +8,18 @@ had news) says which verdicts were already announced, so a job is announced once
 across crashed, concurrent or restarted passes. Jobs are probed with one status query
 per host (hosts in parallel); a host that cannot be reached is one entry in
 ``unreachable_hosts`` and its jobs are simply asked again next pass.
+
+A pass may be scoped to some job ids (``only``, what ``batch watch`` does): it probes,
+pulls and announces those alone, so every other job is still announced by the next
+plain pass. Rentals follow all jobs either way: a provider host is released only when
+no job on it, in scope or not, is still owed an outcome.
 """
 
 from __future__ import annotations
 
 import fcntl
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -132,13 +137,15 @@ def _announced(log: Receipts, errors: list[str]) -> tuple[set[str], MonitorPass 
     return seen, last
 
 
-def monitor_pass(board: Board, *, lock_wait: float = 30.0,
+def monitor_pass(board: Board, *, only: Collection[str] | None = None, lock_wait: float = 30.0,
                  release: Release = release_rentals) -> dict[str, Any]:
     """One pass; returns ``{"running", "finished", "failed", "unreachable_hosts", "changed", ...}``.
 
     ``finished`` are jobs that completed (exit 0), ``failed`` every other outcome
     (failed, timeout, cancelled, preempted), each announced in exactly one pass.
     ``errors`` lists unreadable receipt lines (``file:line``) and rentals not destroyed.
+    With ``only`` (job ids), just those jobs are probed, pulled, announced and counted
+    in ``running``; the others are left for a plain pass.
     """
     state_dir = board.config.state_dir
     with _pass_lock(state_dir, lock_wait) as held:
@@ -146,15 +153,24 @@ def monitor_pass(board: Board, *, lock_wait: float = 30.0,
             return {"running": None, "finished": [], "failed": [], "unreachable_hosts": [],
                     "host_errors": {}, "pulled": [], "released": [], "errors": [],
                     "changed": False, "busy": True}
-        return _sweep(board, release)
+        return _sweep(board, None if only is None else frozenset(only), release)
 
 
-def _sweep(board: Board, release: Release) -> dict[str, Any]:
+def _owed(view: JobView) -> bool:
+    """Still owed an outcome: no verdict yet, or results to pull that have not come back."""
+    return not view.finished or bool(view.submitted.fetch and view.pulled is None)
+
+
+def _sweep(board: Board, only: frozenset[str] | None, release: Release) -> dict[str, Any]:
     store = store_of(board)
     views, _ = store.scan()
+
+    def mine(view: JobView) -> bool:
+        return only is None or view.id in only
+
     groups: dict[tuple[str, str], list[JobView]] = {}
     for view in views:
-        if not view.finished:
+        if not view.finished and mine(view):
             groups.setdefault((view.host, view.submitted.root), []).append(view)
     down: dict[str, str] = {}
     if groups:
@@ -167,29 +183,33 @@ def _sweep(board: Board, release: Release) -> dict[str, Any]:
     # The cursor comes from the receipts, including the verdicts this pass just wrote.
     views, problems = store.scan()
     errors = [str(p) for p in problems]
-    pulled = _pull_finished(board, views, down)
+    pulled, tried = _pull_finished(board, [v for v in views if mine(v)], down)
     if pulled:
         views, _ = store.scan()
     log = monitor_log(board.config.state_dir)
     announced, last = _announced(log, errors)
-    news = [v for v in views if v.finished and v.id not in announced
-            and (not v.submitted.fetch or v.pulled is not None)]
-    owed = [v for v in views if not v.finished]
+    news = [v for v in views if mine(v) and v.id not in announced and not _owed(v)]
+    # Every job counts here, in scope or not: a rental is idle only when all its work is.
+    owed = [v for v in views if _owed(v)]
     released, release_errors = release(board.config, _done_provider_hosts(board, news, owed))
     errors += release_errors
-    running = len(owed)
-    unreachable = sorted(down)
+    running = sum(1 for v in views if not v.finished)
+    # What the log says stays true of the jobs this pass did not ask about: a host left
+    # out of a scoped pass keeps its last known reachability while it still owes work.
+    asked = {host for host, _root in groups} | tried
     before = (last.running, last.unreachable_hosts) if last is not None else (0, [])
+    unreachable = sorted(set(down) | ({h for h in before[1] if h not in asked}
+                                      & {v.host for v in owed}))
     changed = bool(news or pulled or released) or (running, unreachable) != before
     if changed:
         log.append(MonitorPass(running=running, announced=[v.id for v in news],
                                unreachable_hosts=unreachable, pulled=pulled, released=released))
     return {
-        "running": running,
+        "running": sum(1 for v in views if not v.finished and mine(v)),
         "finished": [_entry(v) for v in news if v.state is JobState.COMPLETED],
         "failed": [_entry(v) for v in news if v.state is not JobState.COMPLETED],
-        "unreachable_hosts": unreachable,
-        "host_errors": {h: down[h] for h in unreachable},
+        "unreachable_hosts": sorted(down),
+        "host_errors": {h: down[h] for h in sorted(down)},
         "pulled": pulled,
         "released": released,
         "errors": errors,
@@ -198,20 +218,23 @@ def _sweep(board: Board, release: Release) -> dict[str, Any]:
     }
 
 
-def _pull_finished(board: Board, views: list[JobView], down: dict[str, str]) -> list[str]:
-    """Pull every finished job with ``fetch`` paths not pulled yet; the ids pulled."""
+def _pull_finished(board: Board, views: list[JobView],
+                   down: dict[str, str]) -> tuple[list[str], set[str]]:
+    """Pull every finished job with ``fetch`` paths not pulled yet; the ids pulled, hosts asked."""
     pulled: list[str] = []
+    tried: set[str] = set()
     for view in views:
         if not (view.finished and view.submitted.fetch and view.pulled is None):
             continue
         if view.host in down:
             continue
+        tried.add(view.host)
         try:
             pull_view(board, view)
             pulled.append(view.id)
         except (HostError, OSError) as exc:
             down.setdefault(view.host, str(exc).splitlines()[0][:300])
-    return pulled
+    return pulled, tried
 
 
 def _done_provider_hosts(board: Board, news: Iterable[JobView],

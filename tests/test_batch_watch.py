@@ -1,6 +1,7 @@
 """Batches running for real: a 6-job batch over a local host, a real sshd, a real SLURM and
 an ssh host nobody answers on, whose ``watch`` is SIGKILLed mid-way and started again;
-an interrupted dispatch that adopts instead of resending; the live table on a terminal.
+an interrupted dispatch that adopts instead of resending; watch and a cron'd ``mainboard
+monitor`` side by side, each job announced once; the live table on a terminal.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from mainboard.batch_watch import watch
 from mainboard.board import Board
 from mainboard.jobs import store_of as job_store
 from mainboard.jobs import submit
+from mainboard.monitor import monitor_pass
 from tests.batch_helpers import (
     HOSTILE,
     batch_receipts,
@@ -74,6 +77,80 @@ def test_interrupted_dispatch_adopts_instead_of_resending(plain: Path) -> None:
     assert f"mainboard: warning: {receipts}:3: not a JSON receipt line" in shown.output
     summary = json.loads(shown.output.splitlines()[-1])  # the rest is still read
     assert (summary["name"], summary["outcomes"]) == (HOSTILE, {"completed": 2})
+
+
+def _monitor_announced(ws: Path) -> Counter[str]:
+    """How often each job id was announced in ``monitor.ndjson`` (parsed independently)."""
+    lines = raw_receipts(ws / ".mainboard" / "monitor.ndjson")
+    return Counter(i for ln in lines if ln["topic"] == "monitor.pass"
+                   for i in ln["payload"]["announced"])
+
+
+def test_a_job_outside_the_batch_is_left_for_a_plain_monitor(plain: Path) -> None:
+    path = fleet_file(plain.parent, '[defaults]\ntarget = "scratch"\n[[jobs]]\nname = "a"\n'
+                                    'command = "mkdir -p out && echo a > out/a.txt"\n'
+                                    'fetch = ["out/a.txt"]\n[[jobs]]\nname = "b"\n'
+                                    'command = "while [ ! -e lone.done ]; do sleep 0.1; done"\n')
+    with Board(plain) as board:
+        batch_id = start(board, path)
+        # "lone" is no batch job; it finishes while the batch is watched ("b" waits for it).
+        lone = submit(board, "scratch", "while [ ! -e lone.gate ]; do sleep 0.1; done; "
+                                        "touch lone.done", name="lone")
+        gate = Path(board.on("scratch").root) / "lone.gate"
+        last = watch(board, batch_id, interval=0.2, on_step=lambda _step: gate.touch())
+        assert [(r.name, r.outcome) for r in last.rows] == [("a", "completed"),
+                                                            ("b", "completed")]
+        assert (plain.parent / "out" / "a.txt").read_text() == "a\n"
+        assert job_store(board).load(lone.id).finished is False  # the watch never asked
+        batch_jobs = {r.job for r in last.rows}
+    ws = plain.parent
+    assert _monitor_announced(ws) == Counter({j: 1 for j in batch_jobs})
+    told: Counter[str] = Counter()
+
+    def plain_monitor() -> bool:
+        report = json.loads(invoke(plain, "monitor", "--json").output)
+        told.update(e["id"] for e in report["finished"] + report["failed"])
+        return bool(told[lone.id])
+
+    wait_until(plain_monitor, "lone announced by `mainboard monitor`", 30)
+    assert told == Counter({lone.id: 1})
+    assert json.loads(invoke(plain, "monitor", "--json").output)["changed"] is False
+    assert _monitor_announced(ws) == Counter({j: 1 for j in {*batch_jobs, lone.id}})
+
+
+def test_watch_and_monitor_side_by_side_announce_each_batch_job_once(plain: Path) -> None:
+    path = fleet_file(plain.parent, '[defaults]\ntarget = "scratch"\n[[jobs]]\nname = "a"\n'
+                                    'command = "true"\n[[jobs]]\nname = "b"\n'
+                                    'command = "while [ ! -e gate ]; do sleep 0.1; done"\n')
+    told: Counter[str] = Counter()
+
+    def plain_pass() -> bool:
+        report = monitor_pass(board)
+        told.update(e["id"] for e in report["finished"] + report["failed"])
+        return bool(told)
+
+    with Board(plain) as board:
+        batch_id = start(board, path)
+        dispatch(board, batch_id)
+        a = store_of(board).load(batch_id).dispatched["a"].job
+        wait_until(plain_pass, "a announced by the monitor before any watch", 30)
+        assert told == Counter({a: 1})
+        gate = Path(board.on("scratch").root) / "gate"
+
+        def step(_step: object) -> None:  # a cron'd monitor between the watch's steps
+            plain_pass()
+            gate.touch()
+
+        last = watch(board, batch_id, interval=0.2, on_step=step)
+        plain_pass()
+        b = last.view.dispatched["b"].job
+    assert [(r.name, r.job, r.outcome) for r in last.rows] == [("a", a, "completed"),
+                                                               ("b", b, "completed")]
+    assert told[a] == 1 and set(told) <= {a, b} and max(told.values()) == 1
+    assert _monitor_announced(plain.parent) == Counter({a: 1, b: 1})
+    lines = raw_receipts(batch_receipts(plain.parent, batch_id))
+    assert sorted(ln["payload"]["name"] for ln in lines if ln["topic"] == "batch.announced") == [
+        "a", "b"]
 
 
 class _Lines:

@@ -12,6 +12,7 @@ import fcntl
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +22,15 @@ import pytest
 
 from mainboard.board import Board
 from mainboard.bridges import ssh
-from mainboard.bridges.jobstate import JobState
+from mainboard.bridges.base import new_uid
+from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.bridges.providers import RestProvider
+from mainboard.bridges.providers.base import Rental
 from mainboard.bridges.providers.lifecycle import RentalGuard, owned_rentals
-from mainboard.config import load_config
-from mainboard.jobs import Job
+from mainboard.config import Config, load_config
+from mainboard.jobs import Job, store_of
 from mainboard.monitor import LOCK_FILE, monitor_log, monitor_pass, release_rentals
+from mainboard.receipts import JobPulled, JobSubmitted
 from tests.jobs_workspace import make_workspace, wait_until
 from tests.services import free_port, start_sshd
 from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
@@ -45,12 +49,14 @@ def _ids(report: dict[str, Any], key: str) -> list[str]:
     return [entry["id"] for entry in report[key]]
 
 
-def _until_announced(board: Board, jobs: list[Job]) -> dict[str, dict[str, Any]]:
+def _until_announced(board: Board, jobs: list[Job],
+                     only: set[str] | None = None) -> dict[str, dict[str, Any]]:
     """Run passes until every job in ``jobs`` was announced; each must be announced once."""
     seen: dict[str, dict[str, Any]] = {}
 
     def one_pass() -> bool:
-        report = monitor_pass(board)
+        report = monitor_pass(board, only=only)
+        assert only is None or set(_ids(report, "finished") + _ids(report, "failed")) <= only
         for entry in report["finished"] + report["failed"]:
             assert entry["id"] not in seen, f"{entry['id']} announced twice"
             seen[entry["id"]] = entry
@@ -125,6 +131,12 @@ def test_a_host_that_is_down_is_one_entry_not_a_failed_pass(tmp_path: Path) -> N
             assert _ids(down, "finished") == [near.id] and down["running"] == 2
             again = monitor_pass(board)
             assert (again["unreachable_hosts"], again["changed"]) == (["edge"], False)
+            # A pass scoped away from edge has news, so it writes a line; that line keeps
+            # edge unreachable (nobody asked it), so the next plain pass sees no change.
+            late = board.on("scratch").submit("true", name="late")
+            scoped = _until_announced(board, [late], only={late.id})
+            assert scoped[late.id]["state"] == "completed"
+            assert monitor_pass(board)["changed"] is False
         finally:
             server = start_sshd(server.dir, port=server.port)  # same keys, same port
         try:
@@ -135,6 +147,36 @@ def test_a_host_that_is_down_is_one_entry_not_a_failed_pass(tmp_path: Path) -> N
             assert sorted(_ids(back, "failed")) == sorted(j.id for j in far)
         finally:
             server.stop()
+
+
+def test_a_scoped_pass_leaves_every_other_job_to_the_next_plain_pass(board: Board) -> None:
+    scratch = board.on("scratch")
+    mine = scratch.submit("mkdir -p out && echo mine > out/mine.txt", name="mine",
+                          fetch=["out/mine.txt"])
+    other = scratch.submit("mkdir -p out && echo other > out/other.txt", name="other",
+                           fetch=["out/other.txt"])
+    wait_until(lambda: (Path(scratch.root) / "out" / "other.txt").exists(), "other ran")
+    seen = _until_announced(board, [mine], only={mine.id})
+    assert (seen[mine.id]["state"], seen[mine.id]["pulled"]) == ("completed", ["out/mine.txt"])
+    other_now = store_of(board).load(other.id)  # never asked about, never pulled
+    assert (other_now.finished, other_now.pulled) == (False, None)
+    assert not (board.config.root / "out" / "other.txt").exists()
+    scoped = monitor_pass(board, only={mine.id})
+    assert (scoped["running"], scoped["changed"], scoped["finished"]) == (0, False, [])
+    config = board.config.path
+    assert config is not None
+    told: Counter[str] = Counter()
+
+    def plain_pass() -> bool:  # as cron runs it
+        report = json.loads(run_cli(config, "monitor", "--json").stdout)
+        told.update(_ids(report, "finished") + _ids(report, "failed"))
+        return bool(told[other.id])
+
+    wait_until(plain_pass, "other announced by a plain `mainboard monitor`", timeout=30)
+    assert told == Counter({other.id: 1})  # "mine" is not announced a second time
+    assert (board.config.root / "out" / "other.txt").read_text() == "other\n"
+    assert monitor_pass(board)["changed"] is False
+    assert monitor_pass(board, only={mine.id, other.id})["changed"] is False
 
 
 def test_a_pass_that_cannot_get_the_lock_reports_busy_and_does_nothing(board: Board) -> None:
@@ -173,22 +215,33 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderS
     server.stop()
 
 
-def test_release_rentals_destroys_only_the_done_hosts_rentals(
-        sim: SimulatedProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _provider_config(sim: SimulatedProviderServer, tmp_path: Path,
+                     monkeypatch: pytest.MonkeyPatch, hosts: tuple[str, ...]) -> Config:
+    """A workspace with provider hosts ``hosts`` on the simulated provider ``sim``."""
     monkeypatch.setenv("MB_TEST_SIM_KEY", sim.api_key)
-    config_path = make_workspace(tmp_path, extra=toml_tables({"providers.sim": {
-        "kind": "simulated", "api_url": sim.url, "api_key_env": "MB_TEST_SIM_KEY"}}))
-    config = load_config(config_path)
+    return load_config(make_workspace(
+        tmp_path, extra_hosts={h: {"kind": "provider", "provider": "sim"} for h in hosts},
+        extra=toml_tables({"providers.sim": {"kind": "simulated", "api_url": sim.url,
+                                             "api_key_env": "MB_TEST_SIM_KEY"}})))
+
+
+def _rent(adapter: RestProvider, config: Config, hosts: tuple[str, ...],
+          tmp_path: Path) -> dict[str, Rental]:
+    """A real rental on the simulated provider for each host, recorded as ``fleet up`` does."""
     key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    offer = adapter.cheapest("SIM_RTX_4090", 1.0)
+    return {host: RentalGuard(adapter, config.state_dir, host=host).rent(
+        offer, ssh_public_key=key.with_suffix(".pub").read_text(), label=f"mb-test-{host}",
+        wait=None) for host in hosts}
+
+
+def test_release_rentals_destroys_only_the_done_hosts_rentals(
+        sim: SimulatedProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _provider_config(sim, tmp_path, monkeypatch, ("gpu-a", "gpu-b"))
     adapter = RestProvider("sim", api_url=sim.url, api_key_env="MB_TEST_SIM_KEY")
-    rentals = {}
     try:
-        for host in ("gpu-a", "gpu-b"):
-            guard = RentalGuard(adapter, config.state_dir, host=host)
-            offer = adapter.cheapest("SIM_RTX_4090", 1.0)
-            rentals[host] = guard.rent(offer, ssh_public_key=key.with_suffix(".pub").read_text(),
-                                       label=f"mb-test-{host}", wait=None)
+        rentals = _rent(adapter, config, ("gpu-a", "gpu-b"), tmp_path)
         done, errors = release_rentals(config, {"gpu-a"})
         assert (done, errors) == ([rentals["gpu-a"].id], [])
         assert adapter.status(rentals["gpu-a"].id).state == "destroyed"
@@ -197,3 +250,50 @@ def test_release_rentals_destroys_only_the_done_hosts_rentals(
     finally:
         for rental in adapter.list_rentals():
             adapter.destroy(rental.id)
+
+
+def _provider_job(board: Board, name: str, *, fetch: tuple[str, ...] = ()) -> str:
+    """Record a job accepted on the rented host ``gpu``, as its bridge's submit records one.
+
+    (Jobs reach a rental through ``fleet up``'s bridge; the monitor only reads the
+    receipts, and a scoped pass never asks the host, so none is needed here.)
+    """
+    uid = new_uid(name)
+    root = "/root/mainboard"
+    store_of(board).submitted(JobSubmitted(
+        id=uid, host="gpu", kind="provider", job_id=uid, name=name,
+        job_dir=f"{root}/.mainboard/jobs/{uid}", root=root, spec={}, fetch=list(fetch),
+        submitted_at=time.time()))
+    return uid
+
+
+def test_a_rental_is_released_only_when_no_job_on_it_is_owed_anything(
+        sim: SimulatedProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _provider_config(sim, tmp_path, monkeypatch, ("gpu",))
+    adapter = RestProvider("sim", api_url=sim.url, api_key_env="MB_TEST_SIM_KEY")
+    done = JobStatus(JobState.COMPLETED, "exited", 0)
+    try:
+        rental = _rent(adapter, config, ("gpu",), tmp_path)["gpu"]
+        assert config.path is not None
+        with Board(config.path) as board:
+            store = store_of(board)
+            batch_a, other = _provider_job(board, "batch-a"), _provider_job(
+                board, "other", fetch=("out/o.txt",))
+            store.observe(batch_a, done)
+            first = monitor_pass(board, only={batch_a})  # "other" still runs on gpu
+            assert (_ids(first, "finished"), first["released"]) == ([batch_a], [])
+            store.observe(other, done)  # finished, results not back yet: still owed
+            batch_b = _provider_job(board, "batch-b")
+            store.observe(batch_b, done)
+            second = monitor_pass(board, only={batch_a, batch_b})
+            assert (_ids(second, "finished"), second["released"]) == ([batch_b], [])
+            assert adapter.status(rental.id).state != "destroyed"
+            store.pulled(JobPulled(id=other, paths=["out/o.txt"], bytes=10))
+            last = monitor_pass(board)  # the last job owed on gpu is announced: release
+            assert (_ids(last, "finished"), last["released"]) == ([other], [rental.id])
+            assert last["errors"] == []
+        assert adapter.status(rental.id).state == "destroyed"
+        assert owned_rentals(config.state_dir) == []
+    finally:
+        for left in adapter.list_rentals():
+            adapter.destroy(left.id)
