@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,26 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mainboard.errors import MainboardError
+from mainboard.redact import looks_secret
+
+REDACTED = "***"
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*):[^\s@]*@")
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    """Environment values safe to record: receipts outlive the job and get copied around.
+
+    A secret-looking name (``HF_TOKEN``, ``DB_PASSWORD``) keeps its name with the value
+    ``***``; a URL holding a password (``redis://:pw@host``, a broker URL) keeps all but
+    the password. The job itself still gets the real values.
+    """
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        if looks_secret(name):
+            out[name] = REDACTED
+        else:
+            out[name] = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", value)
+    return out
 
 
 class ReceiptError(MainboardError):

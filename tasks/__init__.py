@@ -1,1 +1,49 @@
-"""mainboard.tasks"""
+"""mainboard.tasks: the Celery app, the binary codec and thin tasks over the pure stages.
+
+Importing this package is cheap and connects nowhere: the app (``mainboard.tasks.app``)
+is built on first use, and the task objects below are looked up lazily, so
+``mainboard.tasks.sample`` or ``mainboard.tasks.integrate.delay(run_dict)`` only then
+read mainboard.toml and reach the broker.
+
+Queues (why two: a long-running coordinator must never occupy a batch worker's slot):
+
+- ``mainboard.batches``: the per-batch stage tasks. Start batch workers with
+  ``celery -A mainboard.tasks.app worker -Q mainboard.batches --concurrency=1``
+  (one process per core; ``mainboard integrate`` starts such workers itself when no
+  fleet is up).
+- ``mainboard.coordinator``: :mod:`mainboard.tasks.integrate`, which runs a whole
+  integration from a pipeline. Start one worker for it with
+  ``celery -A mainboard.tasks.app worker -Q mainboard.coordinator --concurrency=2``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+BATCH_QUEUE = "mainboard.batches"
+COORDINATOR_QUEUE = "mainboard.coordinator"
+TASK_MODULES = ("mainboard.tasks.stages", "mainboard.tasks.integrate")
+STAGE_TASKS = ("sample", "materialise", "transform", "evaluate", "accumulate", "fused")
+STAGE_PREFIX = "mainboard.stages."
+
+__all__ = ["BATCH_QUEUE", "COORDINATOR_QUEUE", "STAGE_TASKS", "TASK_MODULES", "task"]
+
+
+def task(name: str) -> Any:
+    """The stage task ``name`` bound to the process-wide app (built on first use)."""
+    if name not in STAGE_TASKS:
+        raise AttributeError(f"no stage task {name!r}; valid: {', '.join(STAGE_TASKS)}")
+    importlib.import_module("mainboard.tasks.stages")
+    from mainboard.tasks.app import get_app
+
+    return get_app().tasks[STAGE_PREFIX + name]
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy ``mainboard.tasks.<stage>`` task objects and the ``integrate`` module-task."""
+    if name in STAGE_TASKS:
+        return task(name)
+    if name in ("integrate", "stages", "app", "codec"):
+        return importlib.import_module(f"mainboard.tasks.{name}")
+    raise AttributeError(f"module 'mainboard.tasks' has no attribute {name!r}")

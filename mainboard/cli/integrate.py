@@ -1,0 +1,38 @@
+"""CLI verb `integrate`: run a RUN.toml on workers, with a progress bar, and print the result.
+
+The broker is the workspace's (embedded by default, started if needed). Without
+``--workers`` the running fleet is used, or one local worker per core when there is none;
+``--workers N`` starts N local workers for this run and stops them afterwards.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("integrate")
+@click.argument("run_file", metavar="RUN.toml", type=click.Path(dir_okay=False))
+@click.option("--workers", type=click.IntRange(min=0), default=None,
+              help="Local batch workers to start (default: the fleet, else one per core; "
+                   "0: the fleet only).")
+@click.option("--max-samples", type=click.IntRange(min=1), default=None,
+              help="Override [stop] max_samples (a smaller budget for a quick look).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.pass_context
+def integrate(ctx: click.Context, run_file: str, workers: int | None, max_samples: int | None,
+              as_json: bool) -> None:
+    """Integrate RUN.toml on Celery workers and print estimate ± error."""
+    from mainboard.cli.runview import ProgressBar, emit
+    from mainboard.config import load_config
+    from mainboard.integrators.spec import load_run_file, parse_run
+    from mainboard.runner import integrate as run_integration
+
+    spec = load_run_file(run_file)
+    if max_samples is not None:
+        data = spec.model_dump(mode="json")
+        data["stop"]["max_samples"] = max_samples
+        spec = parse_run(data, file=run_file)
+    config = load_config(ctx.obj.get("config_path"))
+    with ProgressBar(spec.name, spec.stop.max_samples) as bar:
+        result = run_integration(spec, workers, config=config, progress=bar.update)
+    emit(result, as_json)

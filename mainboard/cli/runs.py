@@ -1,0 +1,148 @@
+"""CLI verb `runs`: list, show, resume and clone integration runs from their receipts.
+
+Everything here reads ``.mainboard/runs/<id>/receipts.ndjson``, never Redis, so it works
+after the broker or the coordinator is gone. RUN is a run id, a unique id prefix, or a
+run name (its most recent run).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from mainboard.runstore import RunHistory, RunStore
+
+_WORKERS = click.option("--workers", type=click.IntRange(min=0), default=None,
+                        help="Local batch workers to start (default: the fleet, else one "
+                             "per core; 0: the fleet only).")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def _store(ctx: click.Context) -> tuple[RunStore, Any]:
+    from mainboard.config import load_config
+    from mainboard.runstore import RunStore
+
+    config = load_config(ctx.obj.get("config_path"))
+    return RunStore(config.state_dir), config
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _value(summary: dict[str, Any]) -> str:
+    from mainboard.cli.runview import pm
+
+    return "-" if summary["estimate"] is None else pm(summary["estimate"], summary["error"])
+
+
+@click.group("runs")
+def runs() -> None:
+    """Integration runs of this workspace: list, show, resume, clone."""
+
+
+@runs.command("list")
+@_JSON
+@click.pass_context
+def list_runs(ctx: click.Context, as_json: bool) -> None:
+    """Every run with receipts, most recent first."""
+    store, _ = _store(ctx)
+    rows = [h.summary() for h in store.all()]
+    if as_json:
+        click.echo(json.dumps(rows, allow_nan=False))
+        return
+    if not rows:
+        click.echo(f"no runs yet in {store.root} (start one with `mainboard integrate RUN.toml`)")
+        return
+    click.echo(f"{'RUN':16}  {'NAME':16}  {'STATUS':10}  {'ITER':>4}  {'SAMPLES':>12}  "
+               f"{'UPDATED':19}  ESTIMATE")
+    for r in rows:
+        click.echo(f"{r['run_id']:16}  {r['name'][:16]:16}  {r['status']:10}  "
+                   f"{r['iterations']:>4}  {r['samples']:>12,}  {_when(r['updated'])}  "
+                   f"{_value(r)}")
+
+
+def _detail(h: RunHistory) -> dict[str, Any]:
+    out = h.summary()
+    out["spec"] = h.created.spec
+    out["resumed_from"] = [r.from_iteration for r in h.resumed]
+    out["history"] = [{"iteration": i.iteration, "samples": i.samples,
+                       "estimate": i.estimate, "error": i.error} for i in h.iterations]
+    if h.finished is not None:
+        out["result"] = h.finished.result
+    return out
+
+
+@runs.command("show")
+@click.argument("run")
+@_JSON
+@click.pass_context
+def show(ctx: click.Context, run: str, as_json: bool) -> None:
+    """One run: definition, status, every iteration's cumulative estimate."""
+    store, _ = _store(ctx)
+    data = _detail(store.find(run))
+    if as_json:
+        click.echo(json.dumps(data, allow_nan=False))
+        return
+    click.echo(f"run        {data['run_id']} ({data['name']})")
+    click.echo(f"status     {data['status']}" + (f": {data['failure']}" if "failure" in data
+                                                  else ""))
+    if data["parent"]:
+        click.echo(f"clone of   {data['parent']} after iteration {data['from_iteration']}")
+    spec = data["spec"]
+    click.echo(f"integrand  {spec['integrand']['kind']}  sampler {spec['sampler']['kind']}  "
+               f"seed {spec['seed']}  stop " + ", ".join(
+                   f"{k}={v}" for k, v in spec["stop"].items() if v not in (None, 0)))
+    for row in data["history"]:
+        click.echo(f"  iteration {row['iteration']:>4}  {row['samples']:>12,} samples  "
+                   f"{_value(row)}")
+
+
+@runs.command("resume")
+@click.argument("run")
+@_WORKERS
+@_JSON
+@click.pass_context
+def resume(ctx: click.Context, run: str, workers: int | None, as_json: bool) -> None:
+    """Continue an unfinished run from its last snapshot (a finished run just prints)."""
+    from mainboard.cli.runview import ProgressBar, emit
+    from mainboard.runner import resume as resume_run
+
+    store, config = _store(ctx)
+    history = store.find(run)
+    spec = history.created.spec
+    with ProgressBar(spec["name"], spec["stop"].get("max_samples")) as bar:
+        result = resume_run(history.run_id, workers, config=config, progress=bar.update)
+    emit(result, as_json)
+
+
+@runs.command("clone")
+@click.argument("run")
+@click.option("--from-iteration", "from_iteration", type=click.IntRange(min=0), default=None,
+              help="Branch from the snapshot after K iterations (default: the last one; "
+                   "0: from the start).")
+@click.option("--max-samples", type=click.IntRange(min=1), default=None,
+              help="New [stop] max_samples for the clone.")
+@click.option("--max-iterations", type=click.IntRange(min=1), default=None,
+              help="New [stop] max_iterations for the clone.")
+@_WORKERS
+@_JSON
+@click.pass_context
+def clone(ctx: click.Context, run: str, from_iteration: int | None, max_samples: int | None,
+          max_iterations: int | None, workers: int | None, as_json: bool) -> None:
+    """Branch a new run (new id) from a snapshot of RUN and run it to its stop condition."""
+    from mainboard.cli.runview import ProgressBar, emit
+    from mainboard.runner import clone as clone_run
+
+    store, config = _store(ctx)
+    history = store.find(run)
+    start = from_iteration if from_iteration is not None else history.last_snapshot[0]
+    spec = history.created.spec
+    with ProgressBar(spec["name"], max_samples or spec["stop"].get("max_samples")) as bar:
+        result = clone_run(history.run_id, start, workers, max_samples=max_samples,
+                           max_iterations=max_iterations, config=config, progress=bar.update)
+    emit(result, as_json)

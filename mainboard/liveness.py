@@ -1,0 +1,198 @@
+"""Liveness of one iteration's batches: which attempt is alive, which batch to re-send.
+
+Why the coordinator and not the broker: a message held by a worker that dies whole
+(SIGKILL, node failure) comes back from Redis only after the visibility timeout (hours).
+The coordinator knows every batch it sent, so it watches them itself. Each attempt of a
+batch is in one of three states:
+
+- ``queued``: sent (or handed on to its next stage) and not running yet;
+- ``running``: its claim key is alive (a worker's heartbeat thread refreshes it);
+- ``dead``: the claim vanished without the stage finishing (the worker died); or its first
+  message was overtaken (a batch sent after it started more than a grace period ago while it
+  never moved: queues are FIFO, so the worker that took it is gone); or it stayed queued past
+  a deadline adapted to the observed batch durations and worker count.
+
+A batch whose attempts are all dead gets a new attempt. A batch running far longer than
+usual while nothing else waits (a straggler) gets a speculative duplicate. Duplicates are
+harmless: results are stored set-if-absent per batch. Attempts are bounded, so a batch
+that kills every worker it touches fails the run instead of looping forever.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import redis
+
+from mainboard import keys
+from mainboard.errors import MainboardError
+
+QUEUE_FLOOR_S = 15.0  # never call a queued attempt lost sooner than this
+QUEUE_FACTOR = 4.0
+FIFO_GRACE_S = 3.0  # how long a later batch may have moved before an unmoved one counts lost
+STRAGGLER_FLOOR_S = 10.0
+STRAGGLER_FACTOR = 5.0
+MAX_ATTEMPTS = 6
+EWMA = 0.3
+
+AttemptKey = tuple[int, int]  # (batch index, attempt number)
+
+
+class LostBatch(MainboardError):
+    """A batch was lost more often than MAX_ATTEMPTS allows (its workers keep dying)."""
+
+
+@dataclass
+class Timing:
+    """Observed batch durations and parallelism, carried from one iteration to the next."""
+
+    batch_s: float | None = None
+    workers: int = 0
+
+    def record(self, seconds: float) -> None:
+        """Fold one finished batch's duration (first claim to result) into the average."""
+        self.batch_s = seconds if self.batch_s is None else (
+            EWMA * seconds + (1 - EWMA) * self.batch_s)
+
+    @property
+    def typical_s(self) -> float:
+        """A batch's usual duration (1 s until one was observed)."""
+        return self.batch_s if self.batch_s is not None else 1.0
+
+    def queue_deadline(self, queued: int) -> float:
+        """How long an attempt may wait unclaimed: its turn in the queue, with slack."""
+        waves = 1 + queued / max(1, self.workers)
+        return max(QUEUE_FLOOR_S, QUEUE_FACTOR * self.typical_s * waves)
+
+    def straggler_after(self) -> float:
+        """How long a started attempt may take before a duplicate is sent."""
+        return max(STRAGGLER_FLOOR_S, STRAGGLER_FACTOR * self.typical_s)
+
+
+@dataclass
+class Attempt:
+    """One sending of one batch, as last observed."""
+
+    batch: int
+    number: int
+    state: str = "queued"
+    since: float = 0.0
+    progress: int = 0
+    started: float | None = None  # first time it was seen running
+    seq: int = 0  # sending order: queues are FIFO, so a lower seq is taken first
+    moved: bool = False  # ever seen claimed or past a stage
+    why: str = ""  # why it was declared dead
+
+
+@dataclass
+class Liveness:
+    """Watches the attempts of one iteration and says which batches need a new one."""
+
+    timing: Timing
+    clock: Callable[[], float] = time.monotonic
+    max_attempts: int = MAX_ATTEMPTS
+    attempts: dict[int, list[Attempt]] = field(default_factory=dict)
+    marks: list[tuple[int, float]] = field(default_factory=list)  # (seq, when it first moved)
+    _sent: int = 0
+
+    def sent(self, batch: int, number: int) -> None:
+        """Record that attempt ``number`` of ``batch`` was just sent."""
+        self._sent += 1
+        self.attempts.setdefault(batch, []).append(
+            Attempt(batch, number, since=self.clock(), seq=self._sent))
+
+    def _moved(self, a: Attempt, now: float) -> None:
+        if not a.moved:
+            a.moved = True
+            self.marks.append((a.seq, now))
+
+    def next_number(self, batch: int) -> int:
+        """The attempt number to use for the next sending of ``batch``."""
+        return len(self.attempts.get(batch, []))
+
+    def finished(self, batch: int) -> None:
+        """The batch's result (or error) is stored: learn its duration, stop watching it."""
+        now = self.clock()
+        group = self.attempts.pop(batch, [])
+        for a in group:
+            self._moved(a, now)
+        starts = [a.started for a in group if a.started is not None]
+        if starts:
+            self.timing.record(self.clock() - min(starts))
+
+    def watched(self) -> list[Attempt]:
+        """Every attempt of every unfinished batch."""
+        return [a for group in self.attempts.values() for a in group]
+
+    def update(self, claimed: Mapping[AttemptKey, bool], progress: Mapping[AttemptKey, int]
+               ) -> list[tuple[int, str]]:
+        """Fold in one observation; return (batch, reason) for each batch to send again."""
+        now = self.clock()
+        for a in self.watched():
+            key = (a.batch, a.number)
+            done = progress.get(key, 0)
+            if claimed.get(key, False):
+                if a.state != "running":
+                    a.state, a.since = "running", now
+                a.started = now if a.started is None else a.started
+            elif done > a.progress:  # a stage finished; the next one waits in the queue
+                a.state, a.since = "queued", now
+            elif a.state == "running":  # claim expired without progress: its worker died
+                a.state, a.since, a.why = "dead", now, "its worker stopped heartbeating"
+            a.progress = max(a.progress, done)
+            if a.state == "running" or a.progress:
+                self._moved(a, now)
+        running = sum(a.state == "running" for a in self.watched())
+        self.timing.workers = max(self.timing.workers, running)
+        return self._decide(now)
+
+    def _decide(self, now: float) -> list[tuple[int, str]]:
+        queued = sum(a.state == "queued" for a in self.watched())
+        deadline = self.timing.queue_deadline(queued)
+        overtaken = max((seq for seq, t in self.marks if now - t > FIFO_GRACE_S), default=0)
+        resend: list[tuple[int, str]] = []
+        for batch, group in self.attempts.items():
+            for a in group:
+                if a.state != "queued":
+                    continue
+                if not a.moved and a.seq < overtaken:
+                    a.state, a.why = "dead", "overtaken by later batches (its message was lost)"
+                elif self.timing.workers > 0 and now - a.since > deadline:
+                    a.state, a.why = "dead", f"not started within {deadline:.0f} s"
+            live = [a for a in group if a.state != "dead"]
+            if not live:
+                reason = group[-1].why
+            elif (len(live) == 1 and live[0].state == "running" and queued == 0
+                  and now - (live[0].started or now) > self.timing.straggler_after()):
+                reason = "straggler: running far longer than usual"
+            else:
+                continue
+            if len(group) >= self.max_attempts:
+                raise LostBatch(f"batch {batch} was lost {len(group)} times ({reason}); "
+                                "the workers running it keep dying: check their logs")
+            resend.append((batch, reason))
+        return resend
+
+
+def observe(r: redis.Redis, run_id: str, iteration: int, attempts: list[Attempt]
+            ) -> tuple[dict[AttemptKey, bool], dict[AttemptKey, int]]:
+    """Claims and stage progress of ``attempts``, read atomically in one round trip."""
+    claim_keys = [keys.batch_claim(run_id, iteration, a.batch, a.number) for a in attempts]
+    with r.pipeline(transaction=True) as pipe:
+        if claim_keys:
+            pipe.mget(claim_keys)
+        pipe.hgetall(keys.iteration_progress(run_id, iteration))
+        replies = pipe.execute()
+    holders = replies[0] if claim_keys else []
+    claimed = {(a.batch, a.number): h is not None
+               for a, h in zip(attempts, holders, strict=True)}
+    progress: dict[AttemptKey, int] = {}
+    for raw_field, raw_count in replies[-1].items():
+        batch, _, number = raw_field.decode().partition(":")
+        progress[(int(batch), int(number))] = int(raw_count)
+    return claimed, progress
+
+
+__all__ = ["Attempt", "Liveness", "LostBatch", "Timing", "observe"]

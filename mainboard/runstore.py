@@ -1,0 +1,171 @@
+"""Runs on disk: one NDJSON receipt file per run under ``.mainboard/runs/<id>/``.
+
+Why receipts and not Redis: they outlive the broker, and a reader takes its cursor from
+them (the last ``run.iteration`` line holds the snapshot to resume from). A file may hold
+several executions of the same content-derived run id; each starts with a
+``run.created`` line, and the latest execution is what ``runs show`` and resume read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mainboard.errors import UserError
+from mainboard.receipts import (
+    IterationDone,
+    Payload,
+    Receipts,
+    RunCreated,
+    RunFailed,
+    RunFinished,
+    RunResumed,
+)
+
+RECEIPTS_NAME = "receipts.ndjson"
+_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class UnknownRun(UserError):
+    """No run (or more than one) matches the id, id prefix or name the user gave."""
+
+
+def clone_id(spec_id: str, parent: str, from_iteration: int) -> str:
+    """Content-derived id of a clone: its spec, its parent and the snapshot it branches from."""
+    text = f"{spec_id}:{parent}:{from_iteration}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class RunHistory:
+    """The latest execution of one run, as its receipts tell it."""
+
+    run_id: str
+    created: RunCreated
+    iterations: list[IterationDone] = field(default_factory=list)
+    resumed: list[RunResumed] = field(default_factory=list)
+    finished: RunFinished | None = None
+    failed: RunFailed | None = None
+    updated: float = 0.0
+
+    @property
+    def status(self) -> str:
+        """finished, failed, or unfinished (running now, or interrupted: resume it)."""
+        if self.finished is not None:
+            return "finished"
+        return "failed" if self.failed is not None else "unfinished"
+
+    @property
+    def last_snapshot(self) -> tuple[int, dict[str, Any] | None]:
+        """(iterations done, snapshot) to continue from; (K, None) for a fresh start."""
+        if self.iterations:
+            last = self.iterations[-1]
+            return last.iteration, last.snapshot
+        start = self.created.from_iteration or 0
+        return start, self.created.snapshot
+
+    def snapshot_after(self, iteration: int) -> dict[str, Any] | None:
+        """The snapshot after ``iteration`` iterations (None for 0 = the initial state)."""
+        if iteration == 0:
+            return None
+        for item in self.iterations:
+            if item.iteration == iteration:
+                return item.snapshot
+        if self.created.from_iteration == iteration and self.created.snapshot is not None:
+            return self.created.snapshot
+        done = [i.iteration for i in self.iterations]
+        raise UserError(f"run {self.run_id} has no snapshot after iteration {iteration}; "
+                        f"valid: 0 (from the start){''.join(f', {d}' for d in done)}")
+
+    def summary(self) -> dict[str, Any]:
+        """One JSON-ready line for ``runs list``."""
+        last = self.iterations[-1] if self.iterations else None
+        out: dict[str, Any] = {
+            "run_id": self.run_id, "name": self.created.name, "status": self.status,
+            "iterations": last.iteration if last else (self.created.from_iteration or 0),
+            "samples": last.samples if last else 0,
+            "estimate": last.estimate if last else None, "error": last.error if last else None,
+            "parent": self.created.parent, "from_iteration": self.created.from_iteration,
+            "updated": self.updated}
+        if self.failed is not None:
+            out["failure"] = self.failed.error
+        return out
+
+
+class RunStore:
+    """Receipt files of every run in one workspace state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.root = Path(state_dir) / "runs"
+
+    def receipts(self, run_id: str) -> Receipts:
+        """The receipt log of one run."""
+        return Receipts(self.root / run_id / RECEIPTS_NAME)
+
+    def append(self, payload: Payload) -> None:
+        """Write one receipt line to the run the payload names."""
+        self.receipts(payload.run_id).append(payload)  # type: ignore[attr-defined]
+
+    def history(self, run_id: str) -> RunHistory | None:
+        """The latest execution of ``run_id`` (None when it has no receipts)."""
+        current: RunHistory | None = None
+        log = self.receipts(run_id)
+        for item in log.read():
+            if isinstance(item, RunCreated):
+                current = RunHistory(run_id, item)
+            elif current is None:
+                continue
+            elif isinstance(item, IterationDone):
+                current.iterations.append(item)
+            elif isinstance(item, RunResumed):
+                current.resumed.append(item)
+                current.iterations = [i for i in current.iterations
+                                      if i.iteration <= item.from_iteration]
+                current.failed = None
+            elif isinstance(item, RunFinished):
+                current.finished = item
+            elif isinstance(item, RunFailed):
+                current.failed = item
+        if current is not None:
+            current.updated = log.path.stat().st_mtime
+        return current
+
+    def all(self) -> Iterator[RunHistory]:
+        """Every run with receipts, most recently updated first."""
+        found = [h for p in self.root.glob(f"*/{RECEIPTS_NAME}")
+                 if (h := self.history(p.parent.name)) is not None]
+        yield from sorted(found, key=lambda h: h.updated, reverse=True)
+
+    def find(self, what: str) -> RunHistory:
+        """A run by id, unique id prefix, or name (the most recent run of that name)."""
+        if not _SAFE.fullmatch(what):
+            raise UnknownRun(f"no run matches {what!r}: run ids and names are letters, digits, "
+                             "'.', '_' or '-'")
+        exact = self.history(what) if (self.root / what).is_dir() else None
+        if exact is not None:
+            return exact
+        runs = list(self.all())
+        by_prefix = [h for h in runs if h.run_id.startswith(what)]
+        if len(by_prefix) == 1:
+            return by_prefix[0]
+        by_name = [h for h in runs if h.created.name == what]
+        if by_name and not by_prefix:
+            return by_name[0]
+        known = ", ".join(f"{h.run_id} ({h.created.name})" for h in runs[:10]) or "none yet"
+        if len(by_prefix) > 1:
+            raise UnknownRun(f"run {what!r} is ambiguous: {len(by_prefix)} run ids start with "
+                             f"it; give more characters (runs: {known})")
+        raise UnknownRun(f"no run matches {what!r} in {self.root} (by id, id prefix or name); "
+                         f"runs: {known}")
+
+
+def spec_of(history: RunHistory) -> Mapping[str, Any]:
+    """The run definition a history was created with."""
+    return history.created.spec
+
+
+__all__ = ["RunHistory", "RunStore", "UnknownRun", "clone_id", "spec_of"]

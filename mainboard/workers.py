@@ -1,0 +1,117 @@
+"""Local batch workers: ``celery worker`` subprocesses that a run starts and stops itself.
+
+Why subprocesses and not threads: a worker is what a user would start by hand
+(``celery -A mainboard.tasks.app worker -Q mainboard.batches --concurrency=1``), one
+process per core with real isolation, so the local case exercises exactly the code a
+fleet runs. The broker URL (with its password) reaches them through the environment,
+never the command line, where ``ps`` would show it. Each worker gets its own process
+group (so stopping it stops its pool child too) and, on Linux, dies with its parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from celery import Celery
+
+from mainboard.errors import IntegrationFailed
+from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
+
+STOP_TIMEOUT_S = 15.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the parent dies (Linux), never orphaned."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def worker_command(node: str, queue: str = BATCH_QUEUE, concurrency: int = 1) -> list[str]:
+    """The ``celery worker`` command line of one local worker (no secrets in it)."""
+    return [sys.executable, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
+            f"--concurrency={concurrency}", "-Q", queue, "-n", node, "--pool=prefork",
+            "--without-mingle", "--without-gossip", "--loglevel=INFO",
+            "-I", ",".join(TASK_MODULES)]
+
+
+def worker_env(broker_url: str) -> dict[str, str]:
+    """Environment of a local worker: the broker URL, and the caller's import path."""
+    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "MAINBOARD_BROKER_URL": broker_url, "PYTHONPATH": path}
+
+
+class LocalWorkers:
+    """``count`` batch workers on this machine, logs under ``log_dir``."""
+
+    def __init__(self, count: int, broker_url: str, log_dir: Path, *,
+                 queue: str = BATCH_QUEUE, prefix: str = "mb",
+                 env: Mapping[str, str] | None = None) -> None:
+        self.count, self.broker_url, self.queue = count, broker_url, queue
+        self.extra_env = dict(env or {})
+        self.log_dir = Path(log_dir)
+        tag = uuid.uuid4().hex[:8]
+        self.nodes = [f"{prefix}-{tag}-{i}@%h" for i in range(count)]
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> LocalWorkers:
+        """Launch every worker (they connect and start consuming on their own)."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**worker_env(self.broker_url), **self.extra_env}
+        for node in self.nodes:
+            log = self.log_dir / f"{node.split('@')[0]}.log"
+            with open(log, "ab") as out:
+                self.procs.append(subprocess.Popen(
+                    worker_command(node, self.queue), stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                    preexec_fn=_die_with_parent if sys.platform == "linux" else None))
+        return self
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Warm shutdown (finish the task in hand), then SIGKILL whatever is left."""
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        self.procs.clear()
+
+    def check(self) -> None:
+        """Raise when every local worker has exited (e.g. a broken install): nothing would run."""
+        codes = [proc.poll() for proc in self.procs]
+        if codes and all(code is not None for code in codes):
+            raise IntegrationFailed(f"all {len(codes)} local workers exited (exit codes "
+                                    f"{codes}); see their logs in {self.log_dir}")
+
+    def __enter__(self) -> LocalWorkers:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def fleet_size(app: Celery, queue: str = BATCH_QUEUE, timeout: float = 1.0) -> int:
+    """How many running workers consume ``queue`` (asks them over the broker)."""
+    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    return sum(any(q.get("name") == queue for q in queues) for queues in replies.values())
+
+
+__all__ = ["LocalWorkers", "fleet_size", "worker_command", "worker_env"]

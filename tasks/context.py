@@ -1,0 +1,232 @@
+"""What a batch task needs besides its compact arguments, kept per worker process.
+
+Why here and not in the message: the run spec and the sampler state of iteration k are
+the same for every batch of that iteration, so the coordinator publishes them once in
+Redis and each worker process fetches them once, cached by (run, iteration). Also here:
+the claim a running batch holds (a short-TTL key refreshed by a heartbeat thread, so the
+coordinator notices a dead worker in seconds, not after the broker's visibility
+timeout), and the set-if-absent writes that make a batch count exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from mainboard import keys
+from mainboard.integrators.samplers import Sampler, restore_sampler
+from mainboard.integrators.stages import Run, build_run
+from mainboard.tasks import codec
+
+CLAIM_TTL_MS = 3000  # a claim not refreshed for this long means its worker is gone
+HEARTBEAT_S = 1.0
+_CACHE_SIZE = 4
+
+# Atomic end of a batch: store only while the iteration is live (its sampler key exists),
+# at most once per batch (HSETNX), then signal the coordinator (LPUSH).
+# KEYS: sampler, target hash, done list, progress hash, claim. ARGV: field, payload,
+# progress field, done entry.
+_FINISH = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+redis.call('DEL', KEYS[5])
+redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
+if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 1 then
+  redis.call('LPUSH', KEYS[3], ARGV[4])
+  return 1
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class BatchRef:
+    """Which batch a message is about: the compact coordinates every stage carries."""
+
+    run: str
+    iteration: int
+    batch: int
+    n: int
+    attempt: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for the codec."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BatchRef:
+        """Inverse of :meth:`to_dict`."""
+        return cls(str(data["run"]), int(data["iteration"]), int(data["batch"]),
+                   int(data["n"]), int(data.get("attempt", 0)))
+
+    @property
+    def field(self) -> str:
+        """The progress-hash field of this attempt."""
+        return f"{self.batch}:{self.attempt}"
+
+    def __str__(self) -> str:
+        return (f"batch {self.batch} of iteration {self.iteration} of run {self.run} "
+                f"(attempt {self.attempt})")
+
+
+class Skip(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """This delivery has nothing to do: the batch is already merged or its iteration is over."""
+
+
+class _ProcessState:
+    """Redis client and caches of one worker process (rebuilt after a fork)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.clients: dict[str, redis.Redis] = {}
+        self.runs: OrderedDict[str, Run] = OrderedDict()
+        self.samplers: OrderedDict[tuple[str, int], Sampler] = OrderedDict()
+        self.lock = threading.Lock()
+
+
+_state = _ProcessState()
+
+
+def _local() -> _ProcessState:
+    global _state
+    if _state.pid != os.getpid():
+        _state = _ProcessState()
+    return _state
+
+
+def client(url: str) -> redis.Redis:
+    """This process's Redis client for ``url`` (connection pool, thread-safe)."""
+    st = _local()
+    with st.lock:
+        if url not in st.clients:
+            st.clients[url] = redis.Redis.from_url(url, socket_timeout=30,
+                                                   socket_connect_timeout=10,
+                                                   health_check_interval=25)
+        return st.clients[url]
+
+
+def _remember(cache: OrderedDict, key: Any, value: Any) -> Any:
+    cache[key] = value
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
+
+
+def load_run(r: redis.Redis, run_id: str) -> Run:
+    """The run's spec objects, from Redis on first use (a run id never changes meaning)."""
+    st = _local()
+    if run_id in st.runs:
+        st.runs.move_to_end(run_id)
+        return st.runs[run_id]
+    raw = r.get(keys.run_definition(run_id))
+    if raw is None:
+        raise Skip(f"run {run_id} is not defined in this broker (deleted?); batch skipped")
+    return _remember(st.runs, run_id, build_run(codec.loads(raw)))
+
+
+def load_sampler(r: redis.Redis, run: Run, ref: BatchRef) -> Sampler:
+    """The sampler batches of (run, iteration) draw from; stale batches are skipped."""
+    st = _local()
+    key = (ref.run, ref.iteration)
+    if key in st.samplers:
+        st.samplers.move_to_end(key)
+        return st.samplers[key]
+    raw = r.get(keys.iteration_sampler(ref.run, ref.iteration))
+    if raw is None:
+        raise Skip(f"{ref}: iteration no longer live (merged or run stopped); skipped")
+    return _remember(st.samplers, key, restore_sampler(codec.loads(raw), run.domain))
+
+
+class Claim:
+    """A short-TTL key saying "this worker is running this attempt", kept alive by a thread."""
+
+    def __init__(self, r: redis.Redis, key: str, holder: str) -> None:
+        self.r, self.key, self.holder = r, key, holder
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"claim {key}", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self.r.set(self.key, self.holder, px=CLAIM_TTL_MS)
+            except redis.RedisError:  # a missed beat only risks a harmless duplicate
+                continue
+
+    def __enter__(self) -> Claim:
+        self.r.set(self.key, self.holder, px=CLAIM_TTL_MS)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class StageContext:
+    """Everything one stage task of one batch attempt uses: Redis, run, sampler, claim."""
+
+    def __init__(self, broker_url: str, ref: BatchRef, stage: str, hostname: str | None) -> None:
+        self.ref, self.stage = ref, stage
+        self.r = client(broker_url)
+        self.holder = f"{hostname or socket.gethostname()}|{os.getpid()}|{stage}"
+
+    def load(self, check_stored: bool = True) -> None:
+        """Fetch run and sampler (cached); raise Skip for a batch already merged or stale."""
+        ref = self.ref
+        if check_stored and self.r.hexists(keys.iteration_results(ref.run, ref.iteration),
+                                           str(ref.batch)):
+            raise Skip(f"{ref}: already stored once; duplicate delivery skipped")
+        self.run = load_run(self.r, ref.run)
+        self.sampler = load_sampler(self.r, self.run, ref)
+
+    def claim(self) -> Claim:
+        """The heartbeat-kept claim on this attempt, for the duration of the stage."""
+        return Claim(self.r, keys.batch_claim(self.ref.run, self.ref.iteration, self.ref.batch,
+                                              self.ref.attempt), self.holder)
+
+    def forward(self, **data: Any) -> dict[str, Any]:
+        """The message for the next stage: the batch coordinates plus this stage's output."""
+        return {"ref": self.ref.to_dict(), **data}
+
+    def advance(self) -> None:
+        """A middle stage finished: release the claim, count the stage (liveness signal)."""
+        ref = self.ref
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.delete(keys.batch_claim(ref.run, ref.iteration, ref.batch, ref.attempt))
+            pipe.hincrby(keys.iteration_progress(ref.run, ref.iteration), ref.field, 1)
+            pipe.execute()
+
+    def _finish(self, target: str, payload: bytes, entry: str) -> bool:
+        ref = self.ref
+        script = self.r.register_script(_FINISH)
+        stored = script(keys=[keys.iteration_sampler(ref.run, ref.iteration), target,
+                              keys.iteration_done(ref.run, ref.iteration),
+                              keys.iteration_progress(ref.run, ref.iteration),
+                              keys.batch_claim(ref.run, ref.iteration, ref.batch, ref.attempt)],
+                        args=[str(ref.batch), payload, ref.field, entry])
+        return int(stored) == 1
+
+    def store_result(self, result: Mapping[str, Any]) -> bool:
+        """HSETNX the encoded BatchResult; True only for the one delivery that counts."""
+        ref = self.ref
+        return self._finish(keys.iteration_results(ref.run, ref.iteration),
+                            codec.dumps(dict(result)), str(ref.batch))
+
+    def store_error(self, exc: BaseException) -> bool:
+        """Record why this batch failed (stage, cause) so the coordinator fails the run."""
+        ref = self.ref
+        record = {"batch": ref.batch, "iteration": ref.iteration, "attempt": ref.attempt,
+                  "stage": getattr(exc, "stage", None) or self.stage,
+                  "error": type(exc).__name__, "message": str(exc),
+                  "worker": self.holder.split("|", 1)[0]}
+        return self._finish(keys.iteration_errors(ref.run, ref.iteration),
+                            codec.dumps(record), f"e:{ref.batch}")
+
+
+__all__ = ["CLAIM_TTL_MS", "HEARTBEAT_S", "BatchRef", "Claim", "Skip", "StageContext", "client"]

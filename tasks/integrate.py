@@ -1,0 +1,53 @@
+"""``mainboard.tasks.integrate``: a whole integration as one Celery task, for pipelines.
+
+Call it from any process that sees the mainboard.toml::
+
+    import mainboard.tasks
+    result = mainboard.tasks.integrate.delay(run_dict).get()   # RunResult.to_dict()
+
+The task is routed to the ``mainboard.coordinator`` queue so a coordinator, which waits
+for a whole run, never takes the slot of a batch worker. Serve that queue with::
+
+    celery -A mainboard.tasks.app worker -Q mainboard.coordinator --concurrency=2
+
+The coordinator inside the task uses the batch workers that are up (the fleet), or starts
+local ones when there are none. Runs are content-addressed: a redelivered task (its
+coordinator worker died) resumes from the last snapshot, and a run that already finished
+returns its stored result without integrating again. This module forwards attribute access to the task object
+(PEP 562), so ``mainboard.tasks.integrate.delay``/``.apply_async``/``.s`` are the task's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Task, shared_task
+
+from mainboard.tasks.routing import CoordinatorTask
+
+TASK_NAME = "mainboard.integrate"
+
+
+@shared_task(name=TASK_NAME, bind=True, base=CoordinatorTask, acks_late=True,
+             reject_on_worker_lost=True)
+def integrate_task(self: Task, run: Mapping[str, Any], workers: int | None = None,
+                   resume: bool = True) -> dict[str, Any]:
+    """Integrate ``run`` (a run-file dict); a redelivered task resumes from the last snapshot."""
+    from mainboard.runner import integrate
+
+    result = integrate(dict(run), workers=workers, broker_url=self.app.conf.broker_url,
+                       resume=resume)
+    return result.to_dict()
+
+
+def __getattr__(name: str) -> Any:
+    """Forward ``delay``, ``apply_async``, ``s`` ... to the task bound to the process-wide app."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from mainboard.tasks.app import get_app
+
+    return getattr(get_app().tasks[TASK_NAME], name)
+
+
+__all__ = ["TASK_NAME", "integrate_task"]

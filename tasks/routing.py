@@ -1,0 +1,45 @@
+"""Which queue a mainboard task goes to when the caller does not say.
+
+Celery deprecates the ``queue`` task attribute in favour of ``task_routes``; a base class
+that fills in the queue at send time keeps ``task.delay(...)`` routed correctly in any
+app, including one that a user configured without our routes. An explicit ``queue=``
+option or the app's ``task_routes`` still win.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from celery import Task
+
+from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE
+
+
+class QueueTask(Task):
+    """Sends to ``default_queue`` unless a ``queue`` option or ``task_routes`` decide."""
+
+    default_queue: ClassVar[str] = BATCH_QUEUE
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
+                    producer: Any = None, link: Any = None, link_error: Any = None,
+                    shadow: str | None = None, **options: Any) -> Any:
+        """Celery's apply_async with our queue as the default destination."""
+        if "queue" not in options and not self.app.conf.task_routes:
+            options["queue"] = self.default_queue
+        return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow,
+                                   **options)
+
+
+class BatchTask(QueueTask):
+    """Per-batch stage tasks: the batch queue."""
+
+    default_queue = BATCH_QUEUE
+
+
+class CoordinatorTask(QueueTask):
+    """Whole-run tasks: the coordinator queue, so they never hold a batch worker's slot."""
+
+    default_queue = COORDINATOR_QUEUE
+
+
+__all__ = ["BatchTask", "CoordinatorTask", "QueueTask"]

@@ -1,0 +1,167 @@
+"""The per-batch Celery tasks: each a few lines over :mod:`mainboard.integrators.stages`.
+
+A batch travels as a chain ``sample | materialise | transform | evaluate | accumulate``
+(``transform`` only when the run has transforms) or ``sample | fused`` when the run sets
+``fuse = true``. Every message carries ``ref`` (run, iteration, batch, n, attempt); the
+run spec and the iteration's sampler come from Redis (see :mod:`mainboard.tasks.context`).
+The last task of a chain stores the BatchResult with HSETNX (exactly once) and signals
+the coordinator. A stage that raises records an error naming the batch, stage and cause
+(the coordinator fails the run) and the worker carries on with the next message.
+
+Each task is also callable on its own, e.g. ``mainboard.tasks.sample.delay(run_id, 0, 0, 1000)``
+once the coordinator has published the run and the iteration's sampler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+from celery import Task, shared_task
+from celery.exceptions import Ignore
+
+from mainboard.integrators import stages
+from mainboard.integrators.domain import Batch
+from mainboard.integrators.seeding import LatentBatch
+from mainboard.integrators.stages import BatchResult
+from mainboard.tasks import STAGE_PREFIX
+from mainboard.tasks.context import BatchRef, Skip, StageContext
+from mainboard.tasks.routing import BatchTask
+
+Message = dict[str, Any]
+
+
+def _stage_task(name: str) -> Callable[[Callable[..., Any]], Any]:
+    """Register a batch stage: its own name, the batch queue, the hardened delivery options."""
+    return shared_task(name=STAGE_PREFIX + name, bind=True, base=BatchTask,
+                       acks_late=True, reject_on_worker_lost=True)
+
+
+def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContext], Any],
+              *, final: bool = False, claim: bool = True) -> Any:
+    """Run ``body`` under a heartbeat claim; on failure record an error record, then re-raise.
+
+    A delivery with nothing to do (duplicate, stale) ends its chain quietly; called on its
+    own, the task returns ``{"ref", "stored": False, "skipped": why}`` instead. An instant
+    stage (``claim=False``) skips the heartbeat claim and only reports its progress; a lost
+    one is noticed because later batches overtake it (see :mod:`mainboard.liveness`).
+    """
+    ctx = StageContext(task.app.conf.broker_url, ref, stage, task.request.hostname)
+    try:
+        ctx.load(check_stored=claim)  # an instant stage leaves the check to the next one
+        with ctx.claim() if claim else nullcontext():
+            out = body(ctx)
+    except Skip as skip:
+        if task.request.chain:
+            raise Ignore(str(skip)) from None
+        return ctx.forward(stored=False, skipped=str(skip))
+    except Exception as exc:
+        ctx.store_error(exc)
+        raise
+    if not final:
+        ctx.advance()
+    return out
+
+
+def _ref(message: Mapping[str, Any]) -> BatchRef:
+    return BatchRef.from_dict(message["ref"])
+
+
+def _latent(message: Mapping[str, Any]) -> LatentBatch:
+    return LatentBatch.from_dict(message["latent"])
+
+
+def _pack(arr: np.ndarray) -> Any:
+    """An array for the wire, keeping a Fortran layout (sent transposed, C-contiguous)."""
+    if arr.ndim == 2 and arr.flags.f_contiguous and not arr.flags.c_contiguous:
+        return {"T": arr.T}
+    return arr
+
+
+def _unpack(value: Any) -> np.ndarray:
+    return value["T"].T if isinstance(value, dict) else value
+
+
+def pack_batch(batch: Batch) -> dict[str, Any]:
+    """A Batch as codec data with every array's memory layout kept.
+
+    Why: numpy reductions (e.g. a row sum inside an integrand) may add in a different order
+    for C- and F-ordered inputs, so a layout change between stages could change the last bit
+    and break the bit-identity of chained and fused stages.
+    """
+    return {"x": _pack(batch.x), "idx": _pack(batch.idx), "weights": batch.weights,
+            "aux": {k: _pack(v) for k, v in batch.aux.items()}}
+
+
+def unpack_batch(data: Mapping[str, Any]) -> Batch:
+    """Inverse of :func:`pack_batch`."""
+    return Batch.from_dict({"x": _unpack(data["x"]), "idx": _unpack(data["idx"]),
+                            "weights": data["weights"],
+                            "aux": {k: _unpack(v) for k, v in data.get("aux", {}).items()}})
+
+
+def _batch(message: Mapping[str, Any]) -> Batch:
+    return unpack_batch(message["batch"])
+
+
+def _evaluate(c: StageContext, message: Mapping[str, Any], batch: Batch) -> dict[str, Any]:
+    return stages.evaluate(c.run, c.sampler, _latent(message), batch).to_dict()
+
+
+def _store(c: StageContext, result: Mapping[str, Any]) -> Message:
+    stored = c.store_result(result)
+    return c.forward(stored=stored)
+
+
+@_stage_task("sample")
+def sample(self: Task, run_id: str, iteration: int, batch_index: int, n: int,
+           attempt: int = 0) -> Message:
+    """Stage 1: the compact latent batch (seed coordinates and size, no arrays)."""
+    ref = BatchRef(run_id, iteration, batch_index, n, attempt)
+    return run_stage(self, ref, "sample", lambda c: c.forward(latent=stages.sample(
+        c.run, c.sampler, iteration, batch_index, n).to_dict()), claim=False)
+
+
+@_stage_task("materialise")
+def materialise(self: Task, message: Message) -> Message:
+    """Stage 2: concrete points, indices and weights, validated against the domain."""
+    return run_stage(self, _ref(message), "materialise", lambda c: c.forward(
+        latent=message["latent"],
+        batch=pack_batch(stages.materialise(c.run, c.sampler, _latent(message)))))
+
+
+@_stage_task("transform")
+def transform(self: Task, message: Message) -> Message:
+    """Stage 3: the run's transforms in order, the batch validated after each."""
+    return run_stage(self, _ref(message), "transform", lambda c: c.forward(
+        latent=message["latent"], batch=pack_batch(stages.transform(c.run, _batch(message)))))
+
+
+@_stage_task("evaluate")
+def evaluate(self: Task, message: Message) -> Message:
+    """Stage 4: integrand values reduced to a BatchResult (partial sums, training data)."""
+    return run_stage(self, _ref(message), "evaluate", lambda c: c.forward(
+        result=_evaluate(c, message, _batch(message))))
+
+
+@_stage_task("accumulate")
+def accumulate(self: Task, message: Message) -> Message:
+    """Stage 5: store the BatchResult once (HSETNX) and signal the coordinator."""
+    return run_stage(self, _ref(message), "accumulate", lambda c: _store(
+        c, BatchResult.from_dict(message["result"]).to_dict()), final=True)
+
+
+@_stage_task("fused")
+def fused(self: Task, message: Message) -> Message:
+    """materialise -> transform -> evaluate -> accumulate in one task, same pure functions."""
+    def body(c: StageContext) -> Message:
+        batch = stages.transform(c.run, stages.materialise(c.run, c.sampler, _latent(message)))
+        return _store(c, _evaluate(c, message, batch))
+
+    return run_stage(self, _ref(message), "fused", body, final=True)
+
+
+__all__ = ["accumulate", "evaluate", "fused", "materialise", "pack_batch", "run_stage", "sample",
+           "transform", "unpack_batch"]

@@ -1,0 +1,217 @@
+"""A worker killed with SIGKILL mid-run loses nothing; liveness decisions in isolation.
+
+The kill tests run real `celery worker` subprocesses on a real Redis and kill one of two
+mid-batch: only its pool child (the worker master survives and Celery requeues), or the
+whole process group (as when a node dies; Redis would hold the message for the whole
+visibility timeout). The coordinator must notice through the batch's heartbeat claim,
+re-send, and end with exactly the undisturbed run's numbers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import mainboard
+from mainboard import keys
+from mainboard.config import Config
+from mainboard.errors import IntegrationFailed
+from mainboard.liveness import FIFO_GRACE_S, QUEUE_FLOOR_S, Liveness, LostBatch, Timing
+from mainboard.runner import load_spec
+from mainboard.workers import LocalWorkers
+from tests.integration import fleet_iter, slow_spec, write_workspace
+from tests.services import RedisServer
+from tests.test_coordinator_determinism import same_numbers
+
+SLOW = slow_spec(0.3, stop={"max_samples": 160_000})  # 4 iterations of 4 batches of 0.3 s
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, redis_server: RedisServer) -> Config:
+    return write_workspace(tmp_path / "ws", redis_server)
+
+
+@pytest.fixture
+def fleet(redis_server: RedisServer, tmp_path: Path) -> Iterator[LocalWorkers]:
+    yield from fleet_iter(2, redis_server, tmp_path / "fleet")
+
+
+def wait_for_claim(r: redis.Redis, run_id: str, stage: str, timeout: float = 60
+                   ) -> tuple[str, int]:
+    """(worker node, pool pid) of a live claim on ``stage`` from iteration 1 on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for key in r.scan_iter(match=f"{keys.PREFIX}run:{run_id}:it:*:claim:*"):
+            holder = r.get(key)
+            iteration = int(key.decode().split(":it:")[1].split(":")[0])
+            if holder and iteration >= 1:
+                node, pid, held = holder.decode().split("|")
+                if held == stage:
+                    return node, int(pid)
+        time.sleep(0.02)
+    raise TimeoutError(f"no worker claimed a {stage} stage of run {run_id}")
+
+
+def timed(run: dict[str, Any], workspace: Config) -> tuple[Any, float]:
+    began = time.monotonic()
+    result = mainboard.integrate(run, workers=0, config=workspace)
+    return result, time.monotonic() - began
+
+
+@pytest.mark.live
+@pytest.mark.parametrize(("victim", "fuse"), [("pool_child", True), ("whole_worker", False)])
+def test_worker_killed_mid_batch_loses_nothing(victim: str, fuse: bool, workspace: Config,
+                                               fleet: LocalWorkers, redis_server: RedisServer,
+                                               tmp_path: Path) -> None:
+    run = {**SLOW, "batching": {**SLOW["batching"], "fuse": fuse}}
+    undisturbed, undisturbed_s = timed(run, workspace)
+
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.update(zip(
+        ("result", "seconds"), timed(run, workspace), strict=True)), daemon=True)
+    thread.start()
+    r = redis.Redis.from_url(redis_server.url)
+    node, pool_pid = wait_for_claim(r, undisturbed.run_id, "fused" if fuse else "evaluate")
+    index = [n.replace("%h", "") for n in fleet.nodes].index(node.split("@")[0] + "@")
+    master = fleet.procs[index]
+    if victim == "pool_child":
+        assert pool_pid != master.pid
+        os.kill(pool_pid, signal.SIGKILL)
+    else:
+        os.killpg(master.pid, signal.SIGKILL)
+    thread.join(120)
+    assert not thread.is_alive(), "the run did not finish after the kill"
+
+    disturbed = outcome["result"]
+    same_numbers(disturbed, undisturbed)
+    assert disturbed.samples == 160_000 and disturbed.iterations == 4
+    assert outcome["seconds"] < undisturbed_s + 30, (outcome["seconds"], undisturbed_s)
+    survivor = fleet.procs[1 - index]
+    assert survivor.poll() is None
+    if victim == "pool_child":
+        assert master.poll() is None  # the worker master lives on with a fresh pool child
+    else:
+        assert master.wait(5) == -signal.SIGKILL
+        log = tmp_path / "fleet" / f"{fleet.nodes[1 - index].split('@')[0]}.log"
+        assert "'attempt': 1" in log.read_text()  # re-sent by the coordinator, not by Redis
+
+
+@pytest.mark.live
+def test_run_fails_clearly_when_all_its_local_workers_are_gone(workspace: Config,
+                                                              redis_server: RedisServer) -> None:
+    run = slow_spec(0.3, name="orphaned", stop={"max_samples": 160_000})
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            mainboard.integrate(run, workers=1, config=workspace)
+        except IntegrationFailed as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    r = redis.Redis.from_url(redis_server.url)
+    _node, pool_pid = wait_for_claim(r, load_spec(run).run_id(), "fused")
+    master = int(Path(f"/proc/{pool_pid}/stat").read_text().rpartition(")")[2].split()[1])
+    os.killpg(master, signal.SIGKILL)  # the worker this run started, as a node failure would
+    thread.join(60)
+    assert failure, "the run did not fail"
+    assert "all 1 local workers exited" in str(failure[0])
+    assert str(workspace.state_dir / "workers") in str(failure[0])
+
+
+# ----- liveness decisions, on a manual clock ------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_expired_claim_without_progress_means_a_dead_worker() -> None:
+    clock = Clock()
+    live = Liveness(Timing(), clock=clock)
+    live.sent(0, 0)
+    live.sent(1, 0)
+    assert live.update({(0, 0): True, (1, 0): True}, {}) == []
+    clock.now += 2
+    assert live.update({(0, 0): False, (1, 0): True}, {}) == [
+        (0, "its worker stopped heartbeating")]
+    assert live.next_number(0) == 1
+
+
+def test_a_message_overtaken_by_later_batches_was_lost() -> None:
+    """FIFO queues: once batches sent later have moved for a while, an unmoved one is gone."""
+    clock = Clock()
+    live = Liveness(Timing(), clock=clock)
+    for batch in range(3):
+        live.sent(batch, 0)
+    live.update({(1, 0): True}, {(2, 0): 1})  # 1 runs, 2 finished its instant first stage
+    clock.now += FIFO_GRACE_S / 2
+    assert live.update({(1, 0): True}, {(2, 0): 1}) == []  # within the grace period
+    clock.now += FIFO_GRACE_S
+    assert live.update({(1, 0): True}, {(2, 0): 1}) == [
+        (0, "overtaken by later batches (its message was lost)")]
+
+
+def test_claim_released_by_a_finished_stage_is_not_a_death() -> None:
+    clock = Clock()
+    live = Liveness(Timing(), clock=clock)
+    live.sent(0, 0)
+    live.update({(0, 0): True}, {})
+    clock.now += 1
+    assert live.update({(0, 0): False}, {(0, 0): 1}) == []  # handed on to its next stage
+    assert live.watched()[0].state == "queued"
+
+
+def test_never_started_batch_is_resent_after_an_adaptive_deadline() -> None:
+    clock = Clock()
+    timing = Timing()
+    live = Liveness(timing, clock=clock)
+    for batch in range(3):
+        live.sent(batch, 0)
+    live.update({(0, 0): True}, {})  # a worker exists: batch 0 runs
+    clock.now += 4
+    live.finished(0)
+    assert timing.batch_s == pytest.approx(4.0)
+    clock.now += QUEUE_FLOOR_S - 1
+    assert live.update({(1, 0): True}, {}) == []
+    deadline = timing.queue_deadline(1)
+    assert deadline > QUEUE_FLOOR_S  # 4 x 4 s x (1 + 1 queued / 1 worker)
+    clock.now += deadline
+    assert [b for b, _ in live.update({(1, 0): True}, {})] == [2]
+
+
+def test_straggler_gets_a_duplicate_when_nothing_waits() -> None:
+    clock = Clock()
+    timing = Timing(batch_s=1.0, workers=2)
+    live = Liveness(timing, clock=clock)
+    live.sent(0, 0)
+    live.update({(0, 0): True}, {})
+    clock.now += timing.straggler_after() + 1
+    assert [b for b, _ in live.update({(0, 0): True}, {})] == [0]
+    live.sent(0, 1)
+    clock.now += 60  # one duplicate is enough while both live
+    assert live.update({(0, 0): True, (0, 1): True}, {}) == []
+
+
+def test_a_batch_that_keeps_killing_workers_fails_the_run() -> None:
+    clock = Clock()
+    live = Liveness(Timing(), clock=clock, max_attempts=2)
+    for attempt in range(2):
+        live.sent(0, attempt)
+        live.update({(0, attempt): True}, {})
+        clock.now += 1
+    with pytest.raises(LostBatch, match="batch 0 was lost 2 times"):
+        live.update({(0, 0): False, (0, 1): False}, {})

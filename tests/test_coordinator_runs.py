@@ -1,0 +1,225 @@
+"""`mainboard integrate` and `mainboard runs` as a user runs them: real processes, real Redis.
+
+A coordinator killed with SIGKILL mid-run is resumed from its last receipt and ends with
+the uninterrupted numbers; a clone branches from any snapshot under a new id; bad run
+files exit 2 with one line naming the key and what is valid.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import mainboard
+from mainboard import keys
+from mainboard.config import Config
+from mainboard.errors import UserError
+from mainboard.integrators.driver import integrate_local
+from mainboard.receipts import IterationDone, Receipts
+from mainboard.workers import LocalWorkers
+from tests.integration import GAUSS_4D, fleet_iter, slow_spec, spec, subprocess_env, write_workspace
+from tests.services import RedisServer
+from tests.workspace import run_cli
+
+REQUIRED_KEYS = {"run_id", "estimate", "error", "chi2_dof", "q", "samples", "iterations",
+                 "nan_count", "wall_s", "exact"}
+
+
+def toml(data: dict[str, Any]) -> str:
+    """A RUN.toml for a run dict (tables of scalars and lists; enough for these specs)."""
+    def value(v: Any) -> str:
+        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+
+    lines = [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict | list)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines.append(f"[{name}]")
+            for k, v in table.items():
+                if isinstance(v, dict):
+                    inline = ", ".join(f"{ik} = {value(iv)}" for ik, iv in v.items())
+                    lines.append(f"{k} = {{ {inline} }}")
+                else:
+                    lines.append(f"{k} = {value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
+    return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
+
+
+@pytest.fixture(scope="module")
+def fleet(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[LocalWorkers]:
+    yield from fleet_iter(2, redis_server, tmp_path_factory.mktemp("fleet"))
+
+
+def cli(workspace: Config, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    assert workspace.path is not None
+    return run_cli(workspace.path, *args, env=subprocess_env(), timeout=timeout)
+
+
+def write_run(workspace: Config, name: str, data: dict[str, Any]) -> Path:
+    path = workspace.root / f"{name}.toml"
+    path.write_text(toml(data))
+    return path
+
+
+@pytest.mark.live
+def test_integrate_json_prints_one_object_with_the_result(workspace: Config,
+                                                          fleet: LocalWorkers) -> None:
+    run = spec(GAUSS_4D, name="cli-json")
+    done = cli(workspace, "integrate", str(write_run(workspace, "cli-json", run)),
+               "--workers", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert REQUIRED_KEYS <= set(got)
+    local = integrate_local(run)
+    assert (got["run_id"], got["estimate"], got["error"], got["samples"], got["iterations"],
+            got["nan_count"]) == (local.run_id, local.estimate, local.error, 120_000, 3, 0)
+    assert got["exact"] == local.exact and got["chi2_dof"] == local.chi2_dof
+    assert "cli-json: iteration 3: 120,000 samples" in done.stderr  # progress, not on stdout
+
+    human = cli(workspace, "integrate", str(write_run(workspace, "cli-json", run)),
+                "--workers", "0")
+    assert human.returncode == 0, human.stderr
+    assert f"run       {local.run_id} (cli-json)" in human.stdout
+    assert "exact     " in human.stdout and "chi2/dof" in human.stdout
+
+
+@pytest.mark.live
+def test_killed_coordinator_is_resumed_to_the_uninterrupted_result(workspace: Config) -> None:
+    run = slow_spec(0.25, name="resume-me", stop={"max_samples": 200_000})
+    path = write_run(workspace, "resume-me", run)
+    reference = integrate_local({**run, "integrand": {**run["integrand"], "params": {
+        "delay": 0.0, "a": 4.0}}})  # same values without the sleeping
+    assert workspace.path is not None
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+         str(path), "--workers", "2"], env=subprocess_env(), cwd=workspace.root,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_id = spec_id(run)
+    receipts = Receipts(workspace.state_dir / "runs" / run_id / "receipts.ndjson")
+    deadline = time.monotonic() + 90
+    while not any(isinstance(p, IterationDone) and p.iteration == 1 for p in receipts.read()):
+        assert time.monotonic() < deadline and coordinator.poll() is None, "no iteration 1"
+        time.sleep(0.02)
+    coordinator.send_signal(signal.SIGKILL)
+    assert coordinator.wait(10) == -signal.SIGKILL
+
+    listed = {r["run_id"]: r for r in json.loads(cli(workspace, "runs", "list", "--json").stdout)}
+    assert listed[run_id]["status"] == "unfinished" and 1 <= listed[run_id]["iterations"] < 5
+
+    resumed = cli(workspace, "runs", "resume", "resume-me", "--workers", "2", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    got = json.loads(resumed.stdout)
+    assert (got["estimate"], got["error"], got["chi2_dof"], got["samples"], got["iterations"]) == \
+        (reference.estimate, reference.error, reference.chi2_dof, 200_000, 5)
+
+    shown = json.loads(cli(workspace, "runs", "show", run_id[:6], "--json").stdout)
+    assert shown["status"] == "finished" and shown["resumed_from"]
+    assert [h["iteration"] for h in shown["history"]] == [1, 2, 3, 4, 5]
+
+
+def spec_id(run: dict[str, Any]) -> str:
+    from mainboard.runner import load_spec
+
+    return load_spec(run).run_id()
+
+
+@pytest.mark.live
+def test_clone_branches_from_a_snapshot_with_a_new_id(workspace: Config,
+                                                      fleet: LocalWorkers) -> None:
+    run = spec(GAUSS_4D, name="parent", stop={"max_samples": 160_000})
+    parent = cli(workspace, "integrate", str(write_run(workspace, "parent", run)),
+                 "--workers", "0", "--json")
+    assert parent.returncode == 0, parent.stderr
+    original = json.loads(parent.stdout)
+
+    same = cli(workspace, "runs", "clone", original["run_id"], "--from-iteration", "2",
+               "--workers", "0", "--json")
+    assert same.returncode == 0, same.stderr
+    branch = json.loads(same.stdout)
+    assert branch["run_id"] != original["run_id"]
+    assert (branch["estimate"], branch["error"], branch["samples"]) == \
+        (original["estimate"], original["error"], 160_000)  # same seeds from iteration 3 on
+
+    longer = cli(workspace, "runs", "clone", original["run_id"], "--from-iteration", "4",
+                 "--max-samples", "240000", "--workers", "0", "--json")
+    assert longer.returncode == 0, longer.stderr
+    extended = json.loads(longer.stdout)
+    assert extended["samples"] == 240_000 and extended["iterations"] == 6
+    assert extended["run_id"] not in (original["run_id"], branch["run_id"])
+    shown = cli(workspace, "runs", "show", extended["run_id"])
+    assert f"clone of   {original['run_id']} after iteration 4" in shown.stdout
+
+    missing = cli(workspace, "runs", "clone", original["run_id"], "--from-iteration", "9")
+    assert missing.returncode == 2
+    assert "no snapshot after iteration 9; valid: 0 (from the start), 1, 2, 3, 4" in \
+        missing.stderr
+    listed = cli(workspace, "runs", "list")
+    assert original["run_id"] in listed.stdout and "finished" in listed.stdout
+
+
+BAD_RUNS: dict[str, tuple[Callable[[dict[str, Any]], None], str, str]] = {
+    "unknown key": (lambda d: d["stop"].update(max_sample=5), "stop.max_sample",
+                    "valid: absolute_error, max_iterations, max_samples"),
+    "wrong type": (lambda d: d.update(seed="seven"), "seed", "(got 'seven')"),
+    "no stop condition": (lambda d: d.update(stop={"min_samples": 5}), "stop",
+                          "needs at least one stop condition"),
+    "unknown integrand kind": (lambda d: d["integrand"].update(kind="genz.gauss"),
+                               "integrand.kind", "valid: genz.oscillatory"),
+    "parameter count": (lambda d: d["integrand"].update(a=[1.0]), "integrand.a",
+                        "needs 4 entries"),
+    "out of range": (lambda d: d["sampler"].update(bins=1), "sampler.bins",
+                     "greater than or equal to 2"),
+}
+
+
+@pytest.mark.parametrize("case", [*sorted(BAD_RUNS), "toml syntax"])
+def test_bad_run_files_exit_2_with_one_clear_line(case: str, workspace: Config) -> None:
+    path = workspace.root / f"bad-{case.replace(' ', '-')}.toml"
+    if case == "toml syntax":
+        path.write_text("[stop\n")
+        key, hint = "", "invalid TOML"
+    else:
+        data = spec(GAUSS_4D, name="bad")
+        mutate, key, hint = BAD_RUNS[case]
+        mutate(data)
+        path.write_text(toml(data))
+    done = cli(workspace, "integrate", str(path), "--workers", "0")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mainboard: error: {path}:"), lines
+    assert f": {key}: " in lines[0] if key else True, lines[0]
+    assert hint in lines[0], lines[0]
+
+
+def test_missing_run_file_and_unknown_run(workspace: Config) -> None:
+    done = cli(workspace, "integrate", str(workspace.root / "nope.toml"))
+    assert done.returncode == 2 and "run file not found" in done.stderr
+    unknown = cli(workspace, "runs", "show", "no-such-run")
+    assert unknown.returncode == 2 and "no run matches 'no-such-run'" in unknown.stderr
+
+
+def test_a_run_held_by_a_live_coordinator_is_refused(workspace: Config,
+                                                     redis_server: RedisServer) -> None:
+    run = spec(GAUSS_4D, name="held")
+    r = redis.Redis.from_url(redis_server.url)
+    lease = keys.run_lease(spec_id(run))
+    r.set(lease, "elsewhere:4242:token", ex=30)
+    try:
+        with pytest.raises(UserError, match="run .* is being coordinated by pid 4242 on "
+                           "elsewhere; wait for it"):
+            mainboard.integrate(run, workers=0, config=workspace)
+    finally:
+        r.delete(lease)

@@ -1,0 +1,53 @@
+"""Local workers as `mainboard integrate` starts them: secrets stay off the command line."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+
+from mainboard.config import Config
+from mainboard.runstore import RunStore, UnknownRun
+from mainboard.workers import LocalWorkers
+from tests.integration import write_workspace
+from tests.services import RedisServer, start_redis
+from tests.workspace import run_cli
+
+
+@pytest.mark.live
+def test_broker_password_reaches_workers_by_environment_only(tmp_path: Path) -> None:
+    password = "pw-" + secrets.token_hex(12)
+    server = start_redis(tmp_path / "redis", password=password)
+    workers = LocalWorkers(1, server.url, tmp_path / "logs")
+    try:
+        workers.start()
+        pid = workers.procs[0].pid
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+        environ = Path(f"/proc/{pid}/environ").read_bytes().decode()
+        assert password not in cmdline and "-Q\0mainboard.batches" in cmdline
+        assert f"MAINBOARD_BROKER_URL={server.url}" in environ.split("\0")
+        log = tmp_path / "logs" / f"{workers.nodes[0].split('@')[0]}.log"
+        deadline = time.monotonic() + 60
+        while not (log.exists() and " ready." in log.read_text()):  # it authenticated
+            assert workers.procs[0].poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "worker not ready after 60 s"
+            time.sleep(0.1)
+        text = log.read_text()
+        assert " ready." in text and password not in text
+    finally:
+        workers.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("hostile", ["a'; echo pwned", "../../etc", "x y", "-rf", ".hidden"])
+def test_hostile_run_names_are_refused(hostile: str, tmp_path: Path,
+                                       redis_server: RedisServer) -> None:
+    workspace: Config = write_workspace(tmp_path / "ws", redis_server)
+    with pytest.raises(UnknownRun, match="no run matches"):
+        RunStore(workspace.state_dir).find(hostile)
+    assert workspace.path is not None
+    done = run_cli(workspace.path, "runs", "show", "--", hostile)
+    assert done.returncode == 2 and "no run matches" in done.stderr
+    assert "pwned" not in done.stdout
