@@ -39,13 +39,21 @@ def cli(ctx: click.Context, debug: bool, config_path: str | None) -> None:
 
 
 def _register() -> None:
+    from mainboard.cli.batch import batch
     from mainboard.cli.broker import broker
     from mainboard.cli.compute import compute
     from mainboard.cli.config import config
     from mainboard.cli.facts import facts
+    from mainboard.cli.flower import flower
+    from mainboard.cli.integrate import integrate
+    from mainboard.cli.jobs import jobs
+    from mainboard.cli.monitor import monitor
     from mainboard.cli.run import run
+    from mainboard.cli.runs import runs
+    from mainboard.cli.submit import submit
 
-    for command in (run, facts, compute, broker, config):
+    for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
+                    monitor, batch):
         cli.add_command(command)
 
 
