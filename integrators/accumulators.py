@@ -63,7 +63,9 @@ class Partial:
         if count == 0:
             return cls(n, 0, np.zeros(wf.shape[1]), np.zeros(wf.shape[1]), n), finite
         mean = used.sum(axis=0) / count
-        m2 = ((used - mean) ** 2).sum(axis=0)
+        dev = used - mean
+        dev *= dev
+        m2 = dev.sum(axis=0)
         return cls(n, count, mean, m2, n - count), finite
 
     def merge(self, other: Partial) -> Partial:

@@ -59,9 +59,8 @@ class DiscreteSampler(Sampler):
         """Channel by p, then the point from that channel's (or the shared) grid."""
         rng = latent.rng()
         flat = self._draw_channels(rng, latent.n)
-        y = rng.random((self.domain.continuous, latent.n))
         group = flat if self.tables.groups > 1 else None
-        x, jac, bins = self.tables.map(y, group)
+        x, jac, bins = self.tables.draw(rng, latent.n, group)
         weights = jac / self.probs[flat]
         return Batch(x=x.T, idx=self.domain.unflatten(flat), weights=weights,
                      aux={"bins": bins.T, "channel": flat.astype(np.int32)})

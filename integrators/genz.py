@@ -17,32 +17,56 @@ Array = np.ndarray
 
 def _lin(x: Array, a: Array) -> Array:
     """sum_i a_i x_i per row, as an explicit reduction (no BLAS, so results are reproducible)."""
-    return (x * a).sum(axis=1)
+    t = x * a
+    return t.sum(axis=1)
+
+
+def _shifted(x: Array, u: Array) -> Array:
+    """x - u as a new array the callers below then transform in place (one temporary)."""
+    return np.subtract(x, u)
 
 
 def oscillatory(x: Array, a: Array, u: Array) -> Array:
     """cos(2 pi u_1 + sum a_i x_i)."""
-    return np.cos(2.0 * math.pi * u[0] + _lin(x, a))
+    s = _lin(x, a)
+    s += 2.0 * math.pi * u[0]
+    return np.cos(s, out=s)
 
 
 def product_peak(x: Array, a: Array, u: Array) -> Array:
     """prod 1 / (a_i^-2 + (x_i - u_i)^2)."""
-    return np.prod(1.0 / (a ** -2.0 + (x - u) ** 2), axis=1)
+    t = _shifted(x, u)
+    t *= t
+    t += a ** -2.0
+    np.reciprocal(t, out=t)
+    return np.prod(t, axis=1)
 
 
 def corner_peak(x: Array, a: Array, u: Array) -> Array:
     """(1 + sum a_i x_i)^-(d+1)."""
-    return (1.0 + _lin(x, a)) ** (-(x.shape[1] + 1.0))
+    s = _lin(x, a)
+    s += 1.0
+    return np.power(s, -(x.shape[1] + 1.0), out=s)
 
 
 def gaussian(x: Array, a: Array, u: Array) -> Array:
     """exp(-sum a_i^2 (x_i - u_i)^2)."""
-    return np.exp(-(((x - u) * a) ** 2).sum(axis=1))
+    t = _shifted(x, u)
+    t *= a
+    t *= t
+    s = t.sum(axis=1)
+    np.negative(s, out=s)
+    return np.exp(s, out=s)
 
 
 def continuous(x: Array, a: Array, u: Array) -> Array:
     """exp(-sum a_i |x_i - u_i|)."""
-    return np.exp(-(np.abs(x - u) * a).sum(axis=1))
+    t = _shifted(x, u)
+    np.abs(t, out=t)
+    t *= a
+    s = t.sum(axis=1)
+    np.negative(s, out=s)
+    return np.exp(s, out=s)
 
 
 def discontinuous(x: Array, a: Array, u: Array) -> Array:
@@ -50,7 +74,10 @@ def discontinuous(x: Array, a: Array, u: Array) -> Array:
     outside = x[:, 0] > u[0]
     if x.shape[1] > 1:
         outside |= x[:, 1] > u[1]
-    return np.where(outside, 0.0, np.exp(_lin(x, a)))
+    s = _lin(x, a)
+    np.exp(s, out=s)
+    s[outside] = 0.0
+    return s
 
 
 # ------------------------------------------------------------------ exact integrals

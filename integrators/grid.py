@@ -10,8 +10,11 @@ sample counts: plain arrays that add across batches, so any number of workers ca
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import numpy as np
+
+from mainboard.integrators.chunking import row_slices
 
 TINY = 10.0 ** (sys.float_info.min_10_exp + 50)
 ONE_BELOW = np.nextafter(1.0, 0.0)
@@ -34,51 +37,106 @@ class GridTables:
         self.bin_dtype = np.int16 if self.bins <= np.iinfo(np.int16).max else np.int32
         self.offsets = (np.arange(self.dim, dtype=np.intp) * self.bins)[:, None]
 
-    def flat_index(self, bins: np.ndarray, group: np.ndarray | None) -> np.ndarray:
-        """Index into the flattened (G, d, N) tables for bins (d, n) and groups (n,)."""
-        k = bins + self.offsets  # promotes to intp: a new array, bins untouched
-        if group is not None and self.groups > 1:
-            k += (group.astype(np.intp) * (self.dim * self.bins))[None, :]
-        return k
-
     def map(self, y: np.ndarray, group: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Uniform y (d, n) -> points x (d, n), Jacobians (n,), bin numbers (d, n).
 
         Dimension-major layout: every per-dimension operation runs over contiguous memory, and
-        the product of the d Jacobian factors is a fast reduction over the first axis.
+        the product of the d Jacobian factors is a fast reduction over the first axis. Works
+        in fixed row slices (see :mod:`~mainboard.integrators.chunking`); ``y`` is untouched.
         """
-        # y < 1 implies y * N < N after IEEE rounding, so floor(y N) is a valid bin number.
-        frac = y * self.bins
-        whole = np.floor(frac)
-        frac -= whole
-        bins = whole.astype(self.bin_dtype)
-        k = self.flat_index(bins, group)
-        width = np.take(self.width, k)
-        x = np.take(self.lower, k)
-        frac *= width
-        x += frac
-        np.minimum(x, ONE_BELOW, out=x)
-        width *= self.bins
-        jac = np.prod(width, axis=0)
+        if y.size and not (y.min() >= 0.0 and y.max() < 1.0):  # table lookups do not check
+            raise ValueError("map needs uniform numbers in [0, 1)")
+        return self._run(y.shape[1], group, lambda part, sl: np.copyto(part, y[:, sl]))
+
+    def draw(self, rng: np.random.Generator, n: int, group: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Like :meth:`map` on uniform draws from ``rng``, drawn slice by slice (a (d, rows)
+        block per slice) so no batch-sized uniform array is ever allocated."""
+        return self._run(n, group, lambda part, sl: rng.random(out=part))
+
+    def _run(self, n: int, group: np.ndarray | None,
+             fill: Callable[[np.ndarray, slice], object]
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The slice loop of map/draw: ``fill(y_part, slice)`` writes a slice's uniforms."""
+        d = self.dim
+        x = np.empty((d, n))
+        jac = np.empty(n)
+        bins = np.empty((d, n), dtype=self.bin_dtype)
+        slices = row_slices(n)
+        scratch = _Scratch(d, slices[0].stop - slices[0].start, floats=4)
+        for sl in slices:
+            k, (y, whole, width, lower) = scratch.views(sl.stop - sl.start)
+            fill(y, sl)
+            # y < 1 implies y * N < N after IEEE rounding, so floor(y N) is a valid bin number.
+            np.multiply(y, self.bins, out=y)
+            np.floor(y, out=whole)
+            np.subtract(y, whole, out=y)  # y now holds the position inside the bin
+            part_bins = bins[:, sl]
+            np.copyto(part_bins, whole, casting="unsafe")
+            self._index(part_bins, None if group is None else group[sl], k)
+            np.take(self.width, k, out=width, mode="clip")  # k is in range: no checks needed
+            np.take(self.lower, k, out=lower, mode="clip")
+            np.multiply(y, width, out=y)
+            out = x[:, sl]
+            np.add(lower, y, out=out)
+            np.minimum(out, ONE_BELOW, out=out)
+            np.multiply(width, self.bins, out=width)
+            np.prod(width, axis=0, out=jac[sl])
         return x, jac, bins
 
     def training(self, bins: np.ndarray, group: np.ndarray | None, f2: np.ndarray,
                  mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Per-bin sums of f2 and sample counts, shape (G, d, N), from bins (d, n).
 
-        ``mask`` (n,) drops samples (non-finite values) from both sums and counts.
+        ``mask`` (n,) drops samples (non-finite values) from both sums and counts. One pair
+        of bincounts per dimension and slice (no batch-sized index or weight arrays), added in
+        slice order, so the sums only depend on the batch.
         """
-        if mask is not None:
-            bins, f2 = bins[:, mask], f2[mask]
-            group = None if group is None else group[mask]
-        k = self.flat_index(bins, group).ravel()
-        size = self.groups * self.dim * self.bins
-        shape = (self.groups, self.dim, self.bins)
-        f2_rows = np.broadcast_to(f2[None, :], bins.shape).ravel()
-        sums = np.bincount(k, weights=f2_rows, minlength=size).reshape(shape)
-        counts = np.bincount(k, minlength=size).astype(np.float64).reshape(shape)
-        return sums, counts
+        groups, dim, nbins = self.groups, self.dim, self.bins
+        span = groups * nbins  # one dimension of every group: index g * N + bin
+        sums = np.zeros((dim, span))
+        counts = np.zeros((dim, span), dtype=np.intp)
+        slices = row_slices(bins.shape[1])
+        scratch = _Scratch(dim, slices[0].stop - slices[0].start, floats=0)
+        for sl in slices:
+            b, f = bins[:, sl], f2[sl]
+            g = group[sl] if group is not None and groups > 1 else None
+            if mask is not None and not mask[sl].all():
+                keep = mask[sl]
+                b, f, g = b[:, keep], f[keep], None if g is None else g[keep]
+            k, _ = scratch.views(b.shape[1])
+            np.copyto(k, b)  # one cast to the index type bincount wants, not one per call
+            if g is not None:
+                k += g * nbins
+            for j in range(dim):
+                sums[j] += np.bincount(k[j], weights=f, minlength=span)
+                counts[j] += np.bincount(k[j], minlength=span)
+        shape = (dim, groups, nbins)  # back to the tables' (G, d, N) order
+        return (np.ascontiguousarray(sums.reshape(shape).transpose(1, 0, 2)),
+                np.ascontiguousarray(counts.reshape(shape).transpose(1, 0, 2), dtype=np.float64))
+
+    def _index(self, bins: np.ndarray, group: np.ndarray | None, out: np.ndarray) -> None:
+        """Flat (G, d, N) table indices of bins (d, rows) and groups (rows,) into ``out``."""
+        np.add(bins, self.offsets, out=out)
+        if group is not None and self.groups > 1:
+            out += group * (self.dim * self.bins)
+
+
+class _Scratch:
+    """Slice-sized work arrays reused by every slice of one call (never shared across calls,
+    so concurrent threads cannot trample each other)."""
+
+    def __init__(self, dim: int, rows: int, floats: int) -> None:
+        self.dim = dim
+        self.index = np.empty(dim * rows, dtype=np.intp)
+        self.floats = np.empty((floats, dim * rows))
+
+    def views(self, rows: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Contiguous (d, rows) views: the table-index array and the float arrays."""
+        size, shape = self.dim * rows, (self.dim, rows)
+        return self.index[:size].reshape(shape), [buf[:size].reshape(shape)
+                                                  for buf in self.floats]
 
 
 def _smooth(avg: np.ndarray) -> np.ndarray:

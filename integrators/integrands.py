@@ -47,6 +47,9 @@ class Integrand:
     components: Components = 1
     exact: Exact = None
     label: str = ""
+    # True for row-wise functions that may be called on slices of a batch (built-ins); user
+    # and process integrands always get the whole batch in one call.
+    sliceable: bool = False
 
     @property
     def width(self) -> int:
@@ -145,14 +148,15 @@ def _genz(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
     big = spec.kind == "genz.corner_peak" and dim > CORNER_PEAK_MAX_EXACT_DIM
     # Discrete dimensions are summed over: each channel contributes the same integral.
     exact = None if big else exact_fn(a, u) * math.prod(discrete)
-    return Integrand(spec.kind, dim, lambda x, idx: fn(x, a, u), exact=exact, label=spec.kind)
+    return Integrand(spec.kind, dim, lambda x, idx: fn(x, a, u), exact=exact, label=spec.kind,
+                     sliceable=True)
 
 
 def _constant(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
     value = float(spec.value)
     channels = math.prod(discrete)
     return Integrand("constant", dim, lambda x, idx: np.full(x.shape[0], value),
-                     exact=value * channels, label="constant")
+                     exact=value * channels, label="constant", sliceable=True)
 
 
 def _polynomial(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
@@ -161,7 +165,8 @@ def _polynomial(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
     # np.polyval wants the highest power first.
     return Integrand("polynomial", dim,
                      lambda x, idx: np.prod(np.polyval(coeffs[::-1], x), axis=1),
-                     exact=one_d ** dim * math.prod(discrete), label="polynomial")
+                     exact=one_d ** dim * math.prod(discrete), label="polynomial",
+                     sliceable=True)
 
 
 def _peak_1d(sigma: float, u: float) -> float:
@@ -173,15 +178,21 @@ def _peak_1d(sigma: float, u: float) -> float:
 def _normal(x: np.ndarray, u: np.ndarray, sigma: float | np.ndarray) -> np.ndarray:
     """prod_i N(x_i; u_i, sigma) with sigma one number or one per row."""
     sig = sigma if np.ndim(sigma) == 0 else np.asarray(sigma)[:, None]
-    r2 = (((x - u) / sig) ** 2).sum(axis=1)
-    return np.exp(-0.5 * r2) / (math.sqrt(2 * math.pi) * np.asarray(sigma)) ** x.shape[1]
+    t = x - u
+    t /= sig
+    t *= t
+    r2 = t.sum(axis=1)
+    r2 *= -0.5
+    np.exp(r2, out=r2)
+    r2 /= (math.sqrt(2 * math.pi) * np.asarray(sigma)) ** x.shape[1]
+    return r2
 
 
 def _gaussian_peak(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
     u, sigma = _vec(spec.u, dim, 0.5), float(spec.sigma)
     exact = math.prod(_peak_1d(sigma, float(uj)) for uj in u) * math.prod(discrete)
     return Integrand("gaussian_peak", dim, lambda x, idx: _normal(x, u, sigma), exact=exact,
-                     label="gaussian_peak")
+                     label="gaussian_peak", sliceable=True)
 
 
 def _complex_exponential(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
@@ -190,7 +201,8 @@ def _complex_exponential(spec: Any, dim: int, discrete: tuple[int, ...]) -> Inte
     for aj in spec.a:
         exact *= 1.0 if aj == 0 else (complex(math.cos(aj), math.sin(aj)) - 1.0) / (1j * aj)
     return Integrand("complex_exponential", dim, lambda x, idx: np.exp(1j * (x * a).sum(axis=1)),
-                     components="complex", exact=exact, label="complex_exponential")
+                     components="complex", exact=exact, label="complex_exponential",
+                     sliceable=True)
 
 
 def _moments(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
@@ -198,7 +210,8 @@ def _moments(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
 
     exact = [(1.0 / (p + 1)) ** dim * math.prod(discrete) for p in spec.powers]
     return Integrand("moments", dim, lambda x, idx: np.prod(x[:, :, None] ** powers, axis=1),
-                     components=len(spec.powers), exact=exact, label="moments")
+                     components=len(spec.powers), exact=exact, label="moments",
+                     sliceable=True)
 
 
 def _channels(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
@@ -214,7 +227,7 @@ def _channels(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
 
     exact = math.fsum(float(coeffs[c]) * math.prod(_peak_1d(float(sigmas[c]), float(uj))
                                                    for uj in u) for c in range(channels))
-    return Integrand("channels", dim, fn, exact=exact, label="channels")
+    return Integrand("channels", dim, fn, exact=exact, label="channels", sliceable=True)
 
 
 def load_target(target: str) -> Callable[..., Any]:

@@ -143,11 +143,11 @@ class VegasSampler(Sampler):
         return {"kind": self.kind, "bins": self.bins, "alpha": self.alpha}
 
     def materialise(self, latent: LatentBatch) -> Batch:
-        """Uniform y mapped through the grid; bin numbers kept for training."""
+        """Uniform y mapped through the grid (drawn in fixed row slices, see
+        ``GridTables.draw``); bin numbers kept for training."""
         rng = latent.rng()
         idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
-        y = rng.random((self.domain.continuous, latent.n))
-        x, jac, bins = self.tables.map(y)
+        x, jac, bins = self.tables.draw(rng, latent.n)
         if factor != 1.0:
             jac *= factor
         return Batch(x=x.T, idx=idx, weights=jac, aux={"bins": bins.T})

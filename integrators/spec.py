@@ -260,7 +260,8 @@ class StopSpec(_Model):
     @model_validator(mode="after")
     def _one_required(self) -> StopSpec:
         if all(getattr(self, k) is None for k in STOP_LIMITS):
-            raise SpecError("", "needs at least one stop condition", None)
+            raise SpecError("", "needs at least one stop condition", None,
+                            valid=", ".join(STOP_LIMITS) + " (min_samples only delays a stop)")
         return self
 
 

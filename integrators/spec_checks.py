@@ -13,9 +13,10 @@ from typing import Any
 class SpecError(ValueError):
     """A cross-field check failed; ``key`` is the dotted path to blame in the run file."""
 
-    def __init__(self, key: str, message: str, value: Any = None) -> None:
+    def __init__(self, key: str, message: str, value: Any = None, valid: str | None = None
+                 ) -> None:
         super().__init__(message)
-        self.key, self.value = key, value
+        self.key, self.value, self.valid = key, value, valid
 
 
 def integrand_components(spec: Any) -> int | str:

@@ -154,6 +154,7 @@ def to_config_error(exc: ValidationError, root: type[BaseModel], *, file: str | 
         if inner.key:
             path = path + [p if not p.isdigit() else int(p) for p in inner.key.split(".")]
         message, value = str(inner), inner.value
+        valid = getattr(inner, "valid", None)
     elif etype == "string_pattern_mismatch":
         message = f"must be {PATTERN_HINTS.get(str(path[-1]), 'of the documented form')}"
     elif isinstance(value, dict | list) and len(repr(value)) > 80:

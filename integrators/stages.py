@@ -3,7 +3,10 @@
 ``sample -> materialise -> transform -> evaluate`` turns (sampler state, iteration, batch
 index, n) into a :class:`BatchResult`; :func:`process_batch` is the fused form. Results merge
 with :func:`merge_results` in batch-index order, so an iteration's numbers are bit-identical
-whichever process ran each batch and in whatever order they finished.
+whichever process ran each batch and in whatever order they finished. Inside a batch,
+materialise and evaluate work in the fixed row slices of :mod:`~mainboard.integrators.chunking`
+(cache-sized temporaries), combining per-slice sums in slice order: fused and chained stages
+on any worker add the same numbers in the same order.
 
 Process kinds (integrand, sampler, materializer, transforms in child processes) need nothing
 special from callers: each stage runs under ``run_scope(run.run_id)`` (unless the caller set
@@ -24,6 +27,7 @@ import numpy as np
 
 from mainboard.errors import ConfigError
 from mainboard.integrators.accumulators import IterationEstimate, Partial, real_columns
+from mainboard.integrators.chunking import row_slices
 from mainboard.integrators.domain import Batch, Domain, validate
 from mainboard.integrators.errors import MergeError
 from mainboard.integrators.integrands import Integrand, make_integrand
@@ -195,22 +199,55 @@ def transform(run: Run, batch: Batch) -> Batch:
 
 def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
              latent: LatentBatch | Mapping[str, Any], batch: Batch) -> BatchResult:
-    """Stage 4: integrand values -> partial sums, non-finite count and training data."""
+    """Stage 4: integrand values -> partial sums, non-finite count and training data.
+
+    Works in the fixed row slices of :mod:`~mainboard.integrators.chunking` (built-in
+    integrands are evaluated slice by slice too; user and process integrands see the whole
+    batch once), merging the slices' partial sums in slice order.
+    """
     smp, latent = _sampler(run, sampler), _latent(latent)
+    n = batch.n
+    wf2 = np.empty(n)
+    partial = Partial.empty(run.width)
+    finite: np.ndarray | None = None
     with scope(run):
-        values = run.integrand.evaluate(batch.x, batch.idx)
-    with np.errstate(over="ignore", invalid="ignore"):  # non-finite products are counted
-        wf = real_columns(values) * batch.weights[:, None]
-        wf2 = (wf * wf).sum(axis=1)
-        wf2_total = wf2.sum()
-    partial, finite = Partial.from_values(wf)
-    if not np.isfinite(wf2_total):  # keep NaN/inf (and overflowing squares) out of training
-        wf2 = np.where(np.isfinite(wf2), wf2, 0.0)
+        whole = None if run.integrand.sliceable else run.integrand.evaluate(batch.x, batch.idx)
+        for sl in row_slices(n):
+            values = (run.integrand.evaluate(batch.x[sl], batch.idx[sl]) if whole is None
+                      else whole[sl])
+            part, part_finite = _reduce(values, batch.weights[sl], wf2[sl])
+            partial = partial.merge(part)
+            if part_finite is not None:
+                if finite is None:
+                    finite = np.ones(n, dtype=bool)
+                finite[sl] = part_finite
     example = None
     if finite is not None:
         example = batch.x[int(np.flatnonzero(~finite)[0])].tolist()
     return BatchResult(latent.iteration, latent.batch_index, smp.version, partial,
                        smp.training(batch, wf2, finite), example)
+
+
+def _reduce(values: np.ndarray, weights: np.ndarray, wf2: np.ndarray
+            ) -> tuple[Partial, np.ndarray | None]:
+    """One slice: the partial sums of w f, and |w f|^2 per sample written into ``wf2``.
+
+    Non-finite |w f|^2 become 0 in ``wf2`` so NaN/inf (and overflowing squares) stay out of
+    training; the returned finite-row mask (None when all rows are finite) says which.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):  # non-finite products are counted
+        if values.ndim == 1 and not np.iscomplexobj(values):
+            wf = np.multiply(values, weights)
+            np.multiply(wf, wf, out=wf2)
+            wf = wf[:, None]
+        else:
+            wf = real_columns(values) * weights[:, None]
+            np.square(wf).sum(axis=1, out=wf2)
+        wf2_total = wf2.sum()
+    partial, finite = Partial.from_values(wf)
+    if not np.isfinite(wf2_total):
+        np.copyto(wf2, 0.0, where=~np.isfinite(wf2))
+    return partial, finite
 
 
 def process_batch(run: Run, sampler: Sampler | Mapping[str, Any], iteration: int,

@@ -8,7 +8,9 @@ reached costs only its own jobs: each is recorded as ``unreachable`` with the re
 and the others still go. Every submitted job carries ``MAINBOARD_BATCH`` and
 ``MAINBOARD_BATCH_JOB`` in its environment (and so in its own ``job.submitted`` line),
 so a dispatch interrupted between "the host accepted it" and "the batch recorded it"
-adopts the job on resume instead of sending it twice.
+adopts the job on resume instead of sending it twice. Secret-looking env values are
+never recorded (``batch.created`` names them, redacted): a dispatch reads them back
+from the fleet file, and only while it is unchanged (its sha256).
 
 Outcomes come back through the monitor sweep (``mainboard.batch_watch``): pulls and
 rental releases happen on every ``mainboard monitor`` pass, watched or not. See
@@ -26,7 +28,13 @@ from typing import TYPE_CHECKING, Any
 from mainboard.batch_fleet import Fleet, FleetJob, load_fleet
 from mainboard.batch_store import BatchStore, BatchView, UnknownBatch
 from mainboard.errors import ConfigError, HostError, HostUnreachable, MainboardError, UserError
-from mainboard.receipts import BatchCreated, BatchDispatched, BatchDispatchFailed, Payload
+from mainboard.receipts import (
+    BatchCreated,
+    BatchDispatched,
+    BatchDispatchFailed,
+    Payload,
+    redact_env,
+)
 
 if TYPE_CHECKING:
     from mainboard.board import Board
@@ -89,8 +97,44 @@ def start(board: Board, fleet: Fleet | str | Path) -> str:
     batch_id = new_uid(found.name)
     store_of(board).receipts(batch_id).append(BatchCreated(
         batch_id=batch_id, name=found.name, fleet=str(found.path), fleet_sha256=found.sha256,
-        jobs=[j.model_dump(mode="json") for j in found.jobs]))
+        jobs=[_recordable(j).model_dump(mode="json") for j in found.jobs]))
     return batch_id
+
+
+def _recordable(job: FleetJob) -> FleetJob:
+    """The job as its receipt may hold it: secret-looking env values redacted and named."""
+    shown = redact_env(job.env)
+    hidden = [k for k in job.env if shown[k] != job.env[k]]
+    return job.model_copy(update={"env": shown, "secret_env": hidden}) if hidden else job
+
+
+def _with_secrets(board: Board, view: BatchView, jobs: list[FleetJob]
+                  ) -> tuple[list[FleetJob], dict[str, str]]:
+    """``jobs`` with their real env values, read back from the fleet file they came from
+    (receipts never hold them); the names of jobs that cannot have them, with why."""
+    if not any(j.secret_env for j in jobs):
+        return jobs, {}
+    created = view.created
+    fleet: Fleet | None = None
+    why = ""
+    try:
+        fleet = load_fleet(created.fleet, board.config)
+        if fleet.sha256 != created.fleet_sha256:
+            why = f"{created.fleet} changed since batch {view.id} was created"
+    except MainboardError as exc:
+        why = _reason(exc)
+    ready: list[FleetJob] = []
+    refused: dict[str, str] = {}
+    for job in jobs:
+        if not job.secret_env:
+            ready.append(job)
+        elif fleet is None or why:
+            refused[job.name] = (f"its secret env values ({', '.join(job.secret_env)}) are "
+                                 f"never recorded and cannot be read back: {why}; run the "
+                                 "fleet as a new batch")
+        else:
+            ready.append(job.model_copy(update={"env": fleet.job(job.name).env}))
+    return ready, refused
 
 
 def _submitted_for(board: Board, batch_id: str) -> dict[str, str]:
@@ -149,7 +193,8 @@ class _Dispatcher:
 
         handle = self.board.on(target)
         down: tuple[str, str] | None = None
-        if handle.config.kind != "provider":  # a rental is mirrored when it is up
+        synced = handle.config.kind != "provider"  # a rental is mirrored by its submit
+        if synced:
             try:
                 Mirror.of(handle).sync()
             except (MainboardError, OSError) as exc:
@@ -162,7 +207,7 @@ class _Dispatcher:
                 spec = job_spec(job, self.batch_id)
                 command = spec.pop("command")
                 submitted = submit(self.board, target, command, data=job.data, fetch=job.fetch,
-                                   **spec)
+                                   sync=not synced, **spec)
             except (MainboardError, OSError) as exc:
                 outcome = failure_outcome(exc)
                 self.fail(job, outcome, _reason(exc))
@@ -192,14 +237,17 @@ def dispatch(board: Board, batch_id: str, *, wait: float | None = None,
             return []
         worker = _Dispatcher(board, batch_id, on_event)
         adopted = _submitted_for(board, batch_id)
-        by_target: dict[str, list[FleetJob]] = {}
+        fresh, refused = _with_secrets(board, view, [j for j in pending if j.name not in adopted])
         for job in pending:
             if job.name in adopted:
                 worker.record(BatchDispatched(batch_id=batch_id, name=job.name,
                                               target=job.target, job=adopted[job.name],
                                               adopted=True))
-            else:
-                by_target.setdefault(job.target, []).append(job)
+            elif job.name in refused:
+                worker.fail(job, "refused", refused[job.name])
+        by_target: dict[str, list[FleetJob]] = {}
+        for job in fresh:
+            by_target.setdefault(job.target, []).append(job)
         if by_target:
             with ThreadPoolExecutor(max_workers=min(8, len(by_target))) as pool:
                 for future in [pool.submit(worker.target, t, jobs)

@@ -102,6 +102,7 @@ class FleetJob(BaseModel):
     gpus: int | None = None
     queue: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    secret_env: list[str] = Field(default_factory=list)  # names recorded redacted (receipts)
 
     def submit_options(self) -> dict[str, Any]:
         """The keyword arguments ``mainboard.jobs.submit`` takes for this job (None = host default)."""

@@ -6,16 +6,22 @@ read the stored BatchResults and merge them in batch-index order, fold the merge
 :class:`~mainboard.integrators.driver.RunState` (accumulate, adapt), snapshot to Redis and
 to a receipt line, check the stop condition. The arithmetic is the integrators' own, so
 the result is bit-identical to ``integrate_local`` whatever the number of workers.
+
+Runs with external processes: the coordinator's own sampler may be a process (it adapts
+and snapshots here), and it learns the process evaluator's ``initialize`` metadata before it
+starts (:func:`~mainboard.integrators.stages.prepare_sampler`); both are ended when the run
+ends, and workers end theirs when they see the run's final status.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,9 +32,16 @@ from celery.canvas import Signature
 from mainboard import keys
 from mainboard.errors import IntegrationFailed, UserError
 from mainboard.integrators.driver import RunResult, RunState
-from mainboard.integrators.errors import MergeError
+from mainboard.integrators.errors import BatchError, MergeError
 from mainboard.integrators.plain import to_plain
-from mainboard.integrators.stages import BatchResult, IterationResult, merge_results
+from mainboard.integrators.process.errors import ProcessError
+from mainboard.integrators.stages import (
+    BatchResult,
+    IterationResult,
+    merge_results,
+    prepare_sampler,
+    release_processes,
+)
 from mainboard.liveness import Liveness, LostBatch, Timing, observe
 from mainboard.receipts import IterationDone, RunFailed, RunFinished
 from mainboard.runstore import RunStore
@@ -252,11 +265,49 @@ class Coordinator:
                                    (st.samples - samples_before) / max(wall, 1e-9), wall))
         return result
 
+    @contextlib.contextmanager
+    def _processes(self) -> Iterator[None]:
+        """Own this run's processes on the coordinator side for the whole run, then end them."""
+        run = self.state.run
+        if not run.uses_processes:
+            yield
+            return
+        from mainboard.integrators.process.adapters import run_scope
+
+        try:
+            with run_scope(self.run_id):
+                yield
+        finally:
+            try:
+                sampler = self.state.sampler
+                close = getattr(getattr(sampler, "inner", sampler), "close", None)
+                if close is not None:
+                    close()
+            finally:
+                release_processes(self.run_id)
+
+    @contextlib.contextmanager
+    def _sampler_work(self, what: str, stage: str) -> Iterator[None]:
+        """A process sampler failing here (start, adapt, snapshot) fails the run, recorded."""
+        try:
+            yield
+        except (BatchError, ProcessError) as exc:
+            stage = exc.stage if isinstance(exc, BatchError) else stage
+            raise IntegrationFailed(f"run {self.run_id}: {what} failed at stage {stage!r}: "
+                                    f"{exc}", stage=stage) from exc
+
     def run(self, *, fresh: bool) -> RunResult:
         """Iterate until a stop condition holds; a failure is recorded, then raised."""
+        with self._processes():
+            return self._run(fresh=fresh)
+
+    def _run(self, *, fresh: bool) -> RunResult:
         self.lease.acquire()
         k = self.state.iteration
         try:
+            with self._sampler_work("starting the process evaluator for the sampler",
+                                    "initialize"):
+                prepare_sampler(self.state.run, self.state.sampler)
             if fresh:
                 clear_run(self.r, self.run_id, keep=(self.lease.key,))
             publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"))
@@ -266,11 +317,13 @@ class Coordinator:
             while sizes := self.state.next_batches():
                 self.lease.refresh()
                 k = self.state.iteration
-                self.r.set(keys.iteration_sampler(self.run_id, k),
-                           dumps(self.state.sampler.snapshot()))
+                with self._sampler_work(f"the sampler before iteration {k}", "snapshot"):
+                    self.r.set(keys.iteration_sampler(self.run_id, k),
+                               dumps(self.state.sampler.snapshot()))
                 merged = self._collect(k, sizes)
-                self.state.apply(merged)
-                self._record(began, before)
+                with self._sampler_work(f"the sampler after iteration {k}", "adapt"):
+                    self.state.apply(merged)
+                    self._record(began, before)
                 self.r.delete(*iteration_keys(self.run_id, k))
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)

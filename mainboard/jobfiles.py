@@ -79,12 +79,14 @@ def data_files(workspace: Path, paths: Sequence[str]) -> list[str]:
     return found
 
 
-def ship_data(handle: HostHandle, bridge: Bridge, paths: Sequence[str]) -> list[str]:
-    """Bring ``paths`` to the host's root: mirror sync, then a tar of what it does not carry.
+def ship_data(handle: HostHandle, bridge: Bridge, paths: Sequence[str], *,
+              sync: bool = True) -> list[str]:
+    """Bring the workspace and ``paths`` to the host's root: mirror sync, then a tar of the
+    ``paths`` it does not carry. Without ``sync`` (and ``paths``) nothing travels.
 
     Returns the paths that went by the extra tar (empty when the mirror carried all).
     """
-    if not paths or in_place(handle, bridge.root):
+    if not (paths or sync) or in_place(handle, bridge.root):
         return []
     from mainboard.mirror import Mirror, load_manifest
 
@@ -156,5 +158,14 @@ def fetch_back(handle: HostHandle, bridge: Bridge, root: str, job_dir: str,
         bridge.get(archive, str(local))
         size = local.stat().st_size
         with tarfile.open(local, "r:gz") as tar:
-            tar.extractall(workspace, filter="data")
+            tar.extractall(workspace, members=_asked(tar, found), filter="data")
     return Fetched(found, missing, size)
+
+
+def _asked(tar: tarfile.TarFile, paths: Sequence[str]) -> Iterable[tarfile.TarInfo]:
+    """Only members at or under the asked ``paths``: whatever else the host's archive holds
+    (it is packed over there) must not overwrite the workspace."""
+    for member in tar:
+        name = posixpath.normpath(member.name)
+        if any(name == p or name.startswith(p.rstrip("/") + "/") for p in paths):
+            yield member

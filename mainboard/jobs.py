@@ -1,11 +1,12 @@
 """Jobs anywhere: ``submit`` a command to any declared host, then wait, read logs, pull, cancel.
 
 ``board.on("cluster").submit("python fit.py", walltime="2h", fetch=["out/"])`` checks
-the host's queue policy (on this machine: a refusal sends nothing anywhere), ships
-``data`` with the workspace mirror, submits through the host's bridge and records a
-``job.submitted`` receipt. A ``Job`` holds only its id: every question re-reads the
-receipts (``mainboard.jobstore``) or asks the host, so a job submitted by one process
-is waited on, pulled or cancelled by any other, e.g. ``mainboard jobs`` or the monitor.
+the host's queue policy (on this machine: a refusal sends nothing anywhere), brings the
+host's workspace mirror (and ``data``) up to date, submits through the host's bridge and
+records a ``job.submitted`` receipt (secret-looking env values redacted). A ``Job``
+holds only its id: every question re-reads the receipts (``mainboard.jobstore``) or
+asks the host, so a job submitted by one process is waited on, pulled or cancelled by
+any other, e.g. ``mainboard jobs`` or the monitor.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.errors import HostError, MainboardError, WaitTimedOut
 from mainboard.jobfiles import check_paths, fetch_back, ship_data
 from mainboard.jobstore import JobStore, JobView
-from mainboard.receipts import JobPulled, JobSubmitted
+from mainboard.receipts import JobPulled, JobSubmitted, redact_env
 
 if TYPE_CHECKING:
     from mainboard.board import Board, HostHandle
@@ -69,12 +70,16 @@ def submit(board: Board, host: str, cmd: str | Sequence[str], *, name: str | Non
            cpus: int | None = None, gpus: int | None = None, queue: str | None = None,
            attempt: int = 1, data: Sequence[str | os.PathLike[str]] = (),
            fetch: Sequence[str | os.PathLike[str]] = (), env: dict[str, str] | None = None,
-           **params: Any) -> Job:
+           sync: bool = True, **params: Any) -> Job:
     """Submit ``cmd`` (shell text, or an argv list that is quoted for you) to ``host``.
 
     Queue policy, ``[hosts.X.defaults]`` for ``attempt`` and the ``data``/``fetch`` paths
     are all checked here first: a refusal happens before any connection is opened.
+    Then the host's workspace mirror is brought up to date (only what changed travels;
+    nothing when its root is the workspace), so the command finds the workspace's code
+    and ``data`` in its root; ``sync=False`` skips that unless ``data`` is given.
     ``params`` are further JobSpec fields (workdir, account, extra, retire_before...).
+    Env values that look secret are given to the job but never written to its receipts.
     """
     handle = board.on(host)
     workspace = board.config.root
@@ -86,15 +91,16 @@ def submit(board: Board, host: str, cmd: str | Sequence[str], *, name: str | Non
              "env": env or {}, **params}
     bridge = bridge_of(handle)
     spec = bridge.prepare(**{k: v for k, v in asked.items() if v is not None})
-    ship_data(handle, bridge, data_paths)
+    ship_data(handle, bridge, data_paths, sync=sync)
     record = bridge.submit(spec)
     with _BRIDGES_LOCK:  # later polls name the job's absolute root: reuse this bridge for it
         _BRIDGES[handle].setdefault(bridge.root, bridge)
+    recorded = record.spec.model_dump(mode="json")
+    recorded["env"] = redact_env(record.spec.env)
     store_of(board).submitted(JobSubmitted(
         id=record.uid, host=record.host, kind=record.kind, job_id=record.job_id,
-        name=record.name, job_dir=record.job_dir, root=bridge.root,
-        spec=record.spec.model_dump(mode="json"), data=data_paths, fetch=fetch_paths,
-        submitted_at=record.submitted_at))
+        name=record.name, job_dir=record.job_dir, root=bridge.root, spec=recorded,
+        data=data_paths, fetch=fetch_paths, submitted_at=record.submitted_at))
     return Job(board, record.uid)
 
 
@@ -192,8 +198,8 @@ def pull_view(board: Board, view: JobView) -> JobPulled:
     failure is recorded in the line's ``error`` so the job is not retried forever.
     """
     s = view.submitted
-    handle: HostHandle = board.on(s.host)
     try:
+        handle: HostHandle = board.on(s.host)  # a host no longer declared: recorded, not raised
         got = fetch_back(handle, bridge_of(handle, s.root), s.root, s.job_dir, s.fetch)
         payload = JobPulled(id=s.id, paths=got.paths, missing=got.missing, bytes=got.bytes,
                             in_place=got.in_place)

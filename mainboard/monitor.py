@@ -11,15 +11,16 @@ per host (hosts in parallel); a host that cannot be reached is one entry in
 
 A pass may be scoped to some job ids (``only``, what ``batch watch`` does): it probes,
 pulls and announces those alone, so every other job is still announced by the next
-plain pass. Rentals follow all jobs either way: a provider host is released only when
-no job on it, in scope or not, is still owed an outcome.
+plain pass. Rentals follow all jobs either way: a provider host's rental is released
+only when no job on it, in scope or not, is still owed an outcome, and every pass
+tries again until it is (a provider API that was down does not leave it running).
 """
 
 from __future__ import annotations
 
 import fcntl
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,14 +31,20 @@ from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError
 from mainboard.jobs import bridge_of, pull_view, store_of
 from mainboard.jobstore import JobStore, JobView
-from mainboard.receipts import MonitorPass, Receipts
+from mainboard.receipts import (
+    MonitorPass,
+    ReceiptError,
+    Receipts,
+    RentalCreated,
+    RentalDestroyed,
+)
 
 if TYPE_CHECKING:
     from mainboard.board import Board
 
 LOCK_FILE = "monitor.lock"
 LOG_FILE = "monitor.ndjson"
-Release = Callable[[Config, set[str]], tuple[list[str], list[str]]]
+Release = Callable[[Config, Mapping[str, float]], tuple[list[str], list[str]]]
 
 
 def monitor_log(state_dir: Path) -> Receipts:
@@ -66,40 +73,47 @@ def _pass_lock(state_dir: Path, wait: float) -> Iterator[bool]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def release_rentals(config: Config, hosts: set[str]) -> tuple[list[str], list[str]]:
-    """Destroy the provider rentals recorded for ``hosts`` (their work is done).
+def release_rentals(config: Config, hosts: Mapping[str, float]) -> tuple[list[str], list[str]]:
+    """Destroy the provider rentals of ``hosts`` (host -> when its last job was submitted)
+    that ran that work: created before it. A rental made later (for new work, or for
+    fleet workers) is not this pass's to end.
 
     Returns (destroyed rental ids, errors). Does nothing when the provider layer is not
-    installed; a rental that cannot be destroyed is an error line, not a failed pass.
+    installed; a rental that cannot be destroyed is an error line, not a failed pass,
+    and is tried again next pass.
     """
     if not hosts:
         return [], []
     try:
         from mainboard.bridges.providers import adapter_for
-        from mainboard.bridges.providers.lifecycle import (
-            destroy_rental,
-            owned_rentals,
-            rental_receipts,
-        )
+        from mainboard.bridges.providers.lifecycle import destroy_rental, rental_receipts
     except ImportError:
         return [], []
+    log = rental_receipts(config.state_dir)
+    problems: list[ReceiptError] = []
+    live: dict[tuple[str, str], tuple[float, RentalCreated]] = {}
+    for ts, payload in log.read_timed(errors=problems):
+        if isinstance(payload, RentalCreated):
+            live[(payload.provider, payload.rental_id)] = (ts, payload)
+        elif isinstance(payload, RentalDestroyed):
+            live.pop((payload.provider, payload.rental_id), None)
     done: list[str] = []
-    errors: list[str] = []
-    for rental in owned_rentals(config.state_dir):
-        if rental.host not in hosts:
+    errors = [str(p) for p in problems]
+    for created_at, rental in live.values():
+        if rental.host not in hosts or created_at > hosts[rental.host]:
             continue
         provider = config.providers.get(rental.provider)
         try:
             if provider is None:
                 raise MainboardError(f"provider {rental.provider!r} is not in mainboard.toml "
                                      f"(declared: {', '.join(config.providers) or 'none'})")
-            destroy_rental(adapter_for(rental.provider, provider),
-                           rental_receipts(config.state_dir), rental.rental_id,
+            destroy_rental(adapter_for(rental.provider, provider), log, rental.rental_id,
                            f"monitor: every job on host {rental.host} is done")
             done.append(rental.rental_id)
         except MainboardError as exc:
             errors.append(f"rental {rental.rental_id} ({rental.provider}, host {rental.host}) "
-                          f"was not destroyed and may still cost money: {exc}")
+                          f"was not destroyed and may still cost money (tried again next "
+                          f"pass): {exc}")
     return done, errors
 
 
@@ -191,7 +205,7 @@ def _sweep(board: Board, only: frozenset[str] | None, release: Release) -> dict[
     news = [v for v in views if mine(v) and v.id not in announced and not _owed(v)]
     # Every job counts here, in scope or not: a rental is idle only when all its work is.
     owed = [v for v in views if _owed(v)]
-    released, release_errors = release(board.config, _done_provider_hosts(board, news, owed))
+    released, release_errors = release(board.config, _idle_provider_hosts(board, views, owed))
     errors += release_errors
     running = sum(1 for v in views if not v.finished)
     # What the log says stays true of the jobs this pass did not ask about: a host left
@@ -237,9 +251,18 @@ def _pull_finished(board: Board, views: list[JobView],
     return pulled, tried
 
 
-def _done_provider_hosts(board: Board, news: Iterable[JobView],
-                         owed: Iterable[JobView]) -> set[str]:
-    """Provider hosts with a job announced now and none still owed: their rental is idle."""
+def _idle_provider_hosts(board: Board, views: list[JobView],
+                         owed: list[JobView]) -> dict[str, float]:
+    """Provider hosts with jobs, none still owed: host -> when its last job was submitted.
+
+    Asked every pass, not only when a job is announced, so a rental whose destruction
+    failed (provider API down) is released by a later pass.
+    """
     busy = {v.host for v in owed}
-    hosts = {v.host for v in news} - busy
-    return {h for h in hosts if h in board.config.hosts and board.config.hosts[h].kind == "provider"}
+    hosts = board.config.hosts
+    last: dict[str, float] = {}
+    for view in views:
+        host = view.host
+        if host not in busy and host in hosts and hosts[host].kind == "provider":
+            last[host] = max(last.get(host, 0.0), view.submitted.submitted_at)
+    return last

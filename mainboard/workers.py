@@ -25,7 +25,7 @@ from types import TracebackType
 from celery import Celery
 
 from mainboard.errors import IntegrationFailed
-from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
+from mainboard.tasks import BATCH_QUEUE
 
 STOP_TIMEOUT_S = 15.0
 _PR_SET_PDEATHSIG = 1
@@ -38,11 +38,14 @@ def _die_with_parent() -> None:
 
 
 def worker_command(node: str, queue: str = BATCH_QUEUE, concurrency: int = 1) -> list[str]:
-    """The ``celery worker`` command line of one local worker (no secrets in it)."""
+    """The ``celery worker`` command line of one local worker (no secrets in it).
+
+    No ``-I``: the app includes mainboard's task modules itself, so this is exactly the
+    command a user, the systemd unit or compose runs.
+    """
     return [sys.executable, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
             f"--concurrency={concurrency}", "-Q", queue, "-n", node, "--pool=prefork",
-            "--without-mingle", "--without-gossip", "--loglevel=INFO",
-            "-I", ",".join(TASK_MODULES)]
+            "--without-mingle", "--without-gossip", "--loglevel=INFO"]
 
 
 def worker_env(broker_url: str) -> dict[str, str]:

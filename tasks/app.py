@@ -7,6 +7,11 @@ plain ``import`` never touches a broker. The broker URL comes from, in order: th
 workers), ``[broker] url`` of mainboard.toml, else the embedded Redis, which
 ``mainboard.broker.resolve_broker_url`` starts or reuses. Results go to the same Redis.
 
+Workers need no ``-I``: the app includes the stage and integrate task modules, and its
+``task_routes`` send stage tasks to ``mainboard.batches`` and whole runs to
+``mainboard.coordinator`` (so ``celery -A mainboard.tasks.app worker -Q mainboard.batches``
+is a complete batch worker).
+
 Security: task and result messages use the msgpack codec only, and ``accept_content``
 and ``result_accept_content`` list nothing else, so a pickled message is refused
 (kombu raises ContentDisallowed; the worker logs it, drops the message, carries on).
@@ -26,12 +31,13 @@ from urllib.parse import urlsplit
 
 from celery import Celery
 from kombu import serialization
-from mainboard.tasks import codec
 
 from mainboard import keys
 from mainboard.broker import redact_url, resolve_broker_url
 from mainboard.config import Config, load_config
 from mainboard.errors import ConfigError
+from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE, STAGE_PREFIX, TASK_MODULES, codec
+from mainboard.tasks.integrate import TASK_NAME as INTEGRATE_TASK
 
 BROKER_URL_ENV = "MAINBOARD_BROKER_URL"
 VISIBILITY_TIMEOUT_ENV = "MAINBOARD_VISIBILITY_TIMEOUT"
@@ -39,7 +45,13 @@ DEFAULT_VISIBILITY_TIMEOUT = 2 * 3600.0  # must exceed the longest task (seconds
 HEALTH_CHECK_INTERVAL = 25  # seconds between liveness checks of idle Redis connections
 RESULT_EXPIRES = 24 * 3600  # Celery results are a convenience; runs keep their own state
 URL_SCHEMES = ("redis", "rediss")
-TASK_MODULES: tuple[str, ...] = ()  # modules with mainboard's tasks, imported by workers
+# Where each task goes unless the caller names a queue: batch stages never share a queue
+# with whole-run coordinator tasks (a coordinator waiting for its batches in a batch
+# worker's only slot would deadlock that worker).
+TASK_ROUTES: dict[str, dict[str, str]] = {
+    STAGE_PREFIX + "*": {"queue": BATCH_QUEUE},
+    INTEGRATE_TASK: {"queue": COORDINATOR_QUEUE},
+}
 
 
 def _env_broker_url() -> str | None:
@@ -123,6 +135,7 @@ def settings(broker_url: str, *, visibility_timeout: float = DEFAULT_VISIBILITY_
         "task_track_started": True,
         "worker_send_task_events": True,
         "task_send_sent_event": True,
+        "task_routes": TASK_ROUTES,
     }
     if urlsplit(broker_url).scheme == "rediss" and "ssl_cert_reqs" not in broker_url:
         # TLS without an explicit choice verifies the server, as a browser would.
@@ -134,7 +147,12 @@ def settings(broker_url: str, *, visibility_timeout: float = DEFAULT_VISIBILITY_
 def make_app(config: Config | None = None, *, broker_url: str | None = None,
              name: str = "mainboard", visibility_timeout: float | None = None,
              include: Sequence[str] = TASK_MODULES) -> Celery:
-    """A new Celery app with the hardened settings; see the module doc for the URL order."""
+    """A new Celery app with the hardened settings; see the module doc for the URL order.
+
+    ``include`` lists the task modules a worker imports at start (by default the stage and
+    integrate tasks), so ``celery -A mainboard.tasks.app worker -Q mainboard.batches`` needs
+    no ``-I``; merely building the app imports none of them.
+    """
     codec.register()
     url = resolve_url(config, broker_url)
     timeout = visibility_timeout if visibility_timeout is not None else (
@@ -171,4 +189,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["get_app", "make_app", "resolve_url", "settings"]
+__all__ = ["TASK_ROUTES", "get_app", "make_app", "resolve_url", "settings"]

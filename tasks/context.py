@@ -6,15 +6,23 @@ Redis and each worker process fetches them once, cached by (run, iteration). Als
 the claim a running batch holds (a short-TTL key refreshed by a heartbeat thread, so the
 coordinator notices a dead worker in seconds, not after the broker's visibility
 timeout), and the set-if-absent writes that make a batch count exactly once.
+
+External processes (process integrands, samplers, transforms, materializers) live per
+worker process and run: stages run under ``run_scope(<the coordinator's run id>)``, and a
+janitor thread ends a run's processes once the run's status says it finished or failed
+(or its definition is gone). Cached process samplers are closed when evicted, and
+:func:`release_all` (at worker shutdown) ends everything.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,12 +30,15 @@ import redis
 
 from mainboard import keys
 from mainboard.integrators.samplers import Sampler, restore_sampler
-from mainboard.integrators.stages import Run, build_run
+from mainboard.integrators.stages import Run, build_run, release_processes
 from mainboard.tasks import codec
 
 CLAIM_TTL_MS = 3000  # a claim not refreshed for this long means its worker is gone
 HEARTBEAT_S = 1.0
+JANITOR_S = 1.0  # how often a worker process checks whether runs with live processes ended
+ENDED = (b"finished", b"failed")
 _CACHE_SIZE = 4
+log = logging.getLogger(__name__)
 
 # Atomic end of a batch: store only while the iteration is live (its sampler key exists),
 # at most once per batch (HSETNX), then signal the coordinator (LPUSH).
@@ -88,6 +99,9 @@ class _ProcessState:
         self.runs: OrderedDict[str, Run] = OrderedDict()
         self.samplers: OrderedDict[tuple[str, int], Sampler] = OrderedDict()
         self.lock = threading.Lock()
+        self.cache_lock = threading.RLock()  # caches: task thread and janitor thread
+        self.process_runs: dict[str, str] = {}  # run id -> broker URL, runs with processes here
+        self.janitor: threading.Thread | None = None
 
 
 _state = _ProcessState()
@@ -111,11 +125,35 @@ def client(url: str) -> redis.Redis:
         return st.clients[url]
 
 
+def close_sampler(sampler: Sampler) -> None:
+    """End a sampler's external process, if it has one (a MaterializedSampler wraps it)."""
+    close = getattr(getattr(sampler, "inner", sampler), "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:  # shutting a process down must never fail a task or the worker
+        log.exception("closing the process of a %s sampler failed", sampler.kind)
+
+
 def _remember(cache: OrderedDict, key: Any, value: Any) -> Any:
-    cache[key] = value
-    while len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
+    with _local().cache_lock:
+        cache[key] = value
+        while len(cache) > _CACHE_SIZE:
+            _, evicted = cache.popitem(last=False)
+            if isinstance(evicted, Sampler):
+                close_sampler(evicted)
     return value
+
+
+def _drop_samplers(run_id: str, before: int | None = None) -> None:
+    """Close and forget cached samplers of ``run_id`` (only iterations < ``before`` if given)."""
+    st = _local()
+    with st.cache_lock:
+        doomed = [k for k in st.samplers
+                  if k[0] == run_id and (before is None or k[1] < before)]
+        for key in doomed:
+            close_sampler(st.samplers.pop(key))
 
 
 def load_run(r: redis.Redis, run_id: str) -> Run:
@@ -134,13 +172,94 @@ def load_sampler(r: redis.Redis, run: Run, ref: BatchRef) -> Sampler:
     """The sampler batches of (run, iteration) draw from; stale batches are skipped."""
     st = _local()
     key = (ref.run, ref.iteration)
-    if key in st.samplers:
-        st.samplers.move_to_end(key)
-        return st.samplers[key]
+    with st.cache_lock:
+        if key in st.samplers:
+            st.samplers.move_to_end(key)
+            return st.samplers[key]
     raw = r.get(keys.iteration_sampler(ref.run, ref.iteration))
     if raw is None:
         raise Skip(f"{ref}: iteration no longer live (merged or run stopped); skipped")
+    # iteration k is only published once k-1 is merged: older samplers of the run are stale
+    _drop_samplers(ref.run, before=ref.iteration)
     return _remember(st.samplers, key, restore_sampler(codec.loads(raw), run.domain))
+
+
+def release_run(run_id: str) -> None:
+    """End this worker process's external processes of one run and its cached samplers."""
+    st = _local()
+    with st.cache_lock:
+        st.process_runs.pop(run_id, None)
+    _drop_samplers(run_id)
+    release_processes(run_id)
+
+
+def release_all() -> None:
+    """End every external process of this worker process (worker shutdown)."""
+    st = _local()
+    with st.cache_lock:
+        runs = list(st.process_runs)
+        st.process_runs.clear()
+        samplers = list(st.samplers.values())
+        st.samplers.clear()
+    for sampler in samplers:
+        close_sampler(sampler)
+    release_processes()
+    if runs:
+        log.info("released the external processes of runs %s", ", ".join(runs))
+
+
+def run_ended(r: redis.Redis, run_id: str) -> bool:
+    """True once the coordinator marked the run finished or failed, or it was deleted."""
+    with r.pipeline(transaction=False) as pipe:
+        pipe.hget(keys.run_state(run_id), "status")
+        pipe.exists(keys.run_definition(run_id))
+        status, defined = pipe.execute()
+    return status in ENDED or not defined
+
+
+def _janitor() -> None:
+    """Release the processes of runs that ended; exit when no run with processes is left."""
+    st = _local()
+    stop = threading.Event()
+    while not stop.wait(JANITOR_S):
+        with st.cache_lock:
+            watched = dict(st.process_runs)
+            if not watched:
+                st.janitor = None
+                return
+        for run_id, url in watched.items():
+            try:
+                ended = run_ended(client(url), run_id)
+            except redis.RedisError:  # the broker is away: check again on the next round
+                continue
+            if ended:
+                log.info("run %s ended: releasing its external processes", run_id)
+                release_run(run_id)
+
+
+def watch_processes(url: str, run_id: str) -> None:
+    """Remember that this process holds processes of ``run_id``; end them when the run ends."""
+    st = _local()
+    with st.cache_lock:
+        st.process_runs[run_id] = url
+        if st.janitor is None or not st.janitor.is_alive():
+            st.janitor = threading.Thread(target=_janitor, name="mainboard process janitor",
+                                          daemon=True)
+            st.janitor.start()
+
+
+@contextlib.contextmanager
+def process_scope(url: str, run: Run, run_id: str) -> Iterator[None]:
+    """Processes a stage starts belong to ``run_id``: the coordinator's id, which differs from
+    the spec's for a clone, so the janitor and ``release_processes(run_id)`` find them."""
+    if not run.uses_processes:
+        yield
+        return
+    from mainboard.integrators.process.adapters import run_scope
+
+    watch_processes(url, run_id)
+    with run_scope(run_id):
+        yield
 
 
 class Claim:
@@ -172,7 +291,7 @@ class StageContext:
     """Everything one stage task of one batch attempt uses: Redis, run, sampler, claim."""
 
     def __init__(self, broker_url: str, ref: BatchRef, stage: str, hostname: str | None) -> None:
-        self.ref, self.stage = ref, stage
+        self.ref, self.stage, self.url = ref, stage, broker_url
         self.r = client(broker_url)
         self.holder = f"{hostname or socket.gethostname()}|{os.getpid()}|{stage}"
 
@@ -184,6 +303,10 @@ class StageContext:
             raise Skip(f"{ref}: already stored once; duplicate delivery skipped")
         self.run = load_run(self.r, ref.run)
         self.sampler = load_sampler(self.r, self.run, ref)
+
+    def processes(self) -> contextlib.AbstractContextManager[None]:
+        """The run scope of external processes for this batch (a no-op for in-process runs)."""
+        return process_scope(self.url, self.run, self.ref.run)
 
     def claim(self) -> Claim:
         """The heartbeat-kept claim on this attempt, for the duration of the stage."""
@@ -229,4 +352,6 @@ class StageContext:
                             codec.dumps(record), f"e:{ref.batch}")
 
 
-__all__ = ["CLAIM_TTL_MS", "HEARTBEAT_S", "BatchRef", "Claim", "Skip", "StageContext", "client"]
+__all__ = ["CLAIM_TTL_MS", "HEARTBEAT_S", "BatchRef", "Claim", "Skip", "StageContext", "client",
+           "close_sampler", "process_scope", "release_all", "release_run", "run_ended",
+           "watch_processes"]

@@ -10,6 +10,9 @@ the coordinator. A stage that raises records an error naming the batch, stage an
 
 Each task is also callable on its own, e.g. ``mainboard.tasks.sample.delay(run_id, 0, 0, 1000)``
 once the coordinator has published the run and the iteration's sampler.
+
+External processes of a run are scoped to the coordinator's run id and ended when the run
+ends (see :mod:`mainboard.tasks.context`) and when the worker process shuts down.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from typing import Any
 import numpy as np
 from celery import Task, shared_task
 from celery.exceptions import Ignore
+from celery.signals import worker_process_shutdown, worker_shutdown
 
 from mainboard.integrators import stages
 from mainboard.integrators.domain import Batch
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
 from mainboard.tasks import STAGE_PREFIX
-from mainboard.tasks.context import BatchRef, Skip, StageContext
+from mainboard.tasks.context import BatchRef, Skip, StageContext, release_all
 from mainboard.tasks.routing import BatchTask
 
 Message = dict[str, Any]
@@ -51,7 +55,7 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
     ctx = StageContext(task.app.conf.broker_url, ref, stage, task.request.hostname)
     try:
         ctx.load(check_stored=claim)  # an instant stage leaves the check to the next one
-        with ctx.claim() if claim else nullcontext():
+        with ctx.claim() if claim else nullcontext(), ctx.processes():
             out = body(ctx)
     except Skip as skip:
         if task.request.chain:
@@ -63,6 +67,14 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
     if not final:
         ctx.advance()
     return out
+
+
+@worker_process_shutdown.connect(dispatch_uid="mainboard.release_processes.pool")
+@worker_shutdown.connect(dispatch_uid="mainboard.release_processes.worker")
+def _release_at_shutdown(**_: Any) -> None:
+    """A pool child (prefork) or the worker itself (solo) is exiting: end its processes
+    with the full close -> grace -> SIGTERM -> SIGKILL sequence, never orphaning one."""
+    release_all()
 
 
 def _ref(message: Mapping[str, Any]) -> BatchRef:

@@ -26,6 +26,9 @@ import numpy as np
 import pytest
 import redis
 from celery import Celery
+
+from mainboard import keys
+from mainboard.errors import ConfigError
 from mainboard.tasks import codec
 from mainboard.tasks.app import (
     BROKER_URL_ENV,
@@ -33,9 +36,6 @@ from mainboard.tasks.app import (
     VISIBILITY_TIMEOUT_ENV,
     make_app,
 )
-
-from mainboard import keys
-from mainboard.errors import ConfigError
 from tests.services import RedisServer, require, start_redis
 
 ROOT = Path(__file__).resolve().parents[1]

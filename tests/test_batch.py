@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,14 @@ from mainboard import mirror
 from mainboard.batch import load_fleet
 from mainboard.batch_plan import estimate, prepare, quantile
 from mainboard.board import Board
-from mainboard.bridges.jobstate import JobState
+from mainboard.bridges.base import new_uid
+from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.bridges.providers import RestProvider
 from mainboard.config import load_config
 from mainboard.errors import ConfigError
 from mainboard.jobs import store_of as job_store
 from mainboard.jobs import submit
+from mainboard.receipts import JobSubmitted
 from tests.batch_helpers import HOSTILE, fleet_file, invoke, plain_workspace, raw_receipts
 from tests.boards import write_config
 from tests.sim_provider import start_simulated_provider
@@ -244,6 +247,24 @@ def test_quantile_interpolates_like_numpy() -> None:
         assert quantile(values, q) == pytest.approx(float(np.percentile(values, q * 100)))
 
 
+def _record_provider_dispatches(board: Board, host: str, ago: tuple[float, ...]) -> list[float]:
+    """Receipts of jobs dispatched to ``host`` ``ago`` seconds back and seen running now, as
+    the jobs layer writes them (provider bridges are not wired to submit yet); the setups,
+    recomputed from the raw lines."""
+    store = job_store(board)
+    setups = []
+    for seconds in ago:
+        uid = new_uid("timed")
+        store.submitted(JobSubmitted(id=uid, host=host, kind="provider", job_id=uid, name="timed",
+                                     job_dir=f"/root/mainboard/.mainboard/jobs/{uid}",
+                                     root="/root/mainboard", spec={},
+                                     submitted_at=time.time() - seconds))
+        store.observe(uid, JobStatus(JobState.RUNNING, "running"))
+        lines = raw_receipts(store.file(uid))
+        setups.append(lines[1]["ts"] - lines[0]["payload"]["submitted_at"])
+    return setups
+
+
 @pytest.mark.live
 def test_estimate_rate_from_provider_offers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                            ) -> None:
@@ -266,8 +287,20 @@ def test_estimate_rate_from_provider_offers(tmp_path: Path, monkeypatch: pytest.
             fleet = load_fleet(path, board.config)
             timed, untimed = estimate(board, fleet)
             ready = prepare(board, fleet)
+            setups = _record_provider_dispatches(board, "gpu", ago=(40.0, 20.0, 30.0))
+            fitted, unfitted = estimate(board, fleet)
     finally:
         server.stop()
+    # Fitted from the three recorded dispatches (setup = first "running" line - submit).
+    assert (fitted.setup.samples, unfitted.setup.samples) == (3, 3)
+    assert fitted.setup.p50_s == pytest.approx(quantile(setups, 0.5))
+    assert fitted.setup.p90_s == pytest.approx(quantile(setups, 0.9))
+    assert 30 <= fitted.setup.p50_s < 40 and fitted.notes == []
+    assert fitted.expected_usd == pytest.approx(cheapest.usd_hr * (fitted.setup.p50_s + 3600)
+                                                / 3600)
+    assert fitted.p90_usd == pytest.approx(cheapest.usd_hr * (fitted.setup.p90_s + 3600) / 3600)
+    assert fitted.p90_usd > fitted.expected_usd > 0
+    assert (unfitted.expected_usd, unfitted.notes) == (None, ["no runtime_s: cost unknown"])
     assert (timed.usd_hr, untimed.usd_hr) == (cheapest.usd_hr, cheapest.usd_hr)
     assert timed.rate.startswith(f"sim offer {cheapest.id}: 1x ")
     assert (timed.setup.samples, timed.expected_usd, timed.p90_usd, timed.notes) == (

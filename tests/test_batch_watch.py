@@ -25,8 +25,8 @@ import pytest
 from mainboard.batch import BATCH_ENV, BATCH_JOB_ENV, dispatch, start, store_of
 from mainboard.batch_watch import watch
 from mainboard.board import Board
+from mainboard.jobs import Job, submit
 from mainboard.jobs import store_of as job_store
-from mainboard.jobs import submit
 from mainboard.monitor import monitor_pass
 from tests.batch_helpers import (
     HOSTILE,
@@ -321,3 +321,33 @@ def test_watch_on_a_terminal_draws_a_live_table(plain: Path) -> None:
     assert "running" in screen  # drawn while a job ran (announcements never say "running")
     assert "completed: quick on scratch (exit 0)" in screen
     assert f"batch {batch_id} (fleet): 2 jobs: 2 completed" in screen
+
+
+def test_secret_env_runs_but_is_never_recorded_and_a_changed_fleet_is_refused(
+        plain: Path) -> None:
+    secret = "hf_" + "q7" * 10
+    text = ('[defaults]\ntarget = "scratch"\nenv = { HF_TOKEN = "%s", SEED = "3" }\n'
+            '[[jobs]]\nname = "use"\ncommand = \'printf "%%s|%%s" "$HF_TOKEN" "$SEED"\'\n'
+            '[[jobs]]\nname = "plain"\ncommand = "echo $SEED"\nenv = { HF_TOKEN = "" }\n')
+    path = fleet_file(plain.parent, text % secret)
+    with Board(plain) as board:
+        batch_id = start(board, path)
+        created = raw_receipts(batch_receipts(plain.parent, batch_id))[0]["payload"]["jobs"]
+        assert [(j["env"], j["secret_env"]) for j in created] == [
+            ({"HF_TOKEN": "***", "SEED": "3"}, ["HF_TOKEN"]),
+            ({"HF_TOKEN": "***", "SEED": "3"}, ["HF_TOKEN"])]
+        dispatch(board, batch_id)
+        last = watch(board, batch_id, interval=0.2)
+        assert [(r.name, r.outcome) for r in last.rows] == [("use", "completed"),
+                                                            ("plain", "completed")]
+        assert Job(board, last.view.dispatched["use"].job).logs() == f"{secret}|3"
+        # A batch whose fleet file changed before dispatch cannot get its secrets back.
+        later = start(board, path)
+        path.write_text(text % "hf_rotated")
+        written = dispatch(board, later)
+    assert [(p.name, p.outcome) for p in written] == [("use", "refused"), ("plain", "refused")]
+    assert f"{path} changed since batch {later} was created" in written[0].reason
+    assert "HF_TOKEN" in written[0].reason
+    state = plain.parent / ".mainboard"
+    for receipt in [*state.rglob("*.ndjson")]:
+        assert secret not in receipt.read_text(), receipt

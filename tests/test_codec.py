@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from kombu import serialization
 from kombu.exceptions import ContentDisallowed
-from mainboard.tasks import codec
-from mainboard.tasks.codec import CodecError, dumps, loads
 
 from mainboard.errors import MainboardError
+from mainboard.tasks import codec
+from mainboard.tasks.codec import CodecError, dumps, loads
 
 
 def roundtrip(value: Any) -> Any:

@@ -8,6 +8,7 @@ files exit 2 with one line naming the key and what is valid.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -25,9 +26,11 @@ from mainboard.config import Config
 from mainboard.errors import UserError
 from mainboard.integrators.driver import integrate_local
 from mainboard.receipts import IterationDone, Receipts
+from mainboard.runstore import RECEIPTS_NAME
+from mainboard.tasks.codec import loads
 from mainboard.workers import LocalWorkers
 from tests.integration import GAUSS_4D, fleet_iter, slow_spec, spec, subprocess_env, write_workspace
-from tests.services import RedisServer
+from tests.services import RedisServer, require
 from tests.workspace import run_cli
 
 REQUIRED_KEYS = {"run_id", "estimate", "error", "chi2_dof", "q", "samples", "iterations",
@@ -76,7 +79,8 @@ def write_run(workspace: Config, name: str, data: dict[str, Any]) -> Path:
 
 @pytest.mark.live
 def test_integrate_json_prints_one_object_with_the_result(workspace: Config,
-                                                          fleet: LocalWorkers) -> None:
+                                                          fleet: LocalWorkers,
+                                                          redis_server: RedisServer) -> None:
     run = spec(GAUSS_4D, name="cli-json")
     done = cli(workspace, "integrate", str(write_run(workspace, "cli-json", run)),
                "--workers", "0", "--json")
@@ -87,13 +91,64 @@ def test_integrate_json_prints_one_object_with_the_result(workspace: Config,
     assert (got["run_id"], got["estimate"], got["error"], got["samples"], got["iterations"],
             got["nan_count"]) == (local.run_id, local.estimate, local.error, 120_000, 3, 0)
     assert got["exact"] == local.exact and got["chi2_dof"] == local.chi2_dof
-    assert "cli-json: iteration 3: 120,000 samples" in done.stderr  # progress, not on stdout
+    progress = [x for x in done.stderr.splitlines() if x.startswith("cli-json: iteration ")]
+    assert [x.split(":")[1] for x in progress] == [" iteration 1", " iteration 2", " iteration 3"]
+    assert re.fullmatch(r"cli-json: iteration 3: 120,000 samples  [0-9.e-]+ ± [0-9.e-]+  "
+                        r"[0-9,]+ samples/s", progress[-1]), progress[-1]  # not on stdout
+
+    # every iteration's snapshot is in Redis and in a receipt line, the same plain data
+    r = redis.Redis.from_url(redis_server.url)
+    lines = [p for p in Receipts(workspace.state_dir / "runs" / local.run_id / RECEIPTS_NAME)
+             .read() if isinstance(p, IterationDone)]
+    assert [p.iteration for p in lines] == [1, 2, 3]
+    for line in lines:
+        stored = loads(r.get(keys.run_snapshot(local.run_id, line.iteration)))
+        assert stored == line.snapshot and set(stored) >= {"sampler", "accumulator"}
 
     human = cli(workspace, "integrate", str(write_run(workspace, "cli-json", run)),
                 "--workers", "0")
     assert human.returncode == 0, human.stderr
     assert f"run       {local.run_id} (cli-json)" in human.stdout
     assert "exact     " in human.stdout and "chi2/dof" in human.stdout
+
+
+@pytest.mark.live
+def test_the_issue_example_runs_as_written_on_the_embedded_broker(tmp_path: Path) -> None:
+    """`mainboard integrate examples/gauss-8d.toml --workers 2 --json` in a workspace that
+    names no broker: it starts the embedded Redis and two local workers, runs the full
+    10^7-sample budget of the run file exactly as the issue writes it, and reports."""
+    require("redis-server")
+    from mainboard.broker import EmbeddedBroker
+    from mainboard.config import load_config
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "gauss-8d.toml"
+    config = tmp_path / "mainboard.toml"
+    config.write_text('[workspace]\nname = "example"\n')
+    state = load_config(config).state_dir
+    try:
+        done = run_cli(config, "integrate", str(example), "--workers", "2", "--json",
+                       env=subprocess_env(), timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        got = json.loads(done.stdout)
+        assert REQUIRED_KEYS <= set(got)
+        assert got["run_id"] == spec_id_of_file(example) and got["name"] == "gauss-8d"
+        assert got["samples"] == 10_000_000 and got["iterations"] == 10
+        assert got["nan_count"] == 0 and got["exact"] == pytest.approx(0.000248556584, rel=1e-9)
+        assert abs(got["estimate"] - got["exact"]) < 4 * got["error"]
+        assert "gauss-8d: iteration 10: 10,000,000 samples" in done.stderr
+        assert EmbeddedBroker(state).status().running  # started for this run, left up
+        assert len(list((state / "workers").glob("*.log"))) == 2  # two local workers
+        receipts = Receipts(state / "runs" / got["run_id"] / "receipts.ndjson").read()
+        assert [p.iteration for p in receipts if isinstance(p, IterationDone)] == \
+            list(range(1, 11))
+    finally:
+        EmbeddedBroker(state).down()
+
+
+def spec_id_of_file(path: Path) -> str:
+    from mainboard.integrators.spec import load_run_file
+
+    return load_run_file(path).run_id()
 
 
 @pytest.mark.live
@@ -175,7 +230,8 @@ BAD_RUNS: dict[str, tuple[Callable[[dict[str, Any]], None], str, str]] = {
                     "valid: absolute_error, max_iterations, max_samples"),
     "wrong type": (lambda d: d.update(seed="seven"), "seed", "(got 'seven')"),
     "no stop condition": (lambda d: d.update(stop={"min_samples": 5}), "stop",
-                          "needs at least one stop condition"),
+                          "needs at least one stop condition; valid: max_samples, "
+                          "max_iterations, absolute_error, relative_error"),
     "unknown integrand kind": (lambda d: d["integrand"].update(kind="genz.gauss"),
                                "integrand.kind", "valid: genz.oscillatory"),
     "parameter count": (lambda d: d["integrand"].update(a=[1.0]), "integrand.a",

@@ -84,7 +84,10 @@ def test_issue_example_parses_as_written(tmp_path: Path) -> None:
     (("a = [5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]", "a = [5.0]"), "integrand.a", 8,
      "needs 8 entries"),
     (("max_samples = 10_000_000\nrelative_error = 1e-4", "min_samples = 5"), "stop", 16,
-     "at least one stop condition"),
+     "at least one stop condition; valid: max_samples, max_iterations, absolute_error, "
+     "relative_error (min_samples only delays a stop)"),
+    (("max_samples = 10_000_000\nrelative_error = 1e-4", ""), "stop", 16,
+     "valid: max_samples, max_iterations, absolute_error, relative_error"),
     (("seed = 7\n", ""), "seed", None, "missing required key"),
     (("continuous = 8", "continuous = 0"), "domain.continuous", 4, "greater than or equal"),
     (('name = "gauss-8d"', 'name = "a b/../c"'), "name", 1, "letters, digits"),

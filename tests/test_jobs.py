@@ -9,6 +9,7 @@ jobs`` verbs run as fresh processes reading only the receipts.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -184,9 +185,15 @@ def test_policy_refusals_open_no_connection(tmp_path: Path,
 def test_hostile_names_and_commands_stay_literal(board: Board, tmp_path: Path, host: str) -> None:
     mark = tmp_path / "pwned"
     words = [f"$(touch {mark})", HOSTILE, f"`touch {mark}`"]
-    job = board.on(host).submit(["printf", "%s|", *words], name=HOSTILE)
+    odd = f"{HOSTILE} $(touch PWNED) `touch PWNED`.txt"  # data and fetch path: argv throughout
+    (board.config.root / "in" / odd).write_text("odd\n")
+    job = board.on(host).submit(["sh", "-c", 'printf "%s|" "$@"; mkdir -p out; '
+                                 'cp "in/$0" "out/$0"', odd, *words], name=HOSTILE,
+                                data=[f"in/{odd}"], fetch=[f"out/{odd}"])
     assert job.wait(timeout=60, poll=0.5) is JobState.COMPLETED
     assert job.logs() == "".join(f"{w}|" for w in words)
+    assert job.pull().paths == [f"out/{odd}"]
+    assert (board.config.root / "out" / odd).read_text() == "odd\n"
     assert job.name == HOSTILE and "'" not in job.id and ";" not in job.id
     config = board.config.path
     assert config is not None
@@ -198,6 +205,7 @@ def test_hostile_names_and_commands_stay_literal(board: Board, tmp_path: Path, h
     again = Job(board, cli.stdout.strip())
     assert again.wait(timeout=60, poll=0.5) is JobState.COMPLETED
     assert again.logs() == f"{words[0]}\n" and not mark.exists()
+    assert not list(tmp_path.rglob("PWNED"))
 
 
 def test_jobs_verbs_from_fresh_processes(board: Board) -> None:
@@ -249,3 +257,98 @@ def test_corrupt_receipt_line_is_named_and_the_rest_still_read(board: Board) -> 
     data = json.loads(_invoke(config, "jobs", "list", "--json").stdout)
     assert [j["name"] for j in data["jobs"]] == ["second"]
     assert data["errors"][0].startswith(f"{path}:1: unknown receipt topic 'job.sumbitted'")
+
+
+def _topics(board: Board, job: Job) -> list[str]:
+    """The topics of a job's receipt lines, parsed without mainboard.receipts."""
+    path = board.config.state_dir / "jobs" / f"{job.id}.ndjson"
+    return [json.loads(line)["topic"] for line in path.read_text().splitlines()]
+
+
+def test_ssh_job_outlives_its_submitter_and_finds_the_mirrored_workspace(
+        board: Board, tmp_path: Path) -> None:
+    """No ``data`` given: the submit still mirrors the workspace (the code the job runs);
+    the job is nohup'd on the host with its pid and exit code written there, outlives the
+    `mainboard submit` process, and each state change is one receipt line."""
+    config = board.config.path
+    assert config is not None
+    (board.config.root / "tool.sh").write_text("echo v1\n")
+    gate = tmp_path / "edge-root" / "gate"
+    done = run_cli(config, "submit", "--on", "edge", "--fetch", "out/t.txt", "--",
+                   "while [ ! -e gate ]; do sleep 0.1; done; mkdir -p out; sh tool.sh | tee "
+                   "out/t.txt; exit 5")
+    assert done.returncode == 0, done.stderr
+    job = Job(board, done.stdout.strip())
+    wait_running(job)  # the submitting process (and its ssh connection) is gone
+    job_dir = Path(job.view().submitted.job_dir)
+    assert (job_dir / "pid").read_text().strip().isdigit()
+    gate.touch()
+    assert job.wait(timeout=60, poll=0.3) is JobState.FAILED
+    assert ((job_dir / "exit_code").read_text(), job.view().exit_code) == ("5\n", 5)
+    for _ in range(3):
+        assert job.status() is JobState.FAILED  # asking again records nothing
+    assert job.pull().paths == ["out/t.txt"] and job.logs() == "v1\n"
+    assert _topics(board, job) == ["job.submitted", "job.state", "job.finished", "job.pulled"]
+    # Without a sync the host keeps what it has; with one (the default) the change goes.
+    (board.config.root / "tool.sh").write_text("echo v2\n")
+    stale = Job(board, _invoke(config, "submit", "--on", "edge", "--no-sync", "--",
+                               "sh", "tool.sh").stdout.strip())
+    assert stale.wait(timeout=60, poll=0.3) is JobState.COMPLETED and stale.logs() == "v1\n"
+    fresh = board.on("edge").submit(["sh", "tool.sh"])
+    assert fresh.wait(timeout=60, poll=0.3) is JobState.COMPLETED and fresh.logs() == "v2\n"
+
+
+def test_secret_env_reaches_the_job_but_never_its_receipts(board: Board) -> None:
+    secret, password = "hf_" + "x9" * 10, "br0ker-pw"
+    env = {"HF_TOKEN": secret, "BROKER": f"redis://:{password}@127.0.0.1:7/0", "SEED": "7"}
+    job = board.on("scratch").submit('printf "%s|%s|%s" "$HF_TOKEN" "$BROKER" "$SEED"',
+                                     name="env", env=env)
+    assert job.wait(timeout=30, poll=0.2) is JobState.COMPLETED
+    assert job.logs() == f"{secret}|{env['BROKER']}|7"
+    receipts = (board.config.state_dir / "jobs" / f"{job.id}.ndjson").read_text()
+    assert secret not in receipts and password not in receipts
+    config = board.config.path
+    assert config is not None
+    shown = _invoke(config, "jobs", "show", job.id)
+    assert secret not in shown.stdout and password not in shown.stdout
+    recorded = json.loads(_invoke(config, "jobs", "show", job.id, "--json").stdout)["spec"]["env"]
+    assert recorded == {"HF_TOKEN": "***", "BROKER": "redis://:***@127.0.0.1:7/0", "SEED": "7"}
+
+
+def test_cli_modules_import_nothing_heavy_at_top_level() -> None:
+    """`mainboard --help` stays fast: the job verbs import their machinery when they run."""
+    import ast
+
+    import mainboard.cli as package
+
+    light = {"__future__", "json", "shlex", "datetime", "collections.abc", "contextlib",
+             "typing", "click"}
+    for verb in ("submit", "jobs", "monitor", "batch"):
+        tree = ast.parse((Path(package.__file__).parent / f"{verb}.py").read_text())
+        top = {alias.name for node in tree.body if isinstance(node, ast.Import)
+               for alias in node.names}
+        top |= {node.module or "" for node in tree.body if isinstance(node, ast.ImportFrom)}
+        assert top <= light, (verb, top - light)
+
+
+def test_pull_takes_only_the_fetch_paths_whatever_the_host_packs(tmp_path: Path) -> None:
+    """The results archive is packed on the host: a host whose ``tar`` adds more (here a
+    wrapper first on its PATH adding mainboard.toml) cannot overwrite the workspace."""
+    tar = shutil.which("tar")
+    assert tar is not None
+    tools = tmp_path / "evil-bin"
+    tools.mkdir()
+    (tools / "tar").write_text(
+        '#!/bin/sh\nif [ "$1" = -czf ]; then out=$2; shift 3; echo hijacked > mainboard.toml; '
+        f'exec {tar} -czf "$out" -- "$@" mainboard.toml; fi\nexec {tar} "$@"\n')
+    (tools / "tar").chmod(0o755)
+    config = make_workspace(tmp_path, extra_hosts={"evil": {
+        "kind": "local", "root": str(tmp_path / "evil-root")}},
+        extra=f'\n[hosts.evil.env]\nPATH = "{tools}:/usr/bin:/bin"\n')
+    before = config.read_text()
+    with Board(config) as board:
+        job = board.on("evil").submit("mkdir -p out && echo r > out/r.txt", fetch=["out"])
+        assert job.wait(timeout=30, poll=0.2) is JobState.COMPLETED
+        assert job.pull().paths == ["out"]
+    assert (tmp_path / "evil-root" / "mainboard.toml").read_text() == "hijacked\n"
+    assert config.read_text() == before and (config.parent / "out" / "r.txt").read_text() == "r\n"

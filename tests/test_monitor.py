@@ -87,7 +87,8 @@ def test_monitor_announces_once_pulls_and_then_reports_no_change(board: Board) -
     config = board.config.path
     assert config is not None
     fresh = json.loads(run_cli(config, "monitor", "--json").stdout)  # cursor from receipts only
-    assert (fresh["changed"], fresh["finished"], fresh["failed"]) == (False, [], [])
+    assert (fresh["running"], fresh["finished"], fresh["failed"], fresh["unreachable_hosts"],
+            fresh["changed"]) == (0, [], [], [], False)  # the issue's five keys, as typed
     human = run_cli(config, "monitor")
     assert human.stdout.strip() == "0 job(s) still running or queued; no change"
 
@@ -229,7 +230,9 @@ def _rent(adapter: RestProvider, config: Config, hosts: tuple[str, ...],
           tmp_path: Path) -> dict[str, Rental]:
     """A real rental on the simulated provider for each host, recorded as ``fleet up`` does."""
     key = tmp_path / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                       check=True)
     offer = adapter.cheapest("SIM_RTX_4090", 1.0)
     return {host: RentalGuard(adapter, config.state_dir, host=host).rent(
         offer, ssh_public_key=key.with_suffix(".pub").read_text(), label=f"mb-test-{host}",
@@ -242,11 +245,13 @@ def test_release_rentals_destroys_only_the_done_hosts_rentals(
     adapter = RestProvider("sim", api_url=sim.url, api_key_env="MB_TEST_SIM_KEY")
     try:
         rentals = _rent(adapter, config, ("gpu-a", "gpu-b"), tmp_path)
-        done, errors = release_rentals(config, {"gpu-a"})
+        before = time.time() - 3600  # work submitted before these rentals existed
+        assert release_rentals(config, {"gpu-a": before, "gpu-b": before}) == ([], [])
+        done, errors = release_rentals(config, {"gpu-a": time.time()})
         assert (done, errors) == ([rentals["gpu-a"].id], [])
         assert adapter.status(rentals["gpu-a"].id).state == "destroyed"
         assert [r.rental_id for r in owned_rentals(config.state_dir)] == [rentals["gpu-b"].id]
-        assert release_rentals(config, {"gpu-a"}) == ([], [])  # nothing left to do there
+        assert release_rentals(config, {"gpu-a": time.time()}) == ([], [])  # nothing left
     finally:
         for rental in adapter.list_rentals():
             adapter.destroy(rental.id)
@@ -297,3 +302,49 @@ def test_a_rental_is_released_only_when_no_job_on_it_is_owed_anything(
     finally:
         for left in adapter.list_rentals():
             adapter.destroy(left.id)
+
+
+def test_a_release_that_failed_is_tried_again_and_later_rentals_are_left_alone(
+        sim: SimulatedProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provider API refuses (no key) when the work ends: the pass says the rental may
+    still cost money; the next pass, with no job news at all, destroys it. A rental made
+    after the host's last job (new work, fleet workers) is not the monitor's to end."""
+    config = _provider_config(sim, tmp_path, monkeypatch, ("gpu",))
+    adapter = RestProvider("sim", api_url=sim.url, api_key_env="MB_TEST_SIM_KEY")
+    try:
+        rental = _rent(adapter, config, ("gpu",), tmp_path)["gpu"]
+        assert config.path is not None
+        with Board(config.path) as board:
+            job = _provider_job(board, "work")
+            store_of(board).observe(job, JobStatus(JobState.COMPLETED, "exited", 0))
+            later = _rent(adapter, config, ("gpu",), tmp_path)["gpu"]
+            monkeypatch.delenv("MB_TEST_SIM_KEY")
+            failed = monitor_pass(board)
+            assert (_ids(failed, "finished"), failed["released"]) == ([job], [])
+            assert [e for e in failed["errors"] if "may still cost money" in e
+                    and rental.id in e] and not [e for e in failed["errors"] if later.id in e]
+            monkeypatch.setenv("MB_TEST_SIM_KEY", sim.api_key)
+            retried = monitor_pass(board)
+            assert (retried["finished"], retried["released"], retried["changed"],
+                    retried["errors"]) == ([], [rental.id], True, [])
+            quiet = monitor_pass(board)
+            assert (quiet["released"], quiet["changed"]) == ([], False)
+        assert adapter.status(rental.id).state == "destroyed"
+        assert [r.rental_id for r in owned_rentals(config.state_dir)] == [later.id]
+    finally:
+        for left in adapter.list_rentals():
+            adapter.destroy(left.id)
+
+
+def test_a_finished_job_whose_host_was_removed_is_announced_not_a_failed_pass(
+        tmp_path: Path) -> None:
+    gone = {"gone": {"kind": "local", "root": str(tmp_path / "gone-root")}}
+    with Board(make_workspace(tmp_path, extra_hosts=gone)) as board:
+        job = board.on("gone").submit("mkdir -p out && echo r > out/r.txt", fetch=["out/r.txt"])
+        assert job.wait(timeout=30, poll=0.2) is JobState.COMPLETED  # verdict, not pulled yet
+    with Board(make_workspace(tmp_path)) as board:  # the same workspace, "gone" undeclared
+        report = monitor_pass(board)
+        assert (_ids(report, "finished"), report["finished"][0]["pulled"]) == ([job.id], [])
+        pulled = store_of(board).load(job.id).pulled
+        assert pulled is not None and "'gone'" in pulled.error
+        assert monitor_pass(board)["changed"] is False

@@ -208,6 +208,16 @@ def test_hostile_command_names_are_argv_never_shell(pool: ProcessPool, tmp_path:
     assert not (Path.cwd() / "owned").exists() and not (tmp_path / "owned").exists()
 
 
+def test_cwd_is_where_the_process_starts(pool: ProcessPool) -> None:
+    """A relative script path resolves against ``cwd``, as in a run file next to its code."""
+    table = {"command": [sys.executable, FIXTURE.name, "ok"], "cwd": str(FIXTURE.parent)}
+    np.testing.assert_allclose(ProcessEvaluator(table, 2, pool=pool)(X, IDX), np.sin(X[:, 0]))
+    elsewhere = ProcessEvaluator({**table, "cwd": str(FIXTURE.parent.parent)}, 2, pool=pool)
+    with pytest.raises(ProcessCrashed, match=r"(?s)exited with code 2.*tests/misbehave.py'.*"
+                                             r"No such file"):
+        elsewhere(X, IDX)
+
+
 def test_pool_keys_by_run_and_releases_one_run(pool: ProcessPool) -> None:
     one = ProcessEvaluator(spec("ok"), 2, pool=pool, run_id="one")
     two = ProcessEvaluator(spec("ok"), 2, pool=pool, run_id="two")

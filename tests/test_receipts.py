@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from mainboard.receipts import IterationDone, ReceiptError, Receipts, RunCreated, RunFinished
+from mainboard.receipts import (
+    REDACTED,
+    IterationDone,
+    ReceiptError,
+    Receipts,
+    RunCreated,
+    RunFinished,
+    redact_env,
+)
 
 
 def _writer(path: str, start: int) -> None:
@@ -59,3 +67,30 @@ def test_unknown_topic_and_bad_payload_are_named(tmp_path: Path) -> None:
         list(log.read())
     with pytest.raises(ValueError, match="extra"):
         RunFinished(run_id="r", result={}, surprise=1)
+
+
+def test_bad_lines_are_collected_with_file_and_line_and_the_rest_still_read(
+        tmp_path: Path) -> None:
+    log = Receipts(tmp_path / "r.ndjson")
+    good = '{"topic":"run.finished","ts":5,"payload":{"run_id":"%s","result":{}}}\n'
+    log.path.write_text(good % "a" + "{not json\n" + '{"topic":"nope","ts":0,"payload":{}}\n'
+                        + '{"topic":"run.finished","ts":0,"payload":{"run_id":1}}\n'
+                        + "[1, 2]\n" + good % "b")
+    errors: list[ReceiptError] = []
+    assert [p.run_id for p in log.read(errors=errors)] == ["a", "b"]  # type: ignore[attr-defined]
+    assert [str(e).split(": ", 1)[0] for e in errors] == [f"{log.path}:{n}" for n in (2, 3, 4, 5)]
+    assert [str(e).split(": ", 1)[1][:12] for e in errors] == [
+        "not a JSON r", "unknown rece", "bad run.fini", "not a JSON r"]
+    assert [ts for ts, _ in Receipts(log.path).read_timed(errors=[])] == [5.0, 5.0]
+
+
+def test_redact_env_keeps_names_and_hides_secret_values() -> None:
+    env = {"HF_TOKEN": "hf_abc", "DB_PASSWORD": "pw", "API_KEY": "k", "BROKER": (
+        "redis://:s3cret@127.0.0.1:7000/0"), "MIXED": "a amqp://u:p4ss@h:5672// b",
+           "PLAIN": "redis://127.0.0.1:7000/0", "SEED": "42", "USER_ONLY": "ssh://me@host"}
+    shown = redact_env(env)
+    assert shown == {"HF_TOKEN": REDACTED, "DB_PASSWORD": REDACTED, "API_KEY": REDACTED,
+                     "BROKER": "redis://:***@127.0.0.1:7000/0",
+                     "MIXED": "a amqp://u:***@h:5672// b", "PLAIN": "redis://127.0.0.1:7000/0",
+                     "SEED": "42", "USER_ONLY": "ssh://me@host"}
+    assert not any(s in json.dumps(shown) for s in ("hf_abc", "s3cret", "p4ss"))

@@ -44,6 +44,7 @@ def _register() -> None:
     from mainboard.cli.compute import compute
     from mainboard.cli.config import config
     from mainboard.cli.facts import facts
+    from mainboard.cli.fleet import fleet
     from mainboard.cli.flower import flower
     from mainboard.cli.integrate import integrate
     from mainboard.cli.jobs import jobs
@@ -53,7 +54,7 @@ def _register() -> None:
     from mainboard.cli.submit import submit
 
     for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
-                    monitor, batch):
+                    monitor, fleet, batch):
         cli.add_command(command)
 
 

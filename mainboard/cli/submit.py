@@ -22,19 +22,22 @@ import click
               help="Workspace path the job needs on the host (repeatable).")
 @click.option("--fetch", multiple=True, metavar="PATH",
               help="Path the job writes, pulled back into the workspace (repeatable).")
+@click.option("--no-sync", "no_sync", is_flag=True,
+              help="Do not mirror the workspace to HOST first (data paths still travel).")
 @click.option("--wait", "wait_", is_flag=True,
               help="Wait for the outcome; exit 0 only if the job completed.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def submit(ctx: click.Context, host: str, name: str | None, attempt: int, walltime: str | None,
            mem_gb: float | None, cpus: int | None, gpus: int | None, queue: str | None,
-           data: tuple[str, ...], fetch: tuple[str, ...], wait_: bool,
+           data: tuple[str, ...], fetch: tuple[str, ...], no_sync: bool, wait_: bool,
            command: tuple[str, ...]) -> None:
     """Submit CMD as a job on HOST and print its id.
 
     One argument is shell text (`-- 'make && ./a.out > out/log'`); several are an
     argument list, each quoted (`-- python3 fit.py --seed 3`). Queue limits are
-    checked before anything leaves this machine.
+    checked before anything leaves this machine; then HOST's workspace mirror is
+    brought up to date (only what changed travels) and the job is submitted.
     """
     import sys
 
@@ -45,7 +48,8 @@ def submit(ctx: click.Context, host: str, name: str | None, attempt: int, wallti
     with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
         job = submit_job(board, host, command[0] if len(command) == 1 else list(command),
                          name=name, attempt=attempt, walltime=walltime, mem_gb=mem_gb,
-                         cpus=cpus, gpus=gpus, queue=queue, data=data, fetch=fetch)
+                         cpus=cpus, gpus=gpus, queue=queue, data=data, fetch=fetch,
+                         sync=not no_sync)
         click.echo(job.id)
         if wait_:
             state = job.wait(progress=lambda s: click.echo(f"{job.id}: {s.describe()}", err=True))

@@ -1,0 +1,181 @@
+"""Helpers for the fleet tests: workspaces, the real CLI in a subprocess, probes, leftovers.
+
+Every ``fleet`` command runs as ``python -m mainboard ...`` in its own process, so each
+test also proves that status and down work from a new process (receipts, not memory).
+Host roots share one directory provisioned once per session (``provisioned_root``):
+the first provision builds the uv environment, every host after that finds it ready,
+which is also the only way a network-namespaced host (no route to an index) gets one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mainboard.config import Config, load_config
+from tests.services import SshServer
+
+HOST_PYTHON = "/usr/bin/python3"  # the same base python on every "host": one shared env
+
+
+def toml_value(value: Any) -> str:
+    """A TOML value for str/int/float/bool/dict (JSON strings are TOML basic strings)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) \
+            + " }"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def table(header: str, **values: Any) -> str:
+    """``[header]`` and its keys (None values are left out)."""
+    lines = [f"[{header}]"] + [f"{k} = {toml_value(v)}" for k, v in values.items()
+                               if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def ssh_host(name: str, server: SshServer, root: Path | str, **extra: Any) -> str:
+    """An ``[hosts.NAME]`` ssh table for a test sshd (its key and known_hosts file)."""
+    return table(f"hosts.{json.dumps(name)}", kind="ssh", host=server.host, port=server.port,
+                 user=server.user, identity=str(server.identity),
+                 known_hosts=str(server.known_hosts()), root=str(root), python=HOST_PYTHON,
+                 **extra)
+
+
+def workspace(directory: Path, *tables: str) -> Path:
+    """A workspace directory with a mainboard.toml made of ``tables``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "mainboard.toml").write_text(table("workspace", name=directory.name)
+                                              + "\n".join(tables))
+    return directory
+
+
+def config(ws: Path) -> Config:
+    return load_config(ws / "mainboard.toml")
+
+
+def cli(ws: Path, *args: str, timeout: float = 300.0,
+        env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``mainboard --config WS/mainboard.toml ARGS`` in a new process, in the workspace."""
+    return subprocess.run([sys.executable, "-m", "mainboard", "--config",
+                           str(ws / "mainboard.toml"), *args], cwd=ws, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def status(ws: Path, *flags: str, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """``fleet status --json`` rows."""
+    done = cli(ws, "fleet", "status", "--json", *flags, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.3) -> Any:
+    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not after {timeout}s")
+        time.sleep(every)
+
+
+def send_probe(ws: Path, host: str, **kwargs: Any) -> Any:
+    """Send ``mainboard.fleet.probe`` to ``host``'s own queue; the AsyncResult."""
+    from mainboard.fleet import broker_route
+    from mainboard.fleet_records import host_queue
+    from mainboard.fleet_tasks import PROBE_TASK
+    from mainboard.tasks.app import make_app
+
+    route = broker_route(config(ws), start=False)
+    assert route is not None, "the broker is not running"
+    app = make_app(broker_url=route.url)
+    return app.send_task(PROBE_TASK, kwargs=kwargs, queue=host_queue(host))
+
+
+def probe(ws: Path, host: str, timeout: float = 120.0) -> dict[str, Any]:
+    """Run a probe on ``host``'s worker and return who ran it."""
+    result = send_probe(ws, host)
+    try:
+        return result.get(timeout=timeout)
+    finally:
+        result.app.close()
+
+
+def processes_matching(*needles: str) -> list[str]:
+    """``pid args`` of every process whose command line contains one of ``needles``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(n in args for n in needles):
+            found.append(f"{entry.name} {args.strip()}")
+    return found
+
+
+def broker_password(ws: Path) -> str:
+    """The embedded broker's password (to prove it shows up nowhere it should not)."""
+    return (ws / ".mainboard" / "broker.secret").read_text().strip()
+
+
+def assert_nothing_left(ws: Path, nodes: list[str]) -> None:
+    """No worker process, keeper or Flower of this workspace is running any more."""
+    from mainboard.fleet_keeper import keeper_pid
+    from mainboard.flower import Flower
+
+    wait_until(lambda: not processes_matching(*nodes), 30, "worker processes still running")
+    assert keeper_pid(ws / ".mainboard") is None, "the fleet keeper still runs"
+    assert not Flower(ws / ".mainboard").status().running, "flower still runs"
+
+
+def stop_broker(ws: Path) -> None:
+    """The fleet leaves the workspace's broker up (others use it); a test stops it."""
+    from mainboard.broker import EmbeddedBroker
+
+    EmbeddedBroker(ws / ".mainboard").down()
+
+
+def up_ok(ws: Path, *args: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """``fleet up ARGS``, which must succeed; its stdout lines."""
+    done = cli(ws, "fleet", "up", *args, env=env)
+    assert done.returncode == 0, f"fleet up failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout.splitlines()
+
+
+def nodes_of(rows: list[dict[str, Any]]) -> list[str]:
+    """Node prefixes (``mb-host-id``) of status rows, to look for their processes."""
+    return [str(r["node"]).partition("@")[0] for r in rows]
+
+
+_ROOT: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session")
+def provisioned_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One host root for every fleet test host, its environment built once per process."""
+    from mainboard.bridges.project import local_project
+    from mainboard.bridges.provision import provision
+    from mainboard.bridges.transport import LocalTransport
+
+    if "root" not in _ROOT:
+        root = tmp_path_factory.mktemp("fleet-root")
+        provision(LocalTransport("provision"), root=str(root), python=HOST_PYTHON,
+                  project=local_project(root / ".wheels"))
+        _ROOT["root"] = root
+    return _ROOT["root"]

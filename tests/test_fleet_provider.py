@@ -1,0 +1,123 @@
+"""Live tier: fleet workers on machines rented from the LOCAL SIMULATED provider.
+
+The simulated provider (an HTTP server on loopback; a "rental" is a network namespace
+with its own sshd and hostname) is driven through the real REST adapter. A rented
+worker reaches the loopback broker only through the keeper's reverse tunnel. Proven
+here: a task runs there; down destroys the rental; a failure in the middle of `up`
+leaves no rental behind; a worker idle past its timeout loses its machine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mainboard.bridges.providers import owned_rentals
+from mainboard.fleet_records import read_fleet
+from tests.fleet_helpers import (
+    HOST_PYTHON,
+    assert_nothing_left,
+    cli,
+    nodes_of,
+    probe,
+    provisioned_root,  # noqa: F401 - session fixture
+    status,
+    stop_broker,
+    table,
+    up_ok,
+    wait_until,
+    workspace,
+)
+from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
+KEY_ENV = "MB_FLEET_SIM_KEY"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderServer]:
+    server = start_simulated_provider(tmp_path_factory.mktemp("sim-provider"))
+    yield server
+    server.stop()
+
+
+def _workspace(base: Path, sim: SimulatedProviderServer, root: Path, **host: object) -> Path:
+    return workspace(
+        base,
+        table("providers.sim", kind="simulated", api_url=sim.url, api_key_env=KEY_ENV),
+        table("hosts.gpu", kind="provider", provider="sim", gpu="SIM RTX 4090", max_usd_hr=1.0,
+              root=str(root), python=host.pop("python", HOST_PYTHON),
+              env={"UV_OFFLINE": "1"}))  # a rental has no route to an index here
+
+
+def _listed(sim: SimulatedProviderServer) -> list[str]:
+    from mainboard.bridges.providers import RestProvider
+
+    market = RestProvider("sim", api_url=sim.url, api_key_env=KEY_ENV,
+                          env={KEY_ENV: sim.api_key})
+    return [r.id for r in market.list_rentals()]
+
+
+def _namespaces() -> str:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def test_rented_worker_runs_a_task_and_down_destroys_the_rental(
+        tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
+    env = {KEY_ENV: sim.api_key}
+    ws = _workspace(tmp_path / "ws", sim, provisioned_root)
+    lines = up_ok(ws, "--on", "gpu", "--no-flower", env=env)
+    try:
+        assert any("broker via tunnel, rental " in line for line in lines), lines
+        found = probe(ws, "gpu")
+        assert found["hostname"].startswith("sim-gpu-")  # ran on the rented machine
+        rows = wait_until(lambda: (r := status(ws, env=env)) and r[0]["online"] and r, 60,
+                          "the rented worker online")
+        rental = rows[0]["rental_id"]
+        assert rental and rows[0]["broker_via"] == "tunnel" and rows[0]["kind"] == "provider"
+        sandbox = sim.sandbox(rental)
+        assert sandbox["netns"] in _namespaces() and _listed(sim) == [rental]
+    finally:
+        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
+        stop_broker(ws)
+    assert down.returncode == 0 and "gpu: worker " in down.stdout, down.stderr
+    assert owned_rentals(ws / ".mainboard") == [] and _listed(sim) == []
+    assert sandbox["netns"] not in _namespaces()
+    assert_nothing_left(ws, nodes_of(rows))
+
+
+def test_a_failure_in_the_middle_of_up_leaves_no_rental(
+        tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
+    env = {KEY_ENV: sim.api_key}
+    ws = _workspace(tmp_path / "ws", sim, provisioned_root, python="/nonexistent/python3")
+    done = cli(ws, "fleet", "up", "--on", "gpu", "--no-flower", env=env)
+    stop_broker(ws)
+    assert done.returncode == 1
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("mainboard: error: host 'gpu':"), errors
+    assert "/nonexistent/python3" in errors[0]
+    assert owned_rentals(ws / ".mainboard") == [] and _listed(sim) == []
+    receipts = (ws / ".mainboard" / "rentals.ndjson").read_text()
+    assert '"rental.created"' in receipts and '"rental.destroyed"' in receipts
+    assert "setup failed" in receipts and not _namespaces().count("mbsim-")
+    assert read_fleet(ws / ".mainboard").live() == []
+
+
+def test_a_worker_idle_past_its_timeout_loses_its_rental(
+        tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
+    env = {KEY_ENV: sim.api_key}
+    ws = _workspace(tmp_path / "ws", sim, provisioned_root)
+    up_ok(ws, "--on", "gpu", "--no-flower", "--idle-timeout", "3s", env=env)
+    try:
+        stopped = wait_until(lambda: read_fleet(ws / ".mainboard").stopped, 90,
+                             "the keeper stopping the idle worker")
+    finally:
+        cli(ws, "fleet", "down", "--timeout", "20", env=env)
+        stop_broker(ws)
+    (reason,) = [s.reason for s in stopped.values()]
+    assert reason == "idle past idle_timeout"
+    assert owned_rentals(ws / ".mainboard") == [] and _listed(sim) == []
+    assert "idle past idle_timeout" in (ws / ".mainboard" / "rentals.ndjson").read_text()
