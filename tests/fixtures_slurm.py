@@ -8,6 +8,8 @@ every module can ask for ``slurm_cluster``.
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -28,5 +30,14 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     yield cluster
     _shared["users"] = int(_shared["users"]) - 1  # type: ignore[call-overload]
     if _shared["users"] == 0:
+        # Cancel what is still queued or running first: stopping slurmd under live jobs
+        # would orphan their slurmstepd and the job processes.
+        subprocess.run(["scancel", "--full", "--user", "root"], env=cluster.env,
+                       capture_output=True, timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and subprocess.run(
+                ["squeue", "-h"], env=cluster.env, capture_output=True, text=True,
+                timeout=30).stdout.strip():
+            time.sleep(0.5)
         cluster.stop()
         _shared["cluster"] = None
