@@ -18,13 +18,13 @@ if TYPE_CHECKING:
     from .base import Bridge
     from .transport import Transport
 
-# kind -> (module, class); "provider" is filled in by bridges/provider.py when it exists.
+# kind -> (module, class); a provider host's transport reaches its rental (see board.py).
 BRIDGES: dict[str, tuple[str, str]] = {
     "local": ("local", "LocalBridge"),
     "ssh": ("remote", "RemoteBridge"),
     "slurm": ("slurm", "SlurmBridge"),
     "pbs": ("pbs", "PbsBridge"),
-    "provider": ("provider", "ProviderBridge"),
+    "provider": ("remote", "RentalBridge"),
 }
 
 

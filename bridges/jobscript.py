@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from mainboard.config import ContainerConfig
 
 from .jobspec import JobSpec
+from .provision import container_prefix
 from .transport import check_env
 
 KILL_GRACE_S = 10
@@ -108,31 +109,10 @@ class JobPaths:
         return self._file("cancelled")
 
 
-def container_prefix(container: ContainerConfig, *, workdir: str, root: str,
-                     env_names: Sequence[str]) -> list[str]:
-    """The argv that runs a command inside ``container`` with the host root bind-mounted.
-
-    apptainer/singularity inherit the environment; podman gets ``-e NAME`` for each
-    exported name and ``--network host`` so a worker reaches the broker or its tunnel.
-    """
-    binds = list(dict.fromkeys([*container.binds, root]))
-    if container.runtime == "podman":
-        argv = ["podman", "run", "--rm", "--network", "host", "-w", workdir]
-        for bind in binds:
-            argv += ["-v", bind if ":" in bind else f"{bind}:{bind}"]
-        for name in env_names:
-            argv += ["-e", name]
-        return [*argv, container.image]
-    argv = [container.runtime, "exec", "--pwd", workdir]
-    for bind in binds:
-        argv += ["--bind", bind]
-    return [*argv, container.image]
-
-
 def _runner(spec: JobSpec, container: ContainerConfig | None, workdir: str, root: str,
             env_names: Sequence[str]) -> str:
     """The command line that runs the job's command (bash outside, sh inside a container)."""
-    prefix = container_prefix(container, workdir=workdir, root=root, env_names=env_names) \
+    prefix = container_prefix(container, [root], workdir=workdir, env_names=env_names) \
         if container else []
     if isinstance(spec.command, list):
         argv = [*prefix, *spec.command]

@@ -15,3 +15,9 @@ class RemoteBridge(ProcessBridge):
     """Detached jobs on an ssh host; the root defaults to ``~/mainboard`` there."""
 
     kind = "ssh"
+
+
+class RentalBridge(ProcessBridge):
+    """Detached jobs on a provider host's rented machine, over the rental's SshTransport."""
+
+    kind = "provider"

@@ -9,9 +9,6 @@ Every verb replays these lines, so a ``watch`` killed at any point and started a
 
 from __future__ import annotations
 
-import fcntl
-import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +16,8 @@ from pathlib import Path
 
 from mainboard.batch_fleet import FleetJob
 from mainboard.errors import UserError
+from mainboard.idstore import ID, IdForm
+from mainboard.locks import flocked
 from mainboard.receipts import (
     BatchAnnounced,
     BatchCreated,
@@ -29,12 +28,15 @@ from mainboard.receipts import (
     Receipts,
 )
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 RECEIPTS = "receipts.ndjson"
 
 
 class UnknownBatch(UserError):
     """No batch (or more than one) matches the id or id suffix the user gave."""
+
+
+FORM = IdForm("batch", "batches", "20250101-120000-sweep-1a2b3c", "mainboard batch list",
+              UnknownBatch)
 
 
 @dataclass
@@ -112,10 +114,7 @@ class BatchStore:
 
     def folder(self, batch_id: str) -> Path:
         """The batch's directory (refusing ids that are not plain names)."""
-        if not _ID.match(batch_id):
-            raise UnknownBatch(f"{batch_id!r} is not a batch id; ids look like "
-                               "20250101-120000-sweep-1a2b3c (see `mainboard batch list`)")
-        return self.directory / batch_id
+        return self.directory / FORM.check(batch_id)
 
     def receipts(self, batch_id: str) -> Receipts:
         return Receipts(self.folder(batch_id) / RECEIPTS)
@@ -125,21 +124,11 @@ class BatchStore:
         if not self.directory.is_dir():
             return []
         return sorted(p.parent.name for p in self.directory.glob(f"*/{RECEIPTS}")
-                      if _ID.match(p.parent.name))
+                      if ID.match(p.parent.name))
 
     def resolve(self, ref: str) -> str:
         """The id ``ref`` names: an exact id, or a unique suffix such as ``1a2b3c``."""
-        ids = self.ids()
-        if ref in ids:
-            return ref
-        found = [i for i in ids if ref and i.endswith(ref)]
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            raise UnknownBatch(f"no batch {ref!r} in {self.directory}; `mainboard batch list` "
-                               f"shows the ids ({len(ids)} recorded)")
-        raise UnknownBatch(f"{ref!r} matches {len(found)} batches ({', '.join(found[:5])}); "
-                           "give more of the id")
+        return FORM.resolve(ref, self.ids(), self.directory)
 
     def load(self, ref: str) -> BatchView:
         """The batch ``ref`` names; ReceiptError when its ``batch.created`` line is unreadable."""
@@ -171,20 +160,5 @@ class BatchStore:
         ``wait=None`` blocks. flock is released by the kernel when a holder dies, so a
         SIGKILLed ``run`` or ``watch`` never leaves a batch locked.
         """
-        folder = self.folder(batch_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / f"{what}.lock", "a") as handle:
-            deadline = None if wait is None else time.monotonic() + wait
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | (0 if deadline is None else fcntl.LOCK_NB))
-                    break
-                except BlockingIOError:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        yield False
-                        return
-                    time.sleep(0.05)
-            try:
-                yield True
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with flocked(self.folder(batch_id) / f"{what}.lock", wait) as held:
+            yield held

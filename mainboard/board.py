@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
 from mainboard.config import Config, HostConfig, ProviderHost, load_config
-from mainboard.errors import UserError
 
 if TYPE_CHECKING:
     from mainboard.jobs import Job
@@ -39,17 +38,31 @@ class HostHandle:
 
     @property
     def transport(self) -> Transport:
-        """The transport for this host, made on first use (no connection until a command)."""
+        """The transport for this host, made on first use (no connection until a command).
+
+        A provider host's is its live rental's, rented (and waited for) when it has none.
+        """
+        return self.reach(rent=True)
+
+    @property
+    def opened(self) -> Transport | None:
+        """The transport if one was made already (a provider host: if it is rented here)."""
+        return self._transport
+
+    def reach(self, *, rent: bool) -> Transport:
+        """The transport; ``rent=False`` (asking about work already sent) never rents:
+        a provider host without a live rental raises HostError instead."""
         with self._lock:
             if self._transport is None:
-                self._transport = self._make_transport()
+                self._transport = self._make_transport(rent)
             return self._transport
 
-    def _make_transport(self) -> Transport:
+    def _make_transport(self, rent: bool) -> Transport:
         if isinstance(self.config, ProviderHost):
-            raise UserError(
-                f"host {self.name!r} is a provider host ([providers.{self.config.provider}]): "
-                f"commands run there once it is rented with `mainboard fleet up {self.name}`")
+            from mainboard.provider_hosts import provider_transport  # paramiko, REST: lazily
+
+            return provider_transport(self.board.config, self.name, self.config, self.root,
+                                      rent=rent)
         params = self.config.ssh_params()
         if params is None:
             return LocalTransport(self.name)

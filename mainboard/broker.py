@@ -11,14 +11,11 @@ replaces all of this with an existing Redis (see :func:`resolve_broker_url`).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -32,15 +29,25 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from mainboard.daemon import (
+    FORBIDDEN_PORTS,
+    HOST,
+    fresh_port,
+    log_tail,
+    port_is_free,
+    process_cmdline,
+    read_or_create_secret,
+    read_secret,
+    write_private,
+)
 from mainboard.errors import BrokerError, ConfigError, MissingDependency
+from mainboard.locks import flocked
 from mainboard.redact import redact_url
 
 if TYPE_CHECKING:
     from mainboard.config import Config
 
 REDIS_SERVER_ENV = "MAINBOARD_REDIS_SERVER"
-HOST = "127.0.0.1"
-FORBIDDEN_PORTS = frozenset({6379})  # a foreign Redis may own the default port
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 15.0
 
@@ -110,53 +117,9 @@ class BrokerStatus:
         return {"state": self.state, **asdict(self)}
 
 
-def _port_is_free(port: int) -> bool:
-    """True if redis-server (which sets SO_REUSEADDR) could bind 127.0.0.1:port now."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def _fresh_port() -> int:
-    """A free loopback port chosen by the kernel, never a forbidden one."""
-    while True:
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if port not in FORBIDDEN_PORTS:
-            return port
-
-
 def _conf_value(value: str) -> str:
     """Quote a value for redis.conf (double quotes, backslash escapes)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _process_cmdline(pid: int) -> str | None:
-    """Command line of a live (non-zombie) process, or None if it is gone."""
-    proc = Path(f"/proc/{pid}")
-    if Path("/proc/self").is_dir():
-        try:
-            if (proc / "stat").read_text().rpartition(")")[2].split()[:1] == ["Z"]:
-                return None
-            raw = (proc / "cmdline").read_bytes()
-        except OSError:
-            return None
-        return raw.replace(b"\0", b" ").decode(errors="replace").strip() or None
-    # no /proc (macOS): ask ps; a zombie shows state Z
-    try:
-        done = subprocess.run(["ps", "-o", "stat=,command=", "-p", str(pid)],
-                              capture_output=True, text=True, check=False)
-    except OSError:  # no ps either: we cannot prove it is ours, so never treat it as ours
-        return None
-    line = done.stdout.strip()
-    if done.returncode != 0 or not line or line.startswith("Z"):
-        return None
-    return line.split(None, 1)[1] if " " in line else None
 
 
 class EmbeddedBroker:
@@ -183,31 +146,16 @@ class EmbeddedBroker:
     def _locked(self) -> Iterator[None]:
         """Serialise up/down between processes sharing this state dir."""
         self._ensure_dirs()
-        with open(self._lock_path, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with flocked(self._lock_path):
+            yield
 
     def _password(self) -> str | None:
         """The broker password from broker.secret (re-tightened to 0600), None if absent."""
-        try:
-            self.secret_path.chmod(0o600)
-            return self.secret_path.read_text().strip() or None
-        except FileNotFoundError:
-            return None
+        return read_secret(self.secret_path)
 
     def _ensure_password(self) -> str:
         """The existing password, or a new random one written to a fresh 0600 file."""
-        existing = self._password()
-        if existing:
-            return existing
-        password = secrets.token_urlsafe(32)
-        fd = os.open(self.secret_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(password + "\n")
-        return password
+        return read_or_create_secret(self.secret_path, 32)
 
     def _recorded(self) -> tuple[int | None, int | None]:
         """(pid, port) from broker.json; redis.pid and redis.conf fill in what it lacks."""
@@ -244,22 +192,11 @@ class EmbeddedBroker:
             "maxmemory-policy noeviction", "tcp-keepalive 60",
             f"requirepass {password}",
         ]
-        fd = os.open(self.conf_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write("\n".join(lines) + "\n")
-        self.conf_path.chmod(0o600)
+        write_private(self.conf_path, "\n".join(lines) + "\n")
 
     def _log_tail(self, offset: int, password: str | None) -> str:
         """Last log lines written since ``offset``, with the password scrubbed."""
-        try:
-            with open(self.log_path, "rb") as handle:
-                handle.seek(offset)
-                text = handle.read().decode(errors="replace")
-        except OSError:
-            return ""
-        if password:
-            text = text.replace(password, "***")
-        return " | ".join(line.strip() for line in text.strip().splitlines()[-3:])
+        return log_tail(self.log_path, offset, [password or ""])
 
     # ----- process -----------------------------------------------------------------------
 
@@ -267,7 +204,7 @@ class EmbeddedBroker:
         """True if ``pid`` is alive and is the redis-server running our conf file."""
         if not pid or pid <= 0:
             return False
-        cmdline = _process_cmdline(pid)
+        cmdline = process_cmdline(pid)
         return bool(cmdline) and "redis-server" in cmdline and str(self.conf_path) in cmdline
 
     def _client(self, port: int, password: str | None) -> redis.Redis:
@@ -344,7 +281,7 @@ class EmbeddedBroker:
             password = self._ensure_password()
             previous = current.port
             port = previous if previous and previous not in FORBIDDEN_PORTS \
-                and _port_is_free(previous) else _fresh_port()
+                and port_is_free(previous) else fresh_port()
             for attempt in range(3):
                 try:
                     pid = self._launch(binary, port, password)
@@ -352,7 +289,7 @@ class EmbeddedBroker:
                 except BrokerError as exc:  # someone grabbed the port between check and bind
                     if attempt == 2 or "in use" not in str(exc):
                         raise
-                    port = _fresh_port()
+                    port = fresh_port()
             self._record(pid=pid, port=port, conf=str(self.conf_path), started_at=time.time())
         return replace(self.status(), action="started", note=current.note)
 

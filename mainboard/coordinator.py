@@ -30,6 +30,7 @@ from celery import Celery, chain, group
 from celery.canvas import Signature
 
 from mainboard import keys
+from mainboard.daemon import pid_alive
 from mainboard.errors import IntegrationFailed, UserError
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.errors import BatchError, MergeError
@@ -76,16 +77,6 @@ class Progress:
     wall_s: float
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Lease:
     """One coordinator per run: a TTL key naming host and pid, refreshed while it works."""
 
@@ -103,7 +94,7 @@ class Lease:
                 continue
             host, _, rest = raw.decode().partition(":")
             pid = int(rest.partition(":")[0] or 0)
-            if host == socket.gethostname() and not _pid_alive(pid):
+            if host == socket.gethostname() and not pid_alive(pid):
                 self.r.register_script(_RELEASE)(keys=[self.key], args=[raw])
                 continue
             raise UserError(f"run {self.run_id} is being coordinated by pid {pid} on {host}; "

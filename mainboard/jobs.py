@@ -49,7 +49,9 @@ def bridge_of(handle: HostHandle, root: str | None = None) -> Bridge:
             container_name = getattr(handle.config, "container", None)
             container = handle.board.config.containers.get(container_name) \
                 if container_name else None
-            known[root] = bridge_for(handle.name, handle.config, handle.transport,
+            # Only a submit (no root yet) may rent a provider host's machine.
+            transport = handle.transport if root is None else handle.reach(rent=False)
+            known[root] = bridge_for(handle.name, handle.config, transport,
                                      container=container, root=root or handle.root)
         return known[root]
 

@@ -9,8 +9,6 @@ change is one line and the verdict (``job.finished``) is written once.
 
 from __future__ import annotations
 
-import fcntl
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.errors import UserError
+from mainboard.idstore import ID, IdForm
+from mainboard.locks import flocked
 from mainboard.receipts import (
     JobFinished,
     JobPulled,
@@ -32,12 +32,14 @@ from mainboard.receipts import (
 if TYPE_CHECKING:
     from mainboard.bridges.base import JobRecord
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 SUFFIX = ".ndjson"
 
 
 class UnknownJob(UserError):
     """No job (or more than one) matches the id or id suffix the user gave."""
+
+
+FORM = IdForm("job", "jobs", "20250101-120000-name-1a2b3c", "mainboard jobs list", UnknownJob)
 
 
 @dataclass(frozen=True)
@@ -122,10 +124,7 @@ class JobStore:
 
     def file(self, job_id: str) -> Path:
         """The receipts file of ``job_id`` (refusing ids that are not plain names)."""
-        if not _ID.match(job_id):
-            raise UnknownJob(f"{job_id!r} is not a job id; ids look like "
-                             "20250101-120000-name-1a2b3c (see `mainboard jobs list`)")
-        return self.directory / f"{job_id}{SUFFIX}"
+        return self.directory / f"{FORM.check(job_id)}{SUFFIX}"
 
     def receipts(self, job_id: str) -> Receipts:
         """The receipts log of one job."""
@@ -136,22 +135,12 @@ class JobStore:
         if not self.directory.is_dir():
             return []
         return sorted(p.name[:-len(SUFFIX)] for p in self.directory.glob(f"*{SUFFIX}")
-                      if _ID.match(p.name[:-len(SUFFIX)]))
+                      if ID.match(p.name[:-len(SUFFIX)]))
 
     def resolve(self, ref: str) -> str:
         """The id ``ref`` names: an exact id, or a unique suffix such as ``1a2b3c``."""
         self.file(ref)  # refuses what cannot be an id (quotes, slashes...) with the form
-        ids = self.ids()
-        if ref in ids:
-            return ref
-        found = [i for i in ids if ref and i.endswith(ref)]
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            raise UnknownJob(f"no job {ref!r} in {self.directory}; `mainboard jobs list` shows "
-                             f"the ids ({len(ids)} recorded)")
-        raise UnknownJob(f"{ref!r} matches {len(found)} jobs ({', '.join(found[:5])}); "
-                         "give more of the id")
+        return FORM.resolve(ref, self.ids(), self.directory)
 
     def view(self, job_id: str, errors: list[ReceiptError] | None = None) -> JobView | None:
         """The job as its receipts say; bad lines go to ``errors`` (or raise without it)."""
@@ -183,13 +172,8 @@ class JobStore:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Serialise read-compare-append across threads and processes (one lock per workspace)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / ".lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with flocked(self.directory / ".lock"):
+            yield
 
     def submitted(self, payload: JobSubmitted) -> None:
         """Record a job the host accepted (its first line)."""

@@ -177,7 +177,7 @@ class Mirror:
     @classmethod
     def of(cls, handle: HostHandle, **options: Any) -> Mirror:
         """The mirror of a Board's host (a provider host can plan before it is rented)."""
-        transport = None if isinstance(handle.config, ProviderHost) else handle.transport
+        transport = handle.opened if isinstance(handle.config, ProviderHost) else handle.transport
         return cls(handle.board.config, handle.name, transport, handle.root,
                    env=handle.config.env, **options)
 

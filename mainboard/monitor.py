@@ -18,11 +18,8 @@ tries again until it is (a provider API that was down does not leave it running)
 
 from __future__ import annotations
 
-import fcntl
-import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +28,7 @@ from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError
 from mainboard.jobs import bridge_of, pull_view, store_of
 from mainboard.jobstore import JobStore, JobView
+from mainboard.locks import flocked
 from mainboard.receipts import (
     MonitorPass,
     ReceiptError,
@@ -50,27 +48,6 @@ Release = Callable[[Config, Mapping[str, float]], tuple[list[str], list[str]]]
 def monitor_log(state_dir: Path) -> Receipts:
     """The monitor's own receipts: one ``monitor.pass`` line per pass that had news."""
     return Receipts(Path(state_dir) / LOG_FILE)
-
-
-@contextmanager
-def _pass_lock(state_dir: Path, wait: float) -> Iterator[bool]:
-    """Hold the monitor lock (True), or give up after ``wait`` seconds (False)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with open(state_dir / LOCK_FILE, "a") as handle:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    yield False
-                    return
-                time.sleep(0.05)
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def release_rentals(config: Config, hosts: Mapping[str, float]) -> tuple[list[str], list[str]]:
@@ -162,7 +139,7 @@ def monitor_pass(board: Board, *, only: Collection[str] | None = None, lock_wait
     in ``running``; the others are left for a plain pass.
     """
     state_dir = board.config.state_dir
-    with _pass_lock(state_dir, lock_wait) as held:
+    with flocked(state_dir / LOCK_FILE, lock_wait) as held:
         if not held:
             return {"running": None, "finished": [], "failed": [], "unreachable_hosts": [],
                     "host_errors": {}, "pulled": [], "released": [], "errors": [],

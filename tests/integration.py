@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mainboard.config import Config, load_config
 from mainboard.workers import LocalWorkers
 from tests.services import RedisServer
@@ -92,3 +94,22 @@ def fleet_iter(count: int, server: RedisServer, log_dir: Path) -> Iterator[Local
         yield fleet
     finally:
         fleet.stop()
+
+
+def module_fixtures(workers: int) -> tuple[Any, Any]:
+    """The module-scoped ``workspace`` and ``fleet`` fixtures (``workers`` local workers).
+
+    Assign both in a test module (``workspace_fixture, fleet_fixture = module_fixtures(2)``);
+    pytest finds them by their names, ``workspace`` and ``fleet``.
+    """
+    @pytest.fixture(scope="module", name="workspace")
+    def workspace_fixture(tmp_path_factory: pytest.TempPathFactory,
+                          redis_server: RedisServer) -> Config:
+        return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
+
+    @pytest.fixture(scope="module", name="fleet")
+    def fleet_fixture(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+                      ) -> Iterator[LocalWorkers]:
+        yield from fleet_iter(workers, redis_server, tmp_path_factory.mktemp("fleet"))
+
+    return workspace_fixture, fleet_fixture

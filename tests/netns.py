@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from mainboard.daemon import pid_alive
 from tests.services import IN_CI, SshServer, require, start_sshd
 
 PREFIX = "mbt-"
@@ -45,16 +46,6 @@ def require_netns() -> None:
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _children(pid: int) -> list[int]:
@@ -235,7 +226,7 @@ def cleanup_stale(prefix: str = PREFIX) -> list[str]:
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         owner = name.rsplit("-", 1)[-1]
-        if not name.startswith(prefix) or (owner.isdigit() and _alive(int(owner))):
+        if not name.startswith(prefix) or (owner.isdigit() and pid_alive(int(owner))):
             continue
         _kill_all_in(name)
         peer_inside = re.compile(rf"link-netns {re.escape(name)}(?!\S)")

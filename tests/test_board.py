@@ -168,7 +168,7 @@ def test_batch_host_with_local_login_runs_here(board: Board, tmp_path: Path) -> 
     (lambda b: b.on("here").put("/nonexistent/file", "x"), "/nonexistent/file does not exist"),
     (lambda b: b.on("here").put("/", "x"), "is a directory"),
     (lambda b: b.on("here").get("nope.txt", "/tmp/x"), "nope.txt does not exist"),
-    (lambda b: b.on("gpu").run("true"), "rented with `mainboard fleet up gpu`"),
+    (lambda b: b.on("gpu").run("true"), "no api_key_env"),
 ], ids=["empty-str", "empty-list", "bytes", "env-space", "env-digit", "timeout-zero",
         "put-missing", "put-dir", "get-missing", "provider"])
 def test_bad_input_is_one_clear_user_error(board: Board, call: Callable[[Board], object],

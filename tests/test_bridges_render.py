@@ -161,8 +161,8 @@ def test_apptainer_and_singularity_exec_with_binds(runtime: str) -> None:
     box = ContainerConfig(image=image, runtime=runtime, binds=BINDS)
     script = render(bridge("slurm", container=box), command=HOSTILE)
     runner = shlex.split(line_with(script, f"{runtime} exec"))
-    assert runner == [runtime, "exec", "--pwd", ROOT, "--bind", "/data:/data:ro",
-                      "--bind", "/scratch", "--bind", ROOT, image, "/bin/sh", "-c", HOSTILE,
+    assert runner == [runtime, "exec", "--bind", "/data:/data:ro", "--bind", "/scratch",
+                      "--bind", ROOT, "--pwd", ROOT, image, "/bin/sh", "-c", HOSTILE,
                       "<", "/dev/null", "&"]
     bash_syntax_ok(script)
 
@@ -174,8 +174,9 @@ def test_podman_run_with_volumes_env_and_host_network() -> None:
     runner = shlex.split(line_with(script, "podman run"))
     names = ["MAINBOARD_JOB_ID", "MAINBOARD_JOB_DIR", "MAINBOARD_JOB_NAME", "MAINBOARD_ATTEMPT",
              "MAINBOARD_ROOT", "MB_X"]
-    assert runner == ["podman", "run", "--rm", "--network", "host", "-w", "/work",
+    assert runner == ["podman", "run", "--rm", "--network", "host",
                       "-v", "/data:/data:ro", "-v", "/scratch:/scratch", "-v", f"{ROOT}:{ROOT}",
+                      "-w", "/work",
                       *[arg for name in names for arg in ("-e", name)],
                       "docker.io/library/python:3.12", "python3", "-m", "worker",
                       "<", "/dev/null", "&"]
@@ -212,13 +213,14 @@ def test_slurm_submit_passes_output_paths_as_quoted_flags_with_percent_doubled()
         "-e", f"{jobs.replace('%', '%%')}/stderr", f"{jobs}/job.sh"]
 
 
-def test_registry_picks_the_bridge_by_kind_and_explains_provider_hosts() -> None:
+def test_registry_picks_the_bridge_by_kind() -> None:
+    """Each host kind gets its bridge; a provider host runs jobs on its rental over ssh."""
     from mainboard.config import ProviderHost
     names = {kind: type(bridge(kind)).__name__ for kind in KINDS}
     assert names == {"local": "LocalBridge", "ssh": "RemoteBridge", "slurm": "SlurmBridge",
                      "pbs": "PbsBridge"}
-    with pytest.raises(UserError, match="jobs on provider hosts are not available yet"):
-        bridge_for("gpu", ProviderHost(provider="vast"), NoTraffic())
+    provider = bridge_for("gpu", ProviderHost(provider="vast"), NoTraffic())
+    assert provider.kind == "provider"
 
 
 def test_importing_bridges_does_not_import_paramiko_or_scheduler_modules() -> None:

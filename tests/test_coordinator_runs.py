@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from mainboard.receipts import IterationDone, Receipts
 from mainboard.runstore import RECEIPTS_NAME
 from mainboard.tasks.codec import loads
 from mainboard.workers import LocalWorkers
-from tests.integration import GAUSS_4D, fleet_iter, slow_spec, spec, subprocess_env, write_workspace
+from tests.integration import GAUSS_4D, module_fixtures, slow_spec, spec, subprocess_env
 from tests.services import RedisServer, require
 from tests.workspace import run_cli
 
@@ -55,15 +55,7 @@ def toml(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
-    return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
-
-
-@pytest.fixture(scope="module")
-def fleet(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[LocalWorkers]:
-    yield from fleet_iter(2, redis_server, tmp_path_factory.mktemp("fleet"))
+workspace_fixture, fleet_fixture = module_fixtures(2)
 
 
 def cli(workspace: Config, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from mainboard.broker import EmbeddedBroker, _port_is_free
+from mainboard.broker import EmbeddedBroker
 from mainboard.cli import cli
+from mainboard.daemon import port_is_free
 from mainboard.flower import USER, Flower, FlowerError
 from tests.chromium import render
 from tests.services import require
@@ -187,7 +188,7 @@ def test_status_rerun_stop_and_restart(site: Site) -> None:
     assert restarted["action"] == "started"
     # The last port is reused unless someone else took it meanwhile (a busy machine may).
     previous = int(str(site.status["port"]))
-    assert restarted["port"] == previous or not _port_is_free(previous)
+    assert restarted["port"] == previous or not port_is_free(previous)
     assert Path(str(restarted["secret_file"])).read_text().strip() == site.password
     assert get(str(restarted["url"]) + "api/workers", (USER, site.password))[0] == 200
 

@@ -39,7 +39,7 @@ from mainboard.tasks import STAGE_PREFIX, codec
 from mainboard.tasks import context as task_context
 from mainboard.tasks.app import make_app
 from mainboard.workers import LocalWorkers
-from tests.integration import REPO, fleet_iter, write_workspace
+from tests.integration import REPO, module_fixtures
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.live
@@ -136,15 +136,7 @@ def same_numbers(a: Any, b: Any) -> None:
            (b.estimate, b.error, b.chi2_dof, b.samples, b.iterations, b.nan_count)
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
-    return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
-
-
-@pytest.fixture(scope="module")
-def fleet(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[LocalWorkers]:
-    yield from fleet_iter(2, redis_server, tmp_path_factory.mktemp("fleet"))
+workspace_fixture, fleet_fixture = module_fixtures(2)
 
 
 def test_process_evaluator_on_two_workers_matches_the_builtin(workspace: Config,

@@ -33,7 +33,7 @@ from mainboard.tasks.app import make_app
 from mainboard.tasks.context import BatchRef, StageContext
 from mainboard.tasks.stages import unpack_batch
 from mainboard.workers import LocalWorkers
-from tests.integration import GAUSS_4D, fleet_iter, spec, write_workspace
+from tests.integration import GAUSS_4D, module_fixtures, spec
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.live
@@ -43,15 +43,7 @@ BALL = spec(GAUSS_4D, name="stages", transforms=[{"kind": "unit_ball", "radius":
 TIMEOUT = 60
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
-    return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
-
-
-@pytest.fixture(scope="module")
-def fleet(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-          ) -> Iterator[LocalWorkers]:
-    yield from fleet_iter(1, redis_server, tmp_path_factory.mktemp("fleet"))
+workspace_fixture, fleet_fixture = module_fixtures(1)
 
 
 @pytest.fixture(scope="module")
