@@ -23,10 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from mainboard.daemon import pid_alive
-from tests.services import IN_CI, SshServer, require, start_sshd
+from tests.services import SshServer, require, start_sshd, unavailable
 
 PREFIX = "mbt-"
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,19}")
@@ -38,10 +36,7 @@ def require_netns() -> None:
     require("unshare", "apt-get install util-linux")
     require("sshd", "apt-get install openssh-server")
     if os.geteuid() != 0:
-        msg = "network namespaces need root"
-        if IN_CI:
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+        unavailable("network namespaces need root")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -16,10 +16,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def unavailable(msg: str) -> NoReturn:
+    """A service a test needs is missing: a failure under CI=true, a skip only locally."""
+    if IN_CI:
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(f"{msg} (not CI, so skipped; under CI=true this fails)")
+    raise AssertionError("unreachable")
 
 
 def require(program: str, why: str = "") -> str:
@@ -28,11 +37,8 @@ def require(program: str, why: str = "") -> str:
         (p for p in (f"/usr/sbin/{program}", f"/usr/bin/{program}") if os.path.exists(p)), None)
     if found:
         return found
-    msg = f"{program} not installed{': ' + why if why else ''} (run the README test command)"
-    if IN_CI:
-        pytest.fail(msg, pytrace=False)
-    pytest.skip(msg)
-    raise AssertionError("unreachable")
+    unavailable(f"{program} not installed{': ' + why if why else ''} "
+                "(run the README test command)")
 
 
 def free_port() -> int:

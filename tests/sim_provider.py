@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from mainboard.bridges.providers.simulated import cleanup_all
-from tests.services import IN_CI, free_port, require, wait_port
+from tests.services import free_port, require, unavailable, wait_port
 
 
 def require_root_netns() -> None:
@@ -29,10 +27,7 @@ def require_root_netns() -> None:
     require("sshd", "apt-get install openssh-server")
     require("unshare")
     if os.geteuid() != 0:
-        msg = "network namespaces need root"
-        if IN_CI:
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+        unavailable("network namespaces need root")
 
 
 @dataclass

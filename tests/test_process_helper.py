@@ -17,7 +17,7 @@ from mainboard.integrators.process.client import ProcessClient
 from mainboard.integrators.process.errors import ProcessRemoteError
 from mainboard.integrators.process.helper import HELPER_MODULES
 from mainboard.integrators.process.wire import PROTOCOL
-from tests.services import IN_CI, require
+from tests.services import require, unavailable
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE = REPO / "tests" / "process_fixtures" / "helper_probe.py"
@@ -44,10 +44,7 @@ def numpy_only_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            "-q", "--no-compile", "--no-deps", "numpy"], capture_output=True,
                           text=True)
     if done.returncode != 0:
-        msg = f"cannot pip install numpy into a fresh venv: {done.stderr[-500:]}"
-        if IN_CI:
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+        unavailable(f"cannot pip install numpy into a fresh venv: {done.stderr[-500:]}")
     return python
 
 
