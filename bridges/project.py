@@ -17,8 +17,6 @@ guessed at. Without a source tree (mainboard installed from an index), hosts ins
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import fnmatch
 import hashlib
 import posixpath
@@ -26,13 +24,13 @@ import re
 import stat
 import tomllib
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata, util
 from pathlib import Path
 from typing import Any
 
 from mainboard.errors import MainboardError
+from mainboard.locks import flocked
 
 DIST_NAME = "mainboard"
 _ALWAYS = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "LICENSE", "LICENSE.txt",
@@ -75,21 +73,9 @@ class Project:
         if self.source is None:
             return None
         target = self.cache_dir / self.digest
-        with _locked(self.cache_dir / ".lock"):
+        with flocked(self.cache_dir / ".lock"):
             found = sorted(target.glob("*.whl"))
             return found[0] if found else write_wheel(self.files, target)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Serialise wheel writes between processes sharing a state dir."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def source_files(source: Path) -> list[Path]:

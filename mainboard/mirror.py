@@ -10,7 +10,6 @@ Files the host produced itself are never touched: only paths this mirror sent ar
 
 from __future__ import annotations
 
-import fcntl
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -27,6 +26,7 @@ from mainboard.bridges.transport import LocalTransport, Transport
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import CommandFailed, MirrorError, UserError
 from mainboard.gitignore import Selection
+from mainboard.locks import flocked
 from mainboard.mirror_archive import (
     Codec,
     Packed,
@@ -257,14 +257,8 @@ class Mirror:
     @contextmanager
     def _locked(self) -> Iterator[None]:
         """One sync per host at a time across processes (the manifest is read-modify-write)."""
-        lock = self.manifest_file.with_suffix(".lock")
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock, "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with flocked(self.manifest_file.with_suffix(".lock")):
+            yield
 
     def _cached_codec(self, old: Manifest, full: bool) -> Codec | None:
         """The codec that worked last time, unless a full sync asks again (or zstd left us)."""

@@ -7,32 +7,7 @@ whatever environment a user's integrand lives in. The host side lives in the sub
 transform, materializer) and ``sampler``; the worker imports those explicitly.
 """
 
-from mainboard.integrators.process.helper import (
-    BatchTransform,
-    Evaluator,
-    MaterializedBatch,
-    Materializer,
-    SampleBatch,
-    Sampler,
-    TransformedBatch,
-    log,
-    run_batch_transform,
-    run_evaluator,
-    run_materializer,
-    run_sampler,
-)
+from mainboard.integrators.process import helper as _helper
+from mainboard.integrators.process.helper import *  # noqa: F403 - the process-side API, listed once
 
-__all__ = [
-    "BatchTransform",
-    "Evaluator",
-    "MaterializedBatch",
-    "Materializer",
-    "SampleBatch",
-    "Sampler",
-    "TransformedBatch",
-    "log",
-    "run_batch_transform",
-    "run_evaluator",
-    "run_materializer",
-    "run_sampler",
-]
+__all__ = [name for name in _helper.__all__ if name != "HELPER_MODULES"]
