@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
 from mainboard.bridges.ssh import close_all  # noqa: E402
-from mainboard.fleet import (  # noqa: E402
+from mainboard.fleet.control import (  # noqa: E402
     bridge_of,
     broker_route,
     fleet_down,
@@ -41,10 +41,10 @@ from mainboard.fleet import (  # noqa: E402
     job_of,
     registry_entries,  # noqa: E402
 )
-from mainboard.fleet_launch import UpOptions  # noqa: E402
-from mainboard.fleet_records import host_queue  # noqa: E402
-from mainboard.fleet_tasks import PROBE_TASK  # noqa: E402
+from mainboard.fleet.launch import UpOptions  # noqa: E402
+from mainboard.fleet.records import host_queue  # noqa: E402
 from mainboard.tasks.app import make_app  # noqa: E402
+from mainboard.tasks.fleet import PROBE_TASK  # noqa: E402
 from tests.fleet_helpers import HOST_PYTHON, config, ssh_host, table, workspace  # noqa: E402
 
 PARTS = ("rent", "connect", "provision", "route", "submit", "queue", "boot", "task")
@@ -113,7 +113,7 @@ def _probe_queue(url: str, queue: str) -> float:
 
 def _celery(python: str, queue: str, node: str) -> str:
     return (f"exec {python} -m celery -A mainboard.tasks.app worker -Q {queue} -c 1 "
-            f"-n {node}@%h --without-mingle --without-gossip -I mainboard.fleet_tasks")
+            f"-n {node}@%h --without-mingle --without-gossip -I mainboard.tasks.fleet")
 
 
 def ssh_baseline(ws: Path, server: Any, root: Path, python: str) -> dict[str, float]:
@@ -173,7 +173,7 @@ def main() -> None:
     from mainboard.bridges.project import local_project
     from mainboard.bridges.provision import provision
     from mainboard.bridges.transport import LocalTransport
-    from mainboard.broker import EmbeddedBroker
+    from mainboard.services.broker import EmbeddedBroker
     from tests.netns import free_subnet_index, make_netns_host
     from tests.services import start_slurm, start_sshd
     from tests.sim_provider import start_simulated_provider

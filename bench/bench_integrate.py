@@ -30,10 +30,10 @@ import numpy as np
 import vegas
 
 import mainboard
-from mainboard.broker import EmbeddedBroker
 from mainboard.config import load_config
 from mainboard.integrators import genz
-from mainboard.workers import LocalWorkers
+from mainboard.services.broker import EmbeddedBroker
+from mainboard.tasks.workers import LocalWorkers
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent

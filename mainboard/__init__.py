@@ -10,7 +10,7 @@ __all__ = ["Board", "Result", "__version__", "integrate"]
 
 if TYPE_CHECKING:
     from mainboard.board import Board
-    from mainboard.runner import Result, integrate
+    from mainboard.tasks.runner import Result, integrate
 
 
 def __getattr__(name: str) -> Any:
@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return Board
     if name in ("integrate", "Result"):  # numpy and Celery load only when integrating
-        from mainboard import runner
+        from mainboard.tasks import runner
 
         return getattr(runner, name)
     raise AttributeError(f"module 'mainboard' has no attribute {name!r}")

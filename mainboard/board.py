@@ -1,186 +1,42 @@
 """The Board facade: one object that runs commands here or on any host mainboard.toml declares.
 
 ``Board().run(cmd)`` runs in the workspace root; ``Board().on("gpu-box").run(cmd)`` runs
-in that host's ``root`` (created on first use), over ssh when the host is remote. ssh
+in that host's ``root`` (created on first use), over ssh when the host is remote;
+``Board().on("cluster").submit(cmd, walltime="1h")`` sends a batch job there. ssh
 connections are pooled per (host, port, user) across Boards in the process.
+
+Reaching hosts lives in :mod:`mainboard.hosts.access`, jobs in :mod:`mainboard.jobs`; the
+facade only joins them, so nothing below it imports it back.
 """
 
 from __future__ import annotations
 
-import os
-import posixpath
-import threading
-from collections.abc import Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from mainboard.bridges.ssh import SshTransport
-from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
-from mainboard.config import Config, HostConfig, ProviderHost, load_config
+from mainboard.bridges.transport import Command
+from mainboard.hosts.access import Host, Hosts
 
 if TYPE_CHECKING:
-    from mainboard.jobs import Job
-    from mainboard.mirror import Plan, SyncReport
+    from mainboard.jobs.job import Job
+
+__all__ = ["Board", "HostHandle"]
 
 
-class HostHandle:
-    """One declared host: run commands and copy files in its root directory."""
-
-    def __init__(self, board: Board, name: str, config: HostConfig) -> None:
-        self.board, self.name, self.config = board, name, config
-        self._transport: Transport | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def remote(self) -> bool:
-        """True when the host is another machine: ssh, batch with login = "ssh", provider."""
-        return self.config.ssh_params() is not None or isinstance(self.config, ProviderHost)
-
-    @property
-    def transport(self) -> Transport:
-        """The transport for this host, made on first use (no connection until a command).
-
-        A provider host's is its live rental's, rented (and waited for) when it has none.
-        """
-        return self.reach(rent=True)
-
-    @property
-    def opened(self) -> Transport | None:
-        """The transport if one was made already (a provider host: if it is rented here)."""
-        return self._transport
-
-    def reach(self, *, rent: bool) -> Transport:
-        """The transport; ``rent=False`` (asking about work already sent) never rents:
-        a provider host without a live rental raises HostError instead."""
-        with self._lock:
-            if self._transport is None:
-                self._transport = self._make_transport(rent)
-            return self._transport
-
-    def _make_transport(self, rent: bool) -> Transport:
-        if isinstance(self.config, ProviderHost):
-            from mainboard.provider_hosts import provider_transport  # paramiko, REST: lazily
-
-            return provider_transport(self.board.config, self.name, self.config, self.root,
-                                      rent=rent)
-        params = self.config.ssh_params()
-        if params is None:
-            return LocalTransport(self.name)
-        transport = SshTransport.from_params(params, self.name)
-        # Relative identity/known_hosts paths mean "next to mainboard.toml", not the cwd.
-        if transport.identity and not os.path.isabs(transport.identity):
-            transport.identity = str(self.board.config.root / transport.identity)
-        if not transport.known_hosts.is_absolute():
-            transport.known_hosts = self.board.config.root / transport.known_hosts
-        return transport
-
-    @property
-    def root(self) -> str:
-        """The host's workspace directory: absolute locally; may start with ``~`` remotely."""
-        root = self.config.root
-        if self.remote:
-            return root or "~/mainboard"
-        if root is None:
-            return str(self.board.config.root)
-        return str(self.board.config.root / Path(root).expanduser())
-
-    def path(self, relative: str | os.PathLike[str]) -> str:
-        """``relative`` inside the host's root (an absolute path is kept as-is)."""
-        if self.remote:
-            return posixpath.join(self.root, os.fspath(relative))
-        return str(Path(self.root) / Path(relative).expanduser())
-
-    def run(self, command: Command, *, check: bool = False, timeout: float | None = None,
-            env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-            stream: bool | StreamSink = False, stdin: bytes | None = None) -> Completed:
-        """Run ``command`` in the host's root (or ``cwd`` inside it) with the host's env added.
-
-        A str is shell text run as-is by the host's shell; a list is an argv, quoted.
-        ``check=True`` raises CommandFailed; ``stream=True`` prints output as it arrives.
-        """
-        return self.transport.run(
-            command, check=check, timeout=timeout, env={**self.config.env, **(env or {})},
-            cwd=self.path(cwd) if cwd is not None else self.root, stdin=stdin, stream=stream)
-
-    def put(self, local: str | os.PathLike[str], remote: str | os.PathLike[str]) -> str:
-        """Copy a local file to ``remote`` (relative to the host root); returns that path."""
-        target = self.path(remote)
-        self.transport.put(local, target)
-        return target
-
-    def get(self, remote: str | os.PathLike[str], local: str | os.PathLike[str]) -> Path:
-        """Copy ``remote`` (relative to the host root) to the local file ``local``."""
-        self.transport.get(self.path(remote), local)
-        return Path(local)
-
-    def sync(self, *, full: bool = False) -> SyncReport:
-        """Mirror the workspace to this host's root, sending only what changed."""
-        from mainboard.mirror import Mirror
-
-        return Mirror.of(self).sync(full=full)
-
-    def plan(self, *, probe: bool = False) -> Plan:
-        """What ``sync()`` would send now (files, raw and wire bytes), without sending."""
-        from mainboard.mirror import Mirror
-
-        return Mirror.of(self).plan(probe=probe)
+class HostHandle(Host):
+    """One declared host: run commands, copy files, mirror the workspace, submit jobs."""
 
     def submit(self, cmd: Command, **options: Any) -> Job:
         """Submit ``cmd`` as a batch job here; see ``mainboard.jobs.submit`` for the options."""
-        from mainboard.jobs import submit  # jobs imports the bridges; keep `board` light
+        from mainboard.jobs.job import submit  # jobs imports the bridges; keep `board` light
 
         return submit(self.board, self.name, cmd, **options)
 
-    def close(self) -> None:
-        """Let go of this host's connection (the last user of a pooled one closes it)."""
-        with self._lock:
-            if self._transport is not None:
-                self._transport.close()
-                self._transport = None
 
-    def __repr__(self) -> str:
-        return f"<HostHandle {self.name} kind={self.config.kind} root={self.root!r}>"
-
-
-class Board:
+class Board(Hosts):
     """mainboard.toml made usable: ``run`` here, ``on(name).run`` there, ``close`` when done."""
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.config: Config = load_config(None if path is None else Path(path))
-        self._handles: dict[str, HostHandle] = {}
-        self._lock = threading.Lock()
+    handle_type = HostHandle
 
     def on(self, name: str) -> HostHandle:
         """The named host; UnknownHost (listing the declared ones) when it is not declared."""
-        with self._lock:
-            if name not in self._handles:
-                self._handles[name] = HostHandle(self, name, self.config.host(name))
-            return self._handles[name]
-
-    def run(self, command: Command, *, check: bool = False, timeout: float | None = None,
-            env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-            stream: bool | StreamSink = False, stdin: bytes | None = None) -> Completed:
-        """Run ``command`` on this machine in the workspace root (see HostHandle.run)."""
-        return self.on("local").run(command, check=check, timeout=timeout, env=env, cwd=cwd,
-                                    stream=stream, stdin=stdin)
-
-    @property
-    def hosts(self) -> list[str]:
-        """Every host name: "local" first, then the declared ones in file order."""
-        return self.config.host_names()
-
-    def close(self) -> None:
-        """Close every transport this Board opened."""
-        with self._lock:
-            handles = list(self._handles.values())
-        for handle in handles:
-            handle.close()
-
-    def __enter__(self) -> Board:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<Board {self.config.path or 'no mainboard.toml'} hosts={self.hosts}>"
+        return cast(HostHandle, super().on(name))

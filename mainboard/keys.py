@@ -90,16 +90,6 @@ def iteration_done(run_id: str, iteration: int) -> str:
     return f"{_it(run_id, iteration)}:done"
 
 
-def iteration_outstanding(run_id: str, iteration: int) -> str:
-    """zset: batch index -> deadline (unix s) of batches sent but not merged yet."""
-    return f"{_it(run_id, iteration)}:outstanding"
-
-
-def iteration_holders(run_id: str, iteration: int) -> str:
-    """hash: batch index -> hostname of the worker that started it (heartbeat check)."""
-    return f"{_it(run_id, iteration)}:holders"
-
-
 def workers_index() -> str:
     """zset: worker hostname -> time of its last heartbeat (unix s)."""
     return f"{PREFIX}workers"

@@ -33,9 +33,9 @@ from celery import Celery
 from kombu import serialization
 
 from mainboard import keys
-from mainboard.broker import redact_url, resolve_broker_url
 from mainboard.config import Config, load_config
 from mainboard.errors import ConfigError
+from mainboard.services.broker import redact_url, resolve_broker_url
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE, STAGE_PREFIX, TASK_MODULES, codec
 from mainboard.tasks.integrate import TASK_NAME as INTEGRATE_TASK
 

@@ -34,7 +34,7 @@ TASK_NAME = "mainboard.integrate"
 def integrate_task(self: Task, run: Mapping[str, Any], workers: int | None = None,
                    resume: bool = True) -> dict[str, Any]:
     """Integrate ``run`` (a run-file dict); a redelivered task resumes from the last snapshot."""
-    from mainboard.runner import integrate
+    from mainboard.tasks.runner import integrate
 
     result = integrate(dict(run), workers=workers, broker_url=self.app.conf.broker_url,
                        resume=resume)

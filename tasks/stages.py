@@ -50,7 +50,7 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
     A delivery with nothing to do (duplicate, stale) ends its chain quietly; called on its
     own, the task returns ``{"ref", "stored": False, "skipped": why}`` instead. An instant
     stage (``claim=False``) skips the heartbeat claim and only reports its progress; a lost
-    one is noticed because later batches overtake it (see :mod:`mainboard.liveness`).
+    one is noticed because later batches overtake it (see :mod:`mainboard.tasks.liveness`).
     """
     ctx = StageContext(task.app.conf.broker_url, ref, stage, task.request.hostname)
     try:

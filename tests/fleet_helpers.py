@@ -94,10 +94,10 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float
 
 def send_probe(ws: Path, host: str, **kwargs: Any) -> Any:
     """Send ``mainboard.fleet.probe`` to ``host``'s own queue; the AsyncResult."""
-    from mainboard.fleet import broker_route
-    from mainboard.fleet_records import host_queue
-    from mainboard.fleet_tasks import PROBE_TASK
+    from mainboard.fleet.control import broker_route
+    from mainboard.fleet.records import host_queue
     from mainboard.tasks.app import make_app
+    from mainboard.tasks.fleet import PROBE_TASK
 
     route = broker_route(config(ws), start=False)
     assert route is not None, "the broker is not running"
@@ -136,8 +136,8 @@ def broker_password(ws: Path) -> str:
 
 def assert_nothing_left(ws: Path, nodes: list[str]) -> None:
     """No worker process, keeper or Flower of this workspace is running any more."""
-    from mainboard.fleet_keeper import keeper_pid
-    from mainboard.flower import Flower
+    from mainboard.fleet.keeper import keeper_pid
+    from mainboard.services.flower import Flower
 
     wait_until(lambda: not processes_matching(*nodes), 30, "worker processes still running")
     assert keeper_pid(ws / ".mainboard") is None, "the fleet keeper still runs"
@@ -146,7 +146,7 @@ def assert_nothing_left(ws: Path, nodes: list[str]) -> None:
 
 def stop_broker(ws: Path) -> None:
     """The fleet leaves the workspace's broker up (others use it); a test stops it."""
-    from mainboard.broker import EmbeddedBroker
+    from mainboard.services.broker import EmbeddedBroker
 
     EmbeddedBroker(ws / ".mainboard").down()
 

@@ -2,7 +2,7 @@
 
 The workspace's mainboard.toml points ``[broker] url`` at the session's private
 redis-server, so in-process calls and ``mainboard`` subprocesses share one broker, and
-batch workers are real ``celery worker`` subprocesses (:class:`mainboard.workers.LocalWorkers`).
+batch workers are real ``celery worker`` subprocesses (:class:`mainboard.tasks.workers.LocalWorkers`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mainboard.config import Config, load_config
-from mainboard.workers import LocalWorkers
+from mainboard.tasks.workers import LocalWorkers
 from tests.services import RedisServer
 
 REPO = Path(__file__).resolve().parent.parent

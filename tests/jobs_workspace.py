@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mainboard.board import Board
 from mainboard.bridges.jobstate import JobState
-from mainboard.jobs import Job
+from mainboard.jobs.job import Job
 from tests.boards import TomlValue, ssh_host, write_config
 from tests.services import SlurmCluster, SshServer
 from tests.workspace import toml_tables

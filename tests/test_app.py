@@ -147,8 +147,8 @@ def test_url_precedence_argument_then_environment_then_config(
 
 def test_embedded_broker_when_the_config_names_none(tmp_path: Path) -> None:
     require("redis-server")
-    from mainboard.broker import EmbeddedBroker
     from mainboard.config import load_config
+    from mainboard.services.broker import EmbeddedBroker
 
     config = load_config(write_config(tmp_path, "[workspace]\nname = 'emb'\n"))
     try:

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from mainboard import mirror
-from mainboard.batch import load_fleet
-from mainboard.batch_plan import estimate, prepare, quantile
+from mainboard.batch.plan import estimate, prepare, quantile
+from mainboard.batch.run import load_batch
 from mainboard.board import Board
 from mainboard.bridges.base import new_uid
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.bridges.providers import RestProvider
 from mainboard.config import load_config
 from mainboard.errors import ConfigError
-from mainboard.jobs import store_of as job_store
-from mainboard.jobs import submit
+from mainboard.hosts import mirror
+from mainboard.jobs.job import store_of as job_store
+from mainboard.jobs.job import submit
 from mainboard.receipts import JobSubmitted
 from tests.batch_helpers import HOSTILE, fleet_file, invoke, plain_workspace, raw_receipts
 from tests.boards import write_config
@@ -67,7 +67,7 @@ fetch = []
 target = "edge"
 command = "true"
 """)
-    fleet = load_fleet(path, config)
+    fleet = load_batch(path, config)
     assert fleet.name == "fleet" and fleet.path == path  # the file's stem when unnamed
     first, hostile, third = fleet.jobs
     assert (first.name, first.target, first.walltime, first.runtime_s, first.data, first.fetch,
@@ -122,7 +122,7 @@ def test_bad_fleet_inputs_name_file_line_key_and_fix(plain: Path, case: str) -> 
     text, line, key, message, hint = BAD[case]
     path = fleet_file(plain.parent, text)
     with pytest.raises(ConfigError) as caught:
-        load_fleet(path, load_config(plain))
+        load_batch(path, load_config(plain))
     error = caught.value
     assert (error.file, error.line, error.key) == (str(path), line, key), str(error)
     assert message in error.detail, str(error)
@@ -172,7 +172,7 @@ command = "true"
 walltime = "2h"
 """)
     with Board(plain) as board:
-        rows = {r.name: r for r in prepare(board, load_fleet(path, board.config))}
+        rows = {r.name: r for r in prepare(board, load_batch(path, board.config))}
         for name, target in ((HOSTILE, "scratch"), ("edge-2", "edge"), ("scratch-3", "scratch")):
             plan = mirror.plan(board, target)
             row = rows[name]
@@ -210,7 +210,7 @@ def test_estimate_zero_samples_then_fitted_from_recorded_dispatches(plain: Path)
                                     'target = "scratch"\ncommand = "x"\n[[jobs]]\ntarget = "edge"\n'
                                     'command = "y"\n')
     with Board(plain) as board:
-        fleet = load_fleet(path, board.config)
+        fleet = load_batch(path, board.config)
         before = estimate(board, fleet)
         assert [(e.setup.samples, e.setup.p50_s, e.setup.p90_s, e.runtime_s, e.usd_hr,
                  e.expected_usd) for e in before] == [(0, None, None, 90, None, None)] * 2
@@ -284,7 +284,7 @@ def test_estimate_rate_from_provider_offers(tmp_path: Path, monkeypatch: pytest.
         cheapest = RestProvider("sim", api_url=server.url, api_key_env=KEY_ENV).cheapest(
             "SIM_RTX_4090", 0.5)
         with Board(config) as board:
-            fleet = load_fleet(path, board.config)
+            fleet = load_batch(path, board.config)
             timed, untimed = estimate(board, fleet)
             ready = prepare(board, fleet)
             setups = _record_provider_dispatches(board, "gpu", ago=(40.0, 20.0, 30.0))

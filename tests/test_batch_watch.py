@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from mainboard.batch import BATCH_ENV, BATCH_JOB_ENV, dispatch, start, store_of
-from mainboard.batch_watch import watch
+from mainboard.batch.run import BATCH_ENV, BATCH_JOB_ENV, dispatch, start, store_of
+from mainboard.batch.watch import watch
 from mainboard.board import Board
-from mainboard.jobs import Job, submit
-from mainboard.jobs import store_of as job_store
-from mainboard.monitor import monitor_pass
+from mainboard.jobs.job import Job, submit
+from mainboard.jobs.job import store_of as job_store
+from mainboard.jobs.monitor import monitor_pass
 from tests.batch_helpers import (
     HOSTILE,
     batch_receipts,

@@ -21,14 +21,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from mainboard.broker import (
+from mainboard.errors import ConfigError, MissingDependency
+from mainboard.services.broker import (
     REDIS_SERVER_ENV,
     EmbeddedBroker,
     find_redis_server,
     redact_url,
     resolve_broker_url,
 )
-from mainboard.errors import ConfigError, MissingDependency
 from tests.services import free_port, require, wait_port
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from mainboard.board import Board
-from mainboard.compute import AGENT_KEYS, ComputeRow, agent_lines, list_compute
 from mainboard.config import load_config
-from mainboard.facts import probe_facts
+from mainboard.hosts.compute import AGENT_KEYS, ComputeRow, agent_lines, list_compute
+from mainboard.hosts.facts import probe_facts
 from tests.boards import ssh_host, write_config
 from tests.services import SshServer, free_port, start_sshd
 from tests.workspace import run_cli, toml_tables

@@ -23,9 +23,9 @@ from mainboard.config import (
     loads_config,
     parse_duration,
 )
+from mainboard.config.interpolate import local_num_cpus
+from mainboard.config.sourcemap import SourceMap
 from mainboard.errors import ConfigError, ConfigNotFound, ExpressionError, UnknownHost
-from mainboard.interpolate import local_num_cpus
-from mainboard.sourcemap import SourceMap
 from tests.config_cases import BAD, SSH, UNSET, Bad, toml
 
 REPO = Path(__file__).resolve().parents[1]

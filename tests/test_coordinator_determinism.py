@@ -18,7 +18,7 @@ import mainboard
 from mainboard.config import Config
 from mainboard.integrators.driver import RunResult, integrate_local
 from mainboard.tasks import COORDINATOR_QUEUE
-from mainboard.workers import LocalWorkers, worker_command
+from mainboard.tasks.workers import LocalWorkers, worker_command
 from tests.integration import GAUSS_4D, fleet_iter, spec, subprocess_env, write_workspace
 from tests.services import RedisServer
 

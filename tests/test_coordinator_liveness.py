@@ -24,9 +24,9 @@ import mainboard
 from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import IntegrationFailed
-from mainboard.liveness import FIFO_GRACE_S, QUEUE_FLOOR_S, Liveness, LostBatch, Timing
-from mainboard.runner import load_spec
-from mainboard.workers import LocalWorkers
+from mainboard.tasks.liveness import FIFO_GRACE_S, QUEUE_FLOOR_S, Liveness, LostBatch, Timing
+from mainboard.tasks.runner import load_spec
+from mainboard.tasks.workers import LocalWorkers
 from tests.integration import fleet_iter, slow_spec, write_workspace
 from tests.services import RedisServer
 from tests.test_coordinator_determinism import same_numbers

@@ -26,9 +26,9 @@ from mainboard.config import Config
 from mainboard.errors import UserError
 from mainboard.integrators.driver import integrate_local
 from mainboard.receipts import IterationDone, Receipts
-from mainboard.runstore import RECEIPTS_NAME
+from mainboard.runs.store import RECEIPTS_NAME
 from mainboard.tasks.codec import loads
-from mainboard.workers import LocalWorkers
+from mainboard.tasks.workers import LocalWorkers
 from tests.integration import GAUSS_4D, module_fixtures, slow_spec, spec, subprocess_env
 from tests.services import RedisServer, require
 from tests.workspace import run_cli
@@ -110,8 +110,8 @@ def test_the_issue_example_runs_as_written_on_the_embedded_broker(tmp_path: Path
     names no broker: it starts the embedded Redis and two local workers, runs the full
     10^7-sample budget of the run file exactly as the issue writes it, and reports."""
     require("redis-server")
-    from mainboard.broker import EmbeddedBroker
     from mainboard.config import load_config
+    from mainboard.services.broker import EmbeddedBroker
 
     example = Path(__file__).resolve().parent.parent / "examples" / "gauss-8d.toml"
     config = tmp_path / "mainboard.toml"
@@ -178,7 +178,7 @@ def test_killed_coordinator_is_resumed_to_the_uninterrupted_result(workspace: Co
 
 
 def spec_id(run: dict[str, Any]) -> str:
-    from mainboard.runner import load_spec
+    from mainboard.tasks.runner import load_spec
 
     return load_spec(run).run_id()
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mainboard import expr
+from mainboard.config import expr
 from mainboard.errors import ConfigError, ExpressionError
 
 NAMES = {"attempt": 3, "walltime_s": 7200, "num_cpus": 8}

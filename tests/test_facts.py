@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from mainboard import facts_probe
 from mainboard.board import Board
 from mainboard.errors import FactsError, UnknownHost
-from mainboard.facts import (
+from mainboard.hosts import facts_probe
+from mainboard.hosts.facts import (
     Facts,
     IbDevice,
     cache_path,

@@ -101,7 +101,7 @@ def test_a_task_sent_to_the_hosts_queue_runs_on_that_hosts_worker(fleet: Fleet,
 
 
 def _broker_port(ws: Path) -> int:
-    from mainboard.fleet import broker_route
+    from mainboard.fleet.control import broker_route
     from tests.fleet_helpers import config
 
     route = broker_route(config(ws), start=False)
@@ -132,7 +132,7 @@ def test_status_from_a_new_process_merges_scheduler_and_celery(fleet: Fleet) -> 
 def test_flower_lists_the_workers_of_every_host(fleet: Fleet,
                                                 tmp_path_factory: pytest.TempPathFactory,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from mainboard.flower import USER, Flower
+    from mainboard.services.flower import USER, Flower
 
     flower = Flower(fleet.ws / ".mainboard")
     current = flower.status()
@@ -172,7 +172,7 @@ def _root_of(fleet: Fleet) -> str:
 
 
 def test_down_drains_one_host_then_everything_and_leaves_nothing_running(fleet: Fleet) -> None:
-    from mainboard.fleet import fleet_is_up
+    from mainboard.fleet.control import fleet_is_up
     from tests.fleet_helpers import config
 
     rows = status(fleet.ws)

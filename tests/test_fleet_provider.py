@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mainboard.bridges.providers import owned_rentals
-from mainboard.fleet_records import read_fleet
+from mainboard.fleet.records import read_fleet
 from tests.fleet_helpers import (
     HOST_PYTHON,
     assert_nothing_left,

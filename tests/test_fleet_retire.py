@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mainboard.fleet_records import read_fleet
+from mainboard.fleet.records import read_fleet
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.fleet_helpers import (
     HOST_PYTHON,

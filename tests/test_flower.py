@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from mainboard.broker import EmbeddedBroker
 from mainboard.cli import cli
 from mainboard.daemon import port_is_free
-from mainboard.flower import USER, Flower, FlowerError
+from mainboard.services.broker import EmbeddedBroker
+from mainboard.services.flower import USER, Flower, FlowerError
 from tests.chromium import render
 from tests.services import require
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mainboard.gitignore import RuleSet, Selection, gitignored, parse, parse_line
+from mainboard.hosts.gitignore import RuleSet, Selection, gitignored, parse, parse_line
 from tests.services import require
 
 # (gitignore lines, path relative to the .gitignore's directory, is a directory, ignored?)

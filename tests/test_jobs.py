@@ -23,8 +23,8 @@ from mainboard.bridges import ssh
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.cli import cli
 from mainboard.errors import QueuePolicyError, UserError, WaitTimedOut
-from mainboard.jobs import Job
-from mainboard.jobstore import UnknownJob
+from mainboard.jobs.job import Job
+from mainboard.jobs.store import UnknownJob
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.jobs_workspace import job_files, make_workspace, wait_running
 from tests.services import SlurmCluster, SshServer

@@ -19,8 +19,8 @@ from mainboard.board import Board
 from mainboard.bridges.jobstate import JobState
 from mainboard.bridges.providers import RestProvider, owned_rentals
 from mainboard.errors import HostError, ProviderError
-from mainboard.jobs import Job
-from mainboard.monitor import monitor_pass
+from mainboard.jobs.job import Job
+from mainboard.jobs.monitor import monitor_pass
 from tests.jobs_workspace import make_workspace
 from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
 from tests.workspace import toml_tables

@@ -20,8 +20,6 @@ def all_keys(run_id: str = RUN, iteration: int = 4) -> dict[str, str]:
         "snapshot": keys.run_snapshot(run_id, iteration),
         "results": keys.iteration_results(run_id, iteration),
         "done": keys.iteration_done(run_id, iteration),
-        "outstanding": keys.iteration_outstanding(run_id, iteration),
-        "holders": keys.iteration_holders(run_id, iteration),
         "workers": keys.workers_index(),
         "worker": keys.worker("celery@node-1.cluster"),
     }

@@ -19,8 +19,8 @@ from mainboard.board import Board
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import LocalTransport, Output, Transport
 from mainboard.errors import MirrorError, UserError
-from mainboard.mirror import Mirror, SyncReport, manifest_path, mirror_for, plan, sync
-from mainboard.mirror_archive import PROBE
+from mainboard.hosts.archive import PROBE
+from mainboard.hosts.mirror import Mirror, SyncReport, manifest_path, mirror_for, plan, sync
 from tests.boards import ssh_host, write_config
 from tests.services import SshServer, require
 

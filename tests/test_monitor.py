@@ -28,8 +28,8 @@ from mainboard.bridges.providers import RestProvider
 from mainboard.bridges.providers.base import Rental
 from mainboard.bridges.providers.lifecycle import RentalGuard, owned_rentals
 from mainboard.config import Config, load_config
-from mainboard.jobs import Job, store_of
-from mainboard.monitor import LOCK_FILE, monitor_log, monitor_pass, release_rentals
+from mainboard.jobs.job import Job, store_of
+from mainboard.jobs.monitor import LOCK_FILE, monitor_log, monitor_pass, release_rentals
 from mainboard.receipts import JobPulled, JobSubmitted
 from tests.jobs_workspace import make_workspace, wait_until
 from tests.services import free_port, start_sshd

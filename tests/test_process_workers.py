@@ -27,18 +27,18 @@ from celery import Celery
 import mainboard
 from mainboard import keys
 from mainboard.config import Config
-from mainboard.coordinator import publish_run
 from mainboard.errors import IntegrationFailed
 from mainboard.integrators.driver import integrate_local
 from mainboard.integrators.process.pool import default_pool
 from mainboard.integrators.stages import build_run, release_processes
 from mainboard.receipts import RunFailed
-from mainboard.runner import load_spec
-from mainboard.runstore import RunStore
+from mainboard.runs.store import RunStore
 from mainboard.tasks import STAGE_PREFIX, codec
 from mainboard.tasks import context as task_context
 from mainboard.tasks.app import make_app
-from mainboard.workers import LocalWorkers
+from mainboard.tasks.coordinator import publish_run
+from mainboard.tasks.runner import load_spec
+from mainboard.tasks.workers import LocalWorkers
 from tests.integration import REPO, module_fixtures
 from tests.services import RedisServer
 

@@ -20,19 +20,19 @@ from celery import Celery
 import mainboard
 from mainboard import keys
 from mainboard.config import Config
-from mainboard.coordinator import publish_run
 from mainboard.errors import ConfigError, IntegrationFailed
 from mainboard.integrators import stages
 from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.stages import Run, build_run, process_batch
 from mainboard.receipts import RunFailed
-from mainboard.runner import load_spec
-from mainboard.runstore import RunStore
+from mainboard.runs.store import RunStore
 from mainboard.tasks import STAGE_PREFIX, codec
 from mainboard.tasks.app import make_app
 from mainboard.tasks.context import BatchRef, StageContext
+from mainboard.tasks.coordinator import publish_run
+from mainboard.tasks.runner import load_spec
 from mainboard.tasks.stages import unpack_batch
-from mainboard.workers import LocalWorkers
+from mainboard.tasks.workers import LocalWorkers
 from tests.integration import GAUSS_4D, module_fixtures, spec
 from tests.services import RedisServer
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mainboard.config import Config
-from mainboard.runstore import RunStore, UnknownRun
-from mainboard.workers import LocalWorkers
+from mainboard.runs.store import RunStore, UnknownRun
+from mainboard.tasks.workers import LocalWorkers
 from tests.integration import write_workspace
 from tests.services import RedisServer, start_redis
 from tests.workspace import run_cli

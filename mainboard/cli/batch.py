@@ -20,9 +20,9 @@ import click
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from mainboard.batch_plan import Estimate, Prepared
-    from mainboard.batch_store import BatchView
-    from mainboard.batch_watch import JobRow, WatchStep
+    from mainboard.batch.plan import Estimate, Prepared
+    from mainboard.batch.store import BatchView
+    from mainboard.batch.watch import JobRow, WatchStep
     from mainboard.board import Board
     from mainboard.receipts import Payload
 
@@ -93,13 +93,13 @@ def batch() -> None:
 @click.pass_context
 def prepare_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> None:
     """Per job, what must ship to its target (nothing runs, no target is contacted)."""
-    from mainboard.batch import load_fleet
-    from mainboard.batch_plan import prepare
+    from mainboard.batch.plan import prepare
+    from mainboard.batch.run import load_batch
 
     if as_json and agent:
         raise click.UsageError("--json and --agent are alternatives; give one")
     with _board(ctx) as board:
-        rows = prepare(board, load_fleet(fleet, board.config))
+        rows = prepare(board, load_batch(fleet, board.config))
     if as_json:
         _echo_json([r.as_json() for r in rows])
     elif agent:
@@ -138,11 +138,11 @@ def _prepare_table(rows: list[Prepared]) -> Table:
 @click.pass_context
 def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
     """Per job: setup p50/p90 from this workspace's past dispatches, runtime, rate, cost."""
-    from mainboard.batch import load_fleet
-    from mainboard.batch_plan import estimate
+    from mainboard.batch.plan import estimate
+    from mainboard.batch.run import load_batch
 
     with _board(ctx) as board:
-        rows = estimate(board, load_fleet(fleet, board.config))
+        rows = estimate(board, load_batch(fleet, board.config))
     if as_json:
         _echo_json([r.as_json() for r in rows])
         return
@@ -195,7 +195,7 @@ def run_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
     reason); the others still go. Then `mainboard batch watch ID`, or let a cron'd
     `mainboard monitor` bring the results back.
     """
-    from mainboard.batch import dispatch, start, store_of
+    from mainboard.batch.run import dispatch, start, store_of
 
     with _board(ctx) as board:
         batch_id = start(board, fleet)
@@ -300,8 +300,8 @@ def watch_cmd(ctx: click.Context, batch_id: str, interval: float, as_json: bool)
     Each sweep is one `mainboard monitor` pass (results pulled, rentals released);
     each outcome is announced once, even across a killed and restarted watch.
     """
-    from mainboard.batch import store_of
-    from mainboard.batch_watch import summary, watch
+    from mainboard.batch.run import store_of
+    from mainboard.batch.watch import summary, watch
 
     with _board(ctx) as board:
         out = _WatchOutput(as_json)
@@ -326,7 +326,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     """Every batch of this workspace, oldest first (read from receipts only)."""
     import datetime as dt
 
-    from mainboard.batch import BatchStore
+    from mainboard.batch.run import BatchStore
     from mainboard.config import load_config
 
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
@@ -355,8 +355,8 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def show_cmd(ctx: click.Context, batch_id: str, as_json: bool) -> None:
     """One batch: every job's target, state and outcome (receipts only; no host asked)."""
-    from mainboard.batch import store_of
-    from mainboard.batch_watch import job_rows, summary
+    from mainboard.batch.run import store_of
+    from mainboard.batch.watch import job_rows, summary
 
     with _board(ctx) as board:
         view = store_of(board).load(batch_id)

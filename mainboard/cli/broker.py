@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:  # imported lazily: redis-py costs every other verb ~0.2 s at startup
-    from mainboard.broker import BrokerStatus, EmbeddedBroker
+    from mainboard.services.broker import BrokerStatus, EmbeddedBroker
 
 
 def _broker(ctx: click.Context) -> tuple[EmbeddedBroker, str | None]:
     """The workspace's embedded broker, and the configured external URL (redacted) if any."""
-    from mainboard.broker import EmbeddedBroker, redact_url
     from mainboard.config import load_config
+    from mainboard.services.broker import EmbeddedBroker, redact_url
 
     config = load_config((ctx.obj or {}).get("config_path"))
     external = config.broker.url

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from mainboard.compute import ComputeRow
+    from mainboard.hosts.compute import ComputeRow
 
 _STYLE = {"here": "green", "ready": "green", "keyed": "green", "not-set-up": "yellow"}
 
@@ -43,8 +43,8 @@ def compute(ctx: click.Context, as_json: bool, agent: bool, timeout: float) -> N
     read into the output). Hardware comes from cached facts: `mainboard facts --on NAME`.
     """
     # Imported late: `mainboard --help` stays fast and never needs paramiko.
-    from mainboard.compute import agent_lines, list_compute
     from mainboard.config import load_config
+    from mainboard.hosts.compute import agent_lines, list_compute
 
     if as_json and agent:
         raise click.UsageError("--json and --agent are alternatives; give one")

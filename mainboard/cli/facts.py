@@ -12,9 +12,9 @@ from rich.table import Table
 from mainboard.errors import UserError
 
 if TYPE_CHECKING:
-    from mainboard.facts import Facts
+    from mainboard.hosts.facts import Facts
 
-GIB = 1024**3  # same unit as mainboard.facts.GIB, without importing pydantic models for --help
+GIB = 1024**3  # same unit as mainboard.hosts.facts.GIB, without importing pydantic models for --help
 
 
 def _gib(n: int | None) -> str:
@@ -67,7 +67,7 @@ def facts(ctx: click.Context, host: str, as_json: bool, cached: bool) -> None:
 
     board = Board(ctx.obj.get("config_path") if ctx.obj else None)
     board.config.host(host)  # unknown host -> UnknownHost listing the declared ones
-    from mainboard.facts import cached_record, probe_facts
+    from mainboard.hosts.facts import cached_record, probe_facts
 
     if cached:
         record = cached_record(board.config.state_dir, host)

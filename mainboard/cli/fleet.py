@@ -52,8 +52,8 @@ def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | N
        walltime: str | None, retire_before: str, idle_timeout: str | None,
        no_flower: bool) -> None:
     """Start the broker if needed, then one worker on each host."""
-    from mainboard.fleet import fleet_up
-    from mainboard.fleet_launch import UpOptions
+    from mainboard.fleet.control import fleet_up
+    from mainboard.fleet.launch import UpOptions
 
     options = UpOptions.parse(workers=workers, queues=queues, walltime=walltime,
                               retire_before=retire_before, idle_timeout=idle_timeout)
@@ -84,7 +84,7 @@ def _age(ts: float | None) -> str:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
     """Each worker: host, job, state, queues, concurrency, tasks done, last heartbeat."""
-    from mainboard.fleet_status import fleet_status
+    from mainboard.fleet.status import fleet_status
 
     rows = fleet_status(_config(ctx), include_stopped=include_stopped)
     if as_json:
@@ -110,7 +110,7 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
 @click.pass_context
 def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float) -> None:
     """Drain workers (warm shutdown), cancel their jobs, destroy rentals."""
-    from mainboard.fleet import fleet_down
+    from mainboard.fleet.control import fleet_down
 
     report = fleet_down(_config(ctx), hosts or None, timeout=timeout)
     failed = False

@@ -14,13 +14,13 @@ import click
 
 if TYPE_CHECKING:  # imported lazily: celery and redis-py are slow to import
     from mainboard.config import Config
-    from mainboard.flower import Flower, FlowerStatus
+    from mainboard.services.flower import Flower, FlowerStatus
 
 
 def _flower(ctx: click.Context) -> tuple[Flower, Config]:
     """The workspace's Flower and its config."""
     from mainboard.config import load_config
-    from mainboard.flower import Flower
+    from mainboard.services.flower import Flower
 
     config = load_config((ctx.obj or {}).get("config_path"))
     return Flower(config.state_dir), config

@@ -25,7 +25,7 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
     from mainboard.cli.runview import ProgressBar, emit
     from mainboard.config import load_config
     from mainboard.integrators.spec import load_run_file, parse_run
-    from mainboard.runner import integrate as run_integration
+    from mainboard.tasks.runner import integrate as run_integration
 
     spec = load_run_file(run_file)
     if max_samples is not None:

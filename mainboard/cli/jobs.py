@@ -17,7 +17,7 @@ import click
 
 if TYPE_CHECKING:
     from mainboard.board import Board
-    from mainboard.jobstore import JobView
+    from mainboard.jobs.store import JobView
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -52,7 +52,7 @@ def jobs() -> None:
 def list_jobs(ctx: click.Context, host: str | None, as_json: bool) -> None:
     """Every job with receipts, oldest first (no host is contacted)."""
     from mainboard.config import load_config
-    from mainboard.jobstore import JobStore
+    from mainboard.jobs.store import JobStore
 
     config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
     views, errors = JobStore(config.state_dir).scan()
@@ -78,7 +78,7 @@ def list_jobs(ctx: click.Context, host: str | None, as_json: bool) -> None:
 def show(ctx: click.Context, job: str, refresh: bool, as_json: bool) -> None:
     """One job: what it asked for, where it runs, its state and outcome."""
     if refresh:
-        from mainboard.jobs import Job
+        from mainboard.jobs.job import Job
 
         with _board(ctx) as board:
             handle = Job(board, job)
@@ -86,7 +86,7 @@ def show(ctx: click.Context, job: str, refresh: bool, as_json: bool) -> None:
             view = handle.view()
     else:
         from mainboard.config import load_config
-        from mainboard.jobstore import JobStore
+        from mainboard.jobs.store import JobStore
 
         config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
         view = JobStore(config.state_dir).load(job)
@@ -110,7 +110,7 @@ def show(ctx: click.Context, job: str, refresh: bool, as_json: bool) -> None:
 @click.pass_context
 def logs(ctx: click.Context, job: str, tail: int | None, stderr_: bool) -> None:
     """The job's stdout (or stderr) so far, read from its host."""
-    from mainboard.jobs import Job
+    from mainboard.jobs.job import Job
 
     with _board(ctx) as board:
         text = Job(board, job).logs(tail=tail, stream="stderr" if stderr_ else "stdout")
@@ -123,7 +123,7 @@ def logs(ctx: click.Context, job: str, tail: int | None, stderr_: bool) -> None:
 @click.pass_context
 def pull(ctx: click.Context, job: str, as_json: bool) -> None:
     """Copy the job's fetch paths from its host into the workspace."""
-    from mainboard.jobs import Job
+    from mainboard.jobs.job import Job
 
     with _board(ctx) as board:
         payload = Job(board, job).pull()
@@ -142,7 +142,7 @@ def pull(ctx: click.Context, job: str, as_json: bool) -> None:
 @click.pass_context
 def cancel(ctx: click.Context, job: str, as_json: bool) -> None:
     """Stop the job on its host (a finished job is left as it is)."""
-    from mainboard.jobs import Job
+    from mainboard.jobs.job import Job
 
     with _board(ctx) as board:
         handle = Job(board, job)

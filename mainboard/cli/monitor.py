@@ -26,7 +26,7 @@ def monitor(ctx: click.Context, as_json: bool, lock_wait: float) -> None:
     Safe from cron every minute and concurrently; a job's outcome is announced once.
     """
     from mainboard.board import Board  # late: `mainboard --help` stays fast
-    from mainboard.monitor import monitor_pass
+    from mainboard.jobs.monitor import monitor_pass
 
     with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
         report = monitor_pass(board, lock_wait=lock_wait)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from mainboard.runstore import RunHistory, RunStore
+    from mainboard.runs.store import RunHistory, RunStore
 
 _WORKERS = click.option("--workers", type=click.IntRange(min=0), default=None,
                         help="Local batch workers to start (default: the fleet, else one "
@@ -24,7 +24,7 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable o
 
 def _store(ctx: click.Context) -> tuple[RunStore, Any]:
     from mainboard.config import load_config
-    from mainboard.runstore import RunStore
+    from mainboard.runs.store import RunStore
 
     config = load_config(ctx.obj.get("config_path"))
     return RunStore(config.state_dir), config
@@ -110,7 +110,7 @@ def show(ctx: click.Context, run: str, as_json: bool) -> None:
 def resume(ctx: click.Context, run: str, workers: int | None, as_json: bool) -> None:
     """Continue an unfinished run from its last snapshot (a finished run just prints)."""
     from mainboard.cli.runview import ProgressBar, emit
-    from mainboard.runner import resume as resume_run
+    from mainboard.tasks.runner import resume as resume_run
 
     store, config = _store(ctx)
     history = store.find(run)
@@ -136,7 +136,7 @@ def clone(ctx: click.Context, run: str, from_iteration: int | None, max_samples:
           max_iterations: int | None, workers: int | None, as_json: bool) -> None:
     """Branch a new run (new id) from a snapshot of RUN and run it to its stop condition."""
     from mainboard.cli.runview import ProgressBar, emit
-    from mainboard.runner import clone as clone_run
+    from mainboard.tasks.runner import clone as clone_run
 
     store, config = _store(ctx)
     history = store.find(run)

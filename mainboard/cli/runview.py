@@ -17,8 +17,8 @@ import click
 if TYPE_CHECKING:  # imported lazily: numpy and Celery cost every other verb startup time
     from rich.progress import Progress as Bar
 
-    from mainboard.coordinator import Progress
     from mainboard.integrators.driver import RunResult
+    from mainboard.tasks.coordinator import Progress
 
 JSON_KEYS = ("run_id", "name", "estimate", "error", "chi2_dof", "q", "samples", "iterations",
              "nan_count", "wall_s", "exact", "stop_reason")

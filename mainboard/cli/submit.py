@@ -43,7 +43,7 @@ def submit(ctx: click.Context, host: str, name: str | None, attempt: int, wallti
 
     from mainboard.board import Board  # late: `mainboard --help` stays fast
     from mainboard.bridges.jobstate import JobState
-    from mainboard.jobs import submit as submit_job
+    from mainboard.jobs.job import submit as submit_job
 
     with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
         job = submit_job(board, host, command[0] if len(command) == 1 else list(command),

@@ -1,0 +1,1 @@
+"""Batches: many jobs from one ``fleet.toml`` (spec, store, prepare/estimate, run, watch)."""

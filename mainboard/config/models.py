@@ -1,0 +1,273 @@
+"""The pydantic models behind mainboard.toml (import them from ``mainboard.config``).
+
+Every model forbids unknown keys. TOML keys may use ``-`` or ``_`` (``max-walltime`` ==
+``max_walltime``). Validators raise ``PydanticCustomError("mainboard", ...)`` whose
+context carries the message, the valid forms and (for cross-field checks) the key path,
+so ``mainboard.config`` can turn the first error into one ConfigError line.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from mainboard.config.base import ConfigModel, JobDefaults, QueuePolicy, custom_error
+from mainboard.errors import UnknownHost
+from mainboard.redact import redact_url
+
+HOST_KINDS = ("local", "ssh", "slurm", "pbs", "provider")
+_HOST = "a host name or address without spaces, e.g. login.example.org"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_name(value: str | None) -> str | None:
+    """api_key_env holds a variable NAME; never echo the value, it may be the key itself."""
+    if value is not None and not _ENV_NAME.match(value):
+        raise custom_error("must be the NAME of an environment variable (value hidden: it may "
+                           "be a secret)", "a name such as VAST_API_KEY, never the key itself",
+                           value=None)
+    return value
+
+
+class WorkspaceConfig(ConfigModel):
+    """[workspace]: the project's name and what never gets copied to hosts."""
+
+    name: str | None = None
+    exclude: list[str] = Field(default_factory=list)
+
+
+class BrokerConfig(ConfigModel):
+    """[broker]: url of an external Redis; absent means the embedded one."""
+
+    url: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://")):
+            raise custom_error("broker url must be a Redis url",
+                               "redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS)",
+                               value=redact_url(value))
+        return value
+
+
+class PythonConfig(ConfigModel):
+    """[python]: pip requirement strings installed in every host's environment."""
+
+    deps: list[str] = Field(default_factory=list)
+
+
+class ContainerConfig(ConfigModel):
+    """[containers.NAME]: an image a batch host may run its workers in."""
+
+    image: str
+    runtime: Literal["apptainer", "singularity", "podman"] = "apptainer"
+    binds: list[str] = Field(default_factory=list)
+
+
+class ProviderConfig(ConfigModel):
+    """[providers.NAME]: a GPU rental API; only the NAME of the key's env var is stored."""
+
+    kind: str
+    api_key_env: Annotated[str | None, AfterValidator(_env_name)] = None
+    api_url: str | None = None
+    region: str | None = None
+    image: str | None = None
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SshParams:
+    """Everything paramiko needs to reach a host (paths expanded, user resolved)."""
+
+    host: str
+    user: str
+    port: int
+    identity: str | None
+    trust: Literal["known-hosts", "first-use"]
+    known_hosts: str
+    connect_timeout: float
+
+
+class _HostBase(ConfigModel):
+    """Keys every host kind accepts."""
+
+    kind: str
+    root: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    defaults: JobDefaults = Field(default_factory=JobDefaults)
+    queues: dict[str, QueuePolicy] = Field(default_factory=dict)
+
+    def ssh_params(self) -> SshParams | None:
+        """How to reach the host over ssh; None when its commands run on this machine."""
+        return None
+
+    def job_defaults(self, attempt: int = 1, walltime_s: float | None = None,
+                     num_cpus: int | None = None) -> dict[str, float | int | str]:
+        """This host's [defaults] evaluated for one attempt (num_cpus defaults to local CPUs)."""
+        return self.defaults.evaluate(attempt, walltime_s, num_cpus)
+
+
+class LocalHost(_HostBase):
+    """kind = "local": this machine."""
+
+    kind: Literal["local"] = "local"
+
+
+class _Connected(_HostBase):
+    """Connection keys shared by ssh hosts and ssh-login batch hosts."""
+
+    host: str | None = Field(default=None, min_length=1, pattern=r"^\S+$", description=_HOST)
+    user: str | None = Field(default=None, min_length=1, pattern=r"^\S+$",
+                             description="a user name without spaces")
+    port: int = Field(default=22, ge=1, le=65535, description="an integer from 1 to 65535")
+    identity: str | None = None
+    trust: Literal["known-hosts", "first-use"] = "known-hosts"
+    known_hosts: str | None = None
+    connect_timeout: float = Field(default=10.0, gt=0, description="seconds, greater than 0")
+    python: str = "python3"
+
+    def _params(self) -> SshParams:
+        assert self.host is not None  # guaranteed by the validators of the subclasses
+        return SshParams(
+            host=self.host, user=self.user or getpass.getuser(), port=self.port,
+            identity=os.path.expanduser(self.identity) if self.identity else None,
+            trust=self.trust,
+            known_hosts=os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"),
+            connect_timeout=self.connect_timeout)
+
+
+class SshHost(_Connected):
+    """kind = "ssh": a machine reached with paramiko."""
+
+    kind: Literal["ssh"] = "ssh"
+    host: str = Field(min_length=1, pattern=r"^\S+$", description=_HOST)
+    root: str = "~/mainboard"
+
+    def ssh_params(self) -> SshParams:
+        """ssh hosts are always remote."""
+        return self._params()
+
+
+class _Batch(_Connected):
+    """Keys shared by SLURM and PBS hosts (login transport local or ssh)."""
+
+    login: Literal["local", "ssh"] = "local"
+    account: str | None = None
+    modules: list[str] = Field(default_factory=list)
+    container: str | None = None
+
+    @model_validator(mode="after")
+    def _login_needs_host(self) -> _Batch:
+        if self.login == "ssh" and not self.host:
+            raise custom_error('missing required key host (login = "ssh")',
+                               'host = "login.cluster.example" (or login = "local")', ("host",),
+                               value=None)
+        return self
+
+    def ssh_params(self) -> SshParams | None:
+        """Remote only when the login node is reached over ssh."""
+        return self._params() if self.login == "ssh" else None
+
+
+class SlurmHost(_Batch):
+    """kind = "slurm": jobs go through sbatch."""
+
+    kind: Literal["slurm"] = "slurm"
+    partition: str | None = None
+
+
+class PbsHost(_Batch):
+    """kind = "pbs": jobs go through qsub."""
+
+    kind: Literal["pbs"] = "pbs"
+    queue: str | None = None
+
+
+class ProviderHost(_HostBase):
+    """kind = "provider": a GPU machine rented from a [providers.X] when needed."""
+
+    kind: Literal["provider"] = "provider"
+    provider: str
+    gpu: str | None = None
+    max_usd_hr: float | None = Field(default=None, gt=0,
+                                     description="US dollars per hour, greater than 0")
+    root: str = "~/mainboard"
+    python: str = "python3"
+
+
+HostConfig = Annotated[LocalHost | SshHost | SlurmHost | PbsHost | ProviderHost,
+                       Field(discriminator="kind")]
+HOST_MODELS: dict[str, type[_HostBase]] = {
+    "local": LocalHost, "ssh": SshHost, "slurm": SlurmHost, "pbs": PbsHost,
+    "provider": ProviderHost,
+}
+
+
+class Config(ConfigModel):
+    """One validated mainboard.toml (or the implicit default when there is none)."""
+
+    path: Path | None = None
+    root: Path = Field(default_factory=Path.cwd)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    broker: BrokerConfig = Field(default_factory=BrokerConfig)
+    deps: dict[str, str] = Field(default_factory=dict)
+    python: PythonConfig = Field(default_factory=PythonConfig)
+    containers: dict[str, ContainerConfig] = Field(default_factory=dict)
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    hosts: dict[str, HostConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _references(self) -> Config:
+        """Hosts may only name declared containers/providers; "local" is this machine."""
+        for name, host in self.hosts.items():
+            if name == "local" and host.kind != "local":
+                raise custom_error('the host name "local" is reserved for this machine',
+                                   'kind = "local", or another name', ("hosts", name, "kind"),
+                                   value=host.kind)
+            if isinstance(host, _Batch) and host.container is not None \
+                    and host.container not in self.containers:
+                raise custom_error(f"container {host.container!r} is not declared",
+                                   _declared("containers", self.containers),
+                                   ("hosts", name, "container"), value=host.container)
+            if isinstance(host, ProviderHost) and host.provider not in self.providers:
+                raise custom_error(f"provider {host.provider!r} is not declared",
+                                   _declared("providers", self.providers),
+                                   ("hosts", name, "provider"), value=host.provider)
+        return self
+
+    @property
+    def state_dir(self) -> Path:
+        """Where mainboard keeps its state for this workspace."""
+        return self.root / ".mainboard"
+
+    def host(self, name: str) -> HostConfig:
+        """The named host; "local" always exists. Unknown names list the declared ones."""
+        if name in self.hosts:
+            return self.hosts[name]
+        if name == "local":
+            return LocalHost()
+        where = str(self.path) if self.path else "no mainboard.toml"
+        raise UnknownHost(f"unknown host {name!r} ({where}); declared hosts: "
+                          f"{', '.join(self.host_names())}")
+
+    def host_names(self) -> list[str]:
+        """"local" first, then the declared hosts in file order."""
+        return ["local"] + [n for n in self.hosts if n != "local"]
+
+
+def _declared(table: str, names: dict[str, Any]) -> str:
+    if names:
+        return f"declared {table}: {', '.join(names)}"
+    return f"no [{table}.NAME] table is declared; add one or remove the reference"

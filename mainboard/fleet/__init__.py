@@ -1,0 +1,1 @@
+"""The fleet: Celery workers on every kind of host (control, keeper, launch, records, status)."""

@@ -1,0 +1,226 @@
+"""The fleet keeper: a small detached process that holds what ``fleet up`` cannot.
+
+``fleet up`` returns, but two things must outlive it: the SSH reverse tunnels through
+which remote workers reach a loopback-only broker, and the watch over rented machines
+that destroys one whose worker has idled past its ``idle_timeout``. The keeper does
+both. It takes its orders from the fleet receipts (re-read every ``TICK_S``): each live
+``worker.tunnel`` gets a ``ReverseTunnel`` on its recorded remote port (so a restarted
+keeper gives workers back the same address), a ``worker.stopped`` closes it. It writes
+what it holds to ``fleet/tunnels.json`` and exits by itself once nothing is left to hold.
+
+    python -m mainboard.fleet.keeper --root WORKSPACE_ROOT [--config mainboard.toml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from mainboard.errors import TunnelError
+from mainboard.fleet.records import read_fleet
+from mainboard.statedir import fleet_dir
+
+TICK_S = 0.5
+IDLE_CHECK_S = 5.0
+LINGER_S = 5.0  # nothing to hold for this long: exit
+log = logging.getLogger("mainboard.fleet.keeper")
+
+
+def _paths(state_dir: Path) -> dict[str, Path]:
+    base = fleet_dir(state_dir)
+    return {"lock": base / "keeper.lock", "pid": base / "keeper.pid",
+            "status": base / "tunnels.json", "log": base / "keeper.log"}
+
+
+def keeper_pid(state_dir: Path) -> int | None:
+    """The running keeper's pid (its lock is held), else None."""
+    paths = _paths(state_dir)
+    with open(paths["lock"], "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with contextlib.suppress(OSError, ValueError):
+                return int(paths["pid"].read_text().strip())
+            return -1
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
+def ensure_keeper(root: Path, config_path: Path | None, state_dir: Path) -> None:
+    """Start the keeper for this workspace unless one runs (it refuses to run twice)."""
+    if keeper_pid(state_dir) is not None:
+        return
+    argv = [sys.executable, "-m", "mainboard.fleet.keeper", "--root", str(root)]
+    if config_path is not None:
+        argv += ["--config", str(config_path)]
+    with open(_paths(state_dir)["log"], "ab") as out:
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=root,
+                         start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + 10
+    while keeper_pid(state_dir) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def tunnel_status(state_dir: Path) -> dict[str, dict[str, object]]:
+    """What the keeper last wrote about its tunnels, by worker id."""
+    try:
+        data = json.loads(_paths(state_dir)["status"].read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def wait_tunnel(root: Path, config_path: Path | None, state_dir: Path, worker_id: str,
+                timeout: float) -> int:
+    """Block until the keeper forwards ``worker_id``'s tunnel; its remote port."""
+    deadline = time.monotonic() + timeout
+    seen: dict[str, object] = {}
+    while time.monotonic() < deadline:
+        seen = tunnel_status(state_dir).get(worker_id, {})
+        if seen.get("healthy") and isinstance(seen.get("remote_port"), int):
+            return int(seen["remote_port"])  # type: ignore[arg-type]
+        ensure_keeper(root, config_path, state_dir)  # it may have just exited: start again
+        time.sleep(0.1)
+    raise TunnelError(f"the reverse tunnel for worker {worker_id} did not come up within "
+                      f"{timeout:g}s: {seen.get('error') or 'no answer from the fleet keeper'} "
+                      f"(log: {_paths(state_dir)['log']})")
+
+
+def stop_keeper(state_dir: Path, timeout: float = 15.0) -> None:
+    """SIGTERM the keeper (its tunnels close) and wait until its lock is free."""
+    pid = keeper_pid(state_dir)
+    if pid is None or pid <= 0:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while keeper_pid(state_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+class Keeper:
+    """The loop: tunnels as the receipts ask, idle rentals destroyed, exit when idle."""
+
+    def __init__(self, root: Path, config_path: Path | None) -> None:
+        from mainboard.bridges.tunnel import TunnelManager
+        from mainboard.config import load_config
+
+        self.config = load_config(config_path)
+        self.state_dir = self.config.state_dir
+        self.paths = _paths(self.state_dir)
+        self.tunnels = TunnelManager()
+        self.errors: dict[str, str] = {}
+        self.stop = threading.Event()
+        self._transports: dict[str, object] = {}
+
+    def sync_tunnels(self) -> bool:
+        """Open the wanted tunnels, close the others; True when any is wanted."""
+        from mainboard.fleet.launch import ssh_from_dict
+
+        wanted = {t.worker_id: t for t in read_fleet(self.state_dir).live_tunnels()}
+        for worker_id in list(self.tunnels.status()):
+            if worker_id not in wanted:
+                self.tunnels.close(worker_id)
+                self.errors.pop(worker_id, None)
+        for worker_id, want in wanted.items():
+            current = self.tunnels.get(worker_id)
+            if current is not None and not current.stopped:
+                continue
+            ssh = ssh_from_dict(want.ssh, want.host)
+            self._transports[worker_id] = ssh
+            try:
+                self.tunnels.open(worker_id, lambda s=ssh: s.paramiko_transport,
+                                  local_port=want.local_port, local_host=want.local_host,
+                                  remote_port=want.remote_port)
+                self.errors.pop(worker_id, None)
+            except Exception as exc:  # noqa: BLE001 - recorded for `fleet up` to report
+                self.errors[worker_id] = str(exc)
+                log.warning("tunnel for worker %s on %s: %s", worker_id, want.host, exc)
+        self.write_status(wanted)
+        return bool(wanted)
+
+    def write_status(self, wanted: dict[str, object]) -> None:
+        held = self.tunnels.status()
+        data = {w: {"healthy": bool(held[w].healthy) if w in held else False,
+                    "remote_port": held[w].remote_port if w in held else None,
+                    "reconnects": held[w].reconnects if w in held else 0,
+                    "error": self.errors.get(w) or (held[w].last_error if w in held else None)}
+                for w in wanted}
+        tmp = self.paths["status"].with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.paths["status"])
+
+    def check_idle(self) -> bool:
+        """Drain and destroy rented workers idle past their timeout; True when any is rented."""
+        from mainboard.fleet.control import idle_workers, stop_workers
+
+        live = [w for w in read_fleet(self.state_dir).live() if w.rental]
+        if not live:
+            return False
+        idle = idle_workers(self.config, live)
+        if idle:
+            log.info("idle rented workers: %s", ", ".join(w.worker_id for w in idle))
+            stop_workers(self.config, idle, reason="idle past idle_timeout")
+        return True
+
+    def run(self) -> None:
+        last_idle_check, idle_since = 0.0, None
+        while not self.stop.wait(TICK_S):
+            busy = self.sync_tunnels()
+            if time.monotonic() - last_idle_check >= IDLE_CHECK_S:
+                last_idle_check = time.monotonic()
+                try:
+                    busy = self.check_idle() or busy
+                except Exception as exc:  # noqa: BLE001 - keep holding the tunnels
+                    log.warning("idle check failed: %s", exc)
+                    busy = True
+            if busy:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since >= LINGER_S:
+                log.info("nothing left to keep; exiting")
+                break
+        self.tunnels.close_all()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mainboard.fleet.keeper")
+    parser.add_argument("--root", type=Path, required=True, help="the workspace root")
+    parser.add_argument("--config", type=Path, default=None, help="its mainboard.toml")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    os.chdir(args.root)
+    keeper = Keeper(args.root, args.config)
+    with open(keeper.paths["lock"], "a") as lock:
+        deadline = time.monotonic() + 2.0  # `keeper_pid` probes hold the lock for an instant
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return 0  # another keeper holds this workspace
+                time.sleep(0.05)
+        keeper.paths["pid"].write_text(f"{os.getpid()}\n")
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: keeper.stop.set())
+        log.info("fleet keeper %d for %s", os.getpid(), keeper.state_dir)
+        keeper.run()
+        with contextlib.suppress(OSError):
+            keeper.paths["pid"].unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

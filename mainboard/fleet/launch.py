@@ -1,0 +1,295 @@
+"""Starting one fleet worker on one host: (rent,) connect, root, provision, route, submit.
+
+Order matters for money and for secrets. Everything that can be refused is refused in
+``plan`` before any connection (unknown host, bad walltime, queue policy). A provider
+host is rented inside a ``RentalGuard``, so a failure at any later step destroys the
+rental. The broker URL (with its password) reaches the host on stdin into a 0600 file;
+the job script reads it into ``$MAINBOARD_BROKER_URL`` and execs Celery, so it is never
+in an argument list, a receipt or a log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import secrets
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from mainboard.bridges import bridge_for
+from mainboard.bridges.base import Bridge
+from mainboard.bridges.jobspec import JobSpec, check_policy, format_walltime, resolve
+from mainboard.bridges.ssh import SshTransport
+from mainboard.bridges.transport import Transport
+from mainboard.config import Config, HostConfig, ProviderHost, parse_duration
+from mainboard.errors import ConfigError, HostError, UserError
+from mainboard.fleet.records import check_queue, fleet_receipts, host_queue, node_prefix
+from mainboard.hosts.access import TAG, ensure_root, tagged
+from mainboard.ids import safe_word
+from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerTunnel
+from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
+
+WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
+DEFAULT_RETIRE_BEFORE_S = 300
+RETIRE_SIGNAL = "INT"  # Celery's warm shutdown; prefork pool children ignore it (TERM kills them)
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """What ``fleet up`` asks of every host (validated by ``parse`` before any traffic)."""
+
+    concurrency: int = 1
+    queues: tuple[str, ...] = (BATCH_QUEUE,)
+    walltime: int | None = None
+    retire_before: int = DEFAULT_RETIRE_BEFORE_S
+    idle_timeout: float | None = None
+
+    @classmethod
+    def parse(cls, *, workers: int = 1, queues: str | Sequence[str] | None = None,
+              walltime: str | int | None = None, retire_before: str | int | None = None,
+              idle_timeout: str | int | None = None) -> UpOptions:
+        """Options from CLI-shaped values; each bad one raises a UserError naming its flag."""
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise UserError(f"--workers {workers!r}: valid: an integer >= 1 (processes per "
+                            "host worker)")
+        names = queues.split(",") if isinstance(queues, str) else list(queues or [BATCH_QUEUE])
+        names = [check_queue(q.strip()) for q in names if q.strip()]
+        if not names:
+            raise UserError("--queues is empty; valid: comma-separated queue names, e.g. "
+                            f"{BATCH_QUEUE}")
+        return cls(workers, tuple(dict.fromkeys(names)), _duration("--walltime", walltime),
+                   _duration("--retire-before", retire_before) or DEFAULT_RETIRE_BEFORE_S,
+                   _duration("--idle-timeout", idle_timeout))
+
+
+def _duration(flag: str, value: str | int | None) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ConfigError as exc:
+        raise UserError(f"{flag} {value!r}: not a duration; valid: {exc.valid}") from None
+    if seconds <= 0:
+        raise UserError(f"{flag} {value!r}: must be greater than zero")
+    return seconds
+
+
+def worker_command(python: str, node: str, queues: Sequence[str], concurrency: int,
+                   secret_path: str) -> str:
+    """Shell text: read the broker URL from its 0600 file into the environment, exec Celery."""
+    argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker", "-Q", ",".join(queues),
+            "-c", str(concurrency), "--pool=prefork", "-n", f"{node}@%h", "--without-mingle",
+            "--without-gossip", "--loglevel=INFO", "-I", ",".join(WORKER_MODULES)]
+    return (f"MAINBOARD_BROKER_URL=\"$(cat {shlex.quote(secret_path)})\" && "
+            f"export MAINBOARD_BROKER_URL && exec {shlex.join(argv)}")
+
+
+def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: str,
+                command: str = "celery worker", root: str | None = None) -> JobSpec:
+    """The job that runs one worker on ``name``, with host defaults and queue policy applied."""
+    spec = JobSpec.from_params(
+        command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
+        cpus=options.concurrency if host.kind in ("slurm", "pbs") else None,
+        env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name},
+        workdir=root, retire_signal=RETIRE_SIGNAL)
+    spec = resolve(spec, host)
+    check_policy(spec, host, name)
+    if spec.walltime is not None:
+        if options.retire_before >= spec.walltime:
+            raise UserError(
+                f"host {name!r}: --retire-before {format_walltime(options.retire_before)} is not "
+                f"shorter than the walltime {format_walltime(spec.walltime)}; valid: a "
+                "retire-before below the walltime (the worker must have time to work)")
+        spec = JobSpec.model_validate({**spec.model_dump(), "retire_before": options.retire_before})
+    return spec
+
+
+def plan(config: Config, names: Sequence[str], options: UpOptions) -> list[str]:
+    """Check every host before any connection: declared, and its job within queue policy."""
+    for name in names:
+        worker_spec(name, config.host(name), options, worker_id="check")
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class BrokerRoute:
+    """The broker as the fleet sees it; ``url`` holds the password: never print it."""
+
+    url: str
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.url).port or 6379
+
+    @property
+    def loopback(self) -> bool:
+        return self.host in LOOPBACK or self.host.startswith("127.")
+
+    def via_port(self, port: int) -> str:
+        """The same URL pointing at ``127.0.0.1:port`` (a tunnel's far end)."""
+        parts = urlsplit(self.url)
+        auth = parts.netloc.rpartition("@")[0]
+        return urlunsplit(parts._replace(netloc=f"{auth + '@' if auth else ''}127.0.0.1:{port}"))
+
+
+def remote(host: HostConfig) -> bool:
+    """True when the host's commands run on another machine (ssh, ssh-login, provider)."""
+    return host.ssh_params() is not None or isinstance(host, ProviderHost)
+
+
+def ssh_dict(transport: SshTransport) -> dict[str, Any]:
+    """Connection parameters (no secrets: key and known_hosts are paths) for a receipt."""
+    return {"host": transport.host, "port": transport.port, "user": transport.user,
+            "identity": transport.identity, "trust": transport.trust,
+            "known_hosts": str(transport.known_hosts),
+            "connect_timeout": transport.connect_timeout}
+
+
+def ssh_from_dict(params: dict[str, Any], name: str) -> SshTransport:
+    """The transport a receipt's ``ssh_dict`` describes."""
+    return SshTransport(params["host"], port=params["port"], user=params["user"],
+                        identity=params["identity"], trust=params["trust"],
+                        known_hosts=params["known_hosts"],
+                        connect_timeout=params.get("connect_timeout", 10.0), name=name)
+
+
+def free_remote_port(transport: Transport, python: str) -> int:
+    """A TCP port nobody listens on at the host's 127.0.0.1 (the tunnel's far end)."""
+    code = ("import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
+            f"print('{TAG}%d' % s.getsockname()[1])")
+    done = transport.run([python, "-c", code], timeout=60, check=True)
+    found = tagged(done.stdout)
+    if not found or not found.isdigit():
+        raise HostError(f"{transport.name}: could not pick a free port for the broker tunnel")
+    return int(found)
+
+
+def write_secret(transport: Transport, path: str, url: str) -> None:
+    """The broker URL into a fresh 0600 file on the host, through stdin (never argv)."""
+    script = 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+    transport.run(["/bin/sh", "-c", script, "mb-secret", path], stdin=url.encode(), timeout=60,
+                  check=True)
+
+
+def remove_secret(transport: Transport, path: str) -> None:
+    """Best effort: the worker has the URL in its environment already."""
+    with contextlib.suppress(Exception):
+        transport.run(["rm", "-f", "--", path], timeout=30)
+
+
+@dataclass
+class Target:
+    """One host made reachable for a launch: its transport, absolute root and bridge maker."""
+
+    name: str
+    host: HostConfig
+    transport: Transport
+    root: str
+    make_bridge: Callable[[str], Bridge]
+    ssh: dict[str, Any] | None = None
+    rental: dict[str, str] | None = None
+
+
+class Launcher:
+    """Starts workers for one ``fleet up`` (thread-safe: one ``launch`` per host in parallel)."""
+
+    def __init__(self, config: Config, options: UpOptions, broker: BrokerRoute,
+                 ensure_keeper: Callable[[], None],
+                 wait_tunnel: Callable[[str, float], int]) -> None:
+        self.config, self.options, self.broker = config, options, broker
+        self.receipts = fleet_receipts(config.state_dir)
+        self._ensure_keeper, self._wait_tunnel = ensure_keeper, wait_tunnel
+        self.timings: dict[str, dict[str, float]] = {}  # host -> phase -> seconds (bench)
+
+    @contextlib.contextmanager
+    def phase(self, host: str, name: str) -> Iterator[None]:
+        """Time one step of a host's launch into ``timings`` (rent, connect, provision...)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings.setdefault(host, {})[name] = time.perf_counter() - start
+
+    def target(self, name: str, transport: Transport) -> Target:
+        """A non-provider host: its root made absolute (and created) through ``transport``."""
+        host = self.config.host(name)
+        default = "~/mainboard" if remote(host) else str(self.config.root)
+        text = host.root or default
+        if not remote(host) and not posixpath.isabs(text):
+            text = str(self.config.root / Path(text).expanduser())
+        with self.phase(name, "connect"):
+            root = ensure_root(transport, name, text)
+        container_name = getattr(host, "container", None)
+        container = self.config.containers[container_name] if container_name else None
+        return Target(name, host, transport, root, lambda r: bridge_for(
+            name, host, transport, container=container, root=r),
+            ssh_dict(transport) if isinstance(transport, SshTransport) else None)
+
+    def python_for(self, target: Target) -> str:
+        """This interpreter for the local host; elsewhere the provisioned environment's."""
+        if target.host.kind == "local":
+            return sys.executable
+        from mainboard.bridges.provision import provision_host
+
+        return provision_host(self.config, target.name, target.transport, root=target.root).python
+
+    def route(self, target: Target, worker_id: str, python: str) -> tuple[str, str, int | None]:
+        """(url, "direct"|"tunnel", remote port): a tunnel when a remote host cannot reach a
+        loopback-only broker; a ``broker_url`` given for the host wins."""
+        own = getattr(target.host, "broker_url", None)
+        if own:
+            return str(own), "direct", None
+        if not (self.broker.loopback and target.ssh is not None):
+            return self.broker.url, "direct", None
+        port = free_remote_port(target.transport, python)
+        self.receipts.append(WorkerTunnel(
+            worker_id=worker_id, host=target.name, ssh=target.ssh, remote_port=port,
+            local_host=self.broker.host, local_port=self.broker.port))
+        self._ensure_keeper()
+        return self.broker.via_port(self._wait_tunnel(worker_id, 30.0)), "tunnel", port
+
+    def start(self, target: Target, idle_timeout: float | None = None) -> WorkerStarted:
+        """Provision, route, write the secret and submit the worker job on ``target``."""
+        worker_id = secrets.token_hex(3)
+        node = node_prefix(target.name, worker_id)
+        secret = posixpath.join(target.root, ".mainboard", "fleet", f"{worker_id}.broker")
+        tunnelled = False
+        try:
+            with self.phase(target.name, "provision"):
+                python = self.python_for(target)
+            with self.phase(target.name, "route"):
+                url, via, port = self.route(target, worker_id, python)
+            tunnelled = port is not None
+            with self.phase(target.name, "submit"):
+                write_secret(target.transport, secret, url)
+                queues = [*self.options.queues, host_queue(target.name)]
+                command = worker_command(python, node, queues, self.options.concurrency, secret)
+                spec = worker_spec(target.name, target.host, self.options, worker_id=worker_id,
+                                   command=command, root=target.root)
+                record = target.make_bridge(target.root).submit(spec)
+        except BaseException as exc:
+            if tunnelled:
+                self.receipts.append(WorkerStopped(worker_id=worker_id, host=target.name,
+                                                   reason=f"fleet up failed: {exc}"[:500]))
+            remove_secret(target.transport, secret)
+            raise
+        started = WorkerStarted(
+            worker_id=worker_id, host=target.name, kind=target.host.kind, node=node,
+            queues=queues, concurrency=self.options.concurrency,
+            job=record.model_dump(mode="json"), root=target.root, python=python,
+            broker_via=via, secret_path=secret, tunnel_port=port,
+            ssh=target.ssh if target.rental else None, rental=target.rental,
+            idle_timeout_s=idle_timeout)
+        self.receipts.append(started)
+        return started

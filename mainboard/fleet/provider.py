@@ -1,0 +1,63 @@
+"""Fleet workers on rented machines: rent the cheapest fitting offer, start, never leak it.
+
+The rental happens inside a ``RentalGuard``: if anything after it fails (the machine
+never answers, the root cannot be made, provisioning or submitting breaks) the guard
+destroys the rental and records that, so a failed ``fleet up`` costs nothing more. A
+rental that worked stays, recorded in both the rental and the fleet receipts, until
+``fleet down``, ``monitor`` or the keeper's idle check destroys it.
+"""
+
+from __future__ import annotations
+
+from mainboard.bridges.providers import RentalGuard
+from mainboard.bridges.providers.base import Rental
+from mainboard.bridges.providers.bridge import ProviderBridge, known_hosts_for, rental_transport
+from mainboard.config import Config, ProviderHost
+from mainboard.errors import ConfigError
+from mainboard.fleet.launch import Launcher, Target, ssh_dict
+from mainboard.hosts.access import ensure_root
+from mainboard.hosts.rentals import adapter, rent_cheapest, rental_key
+from mainboard.receipts import WorkerStarted
+
+DEFAULT_IDLE_TIMEOUT_S = 1800.0
+def idle_timeout_for(config: Config, host: ProviderHost, override: float | None) -> float:
+    """``--idle-timeout``, else ``[providers.X] options.idle_timeout``, else 30 minutes."""
+    if override is not None:
+        return float(override)
+    raw = config.providers[host.provider].options.get("idle_timeout")
+    if raw is None:
+        return DEFAULT_IDLE_TIMEOUT_S
+    from mainboard.config import parse_duration
+
+    try:
+        seconds = parse_duration(raw)
+    except ConfigError as exc:
+        raise ConfigError("not a duration", file=str(config.path or "mainboard.toml"),
+                          key=f"providers.{host.provider}.options.idle_timeout", value=raw,
+                          valid=exc.valid) from None
+    return float(seconds)
+
+
+def start_rented(launcher: Launcher, name: str) -> WorkerStarted:
+    """Rent for provider host ``name``, then start its worker; any failure destroys the rental."""
+    config = launcher.config
+    host = config.host(name)
+    assert isinstance(host, ProviderHost)
+    idle = idle_timeout_for(config, host, launcher.options.idle_timeout)
+    market = adapter(config, host)
+    identity, public = rental_key(config.state_dir)
+    with RentalGuard(market, config.state_dir, host=name) as guard:
+        with launcher.phase(name, "rent"):
+            rental = rent_cheapest(guard, config, name, host, public)
+        known = known_hosts_for(config.state_dir, host.provider, rental.id)
+        transport = rental_transport(rental, name=name, identity=identity, known_hosts=known)
+        with launcher.phase(name, "connect"):
+            root = ensure_root(transport, name, host.root)
+
+        def make(root_dir: str, rental: Rental = rental) -> ProviderBridge:
+            return ProviderBridge(name, host, rental, identity=identity, known_hosts=known,
+                                  root=root_dir)
+
+        target = Target(name, host, transport, root, make, ssh_dict(transport),
+                        {"provider": host.provider, "rental_id": rental.id})
+        return launcher.start(target, idle_timeout=idle)

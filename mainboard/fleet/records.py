@@ -1,0 +1,77 @@
+"""The fleet's durable memory: which workers were started where, which are gone.
+
+Every fleet change is a receipt in ``.mainboard/fleet.ndjson`` (topics ``worker.tunnel``,
+``worker.started``, ``worker.stopped`` in ``mainboard.receipts``), so ``fleet status`` and
+``fleet down`` work from a new process, and the keeper that holds the tunnels rebuilds
+its picture after a restart. Nothing here holds a credential: broker URLs live only in
+0600 files on the hosts and in the workspace's broker secret.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mainboard.errors import UserError
+from mainboard.ids import safe_word
+from mainboard.receipts import Receipts, WorkerStarted, WorkerStopped, WorkerTunnel
+
+FLEET_FILE = "fleet.ndjson"
+HOST_QUEUE_PREFIX = "mainboard.host."
+NODE_PREFIX = "mb"
+_QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+
+
+def fleet_receipts(state_dir: Path) -> Receipts:
+    """The fleet's receipts log under a workspace state directory."""
+    return Receipts(Path(state_dir) / FLEET_FILE)
+
+
+def host_queue(host: str) -> str:
+    """The queue only ``host``'s workers consume: route work to one host with it."""
+    return HOST_QUEUE_PREFIX + safe_word(host, 120)
+
+
+def node_prefix(host: str, worker_id: str) -> str:
+    """The Celery node name before the ``@`` (``%h``, the machine's name, follows it)."""
+    return f"{NODE_PREFIX}-{safe_word(host)}-{worker_id}"
+
+
+def check_queue(name: str) -> str:
+    """A Celery queue name we accept: one word of letters, digits and ``_.-``."""
+    if not _QUEUE.match(name):
+        raise UserError(f"--queues: {name!r} is not a queue name; valid: letters, digits, "
+                        "'_', '.', '-' (starting with a letter or digit), comma-separated")
+    return name
+
+
+@dataclass
+class FleetState:
+    """The receipts replayed: started, tunnelled and stopped workers by worker id."""
+
+    started: dict[str, WorkerStarted] = field(default_factory=dict)
+    tunnels: dict[str, WorkerTunnel] = field(default_factory=dict)
+    stopped: dict[str, WorkerStopped] = field(default_factory=dict)
+
+    def live(self, hosts: set[str] | None = None) -> list[WorkerStarted]:
+        """Workers started and not yet stopped (optionally only on ``hosts``), oldest first."""
+        return [w for i, w in self.started.items() if i not in self.stopped
+                and (hosts is None or w.host in hosts)]
+
+    def live_tunnels(self) -> list[WorkerTunnel]:
+        """Tunnels whose worker is not stopped (including one being started right now)."""
+        return [t for i, t in self.tunnels.items() if i not in self.stopped]
+
+
+def read_fleet(state_dir: Path) -> FleetState:
+    """Replay ``fleet.ndjson``; a missing file is an empty fleet."""
+    state = FleetState()
+    for payload in fleet_receipts(state_dir).read():
+        if isinstance(payload, WorkerStarted):
+            state.started[payload.worker_id] = payload
+        elif isinstance(payload, WorkerTunnel):
+            state.tunnels[payload.worker_id] = payload
+        elif isinstance(payload, WorkerStopped):
+            state.stopped[payload.worker_id] = payload
+    return state

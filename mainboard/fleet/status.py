@@ -1,0 +1,131 @@
+"""``fleet status``: each worker as its host's scheduler sees it, merged with Celery's view.
+
+Three sources, each answering what only it knows: the bridge (is the job queued,
+running, finished, and how), a Celery broadcast (is the worker answering right now,
+which queues it consumes), and the worker registry the fleet workers write
+(``fleet_tasks``: last heartbeat, tasks done). A host that cannot be asked does not
+hide the others: its rows say why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import redis
+
+from mainboard.bridges.jobstate import JobStatus
+from mainboard.config import Config
+from mainboard.errors import MainboardError
+from mainboard.fleet.control import broker_route, job_of, poll_jobs, registry_entries
+from mainboard.fleet.records import read_fleet
+from mainboard.receipts import WorkerStarted
+from mainboard.tasks.fleet import HEARTBEAT_S
+
+STALE_AFTER_S = 3 * HEARTBEAT_S
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """One row of ``fleet status`` (``--json`` prints these fields)."""
+
+    worker_id: str
+    host: str
+    kind: str
+    node: str
+    job_id: str
+    state: str                  # queued, starting, online, unresponsive, or the job's final state
+    job_state: str
+    queues: list[str]
+    concurrency: int
+    tasks_done: int | None
+    active: int | None
+    last_heartbeat: float | None
+    online: bool
+    broker_via: str
+    rental_id: str | None
+    stopped: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _celery_view(config: Config, timeout: float) -> dict[str, list[str]]:
+    """``{full node name: queues}`` of every worker answering a broadcast within ``timeout``."""
+    route = broker_route(config, start=False)
+    if route is None:
+        return {}
+    from mainboard.tasks.app import make_app
+
+    app = make_app(broker_url=route.url)
+    try:
+        replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    except (OSError, redis.RedisError):
+        return {}
+    finally:
+        app.close()
+    return {node: [q.get("name", "") for q in queues] for node, queues in replies.items()}
+
+
+def _state(job: JobStatus | MainboardError, online: bool, beat: float | None) -> str:
+    if isinstance(job, MainboardError):
+        return "unknown"
+    if job.final:
+        return job.state.value
+    if job.state.value == "pending":
+        return "queued"
+    if online:
+        return "online"
+    if beat is not None and time.time() - beat > STALE_AFTER_S:
+        return "unresponsive"
+    return "starting"
+
+
+def fleet_status(config: Config, *, include_stopped: bool = False,
+                 timeout: float = 1.0) -> list[WorkerView]:
+    """Every live worker (and, with ``include_stopped``, the stopped ones), oldest first."""
+    state = read_fleet(config.state_dir)
+    live = state.live()
+    jobs = poll_jobs(config, live)
+    celery = _celery_view(config, timeout) if live else {}
+    route = broker_route(config, start=False)
+    try:
+        entries = registry_entries(route, [w.node for w in live]) if route and live else {}
+    except redis.RedisError:
+        entries = {}
+    rows = [_row(w, jobs[w.worker_id], celery, entries.get(w.node, {})) for w in live]
+    if include_stopped:
+        for worker_id, stop in state.stopped.items():
+            worker = state.started.get(worker_id)
+            if worker is not None:
+                rows.append(_stopped_row(worker, stop.state or "unknown", stop.reason))
+    return rows
+
+
+def _row(worker: WorkerStarted, job: JobStatus | MainboardError, celery: dict[str, list[str]],
+         entry: dict[str, str]) -> WorkerView:
+    node = next((n for n in celery if n.partition("@")[0] == worker.node), None)
+    beat = float(entry["beat"]) if entry.get("beat") else None
+    reason = str(job) if isinstance(job, MainboardError) else (job.reason or job.native)
+    return WorkerView(
+        worker_id=worker.worker_id, host=worker.host, kind=worker.kind,
+        node=node or entry.get("node") or f"{worker.node}@?", job_id=job_of(worker).job_id,
+        state=_state(job, node is not None, beat),
+        job_state=job.state.value if isinstance(job, JobStatus) else "unknown",
+        queues=celery[node] if node else list(worker.queues), concurrency=worker.concurrency,
+        tasks_done=int(entry["tasks_done"]) if entry.get("tasks_done") else None,
+        active=int(entry["active"]) if entry.get("active") else None,
+        last_heartbeat=beat, online=node is not None, broker_via=worker.broker_via,
+        rental_id=worker.rental["rental_id"] if worker.rental else None, stopped=False,
+        reason=reason)
+
+
+def _stopped_row(worker: WorkerStarted, final: str, reason: str) -> WorkerView:
+    return WorkerView(
+        worker_id=worker.worker_id, host=worker.host, kind=worker.kind, node=f"{worker.node}@?",
+        job_id=job_of(worker).job_id, state="stopped", job_state=final,
+        queues=list(worker.queues), concurrency=worker.concurrency, tasks_done=None, active=None,
+        last_heartbeat=None, online=False, broker_via=worker.broker_via,
+        rental_id=worker.rental["rental_id"] if worker.rental else None, stopped=True,
+        reason=reason)

@@ -1,0 +1,118 @@
+"""Jobs on provider hosts: reach the host's live rental, renting one only to submit work.
+
+A ``kind = "provider"`` host is a machine only while a rental runs. Submitting a job
+reuses the host's live owned rental (``.mainboard/rentals.ndjson``), else rents the
+cheapest offer within ``max_usd_hr`` inside a ``RentalGuard``, so a rental that never
+answers is destroyed and recorded as such. Asking about work already submitted never
+rents: a host without a live rental is an error then. The monitor releases the rental
+once no job on the host is owed an outcome.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mainboard.bridges.providers import RentalGuard, adapter_for, owned_rentals
+from mainboard.bridges.providers.base import ProviderAdapter, Rental
+from mainboard.bridges.providers.bridge import known_hosts_for, rental_transport
+from mainboard.bridges.ssh import SshTransport
+from mainboard.config import Config, ProviderHost
+from mainboard.errors import HostError
+from mainboard.hosts.access import ensure_root
+from mainboard.hosts.mirror import manifest_path
+from mainboard.ids import safe_word
+from mainboard.locks import flocked
+from mainboard.statedir import fleet_dir
+
+LOCK_FILE = "rentals.lock"
+RENT_WAIT_S = 300.0
+
+
+def rental_key(state_dir: Path) -> tuple[str, str]:
+    """(private key path, public key line) of the workspace's key for rented machines.
+
+    Made once with ``cryptography`` (a paramiko dependency), mode 0600; providers get
+    only the public half.
+    """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    path = fleet_dir(state_dir) / "id_ed25519"
+    pub = path.with_suffix(".pub")
+    if not path.exists() or not pub.exists():
+        key = Ed25519PrivateKey.generate()
+        private = key.private_bytes(serialization.Encoding.PEM,
+                                    serialization.PrivateFormat.OpenSSH,
+                                    serialization.NoEncryption())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(private)
+        public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                               serialization.PublicFormat.OpenSSH)
+        pub.write_bytes(public + b" mainboard-fleet\n")
+    return str(path), pub.read_text().strip()
+
+
+def adapter(config: Config, host: ProviderHost) -> ProviderAdapter:
+    """The adapter of the ``[providers.X]`` a provider host names."""
+    return adapter_for(host.provider, config.providers[host.provider])
+
+
+
+def rent_cheapest(guard: RentalGuard, config: Config, name: str, host: ProviderHost,
+                  public_key: str) -> Rental:
+    """Rent the cheapest offer within the host's ``max_usd_hr`` inside ``guard`` and wait
+    until it runs; the guard destroys it if what follows fails."""
+    offer = guard.adapter.cheapest(host.gpu, host.max_usd_hr)
+    return guard.rent(offer, ssh_public_key=public_key, max_usd_hr=host.max_usd_hr,
+                      label=f"mainboard-{safe_word(name)}",
+                      image=config.providers[host.provider].image, wait=RENT_WAIT_S)
+
+
+
+def live_rental(market: ProviderAdapter, state_dir: Path, name: str) -> Rental | None:
+    """The newest owned rental of host ``name`` the provider says is running, if any."""
+    for owned in reversed(owned_rentals(state_dir)):
+        if owned.host == name and owned.provider == market.name:
+            rental = market.status(owned.rental_id)
+            if rental.state == "running" and rental.ssh_host and rental.ssh_port:
+                return rental
+    return None
+
+
+def provider_transport(config: Config, name: str, host: ProviderHost, root: str, *,
+                       rent: bool) -> SshTransport:
+    """An ssh transport to host ``name``'s live rental; with ``rent``, one is rented if none.
+
+    One process at a time finds-or-rents (``.mainboard/rentals.lock``), so concurrent
+    submits share one machine instead of renting two.
+    """
+    market = adapter(config, host)
+    identity, public = rental_key(config.state_dir)
+    with flocked(config.state_dir / LOCK_FILE):
+        rental = live_rental(market, config.state_dir, name)
+        if rental is not None:
+            return _attach(config, name, host, rental, identity)
+        if not rent:
+            raise HostError(f"host {name!r}: no live rental on provider {host.provider!r} "
+                            "(it was released or destroyed); its jobs cannot be asked about")
+        with RentalGuard(market, config.state_dir, host=name) as guard:
+            rental = rent_cheapest(guard, config, name, host, public)
+            transport = _attach(config, name, host, rental, identity)
+            ensure_root(transport, name, root)  # proves ssh works; a failure destroys it
+        return transport
+
+
+def _attach(config: Config, name: str, host: ProviderHost, rental: Rental,
+            identity: str) -> SshTransport:
+    """The rental's transport; a rental the workspace mirror has not seen forgets the mirror."""
+    marker = manifest_path(config, name).with_suffix(".rental")
+    if not marker.exists() or marker.read_text() != rental.id:
+        # A fresh machine holds none of what the manifest says the last one had.
+        manifest_path(config, name).unlink(missing_ok=True)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(rental.id)
+    return rental_transport(rental, name=name, identity=identity,
+                            known_hosts=known_hosts_for(config.state_dir, host.provider,
+                                                        rental.id))

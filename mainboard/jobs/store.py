@@ -1,0 +1,205 @@
+"""Jobs as their receipts tell it: one NDJSON file per job, ``.mainboard/jobs/<id>.ndjson``.
+
+Nothing about a job lives in memory between calls: every reader (``Job``, ``mainboard
+jobs``, the monitor, a batch) replays the job's lines, so a new process sees exactly
+what an old one recorded. Writers that might race (a ``wait`` here, a cron'd monitor
+there) record a state change under one lock that re-reads the file first, so each
+change is one line and the verdict (``job.finished``) is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mainboard.bridges.jobstate import JobState, JobStatus
+from mainboard.errors import UserError
+from mainboard.ids import ID, IdForm
+from mainboard.locks import flocked
+from mainboard.receipts import (
+    JobFinished,
+    JobPulled,
+    JobStateChanged,
+    JobSubmitted,
+    Payload,
+    ReceiptError,
+    Receipts,
+)
+
+if TYPE_CHECKING:
+    from mainboard.bridges.base import JobRecord
+
+SUFFIX = ".ndjson"
+
+
+class UnknownJob(UserError):
+    """No job (or more than one) matches the id or id suffix the user gave."""
+
+
+FORM = IdForm("job", "jobs", "20250101-120000-name-1a2b3c", "mainboard jobs list", UnknownJob)
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job replayed from its receipts: what was asked, the last state seen, the verdict."""
+
+    submitted: JobSubmitted
+    state: JobState = JobState.PENDING
+    exit_code: int | None = None
+    native: str = ""
+    reason: str = ""
+    finished: bool = False        # a job.finished line (the verdict) exists
+    pulled: JobPulled | None = None
+    file: Path | None = None
+
+    @property
+    def id(self) -> str:
+        """mainboard's id of the job (unique across hosts)."""
+        return self.submitted.id
+
+    @property
+    def host(self) -> str:
+        """The declared host it was submitted to."""
+        return self.submitted.host
+
+    @property
+    def name(self) -> str:
+        """The name it was given (verbatim; schedulers see a sanitised copy)."""
+        return self.submitted.name
+
+    @property
+    def status(self) -> JobStatus:
+        """The recorded state as the bridges' status record."""
+        return JobStatus(self.state, self.native, self.exit_code, self.reason)
+
+    def record(self) -> JobRecord:
+        """The bridge's record of this job, rebuilt from the receipt (for poll/cancel/logs)."""
+        from mainboard.bridges.base import JobRecord  # late: listing jobs needs no bridge code
+        from mainboard.bridges.jobspec import JobSpec
+
+        s = self.submitted
+        return JobRecord(job_id=s.job_id, uid=s.id, host=s.host, kind=s.kind, name=s.name,
+                         job_dir=s.job_dir, submitted_at=s.submitted_at,
+                         spec=JobSpec.model_validate(s.spec))
+
+    def as_json(self) -> dict[str, Any]:
+        """What ``jobs list/show --json`` print for this job."""
+        s = self.submitted
+        return {"id": s.id, "name": s.name, "host": s.host, "kind": s.kind, "job_id": s.job_id,
+                "state": self.state.value, "final": self.finished, "exit_code": self.exit_code,
+                "reason": self.reason, "native": self.native, "submitted_at": s.submitted_at,
+                "job_dir": s.job_dir, "root": s.root, "spec": s.spec, "data": s.data,
+                "fetch": s.fetch,
+                "pulled": None if self.pulled is None else self.pulled.model_dump(mode="json")}
+
+
+def replay(payloads: Iterator[Payload], file: Path) -> JobView | None:
+    """Fold one job's payloads into a view; None when its ``job.submitted`` line is missing."""
+    view: JobView | None = None
+    for payload in payloads:
+        if isinstance(payload, JobSubmitted):
+            view = JobView(submitted=payload, file=file)
+        elif view is None:
+            continue
+        elif isinstance(payload, JobFinished) and not view.finished:
+            view = JobView(view.submitted, JobState(payload.state), payload.exit_code,
+                           payload.native, payload.reason, True, view.pulled, file)
+        elif isinstance(payload, JobStateChanged) and not view.finished:
+            view = JobView(view.submitted, JobState(payload.state), None, payload.native,
+                           payload.reason, False, view.pulled, file)
+        elif isinstance(payload, JobPulled):
+            view = JobView(view.submitted, view.state, view.exit_code, view.native,
+                           view.reason, view.finished, payload, file)
+    return view
+
+
+class JobStore:
+    """The job receipts of one workspace state directory (``.mainboard``)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.directory = Path(state_dir) / "jobs"
+
+    def file(self, job_id: str) -> Path:
+        """The receipts file of ``job_id`` (refusing ids that are not plain names)."""
+        return self.directory / f"{FORM.check(job_id)}{SUFFIX}"
+
+    def receipts(self, job_id: str) -> Receipts:
+        """The receipts log of one job."""
+        return Receipts(self.file(job_id))
+
+    def ids(self) -> list[str]:
+        """Every job id with a receipts file, oldest first (ids start with their submit time)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(p.name[:-len(SUFFIX)] for p in self.directory.glob(f"*{SUFFIX}")
+                      if ID.match(p.name[:-len(SUFFIX)]))
+
+    def resolve(self, ref: str) -> str:
+        """The id ``ref`` names: an exact id, or a unique suffix such as ``1a2b3c``."""
+        self.file(ref)  # refuses what cannot be an id (quotes, slashes...) with the form
+        return FORM.resolve(ref, self.ids(), self.directory)
+
+    def view(self, job_id: str, errors: list[ReceiptError] | None = None) -> JobView | None:
+        """The job as its receipts say; bad lines go to ``errors`` (or raise without it)."""
+        path = self.file(job_id)
+        return replay(Receipts(path).read(errors=errors), path)
+
+    def load(self, ref: str) -> JobView:
+        """The view of the job ``ref`` names; UnknownJob when none, ReceiptError when unreadable."""
+        job_id = self.resolve(ref)
+        view = self.view(job_id)
+        if view is None:
+            raise ReceiptError(f"{self.file(job_id)}: no job.submitted line; the job cannot be "
+                               "found on its host without it")
+        return view
+
+    def scan(self) -> tuple[list[JobView], list[ReceiptError]]:
+        """Every job (oldest first) and every unreadable line met on the way (file:line)."""
+        views: list[JobView] = []
+        errors: list[ReceiptError] = []
+        for job_id in self.ids():
+            view = self.view(job_id, errors)
+            if view is None:
+                errors.append(ReceiptError(f"{self.file(job_id)}: no job.submitted line; "
+                                           "job skipped"))
+            else:
+                views.append(view)
+        return views, errors
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Serialise read-compare-append across threads and processes (one lock per workspace)."""
+        with flocked(self.directory / ".lock"):
+            yield
+
+    def submitted(self, payload: JobSubmitted) -> None:
+        """Record a job the host accepted (its first line)."""
+        self.receipts(payload.id).append(payload)
+
+    def observe(self, job_id: str, status: JobStatus) -> bool:
+        """Record ``status`` if it is news: a new state, or the verdict. True when a line was added.
+
+        After the verdict nothing changes any more: a later, different report (a scheduler
+        that forgot the job) is not allowed to rewrite an outcome already recorded.
+        """
+        with self.locked():
+            view = self.view(job_id, [])
+            if view is None or view.finished:
+                return False
+            if status.final:
+                self.receipts(job_id).append(JobFinished(
+                    id=job_id, state=status.state.value, exit_code=status.exit_code,
+                    native=status.native, reason=status.reason))
+                return True
+            if status.state is view.state:
+                return False
+            self.receipts(job_id).append(JobStateChanged(
+                id=job_id, state=status.state.value, native=status.native, reason=status.reason))
+            return True
+
+    def pulled(self, payload: JobPulled) -> None:
+        """Record that a job's results came back."""
+        self.receipts(payload.id).append(payload)

@@ -1,0 +1,1 @@
+"""Daemons the workspace runs for itself: the embedded broker and Flower."""

@@ -1,0 +1,334 @@
+"""The run coordinator: one iteration at a time, batches on workers, numbers as if local.
+
+Per iteration k: publish the sampler snapshot of k, send a group of per-batch chains (no
+chords), wait on the completion list while watching liveness (re-sending lost batches),
+read the stored BatchResults and merge them in batch-index order, fold the merge into the
+:class:`~mainboard.integrators.driver.RunState` (accumulate, adapt), snapshot to Redis and
+to a receipt line, check the stop condition. The arithmetic is the integrators' own, so
+the result is bit-identical to ``integrate_local`` whatever the number of workers.
+
+Runs with external processes: the coordinator's own sampler may be a process (it adapts
+and snapshots here), and it learns the process evaluator's ``initialize`` metadata before it
+starts (:func:`~mainboard.integrators.stages.prepare_sampler`); both are ended when the run
+ends, and workers end theirs when they see the run's final status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import redis
+from celery import Celery, chain, group
+from celery.canvas import Signature
+
+from mainboard import keys
+from mainboard.daemon import pid_alive
+from mainboard.errors import IntegrationFailed, UserError
+from mainboard.integrators.driver import RunResult, RunState
+from mainboard.integrators.errors import BatchError, MergeError
+from mainboard.integrators.plain import to_plain
+from mainboard.integrators.process.errors import ProcessError
+from mainboard.integrators.stages import (
+    BatchResult,
+    IterationResult,
+    merge_results,
+    prepare_sampler,
+    release_processes,
+)
+from mainboard.receipts import IterationDone, RunFailed, RunFinished
+from mainboard.runs.store import RunStore
+from mainboard.tasks import BATCH_QUEUE, STAGE_PREFIX
+from mainboard.tasks.codec import dumps, loads
+from mainboard.tasks.liveness import Liveness, LostBatch, Timing, observe
+
+POLL_S = 0.25
+IDLE_WARNING_S = 30.0
+log = logging.getLogger(__name__)
+LEASE_TTL_S = 10
+_REFRESH = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+if not holder then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 1 end
+return 0
+"""
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then " \
+           "return redis.call('DEL', KEYS[1]) end return 0"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a progress display needs after each iteration."""
+
+    run_id: str
+    iteration: int
+    samples: int
+    max_samples: int | None
+    estimate: Any
+    error: Any
+    samples_per_s: float
+    wall_s: float
+
+
+class Lease:
+    """One coordinator per run: a TTL key naming host and pid, refreshed while it works."""
+
+    def __init__(self, r: redis.Redis, run_id: str) -> None:
+        self.r, self.run_id, self.key = r, run_id, keys.run_lease(run_id)
+        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+    def acquire(self) -> None:
+        """Take the lease; a dead holder on this host is taken over, a live one refused."""
+        for _ in range(3):
+            if self.r.set(self.key, self.token, nx=True, ex=LEASE_TTL_S):
+                return
+            raw = self.r.get(self.key)
+            if raw is None:
+                continue
+            host, _, rest = raw.decode().partition(":")
+            pid = int(rest.partition(":")[0] or 0)
+            if host == socket.gethostname() and not pid_alive(pid):
+                self.r.register_script(_RELEASE)(keys=[self.key], args=[raw])
+                continue
+            raise UserError(f"run {self.run_id} is being coordinated by pid {pid} on {host}; "
+                            f"wait for it to finish (its lease lapses {LEASE_TTL_S}s after it "
+                            "stops), then `mainboard runs resume`")
+        raise UserError(f"could not take the lease of run {self.run_id}; try again")
+
+    def refresh(self) -> None:
+        """Extend (or, if it lapsed unclaimed, retake) the lease; another holder is fatal."""
+        if not self.r.register_script(_REFRESH)(keys=[self.key], args=[self.token, LEASE_TTL_S]):
+            raise IntegrationFailed(f"run {self.run_id}: lost the coordinator lease "
+                                    "(another coordinator took the run over)")
+
+    def release(self) -> None:
+        """Give the lease back (only if still ours)."""
+        self.r.register_script(_RELEASE)(keys=[self.key], args=[self.token])
+
+
+def publish_run(r: redis.Redis, run_id: str, spec: dict[str, Any]) -> None:
+    """Store the run definition where workers look it up, and index the run."""
+    with r.pipeline(transaction=True) as pipe:
+        pipe.set(keys.run_definition(run_id), dumps(spec))
+        pipe.zadd(keys.runs_index(), {run_id: time.time()}, nx=True)
+        pipe.execute()
+
+
+def clear_run(r: redis.Redis, run_id: str, keep: tuple[str, ...] = ()) -> None:
+    """Delete every live key of a run (a fresh start), the lease and definition excepted."""
+    doomed = [k for k in r.scan_iter(match=keys.run_pattern(run_id), count=500)
+              if k.decode() not in keep]
+    samplers = [k for k in doomed if k.endswith(b":sampler")]
+    if samplers:  # first: stale batches become no-ops before their hashes go
+        r.delete(*samplers)
+    if doomed:
+        r.delete(*doomed)
+
+
+def iteration_keys(run_id: str, k: int) -> list[str]:
+    """The keys one iteration uses, sampler first (deleting it makes late writes no-ops)."""
+    return [keys.iteration_sampler(run_id, k), keys.iteration_results(run_id, k),
+            keys.iteration_errors(run_id, k), keys.iteration_done(run_id, k),
+            keys.iteration_progress(run_id, k)]
+
+
+class Coordinator:
+    """Drives one run from its current state to a stop condition."""
+
+    def __init__(self, app: Celery, r: redis.Redis, store: RunStore, run_id: str,
+                 state: RunState, *, progress: Callable[[Progress], None] | None = None,
+                 poll_s: float = POLL_S, wall_before: float = 0.0,
+                 health: Callable[[], None] | None = None) -> None:
+        self.app, self.r, self.store, self.run_id, self.state = app, r, store, run_id, state
+        self.progress, self.poll_s = progress, poll_s
+        self.wall_before = wall_before  # time earlier executions of a resumed run took
+        self.health = health  # raises when the workers this run depends on are gone
+        self.warned_idle = False
+        self.timing = Timing()
+        self.lease = Lease(r, run_id)
+        spec = state.run.spec
+        names = ["fused"] if spec.batching.fuse else (
+            ["materialise", *(["transform"] if spec.transforms else []), "evaluate",
+             "accumulate"])
+        self.stage_names = ["sample", *names]
+
+    # ----- dispatch -----------------------------------------------------------------------
+
+    def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
+        """The per-batch chain: sample | materialise | [transform] | evaluate | accumulate."""
+        opts = {"queue": BATCH_QUEUE, "ignore_result": True}
+        first = self.app.signature(STAGE_PREFIX + "sample", args=(self.run_id, k, batch, n,
+                                                                  attempt), immutable=True, **opts)
+        rest = [self.app.signature(STAGE_PREFIX + name, **opts) for name in self.stage_names[1:]]
+        return chain(first, *rest)
+
+    # ----- one iteration ------------------------------------------------------------------
+
+    def _fail(self, k: int, entry: bytes) -> IntegrationFailed:
+        batch = int(entry[2:])
+        raw = self.r.hget(keys.iteration_errors(self.run_id, k), str(batch))
+        rec = loads(raw) if raw else {"stage": "?", "error": "unknown", "message": "?",
+                                      "worker": "?"}
+        cause = rec["message"] if rec["error"] == "BatchError" else \
+            f"{rec['error']}: {rec['message']}"
+        return IntegrationFailed(f"run {self.run_id}: batch {batch} of iteration {k} failed "
+                                 f"at stage {rec['stage']!r} on worker {rec['worker']}: {cause}",
+                                 batch=batch, stage=rec["stage"])
+
+    def _collect(self, k: int, sizes: list[int]) -> IterationResult:
+        results_key, done_key = keys.iteration_results(self.run_id, k), \
+            keys.iteration_done(self.run_id, k)
+        self.r.delete(keys.iteration_errors(self.run_id, k), done_key)
+        stored = {int(f) for f in self.r.hkeys(results_key)}  # a resumed iteration keeps these
+        pending = set(range(len(sizes))) - stored
+        live = Liveness(self.timing)
+        for i in sorted(pending):
+            live.sent(i, 0)
+        if pending:
+            group(self.chain_for(k, i, sizes[i], 0) for i in sorted(pending)).apply_async()
+        started = time.monotonic()
+        next_check = started + self.poll_s
+        while pending:
+            item = self.r.blpop([done_key], timeout=self.poll_s)
+            entry = item[1] if item else None
+            while entry is not None:
+                if entry.startswith(b"e:"):
+                    raise self._fail(k, entry)
+                pending.discard(int(entry))
+                live.finished(int(entry))
+                entry = self.r.lpop(done_key)
+            if pending and time.monotonic() >= next_check:
+                self._watch(k, sizes, live, started)
+                next_check = time.monotonic() + self.poll_s
+        raw = self.r.hmget(results_key, [str(i) for i in range(len(sizes))])
+        try:
+            return merge_results([BatchResult.from_dict(loads(x)) for x in raw if x is not None],
+                                 expected=len(sizes))
+        except MergeError as exc:
+            raise IntegrationFailed(f"run {self.run_id}: {exc}") from exc
+
+    def _watch(self, k: int, sizes: list[int], live: Liveness, started: float) -> None:
+        """Refresh the lease, observe claims and progress, re-send lost batches."""
+        self.lease.refresh()
+        if self.health is not None:
+            self.health()
+        if (self.timing.workers == 0 and not self.warned_idle
+                and time.monotonic() - started > IDLE_WARNING_S):
+            self.warned_idle = True
+            log.warning("run %s: no worker has started a batch after %.0f s; is any worker "
+                        "consuming the %s queue? (celery -A mainboard.tasks.app worker -Q %s)",
+                        self.run_id, IDLE_WARNING_S, BATCH_QUEUE, BATCH_QUEUE)
+        claimed, progress = observe(self.r, self.run_id, k, live.watched())
+        try:
+            resend = live.update(claimed, progress)
+        except LostBatch as exc:
+            raise IntegrationFailed(f"run {self.run_id}: iteration {k}: {exc}") from exc
+        for batch, _reason in resend:
+            attempt = live.next_number(batch)
+            live.sent(batch, attempt)
+            self.chain_for(k, batch, sizes[batch], attempt).apply_async()
+
+    # ----- the loop -----------------------------------------------------------------------
+
+    def _record(self, began: float, samples_before: int) -> RunResult:
+        """Snapshot the state after an iteration to Redis and to a receipt line."""
+        st, k = self.state, self.state.iteration
+        snap = st.snapshot()
+        result = st.result()
+        plain = result.to_dict()
+        wall = time.perf_counter() - began
+        self.r.set(keys.run_snapshot(self.run_id, k), dumps(to_plain(snap)))
+        self.store.append(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
+                                        estimate=plain["estimate"], error=plain["error"],
+                                        snapshot=to_plain(snap), wall_s=self.wall_before + wall))
+        self.r.hset(keys.run_state(self.run_id), mapping={
+            "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()})
+        if self.progress is not None:
+            self.progress(Progress(self.run_id, k, st.samples, st.run.spec.stop.max_samples,
+                                   result.estimate, result.error,
+                                   (st.samples - samples_before) / max(wall, 1e-9), wall))
+        return result
+
+    @contextlib.contextmanager
+    def _processes(self) -> Iterator[None]:
+        """Own this run's processes on the coordinator side for the whole run, then end them."""
+        run = self.state.run
+        if not run.uses_processes:
+            yield
+            return
+        from mainboard.integrators.process.adapters import run_scope
+
+        try:
+            with run_scope(self.run_id):
+                yield
+        finally:
+            try:
+                sampler = self.state.sampler
+                close = getattr(getattr(sampler, "inner", sampler), "close", None)
+                if close is not None:
+                    close()
+            finally:
+                release_processes(self.run_id)
+
+    @contextlib.contextmanager
+    def _sampler_work(self, what: str, stage: str) -> Iterator[None]:
+        """A process sampler failing here (start, adapt, snapshot) fails the run, recorded."""
+        try:
+            yield
+        except (BatchError, ProcessError) as exc:
+            stage = exc.stage if isinstance(exc, BatchError) else stage
+            raise IntegrationFailed(f"run {self.run_id}: {what} failed at stage {stage!r}: "
+                                    f"{exc}", stage=stage) from exc
+
+    def run(self, *, fresh: bool) -> RunResult:
+        """Iterate until a stop condition holds; a failure is recorded, then raised."""
+        with self._processes():
+            return self._run(fresh=fresh)
+
+    def _run(self, *, fresh: bool) -> RunResult:
+        self.lease.acquire()
+        k = self.state.iteration
+        try:
+            with self._sampler_work("starting the process evaluator for the sampler",
+                                    "initialize"):
+                prepare_sampler(self.state.run, self.state.sampler)
+            if fresh:
+                clear_run(self.r, self.run_id, keep=(self.lease.key,))
+            publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"))
+            self.r.hset(keys.run_state(self.run_id), mapping={
+                "status": "running", "coordinator": self.lease.token, "updated": time.time()})
+            began, before = time.perf_counter(), self.state.samples
+            while sizes := self.state.next_batches():
+                self.lease.refresh()
+                k = self.state.iteration
+                with self._sampler_work(f"the sampler before iteration {k}", "snapshot"):
+                    self.r.set(keys.iteration_sampler(self.run_id, k),
+                               dumps(self.state.sampler.snapshot()))
+                merged = self._collect(k, sizes)
+                with self._sampler_work(f"the sampler after iteration {k}", "adapt"):
+                    self.state.apply(merged)
+                    self._record(began, before)
+                self.r.delete(*iteration_keys(self.run_id, k))
+            result = replace(self.state.result(
+                wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)
+            self.store.append(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
+            self.r.hset(keys.run_state(self.run_id), "status", "finished")
+            return result
+        except IntegrationFailed as exc:
+            self.r.delete(*iteration_keys(self.run_id, k))
+            self.store.append(RunFailed(run_id=self.run_id, error=str(exc), iteration=k,
+                                        batch=exc.batch, stage=exc.stage))
+            self.r.hset(keys.run_state(self.run_id), "status", "failed")
+            raise
+        finally:
+            self.lease.release()
+
+
+__all__ = ["Coordinator", "Lease", "Progress", "clear_run", "iteration_keys", "publish_run"]

@@ -1,0 +1,147 @@
+"""What a fleet worker adds to a plain Celery worker: a heartbeat, a task count, a probe task.
+
+Fleet workers load this module (``-I mainboard.tasks.fleet``). Why it exists: ``fleet
+status`` and the idle check of rented machines must know, from any process and without
+waiting for a broadcast reply, when a worker last beat and last finished a task. Every
+fleet worker (``$MAINBOARD_FLEET_WORKER`` set) writes that into the Redis worker registry
+(``keys.workers_index`` and ``keys.worker``): a beat every ``HEARTBEAT_S`` from the main
+process, ``active``/``tasks_done``/``last_task`` around each task from the pool process running it.
+
+``mainboard.fleet.probe`` answers who ran it (node, host, pid, job id); sent to a host's
+own queue (``mainboard.host.<host>``) it proves that a worker there takes work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import shared_task
+from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
+
+from mainboard import keys
+
+HEARTBEAT_S = 5.0
+BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then goes
+PROBE_TASK = "mainboard.fleet.probe"
+WORKER_ENV = "MAINBOARD_FLEET_WORKER"
+HOST_ENV = "MAINBOARD_FLEET_HOST"
+log = logging.getLogger("mainboard.fleet")
+
+_client: tuple[int, redis.Redis] | None = None
+_stop = threading.Event()
+
+
+def _redis() -> redis.Redis:
+    """One client per process (pool processes are forks: never share a parent's socket)."""
+    global _client
+    if _client is None or _client[0] != os.getpid():
+        from mainboard.tasks.app import get_app
+
+        _client = (os.getpid(), redis.Redis.from_url(get_app().conf.broker_url,
+                                                     socket_timeout=10))
+    return _client[1]
+
+
+def _fleet_worker() -> str | None:
+    return os.environ.get(WORKER_ENV) or None
+
+
+def beat(node: str, **fields: Any) -> None:
+    """Record that ``node`` is alive now (and any extra fields) in the worker registry."""
+    now = time.time()
+    pipe = _redis().pipeline()
+    pipe.zadd(keys.workers_index(), {node: now})
+    pipe.hset(keys.worker(node), mapping={"beat": now, **{k: str(v) for k, v in fields.items()}})
+    pipe.expire(keys.worker(node), BEAT_TTL_S)
+    pipe.execute()
+
+
+def _beat_forever(node: str) -> None:
+    while not _stop.wait(HEARTBEAT_S):
+        try:
+            beat(node)
+        except redis.RedisError as exc:  # the broker is away: Celery itself reconnects
+            log.warning("fleet heartbeat of %s failed: %s", node, exc)
+
+
+def _retire_on_sigint(worker: Any) -> None:
+    """SIGINT (the retire signal jobs get before walltime) becomes a clean warm shutdown.
+
+    Celery's own SIGINT handler is a warm shutdown that exits 1 (Ctrl-C at a terminal);
+    a worker retiring on schedule has done nothing wrong, so its job must end COMPLETED.
+    SIGINT is what the job script forwards because prefork pool processes ignore it,
+    where SIGTERM sent to the whole process group would kill the task in hand.
+    """
+    if worker is None or threading.current_thread() is not threading.main_thread():
+        return
+    from celery.apps.worker import install_worker_term_handler
+
+    install_worker_term_handler(worker, sig="SIGINT")
+
+
+@worker_ready.connect
+def _on_ready(sender: Any = None, **_: Any) -> None:
+    worker_id = _fleet_worker()
+    node = getattr(sender, "hostname", None)
+    if not worker_id or not node:
+        return
+    _retire_on_sigint(getattr(sender, "controller", None))
+    beat(node, worker_id=worker_id, host=os.environ.get(HOST_ENV, ""), pid=os.getpid(),
+         started=time.time(), tasks_done=0, active=0, job_id=os.environ.get("MAINBOARD_JOB_ID", ""))
+    threading.Thread(target=_beat_forever, args=(node,), name="fleet-heartbeat",
+                     daemon=True).start()
+
+
+@worker_shutdown.connect
+def _on_shutdown(**_: Any) -> None:
+    _stop.set()
+
+
+def _count(task: Any, done: bool) -> None:
+    """``active`` up on start, down on finish (plus ``tasks_done``, ``last_task``)."""
+    node = getattr(getattr(task, "request", None), "hostname", None)
+    if not _fleet_worker() or not node:
+        return
+    try:
+        pipe = _redis().pipeline()
+        pipe.hincrby(keys.worker(node), "active", -1 if done else 1)
+        if done:
+            pipe.hincrby(keys.worker(node), "tasks_done", 1)
+        pipe.hset(keys.worker(node), "last_task", time.time())
+        pipe.execute()
+    except redis.RedisError as exc:
+        log.warning("fleet task count of %s failed: %s", node, exc)
+
+
+@task_prerun.connect
+def _on_task_start(task: Any = None, **_: Any) -> None:
+    _count(task, done=False)
+
+
+@task_postrun.connect
+def _on_task_done(task: Any = None, **_: Any) -> None:
+    _count(task, done=True)
+
+
+@shared_task(name=PROBE_TASK, bind=True)
+def probe(self: Any, sleep_s: float = 0.0, until_path: str | None = None) -> dict[str, Any]:
+    """Who runs this task; waits ``sleep_s`` (returning early once ``until_path`` exists).
+
+    The wait lets an operator keep a worker busy on purpose, e.g. to watch a drain or a
+    retirement finish the task in hand.
+    """
+    deadline = time.monotonic() + max(0.0, float(sleep_s))
+    while time.monotonic() < deadline:
+        if until_path and Path(until_path).exists():
+            break
+        time.sleep(0.1)
+    return {"node": self.request.hostname, "host": os.environ.get(HOST_ENV, ""),
+            "worker_id": _fleet_worker() or "", "pid": os.getpid(),
+            "hostname": socket.gethostname(), "job_id": os.environ.get("MAINBOARD_JOB_ID", "")}

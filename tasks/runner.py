@@ -1,0 +1,187 @@
+"""``mainboard.integrate(run, workers=...)`` and the run verbs behind ``mainboard runs``.
+
+Each call opens a session: the broker (embedded, started if needed, or the configured
+one), a Celery app, a Redis client, and local batch workers when asked for (or when no
+fleet consumes the batch queue). It then hands the run to the
+:class:`~mainboard.coordinator.Coordinator` and stops the workers it started.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+
+from mainboard.config import Config, load_config
+from mainboard.errors import UserError
+from mainboard.integrators.driver import RunResult, RunState
+from mainboard.integrators.spec import RunSpec, load_run_file, parse_run
+from mainboard.integrators.stages import build_run
+from mainboard.integrators.stop import stop_reason
+from mainboard.receipts import RunCreated, RunResumed
+from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
+from mainboard.tasks.coordinator import Coordinator, Progress
+from mainboard.tasks.workers import LocalWorkers, fleet_size
+
+Result = RunResult
+RunLike = RunSpec | Mapping[str, Any] | str | Path
+ProgressFn = Callable[[Progress], None]
+
+
+def load_spec(run: RunLike) -> RunSpec:
+    """A validated RunSpec from a model, a run-file dict or a RUN.toml path."""
+    if isinstance(run, RunSpec):
+        return run
+    if isinstance(run, str | Path):
+        return load_run_file(run)
+    if isinstance(run, Mapping):
+        return parse_run(dict(run), file="<run dict>")
+    raise UserError(f"a run is a RunSpec, a dict or a path to a RUN.toml, "
+                    f"not {type(run).__name__}")
+
+
+def default_workers() -> int:
+    """One local worker per core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class Session:
+    """What one coordinator needs: app, Redis, the run receipts, workers it started."""
+
+    app: Celery
+    r: redis.Redis
+    store: RunStore
+    workers: LocalWorkers | None
+
+    def coordinator(self, run_id: str, state: RunState, progress: ProgressFn | None,
+                    wall_before: float = 0.0) -> Coordinator:
+        """A coordinator for one run over this session's broker and workers."""
+        return Coordinator(self.app, self.r, self.store, run_id, state, progress=progress,
+                           wall_before=wall_before,
+                           health=self.workers.check if self.workers else None)
+
+
+@contextmanager
+def session(config: Config | None = None, broker_url: str | None = None,
+            workers: int | None = None) -> Iterator[Session]:
+    """Broker, app and workers for one run; local workers are stopped on the way out.
+
+    ``workers=None`` uses the fleet when one consumes the batch queue, else one local worker
+    per core; ``workers=N`` starts N local workers; ``workers=0`` uses the fleet only.
+    """
+    from mainboard.tasks.app import make_app, resolve_url
+
+    if workers is not None and (type(workers) is not int or workers < 0):
+        raise UserError(f"workers must be an integer >= 0 (0 = the running fleet only), "
+                        f"got {workers!r}")
+    cfg = config if config is not None else load_config()
+    url = resolve_url(cfg, broker_url)
+    app = make_app(cfg, broker_url=url)
+    r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10,
+                             health_check_interval=25)
+    local: LocalWorkers | None = None
+    try:
+        count = workers if workers is not None else (
+            0 if fleet_size(app) else default_workers())
+        if count:
+            local = LocalWorkers(count, url, cfg.state_dir / "workers").start()
+        yield Session(app, r, RunStore(cfg.state_dir), local)
+    finally:
+        if local is not None:
+            local.stop()
+        r.close()
+        app.close()
+
+
+def _restore(spec: RunSpec, snapshot: Mapping[str, Any] | None, *, fresh_stop: bool
+             ) -> RunState:
+    """The run state a snapshot describes (the initial state for None)."""
+    built = build_run(spec)
+    if snapshot is None:
+        return RunState.start(built)
+    state = RunState.restore(built, {**snapshot, "run_id": spec.run_id()})
+    if fresh_stop:  # a clone may have new stop conditions: judge them anew
+        state.stop = stop_reason(spec.stop, samples=state.samples, iterations=state.iteration,
+                                 result=state.accumulator.result(), kind=built.kind)
+    return state
+
+
+def _finished_result(history: RunHistory) -> RunResult:
+    """The answer of a finished run, rebuilt from its last snapshot (no work done)."""
+    spec = parse_run(dict(spec_of(history)))
+    state = _restore(spec, history.last_snapshot[1], fresh_stop=False)
+    return replace(state.result(), run_id=history.run_id)
+
+
+def _resume(s: Session, history: RunHistory, progress: ProgressFn | None) -> RunResult:
+    if history.status == "finished":
+        return _finished_result(history)
+    spec = parse_run(dict(spec_of(history)))
+    done, snapshot = history.last_snapshot
+    state = _restore(spec, snapshot, fresh_stop=False)
+    s.store.append(RunResumed(run_id=history.run_id, from_iteration=done))
+    wall = history.iterations[-1].wall_s if history.iterations else None
+    return s.coordinator(history.run_id, state, progress, wall or 0.0).run(fresh=False)
+
+
+def integrate(run: RunLike, workers: int | None = None, *, config: Config | None = None,
+              broker_url: str | None = None, progress: ProgressFn | None = None,
+              resume: bool = False) -> RunResult:
+    """Integrate ``run`` on workers; ``resume=True`` continues an earlier execution of it."""
+    spec = load_spec(run)
+    run_id = spec.run_id()
+    with session(config, broker_url, workers) as s:
+        history = s.store.history(run_id) if resume else None
+        if history is not None:
+            return _resume(s, history, progress)
+        state = _restore(spec, None, fresh_stop=False)
+        s.store.append(RunCreated(run_id=run_id, name=spec.name,
+                                  spec=spec.model_dump(mode="json")))
+        return s.coordinator(run_id, state, progress).run(fresh=True)
+
+
+def resume(what: str, workers: int | None = None, *, config: Config | None = None,
+           broker_url: str | None = None, progress: ProgressFn | None = None) -> RunResult:
+    """Continue run ``what`` (id, id prefix or name) from its last snapshot."""
+    cfg = config if config is not None else load_config()
+    history = RunStore(cfg.state_dir).find(what)
+    if history.status == "finished":
+        return _finished_result(history)
+    with session(cfg, broker_url, workers) as s:
+        return _resume(s, history, progress)
+
+
+def clone(what: str, from_iteration: int, workers: int | None = None, *,
+          max_samples: int | None = None, max_iterations: int | None = None,
+          config: Config | None = None, broker_url: str | None = None,
+          progress: ProgressFn | None = None) -> RunResult:
+    """Branch a new run (new id) from run ``what``'s snapshot after ``from_iteration``."""
+    cfg = config if config is not None else load_config()
+    parent = RunStore(cfg.state_dir).find(what)
+    snapshot = parent.snapshot_after(from_iteration)
+    data = dict(spec_of(parent))
+    overrides = {k: v for k, v in (("max_samples", max_samples),
+                                   ("max_iterations", max_iterations)) if v is not None}
+    if overrides:
+        data["stop"] = {**data["stop"], **overrides}
+    spec = parse_run(data, file=f"<clone of {parent.run_id}>")
+    run_id = clone_id(spec.run_id(), parent.run_id, from_iteration)
+    state = _restore(spec, snapshot, fresh_stop=True)
+    with session(cfg, broker_url, workers) as s:
+        s.store.append(RunCreated(run_id=run_id, name=spec.name,
+                                  spec=spec.model_dump(mode="json"), parent=parent.run_id,
+                                  from_iteration=from_iteration, snapshot=snapshot))
+        return s.coordinator(run_id, state, progress).run(fresh=True)
+
+
+__all__ = ["Result", "clone", "default_workers", "integrate", "load_spec", "resume", "session"]
