@@ -24,7 +24,7 @@ from mainboard.integrators.stages import (
     Run,
     build_run,
     evaluate,
-    materialise,
+    materialize,
     merge_results,
     process_batch,
     sample,
@@ -60,12 +60,12 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f}; slice rows {chunking.SLICE_ROWS}; "
           f"median of {args.repeat} rounds, CPU ns/sample")
     for n in args.sizes:
-        rows: dict[str, list[float]] = {"process_batch": [], "materialise": [], "evaluate": []}
+        rows: dict[str, list[float]] = {"process_batch": [], "materialize": [], "evaluate": []}
         for r in range(args.repeat):
             rows["process_batch"].append(cpu_ns(n, process_batch, run, sampler, 5, r, n))
             latent = sample(run, sampler, 5, r, n)
-            batch = materialise(run, sampler, latent)
-            rows["materialise"].append(cpu_ns(n, materialise, run, sampler, latent))
+            batch = materialize(run, sampler, latent)
+            rows["materialize"].append(cpu_ns(n, materialize, run, sampler, latent))
             rows["evaluate"].append(cpu_ns(n, evaluate, run, sampler, latent, batch))
         print(f"n={n:>8,}: " + "  ".join(f"{k} {statistics.median(v):6.1f}"
                                         for k, v in rows.items()))

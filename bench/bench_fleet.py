@@ -33,16 +33,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
 from mainboard.bridges.ssh import close_all  # noqa: E402
-from mainboard.fleet.control import (  # noqa: E402
-    bridge_of,
-    broker_route,
-    fleet_down,
-    fleet_up,
-    job_of,
-    registry_entries,  # noqa: E402
-)
+from mainboard.fleet.control import fleet_down, fleet_up  # noqa: E402
 from mainboard.fleet.launch import UpOptions  # noqa: E402
 from mainboard.fleet.records import host_queue  # noqa: E402
+from mainboard.fleet.workers import bridge_of, broker_route, job_of, registry_entries  # noqa: E402
 from mainboard.tasks.app import make_app  # noqa: E402
 from mainboard.tasks.fleet import PROBE_TASK  # noqa: E402
 from tests.fleet_helpers import HOST_PYTHON, config, ssh_host, table, workspace  # noqa: E402

@@ -8,6 +8,7 @@ other tunnel on the connection). Global requests get the deadline paramiko lacks
 
 from __future__ import annotations
 
+import functools
 import logging
 import select
 import socket
@@ -25,6 +26,7 @@ log = logging.getLogger("mainboard.tunnel")
 REMOTE_BIND = "127.0.0.1"  # the far side's loopback: only processes on that host can use it
 _BUF = 65536
 T = TypeVar("T")
+_End = paramiko.Channel | socket.socket  # either side of a forwarded connection
 
 
 def within(timeout: float, transport: paramiko.Transport, what: str, call: Callable[[], T]) -> T:
@@ -124,23 +126,22 @@ def forwards_of(transport: paramiko.Transport) -> Forwards:
 
 def pump(channel: paramiko.Channel, sock: socket.socket) -> None:
     """Copy bytes both ways until both sides are done (half-closes are passed on)."""
-    reading = {channel: True, sock: True}
+    # Each direction: source, target, and how to tell the target the source has finished.
+    directions: tuple[tuple[_End, _End, Callable[[], None]], ...] = (
+        (sock, channel, channel.shutdown_write),
+        (channel, sock, functools.partial(sock.shutdown, socket.SHUT_WR)),
+    )
+    reading: dict[_End, bool] = {channel: True, sock: True}
     try:
         while any(reading.values()) and not channel.closed:
             ready, _, _ = select.select([s for s, on in reading.items() if on], [], [], 1.0)
-            if sock in ready:
-                data = sock.recv(_BUF)
-                if data:
-                    channel.sendall(data)
-                else:
-                    reading[sock] = False
-                    channel.shutdown_write()
-            if channel in ready:
-                data = channel.recv(_BUF)
-                if data:
-                    sock.sendall(data)
-                else:
-                    reading[channel] = False
-                    sock.shutdown(socket.SHUT_WR)
+            for source, target, half_close in directions:
+                if source in ready:
+                    data = source.recv(_BUF)
+                    if data:
+                        target.sendall(data)
+                    else:
+                        reading[source] = False
+                        half_close()
     except (OSError, ValueError, EOFError, paramiko.SSHException):
         pass  # either side vanished (or stop() closed them): the connection is over

@@ -18,7 +18,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from mainboard.config import DURATION_FORMS, HostConfig, QueuePolicy, parse_duration
+from mainboard.config import (
+    DURATION_FORMS,
+    HostConfig,
+    NotPositive,
+    QueuePolicy,
+    positive_duration,
+)
 from mainboard.errors import ConfigError, QueuePolicyError, UserError
 
 from .transport import check_env
@@ -32,12 +38,11 @@ def _duration(value: Any) -> Any:
     if value is None:
         return None
     try:
-        seconds = parse_duration(value)
+        return positive_duration(value)
+    except NotPositive as exc:
+        raise ValueError(exc.detail) from None
     except ConfigError as exc:
         raise ValueError(f"{exc.detail}; valid: {DURATION_FORMS}") from None
-    if seconds <= 0:
-        raise ValueError("must be greater than zero")
-    return seconds
 
 
 Duration = Annotated[int | None, BeforeValidator(_duration)]

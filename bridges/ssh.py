@@ -19,9 +19,10 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import paramiko
 
@@ -39,6 +40,7 @@ from mainboard.bridges.transport import Command, Output, Transport, local_file
 from mainboard.errors import AuthFailed, HostError, HostUnreachable, UserError
 
 Trust = Literal["known-hosts", "first-use"]
+_T = TypeVar("_T")
 KEEPALIVE_S = 15
 
 
@@ -228,18 +230,26 @@ class SshTransport(Transport):
             return HostUnreachable(f"{where}: ssh handshake failed ({exc or type(exc).__name__})")
         return exc
 
-    def _channel(self) -> paramiko.Channel:
-        """A fresh session channel; a dead pooled connection is replaced once, transparently."""
+    def _on_live_transport(self, open_: Callable[[paramiko.Transport], _T],
+                           failed: Callable[[BaseException], HostError]) -> _T:
+        """Open something on the pooled connection; a dead one is dropped and replaced once,
+        transparently, and only a second failure reaches the caller (as ``failed(exc)``)."""
         for attempt in (1, 2):
             transport = self.paramiko_transport
             try:
-                return transport.open_session(timeout=self.connect_timeout)
+                return open_(transport)
             except (paramiko.SSHException, EOFError, OSError) as exc:
                 self._drop(transport)
                 if attempt == 2:
-                    raise HostUnreachable(f"{self.name}: connection to {self.host}:{self.port} "
-                                          f"lost and reconnecting did not help ({exc})") from exc
+                    raise failed(exc) from exc
         raise AssertionError("unreachable")
+
+    def _channel(self) -> paramiko.Channel:
+        """A fresh session channel; a dead pooled connection is replaced once, transparently."""
+        return self._on_live_transport(
+            lambda transport: transport.open_session(timeout=self.connect_timeout),
+            lambda exc: HostUnreachable(f"{self.name}: connection to {self.host}:{self.port} "
+                                        f"lost and reconnecting did not help ({exc})"))
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -312,18 +322,17 @@ class SshTransport(Transport):
                 raise UserError(f"{self.name}: remote file {remote} does not exist") from exc
 
     def _sftp(self) -> paramiko.SFTPClient:
-        for attempt in (1, 2):
-            transport = self.paramiko_transport
-            try:
-                sftp = paramiko.SFTPClient.from_transport(transport)
-                assert sftp is not None
-                return sftp
-            except (paramiko.SSHException, EOFError, OSError) as exc:
-                self._drop(transport)
-                if attempt == 2:
-                    raise HostError(f"{self.name}: cannot open SFTP on {self.host}:{self.port} "
-                                    f"({exc}); is `Subsystem sftp` enabled in sshd_config?") from exc
-        raise AssertionError("unreachable")
+        """An SFTP session; a dead pooled connection is replaced once, as for commands."""
+        return self._on_live_transport(
+            _open_sftp,
+            lambda exc: HostError(f"{self.name}: cannot open SFTP on {self.host}:{self.port} "
+                                  f"({exc}); is `Subsystem sftp` enabled in sshd_config?"))
+
+
+def _open_sftp(transport: paramiko.Transport) -> paramiko.SFTPClient:
+    sftp = paramiko.SFTPClient.from_transport(transport)
+    assert sftp is not None
+    return sftp
 
 
 class _UnknownKeyPolicy(paramiko.RejectPolicy):

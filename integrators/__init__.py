@@ -23,7 +23,7 @@ _EXPORTS = {
     "merge_training": "samplers", "register_sampler": "samplers",
     "Partial": "accumulators", "RunAccumulator": "accumulators",
     "Run": "stages", "BatchResult": "stages", "IterationResult": "stages",
-    "build_run": "stages", "sample": "stages", "materialise": "stages",
+    "build_run": "stages", "sample": "stages", "materialize": "stages",
     "transform": "stages", "evaluate": "stages", "process_batch": "stages",
     "merge_results": "stages",
     "RunState": "driver", "RunResult": "driver", "integrate_local": "driver", "step": "driver",

@@ -1,7 +1,7 @@
 """Fixed row slices, so each stage works through a batch in cache-sized pieces.
 
 Why: a 100k-row, 8-d batch makes every numpy temporary 6.4 MB, so each elementwise pass of
-materialise, evaluate and training streams through main memory (and faults in fresh pages).
+materialize, evaluate and training streams through main memory (and faults in fresh pages).
 Working in slices of :data:`SLICE_ROWS` rows keeps the temporaries in the per-core L2 cache.
 
 The slices depend on the batch size and this constant only, never on the machine, the worker

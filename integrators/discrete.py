@@ -55,7 +55,7 @@ class DiscreteSampler(Sampler):
         flat = np.searchsorted(cdf, rng.random(n), side="right")
         return np.minimum(flat, self.channels - 1).astype(np.int64)
 
-    def materialise(self, latent: LatentBatch) -> Batch:
+    def materialize(self, latent: LatentBatch) -> Batch:
         """Channel by p, then the point from that channel's (or the shared) grid."""
         rng = latent.rng()
         flat = self._draw_channels(rng, latent.n)

@@ -1,6 +1,6 @@
 """The integration domain and the batch contract every stage must keep.
 
-A :class:`Batch` is what flows between materialise, transforms and evaluate: points ``x``,
+A :class:`Batch` is what flows between materialize, transforms and evaluate: points ``x``,
 discrete indices ``idx`` and per-sample ``weights`` (Jacobian divided by sampling density).
 :func:`validate` checks a batch after each stage so a broken stage is named, not a later one.
 """

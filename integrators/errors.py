@@ -10,7 +10,7 @@ from mainboard.errors import UserError
 
 
 class BatchError(UserError):
-    """A batch broke the domain contract at a named stage (materialise, transform, evaluate, ...)."""
+    """A batch broke the domain contract at a named stage (materialize, transform, evaluate, ...)."""
 
     def __init__(self, stage: str, message: str) -> None:
         super().__init__(stage, message)

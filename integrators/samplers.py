@@ -3,7 +3,7 @@
 Common interface (all state is plain data so a coordinator can snapshot and ship it):
 
 - ``sample(run_seed, iteration, batch_index, n) -> LatentBatch``: the compact batch.
-- ``materialise(latent) -> Batch``: draw points from the latent batch's own random stream.
+- ``materialize(latent) -> Batch``: draw points from the latent batch's own random stream.
 - ``training(batch, wf2, finite) -> dict[str, ndarray]``: per-batch training data from the
   squared magnitudes |w f|^2; the arrays of different batches simply add (:func:`merge_training`).
 - ``ingest(training)`` then ``adapt()``: once per iteration, with the merged training data.
@@ -57,11 +57,11 @@ class Sampler(ABC):
         self.pending: Training = {}
 
     def sample(self, run_seed: int, iteration: int, batch_index: int, n: int) -> LatentBatch:
-        """The compact latent batch; points are drawn later, from its seed, by materialise."""
+        """The compact latent batch; points are drawn later, from its seed, by materialize."""
         return LatentBatch(int(run_seed), int(iteration), int(batch_index), int(n))
 
     @abstractmethod
-    def materialise(self, latent: LatentBatch) -> Batch:
+    def materialize(self, latent: LatentBatch) -> Batch:
         """Concrete points, indices and weights for a latent batch (deterministic in its seed)."""
 
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
@@ -115,7 +115,7 @@ class NaiveSampler(Sampler):
 
     kind = "naive"
 
-    def materialise(self, latent: LatentBatch) -> Batch:
+    def materialize(self, latent: LatentBatch) -> Batch:
         """Uniform draws."""
         rng = latent.rng()
         idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
@@ -142,7 +142,7 @@ class VegasSampler(Sampler):
         """Settings."""
         return {"kind": self.kind, "bins": self.bins, "alpha": self.alpha}
 
-    def materialise(self, latent: LatentBatch) -> Batch:
+    def materialize(self, latent: LatentBatch) -> Batch:
         """Uniform y mapped through the grid (drawn in fixed row slices, see
         ``GridTables.draw``); bin numbers kept for training."""
         rng = latent.rng()

@@ -42,7 +42,7 @@ class LatentBatch:
             raise ValueError(f"a batch needs at least one sample, got n={self.n!r}")
 
     def rng(self) -> np.random.Generator:
-        """The batch's own random stream (fresh each call, so materialising twice is identical)."""
+        """The batch's own random stream (fresh each call, so materializing twice is identical)."""
         return batch_rng(self.run_seed, self.iteration, self.batch_index)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,10 +1,10 @@
 """The per-batch pipeline as pure functions, shared by the local driver and Celery tasks.
 
-``sample -> materialise -> transform -> evaluate`` turns (sampler state, iteration, batch
+``sample -> materialize -> transform -> evaluate`` turns (sampler state, iteration, batch
 index, n) into a :class:`BatchResult`; :func:`process_batch` is the fused form. Results merge
 with :func:`merge_results` in batch-index order, so an iteration's numbers are bit-identical
 whichever process ran each batch and in whatever order they finished. Inside a batch,
-materialise and evaluate work in the fixed row slices of :mod:`~mainboard.integrators.chunking`
+materialize and evaluate work in the fixed row slices of :mod:`~mainboard.integrators.chunking`
 (cache-sized temporaries), combining per-slice sums in slice order: fused and chained stages
 on any worker add the same numbers in the same order.
 
@@ -183,12 +183,12 @@ def sample(run: Run, sampler: Sampler | Mapping[str, Any], iteration: int, batch
         return smp.sample(run.spec.seed, iteration, batch_index, n)
 
 
-def materialise(run: Run, sampler: Sampler | Mapping[str, Any],
+def materialize(run: Run, sampler: Sampler | Mapping[str, Any],
                 latent: LatentBatch | Mapping[str, Any]) -> Batch:
     """Stage 2: concrete points in the unit cube, validated against the domain."""
     with scope(run):
-        batch = _sampler(run, sampler).materialise(_latent(latent))
-    return validate(batch, run.domain, "materialise")
+        batch = _sampler(run, sampler).materialize(_latent(latent))
+    return validate(batch, run.domain, "materialize")
 
 
 def transform(run: Run, batch: Batch) -> Batch:
@@ -255,7 +255,7 @@ def process_batch(run: Run, sampler: Sampler | Mapping[str, Any], iteration: int
     """All stages fused: what one worker does for one batch."""
     smp = _sampler(run, sampler)
     latent = sample(run, smp, iteration, batch_index, n)
-    batch = transform(run, materialise(run, smp, latent))
+    batch = transform(run, materialize(run, smp, latent))
     return evaluate(run, smp, latent, batch)
 
 

@@ -2,15 +2,25 @@
 
 Both start a loopback service in its own session, keep its password in a 0600 file,
 remember its pid and port, and must never signal a process that is not theirs.
+:class:`Daemon` holds that life cycle once; the services add what differs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import socket
 import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, ClassVar
+
+from mainboard.errors import MainboardError
+from mainboard.locks import flocked
 
 HOST = "127.0.0.1"
 FORBIDDEN_PORTS = frozenset({6379})  # a foreign Redis may own the default port
@@ -112,3 +122,131 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class Daemon:
+    """A detached loopback service whose files live under the workspace's ``state_dir``.
+
+    The broker and Flower share one set of rules, kept here so they cannot drift apart:
+    0700 directories, a 0600 secret, an atomically replaced pid/port record, a flock
+    around up/down, a pid trusted only while its command line is still ours, and start
+    errors that quote the log with every secret scrubbed. Subclasses name the files
+    and say how to tell the service answers.
+    """
+
+    program: ClassVar[str] = "daemon"  # the process as errors name it ("redis-server", "flower")
+    error: ClassVar[type[MainboardError]] = MainboardError
+    secret_bytes: ClassVar[int] = 24
+    start_timeout: ClassVar[float] = 15.0
+    poll_interval: ClassVar[float] = 0.05  # seconds between readiness checks while starting
+    record_indent: ClassVar[int | None] = None  # json.dumps indent of the pid/port record
+    port_in_exit_error: ClassVar[bool] = False  # "exited with code N on port P: ..."
+
+    def __init__(self, state_dir: Path, subdir: str, *, secret: str, conf: str, log: str,
+                 record: str, lock: str) -> None:
+        """``secret``, ``record`` and ``lock`` are relative to ``state_dir``; ``conf`` and
+        ``log`` to its ``subdir``, the service's private directory and working directory."""
+        self.state_dir = Path(state_dir).absolute()
+        self.dir = self.state_dir / subdir
+        self.secret_path = self.state_dir / secret
+        self.conf_path = self.dir / conf
+        self.log_path = self.dir / log
+        self.state_path = self.state_dir / record
+        self._lock_path = self.state_dir / lock
+
+    # ----- files -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialise up/down between processes sharing this state dir."""
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.dir.mkdir(mode=0o700, exist_ok=True)
+        self.dir.chmod(0o700)  # re-tightened: it holds the config with the password
+        with flocked(self._lock_path):
+            yield
+
+    def _password(self) -> str | None:
+        """The password from the secret file (re-tightened to 0600), None if absent."""
+        return read_secret(self.secret_path)
+
+    def _ensure_password(self) -> str:
+        """The existing password, or a new random one written to a fresh 0600 file."""
+        return read_or_create_secret(self.secret_path, self.secret_bytes)
+
+    def _read_record(self) -> dict[str, Any]:
+        """The pid/port record as written by :meth:`_record`, {} if missing or unreadable."""
+        try:
+            data = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _recorded(self) -> tuple[int | None, int | None]:
+        """(pid, port) as last recorded; anything but an int counts as unknown."""
+        data = self._read_record()
+        pid, port = data.get("pid"), data.get("port")
+        return (pid if isinstance(pid, int) else None), (port if isinstance(port, int) else None)
+
+    def _record(self, **data: Any) -> None:
+        """Replace the record atomically, so a concurrent reader never sees half of it."""
+        tmp = self.state_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=self.record_indent) + "\n")
+        tmp.replace(self.state_path)
+
+    def _tail(self, offset: int, hide: list[str]) -> str:
+        """Last log lines written since ``offset``, with every secret in ``hide`` scrubbed."""
+        return log_tail(self.log_path, offset, hide)
+
+    # ----- process -----------------------------------------------------------------------
+
+    def _marks(self) -> tuple[str, ...]:
+        """Strings that all appear in our process's command line (and in no stranger's)."""
+        raise NotImplementedError
+
+    def _is_ours(self, pid: int | None) -> bool:
+        """True if ``pid`` is alive and is our service: a recycled pid is never signalled."""
+        if not pid or pid <= 0:
+            return False
+        cmdline = process_cmdline(pid)
+        return bool(cmdline) and all(mark in cmdline for mark in self._marks())
+
+    def _wait_gone(self, pid: int, timeout: float) -> bool:
+        """True once ``pid`` is no longer our service, False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self._is_ours(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _abandon(self, proc: subprocess.Popen[bytes]) -> None:
+        """Get rid of a process that never answered (here: ask it to terminate)."""
+        proc.terminate()
+
+    def _start(self, argv: list[str], port: int, hide: list[str], ready: Callable[[], bool],
+               env: dict[str, str] | None = None) -> int:
+        """Start ``argv`` in its own session, logging to ``log_path``; return its pid once
+        ``ready()`` is true while it still runs. A password belongs in the config file,
+        never in ``argv``; errors quote the log with every secret in ``hide`` scrubbed."""
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    env=env, cwd=self.dir, start_new_session=True,
+                                    close_fds=True)
+        # reap it whenever it exits, so a long-lived caller never keeps a zombie
+        threading.Thread(target=proc.wait, name=f"reap-{self.dir.name}-{proc.pid}",
+                         daemon=True).start()
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                where = f" on port {port}" if self.port_in_exit_error else ""
+                raise self.error(f"{self.program} exited with code {proc.returncode}{where}: "
+                                 f"{self._tail(offset, hide) or 'no log output'} "
+                                 f"(log: {self.log_path})")
+            if ready() and proc.poll() is None:  # a stranger on the port is not success
+                return proc.pid
+            time.sleep(self.poll_interval)
+        self._abandon(proc)
+        raise self.error(f"{self.program} did not answer on {HOST}:{port} within "
+                         f"{self.start_timeout:.0f}s: {self._tail(offset, hide)} "
+                         f"(log: {self.log_path})")

@@ -161,3 +161,10 @@ class TunnelError(HostError):
 
 class WaitTimedOut(MainboardError):
     """``Job.wait(timeout=...)`` gave up before the job reached a final state (it keeps running)."""
+
+
+def first_line(error: BaseException | str, limit: int = 300) -> str:
+    """The first line of an error (its type's name when it says nothing), at most ``limit``
+    characters: what a table row, a receipt or a one-line report shows of it."""
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:limit]

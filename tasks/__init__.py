@@ -24,8 +24,10 @@ from typing import Any
 BATCH_QUEUE = "mainboard.batches"
 COORDINATOR_QUEUE = "mainboard.coordinator"
 TASK_MODULES = ("mainboard.tasks.stages", "mainboard.tasks.integrate")
-STAGE_TASKS = ("sample", "materialise", "transform", "evaluate", "accumulate", "fused")
+STAGE_TASKS = ("sample", "materialize", "transform", "evaluate", "accumulate", "fused")
 STAGE_PREFIX = "mainboard.stages."
+# Names kept working after a rename (see CHANGELOG.md): old attribute -> stage task.
+STAGE_ALIASES = {"materialise": "materialize"}
 
 __all__ = ["BATCH_QUEUE", "COORDINATOR_QUEUE", "STAGE_TASKS", "TASK_MODULES", "task"]
 
@@ -44,6 +46,8 @@ def __getattr__(name: str) -> Any:
     """Lazy ``mainboard.tasks.<stage>`` task objects and the ``integrate`` module-task."""
     if name in STAGE_TASKS:
         return task(name)
+    if name in STAGE_ALIASES:
+        return task(STAGE_ALIASES[name])
     if name in ("integrate", "stages", "app", "codec"):
         return importlib.import_module(f"mainboard.tasks.{name}")
     raise AttributeError(f"module 'mainboard.tasks' has no attribute {name!r}")

@@ -155,14 +155,14 @@ class Coordinator:
         self.lease = Lease(r, run_id)
         spec = state.run.spec
         names = ["fused"] if spec.batching.fuse else (
-            ["materialise", *(["transform"] if spec.transforms else []), "evaluate",
+            ["materialize", *(["transform"] if spec.transforms else []), "evaluate",
              "accumulate"])
         self.stage_names = ["sample", *names]
 
     # ----- dispatch -----------------------------------------------------------------------
 
     def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
-        """The per-batch chain: sample | materialise | [transform] | evaluate | accumulate."""
+        """The per-batch chain: sample | materialize | [transform] | evaluate | accumulate."""
         opts = {"queue": BATCH_QUEUE, "ignore_result": True}
         first = self.app.signature(STAGE_PREFIX + "sample", args=(self.run_id, k, batch, n,
                                                                   attempt), immutable=True, **opts)
@@ -245,7 +245,7 @@ class Coordinator:
         plain = result.to_dict()
         wall = time.perf_counter() - began
         self.r.set(keys.run_snapshot(self.run_id, k), dumps(to_plain(snap)))
-        self.store.append(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
+        self.store.record(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
                                         estimate=plain["estimate"], error=plain["error"],
                                         snapshot=to_plain(snap), wall_s=self.wall_before + wall))
         self.r.hset(keys.run_state(self.run_id), mapping={
@@ -318,12 +318,12 @@ class Coordinator:
                 self.r.delete(*iteration_keys(self.run_id, k))
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)
-            self.store.append(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
+            self.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
             self.r.hset(keys.run_state(self.run_id), "status", "finished")
             return result
         except IntegrationFailed as exc:
             self.r.delete(*iteration_keys(self.run_id, k))
-            self.store.append(RunFailed(run_id=self.run_id, error=str(exc), iteration=k,
+            self.store.record(RunFailed(run_id=self.run_id, error=str(exc), iteration=k,
                                         batch=exc.batch, stage=exc.stage))
             self.r.hset(keys.run_state(self.run_id), "status", "failed")
             raise

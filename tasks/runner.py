@@ -129,7 +129,7 @@ def _resume(s: Session, history: RunHistory, progress: ProgressFn | None) -> Run
     spec = parse_run(dict(spec_of(history)))
     done, snapshot = history.last_snapshot
     state = _restore(spec, snapshot, fresh_stop=False)
-    s.store.append(RunResumed(run_id=history.run_id, from_iteration=done))
+    s.store.record(RunResumed(run_id=history.run_id, from_iteration=done))
     wall = history.iterations[-1].wall_s if history.iterations else None
     return s.coordinator(history.run_id, state, progress, wall or 0.0).run(fresh=False)
 
@@ -145,7 +145,7 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
         if history is not None:
             return _resume(s, history, progress)
         state = _restore(spec, None, fresh_stop=False)
-        s.store.append(RunCreated(run_id=run_id, name=spec.name,
+        s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json")))
         return s.coordinator(run_id, state, progress).run(fresh=True)
 
@@ -178,7 +178,7 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
     run_id = clone_id(spec.run_id(), parent.run_id, from_iteration)
     state = _restore(spec, snapshot, fresh_stop=True)
     with session(cfg, broker_url, workers) as s:
-        s.store.append(RunCreated(run_id=run_id, name=spec.name,
+        s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json"), parent=parent.run_id,
                                   from_iteration=from_iteration, snapshot=snapshot))
         return s.coordinator(run_id, state, progress).run(fresh=True)

@@ -1,6 +1,6 @@
 """The per-batch Celery tasks: each a few lines over :mod:`mainboard.integrators.stages`.
 
-A batch travels as a chain ``sample | materialise | transform | evaluate | accumulate``
+A batch travels as a chain ``sample | materialize | transform | evaluate | accumulate``
 (``transform`` only when the run has transforms) or ``sample | fused`` when the run sets
 ``fuse = true``. Every message carries ``ref`` (run, iteration, batch, n, attempt); the
 run spec and the iteration's sampler come from Redis (see :mod:`mainboard.tasks.context`).
@@ -136,12 +136,12 @@ def sample(self: Task, run_id: str, iteration: int, batch_index: int, n: int,
         c.run, c.sampler, iteration, batch_index, n).to_dict()), claim=False)
 
 
-@_stage_task("materialise")
-def materialise(self: Task, message: Message) -> Message:
+@_stage_task("materialize")
+def materialize(self: Task, message: Message) -> Message:
     """Stage 2: concrete points, indices and weights, validated against the domain."""
-    return run_stage(self, _ref(message), "materialise", lambda c: c.forward(
+    return run_stage(self, _ref(message), "materialize", lambda c: c.forward(
         latent=message["latent"],
-        batch=pack_batch(stages.materialise(c.run, c.sampler, _latent(message)))))
+        batch=pack_batch(stages.materialize(c.run, c.sampler, _latent(message)))))
 
 
 @_stage_task("transform")
@@ -167,13 +167,13 @@ def accumulate(self: Task, message: Message) -> Message:
 
 @_stage_task("fused")
 def fused(self: Task, message: Message) -> Message:
-    """materialise -> transform -> evaluate -> accumulate in one task, same pure functions."""
+    """materialize -> transform -> evaluate -> accumulate in one task, same pure functions."""
     def body(c: StageContext) -> Message:
-        batch = stages.transform(c.run, stages.materialise(c.run, c.sampler, _latent(message)))
+        batch = stages.transform(c.run, stages.materialize(c.run, c.sampler, _latent(message)))
         return _store(c, _evaluate(c, message, batch))
 
     return run_stage(self, _ref(message), "fused", body, final=True)
 
 
-__all__ = ["accumulate", "evaluate", "fused", "materialise", "pack_batch", "run_stage", "sample",
+__all__ = ["accumulate", "evaluate", "fused", "materialize", "pack_batch", "run_stage", "sample",
            "transform", "unpack_batch"]

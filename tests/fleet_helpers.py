@@ -94,8 +94,8 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float
 
 def send_probe(ws: Path, host: str, **kwargs: Any) -> Any:
     """Send ``mainboard.fleet.probe`` to ``host``'s own queue; the AsyncResult."""
-    from mainboard.fleet.control import broker_route
     from mainboard.fleet.records import host_queue
+    from mainboard.fleet.workers import broker_route
     from mainboard.tasks.app import make_app
     from mainboard.tasks.fleet import PROBE_TASK
 
@@ -103,6 +103,23 @@ def send_probe(ws: Path, host: str, **kwargs: Any) -> Any:
     assert route is not None, "the broker is not running"
     app = make_app(broker_url=route.url)
     return app.send_task(PROBE_TASK, kwargs=kwargs, queue=host_queue(host))
+
+
+def batch_consumers(ws: Path) -> int:
+    """Workers consuming the batch queue, asked over the broker: what ``integrate`` asks
+    (``fleet_size``) before it starts local workers; 0 when the broker is down."""
+    from mainboard.fleet.workers import broker_route
+    from mainboard.tasks.app import make_app
+    from mainboard.tasks.workers import fleet_size
+
+    route = broker_route(config(ws), start=False)
+    if route is None:
+        return 0
+    app = make_app(broker_url=route.url)
+    try:
+        return fleet_size(app, timeout=3.0)
+    finally:
+        app.close()
 
 
 def probe(ws: Path, host: str, timeout: float = 120.0) -> dict[str, Any]:

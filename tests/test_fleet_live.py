@@ -101,7 +101,7 @@ def test_a_task_sent_to_the_hosts_queue_runs_on_that_hosts_worker(fleet: Fleet,
 
 
 def _broker_port(ws: Path) -> int:
-    from mainboard.fleet.control import broker_route
+    from mainboard.fleet.workers import broker_route
     from tests.fleet_helpers import config
 
     route = broker_route(config(ws), start=False)
@@ -172,11 +172,10 @@ def _root_of(fleet: Fleet) -> str:
 
 
 def test_down_drains_one_host_then_everything_and_leaves_nothing_running(fleet: Fleet) -> None:
-    from mainboard.fleet.control import fleet_is_up
-    from tests.fleet_helpers import config
+    from tests.fleet_helpers import batch_consumers
 
     rows = status(fleet.ws)
-    assert fleet_is_up(config(fleet.ws))  # what `integrate` asks before starting local workers
+    assert batch_consumers(fleet.ws) > 0  # what `integrate` asks before starting local workers
     one = cli(fleet.ws, "fleet", "down", "--on", "pbs", "--timeout", "30")
     assert one.returncode == 0 and one.stdout.startswith("pbs: worker mb-pbs-"), one.stdout
     assert {r["host"] for r in status(fleet.ws)} == set(HOSTS) - {"pbs"}
@@ -190,7 +189,7 @@ def test_down_drains_one_host_then_everything_and_leaves_nothing_running(fleet: 
     squeue = subprocess.run(["squeue", "-h", "-o", "%i"], env=fleet.slurm.env,
                             capture_output=True, text=True, check=True).stdout.split()
     assert not {r["job_id"] for r in rows} & set(squeue)
-    assert status(fleet.ws) == [] and not fleet_is_up(config(fleet.ws))
+    assert status(fleet.ws) == [] and batch_consumers(fleet.ws) == 0
     stopped = status(fleet.ws, "--all")
     assert {r["host"] for r in stopped} == set(HOSTS) and all(r["stopped"] for r in stopped)
     assert not list(Path(_root_of(fleet)).glob(".mainboard/fleet/*.broker"))

@@ -23,7 +23,7 @@ from mainboard.integrators.stages import (
     Run,
     build_run,
     evaluate,
-    materialise,
+    materialize,
     merge_results,
     process_batch,
     sample,
@@ -110,7 +110,7 @@ def test_row_slices_are_fixed_by_the_constant_alone() -> None:
 @pytest.mark.parametrize("spec", [GAUSS_8D, DISCRETE], ids=["vegas", "discrete-per-channel"])
 def test_sliced_sums_match_whole_batch_numpy_to_rounding(spec: dict[str, Any]) -> None:
     run, sampler = trained_run(spec)
-    batch = materialise(run, sampler, sample(run, sampler, 1, 0, N))
+    batch = materialize(run, sampler, sample(run, sampler, 1, 0, N))
     got = evaluate(run, sampler, sample(run, sampler, 1, 0, N), batch)
     ref = whole_batch_reference(run, sampler, batch)
     p = got.partial
@@ -122,7 +122,7 @@ def test_sliced_sums_match_whole_batch_numpy_to_rounding(spec: dict[str, Any]) -
     assert got.training["grid_count"].sum() == N * run.domain.continuous
 
 
-def test_materialise_is_elementwise_so_slicing_changes_no_bit(
+def test_materialize_is_elementwise_so_slicing_changes_no_bit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """map() of the same uniforms gives identical points, Jacobians and bins for any slice
     size; draw() is map() of the uniforms it drew slice by slice; y is left untouched."""
@@ -159,7 +159,7 @@ def test_evaluate_is_bit_identical_across_repeats_and_transports() -> None:
     assert fused[0] == fused[1] == fused[2]
     snapshot = loads(dumps(sampler.snapshot()))
     latent = sample(run, snapshot, 1, 3, N)
-    wire = unpack_batch(loads(dumps(pack_batch(transform(run, materialise(run, snapshot,
+    wire = unpack_batch(loads(dumps(pack_batch(transform(run, materialize(run, snapshot,
                                                                              latent))))))
     assert bits(evaluate(run, snapshot, latent, wire)) == fused[0]
 
@@ -191,7 +191,7 @@ def test_user_integrands_get_the_whole_batch_and_non_finite_rows_are_kept_out() 
     run, sampler = trained_run(spec)
     CALLS.clear()
     latent = sample(run, sampler, 1, 0, N)
-    batch = materialise(run, sampler, latent)
+    batch = materialize(run, sampler, latent)
     got = evaluate(run, sampler, latent, batch)
     assert CALLS == [N]  # one call with every row, not one per slice
     bad = N // 1000

@@ -19,7 +19,7 @@ from mainboard.integrators.stages import (
     BatchResult,
     build_run,
     evaluate,
-    materialise,
+    materialize,
     merge_results,
     process_batch,
     sample,
@@ -80,7 +80,7 @@ def test_chained_stages_equal_the_fused_batch() -> None:
     step(state)
     snap = _read_only(state.sampler.snapshot())
     latent = LatentBatch.from_dict(sample(run, snap, 1, 0, 500).to_dict())
-    batch = Batch.from_dict(_read_only(materialise(run, snap, latent).to_dict()))
+    batch = Batch.from_dict(_read_only(materialize(run, snap, latent).to_dict()))
     batch = Batch.from_dict(_read_only(transform(run, batch).to_dict()))
     chained = BatchResult.from_dict(_read_only(evaluate(run, snap, latent, batch).to_dict()))
     fused = process_batch(run, state.sampler, 1, 0, 500)
@@ -180,7 +180,7 @@ def test_nan_and_inf_are_counted_and_excluded() -> None:
     expected_bad = 0
     for k in range(2):
         for i in range(4):
-            batch = materialise(run, run.new_sampler(), sample(run, run.new_sampler(), k, i, 3000))
+            batch = materialize(run, run.new_sampler(), sample(run, run.new_sampler(), k, i, 3000))
             expected_bad += int(((batch.x[:, 0] < 0.25) | (batch.x[:, 1] > 0.9)).sum())
     assert result.nan_count == expected_bad > 0
     assert result.estimate == 1.0 and result.error < 1e-12  # mean of the finite samples only

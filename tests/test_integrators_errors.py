@@ -178,9 +178,9 @@ def test_validate_names_stage_and_problem(mutate: object, needle: str) -> None:
     batch = _batch()
     mutate(batch)  # type: ignore[operator]
     with pytest.raises(BatchError) as info:
-        validate(batch, Domain(2), "materialise")
-    assert info.value.stage == "materialise" and needle in str(info.value)
-    assert "after stage 'materialise'" in str(info.value)
+        validate(batch, Domain(2), "materialize")
+    assert info.value.stage == "materialize" and needle in str(info.value)
+    assert "after stage 'materialize'" in str(info.value)
 
 
 def test_discrete_indices_are_checked() -> None:

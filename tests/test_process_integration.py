@@ -137,9 +137,9 @@ def test_process_latent_batches_keep_their_points_through_plain_data() -> None:
     latent = sampler.sample(11, 0, 3, 5)
     back = latent_from_dict(latent.to_dict())
     assert isinstance(back, ProcessLatentBatch)
-    np.testing.assert_array_equal(sampler.materialise(back).x, sampler.materialise(latent).x)
+    np.testing.assert_array_equal(sampler.materialize(back).x, sampler.materialize(latent).x)
     with pytest.raises(BatchError, match="carries no points"):
-        sampler.materialise(LatentBatch(11, 0, 3, 5))
+        sampler.materialize(LatentBatch(11, 0, 3, 5))
     assert type(latent_from_dict(LatentBatch(1, 0, 0, 2).to_dict())) is LatentBatch
     sampler.close()
 
@@ -186,7 +186,7 @@ def test_a_process_materializer_draws_the_points() -> None:
     latent = sampler.sample(11, 2, 1, 50)
     twin = load_example("seed_materializer").SeededUniform(discrete_cardinalities=[],
                                                            continuous_dims=2)
-    np.testing.assert_array_equal(sampler.materialise(latent).x,
+    np.testing.assert_array_equal(sampler.materialize(latent).x,
                                   twin.materialize_batch(latent.to_dict()).xs_continuous)
     near_exact(integrate_local(run, state=with_sampler(run, sampler)))
     assert sampler.config()["materializer"] == table
@@ -206,9 +206,9 @@ def test_invalid_transform_and_materializer_output_fails_the_batch(mode: str,
                                                                   fragment: str) -> None:
     domain = Domain(2, [3])
     table = {"command": [PY, str(MISBEHAVE), mode]}
-    batch = NaiveSampler(domain).materialise(LatentBatch(1, 0, 0, 4))
+    batch = NaiveSampler(domain).materialize(LatentBatch(1, 0, 0, 4))
     for stage, call in ((ProcessBatchTransform(table, domain), "apply"),
-                        (ProcessMaterializer(table, domain), "materialise")):
+                        (ProcessMaterializer(table, domain), "materialize")):
         arg = batch if call == "apply" else LatentBatch(1, 0, 0, 4)
         with pytest.raises(BatchError) as err:
             getattr(stage, call)(arg)
@@ -220,7 +220,7 @@ def test_crashes_and_hangs_fail_the_batch_not_the_worker() -> None:
     with pytest.raises(BatchError, match=r"(?s)stage 'evaluate'.*exited with code 3.*boom"):
         integrate_local(spec({"kind": "process", "command": exit_cmd}, iterations=1))
     domain = Domain(2)
-    batch = NaiveSampler(domain).materialise(LatentBatch(1, 0, 0, 4))
+    batch = NaiveSampler(domain).materialize(LatentBatch(1, 0, 0, 4))
     with pytest.raises(BatchError, match="crashed again after one restart: exited with code 3"):
         ProcessBatchTransform({"command": exit_cmd}, domain).apply(batch)
     hang = ProcessSampler(domain, command=[PY, str(MISBEHAVE), "hang"], request_timeout=0.5)

@@ -28,7 +28,7 @@ from mainboard.integrators.spec import RunSpec, load_run_file
 from mainboard.integrators.stages import (
     build_run,
     evaluate,
-    materialise,
+    materialize,
     process_batch,
     release_processes,
     sample,
@@ -176,7 +176,7 @@ def test_every_stage_a_process_through_plain_data(tmp_path: Path) -> None:
     latent = sample(run, worker, 0, 2, 400).to_dict()
     assert latent["kind"] == "process"
     assert isinstance(LatentBatch.from_dict(latent), ProcessLatentBatch)
-    batch = transform(run, materialise(run, snapshot, latent))
+    batch = transform(run, materialize(run, snapshot, latent))
     chained = evaluate(run, snapshot, latent, batch)
     coordinator = restore_sampler(snapshot, run.domain)
     fused = process_batch(run, coordinator, 0, 2, 400)

@@ -175,7 +175,7 @@ def test_process_sampler_and_evaluator_on_the_fleet(workspace: Config, fleet: Lo
 
 def test_process_transform_and_materializer_in_the_chain(workspace: Config, fleet: LocalWorkers,
                                                          tmp_path: Path) -> None:
-    """sample | materialise (process) | transform (process) | evaluate (process) | accumulate,
+    """sample | materialize (process) | transform (process) | evaluate (process) | accumulate,
     each stage on whichever worker takes it: the in-process numbers, bit for bit."""
     evaluator, _, pids = write_processes(tmp_path)
     sampler = {"kind": "naive", "materializer": {

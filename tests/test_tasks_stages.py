@@ -83,12 +83,12 @@ def test_each_stage_task_is_callable_with_delay(app: Celery, fleet: LocalWorkers
     assert latent["ref"] == {"run": run_id, "iteration": 0, "batch": 0, "n": 2000, "attempt": 0}
     assert latent["latent"] == {"run_seed": 11, "iteration": 0, "batch_index": 0, "n": 2000}
 
-    cube = call(app, "materialise", latent)
+    cube = call(app, "materialize", latent)
     points = unpack_batch(cube["batch"])
     x, w = points.x, points.weights
     assert x.shape == (2000, 4) and x.dtype == np.float64 and w.shape == (2000,)
     assert 0 <= x.min() and x.max() < 1 and (w > 0).all()
-    local = stages.materialise(run, sampler, stages.sample(run, sampler, 0, 0, 2000))
+    local = stages.materialize(run, sampler, stages.sample(run, sampler, 0, 0, 2000))
     assert np.array_equal(x, local.x) and x.strides == local.x.strides  # layout kept too
 
     ball = call(app, "transform", cube)
@@ -116,7 +116,7 @@ def test_a_redelivered_result_is_stored_once(app: Celery, fleet: LocalWorkers,
                                              r: redis.Redis, redis_server: RedisServer) -> None:
     run_id = "stages-exactly-once"
     published(r, spec(GAUSS_4D, name="once"), run_id)
-    evaluated = call(app, "evaluate", call(app, "materialise",
+    evaluated = call(app, "evaluate", call(app, "materialize",
                                            call(app, "sample", run_id, 0, 3, 1000)))
     first = call(app, "accumulate", evaluated)
     again = call(app, "accumulate", evaluated)  # what a redelivery does

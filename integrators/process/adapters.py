@@ -3,7 +3,7 @@
 - :class:`ProcessEvaluator`: an integrand function ``(x, idx) -> values`` (binary frames);
   :func:`process_integrand` builds the :class:`~mainboard.integrators.integrands.Integrand`.
 - :class:`ProcessBatchTransform`: ``apply(batch) -> batch`` like a built-in transform.
-- :class:`ProcessMaterializer`: ``materialise(latent) -> batch`` like a sampler.
+- :class:`ProcessMaterializer`: ``materialize(latent) -> batch`` like a sampler.
 
 Each validates every response against the domain and components: a violation is a
 :class:`BatchError` naming the stage and the command, never a crash. Processes are taken
@@ -254,9 +254,9 @@ class ProcessMaterializer(_Stage):
                          pool, run_id)
         self.domain = domain
 
-    def materialise(self, latent: Any) -> Batch:
+    def materialize(self, latent: Any) -> Batch:
         """``materialize_batch {nr_samples, latent_batch}``; the result is validated."""
-        stage = f"materialise:process `{self.label}`"
+        stage = f"materialize:process `{self.label}`"
         data = {k: v.tolist() if isinstance(v, np.ndarray) else v
                 for k, v in latent.to_dict().items()}
         result, _ = self.call(stage, "materialize_batch",

@@ -4,7 +4,7 @@ Why the points travel with the latent batch: a process sampler is stateful (its 
 random stream, often the batch it produced last), so its points cannot be redrawn from a
 seed elsewhere. The coordinator's sampler object owns the process: ``sample`` calls
 ``produce_latent_batch`` and returns a :class:`ProcessLatentBatch` carrying the points;
-``materialise`` (on any worker) just unpacks them. Each batch's training values come back
+``materialize`` (on any worker) just unpacks them. Each batch's training values come back
 as their own training key, and ``adapt`` feeds them to the process in batch order, which is
 the order it produced them. The process's own ``snapshot`` is part of the sampler snapshot.
 
@@ -175,10 +175,10 @@ class ProcessSampler(Sampler):
         return ProcessLatentBatch(int(run_seed), int(iteration), int(batch_index), int(n),
                                   idx, x, weights)
 
-    def materialise(self, latent: LatentBatch) -> Batch:
+    def materialize(self, latent: LatentBatch) -> Batch:
         """Unpack the points the process produced for this batch."""
         if not isinstance(latent, ProcessLatentBatch) or latent.weights is None:
-            raise BatchError("materialise", f"process sampler `{self.label}`: the latent batch "
+            raise BatchError("materialize", f"process sampler `{self.label}`: the latent batch "
                              "carries no points (rebuild it with latent_from_dict)")
         return Batch(x=np.array(latent.xs_continuous, dtype=np.float64),
                      idx=np.array(latent.xs_discrete, dtype=np.int64),
@@ -223,7 +223,7 @@ class MaterializedSampler(Sampler):
     def __init__(self, inner: Sampler, materializer: Any) -> None:
         if type(inner).training is not Sampler.training and not isinstance(inner, ProcessSampler):
             raise ConfigError(f"a {inner.kind!r} sampler learns from the points it draws, so a "
-                              "materializer cannot replace its materialise step",
+                              "materializer cannot replace its materialize step",
                               key="sampler.materializer", valid="naive or process samplers")
         super().__init__(inner.domain)
         self.inner = inner
@@ -236,9 +236,9 @@ class MaterializedSampler(Sampler):
         """The inner sampler's latent batch."""
         return self.inner.sample(run_seed, iteration, batch_index, n)
 
-    def materialise(self, latent: LatentBatch) -> Batch:
+    def materialize(self, latent: LatentBatch) -> Batch:
         """Points from the materializer process, validated against the domain."""
-        batch = self.materializer.materialise(latent)
+        batch = self.materializer.materialize(latent)
         batch.aux[AUX_BATCH] = np.full(batch.n, latent.batch_index, dtype=np.int64)
         return batch
 

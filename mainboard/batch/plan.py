@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mainboard.batch.run import job_spec
 from mainboard.batch.spec import BatchSpec
 from mainboard.config import ProviderHost
-from mainboard.errors import MainboardError, UserError
+from mainboard.errors import MainboardError, UserError, first_line
 from mainboard.jobs.store import JobStore
 from mainboard.receipts import JobStateChanged, JobSubmitted
 
@@ -182,7 +182,7 @@ def _rate(board: Hosts, target: str) -> tuple[float | None, str]:
             raise UserError(f"provider {host.provider!r} is not declared")
         offer = adapter_for(host.provider, provider).cheapest(host.gpu, host.max_usd_hr)
     except (MainboardError, OSError) as exc:
-        return None, f"no rate: {str(exc).splitlines()[0][:300]}"
+        return None, f"no rate: {first_line(exc)}"
     return offer.usd_hr, (f"{host.provider} offer {offer.id}: {offer.gpu_count}x {offer.gpu} "
                           "(cheapest matching now)")
 

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from mainboard.batch.spec import BatchJob, BatchSpec, load_batch
 from mainboard.batch.store import BatchStore, BatchView, UnknownBatch
-from mainboard.errors import ConfigError, HostError, HostUnreachable, MainboardError, UserError
+from mainboard.errors import (
+    ConfigError,
+    HostError,
+    HostUnreachable,
+    MainboardError,
+    UserError,
+    first_line,
+)
 from mainboard.receipts import (
     BatchCreated,
     BatchDispatched,
@@ -161,8 +168,7 @@ def failure_outcome(exc: BaseException) -> str:
 
 def _reason(exc: BaseException) -> str:
     """The first line of an error, for a receipt and a one-line report."""
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:500]
+    return first_line(exc, 500)
 
 
 class _Dispatcher:

@@ -9,15 +9,13 @@ Every verb replays these lines, so a ``watch`` killed at any point and started a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mainboard.batch.spec import BatchJob
 from mainboard.errors import UserError
-from mainboard.ids import ID, IdForm
-from mainboard.locks import flocked
+from mainboard.ids import IdForm
 from mainboard.receipts import (
     BatchAnnounced,
     BatchCreated,
@@ -27,6 +25,7 @@ from mainboard.receipts import (
     ReceiptError,
     Receipts,
 )
+from mainboard.store import ReceiptStore
 
 RECEIPTS = "receipts.ndjson"
 
@@ -106,59 +105,35 @@ def replay(receipts: Receipts) -> BatchView | None:
     return view
 
 
-class BatchStore:
-    """The batches of one workspace state directory (``.mainboard``)."""
+class BatchStore(ReceiptStore[BatchView]):
+    """The batches of one workspace state directory (``.mainboard/batches/<id>/``)."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.directory = Path(state_dir) / "batches"
+    FOLDER, LAYOUT, FIRST, FORM = "batches", "{id}/" + RECEIPTS, "readable batch.created", FORM
+    UNKNOWN_JOBS = "the batch's jobs are unknown without it"
+
+    def fold(self, receipts: Receipts, errors: list[ReceiptError] | None) -> BatchView | None:
+        view = replay(receipts)
+        if view is not None and errors is not None:
+            errors += view.errors
+        return view
 
     def folder(self, batch_id: str) -> Path:
         """The batch's directory (refusing ids that are not plain names)."""
-        return self.directory / FORM.check(batch_id)
-
-    def receipts(self, batch_id: str) -> Receipts:
-        return Receipts(self.folder(batch_id) / RECEIPTS)
-
-    def ids(self) -> list[str]:
-        """Every batch id with receipts, oldest first (ids start with their creation time)."""
-        if not self.directory.is_dir():
-            return []
-        return sorted(p.parent.name for p in self.directory.glob(f"*/{RECEIPTS}")
-                      if ID.match(p.parent.name))
-
-    def resolve(self, ref: str) -> str:
-        """The id ``ref`` names: an exact id, or a unique suffix such as ``1a2b3c``."""
-        return FORM.resolve(ref, self.ids(), self.directory)
+        return self.path(batch_id).parent
 
     def load(self, ref: str) -> BatchView:
         """The batch ``ref`` names; ReceiptError when its ``batch.created`` line is unreadable."""
         batch_id = self.resolve(ref)
-        receipts = self.receipts(batch_id)
-        view = replay(receipts)
+        view = self.view(batch_id)
         if view is None:
-            raise ReceiptError(f"{receipts.path}: no readable batch.created line; the batch's "
-                               "jobs are unknown without it")
+            raise self.missing(batch_id, self.UNKNOWN_JOBS)
         return view
 
-    def scan(self) -> tuple[list[BatchView], list[ReceiptError]]:
+    def scan(self, skipped: str = UNKNOWN_JOBS) -> tuple[list[BatchView], list[ReceiptError]]:
         """Every readable batch (oldest first) and the problems met on the way."""
-        views: list[BatchView] = []
-        problems: list[ReceiptError] = []
-        for batch_id in self.ids():
-            try:
-                views.append(self.load(batch_id))
-            except ReceiptError as exc:
-                problems.append(exc)
-                continue
-            problems += views[-1].errors
-        return views, problems
+        return super().scan(skipped)
 
-    @contextmanager
-    def locked(self, batch_id: str, what: str, wait: float | None = None) -> Iterator[bool]:
-        """Hold the batch's ``what`` lock (True), or False after ``wait`` seconds.
-
-        ``wait=None`` blocks. flock is released by the kernel when a holder dies, so a
-        SIGKILLed ``run`` or ``watch`` never leaves a batch locked.
-        """
-        with flocked(self.folder(batch_id) / f"{what}.lock", wait) as held:
-            yield held
+    def locked(self, batch_id: str, what: str,
+               wait: float | None = None) -> AbstractContextManager[bool]:
+        """Hold the batch's ``what`` lock (True), or False after ``wait`` seconds (None: block)."""
+        return self.lock(f"{self.check(batch_id)}/{what}.lock", wait)

@@ -9,13 +9,12 @@ back from ``.mainboard/batches/<id>/``: a killed ``watch`` started again continu
 
 from __future__ import annotations
 
-import json
 import shlex
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from mainboard.cli import common
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -23,26 +22,18 @@ if TYPE_CHECKING:
     from mainboard.batch.plan import Estimate, Prepared
     from mainboard.batch.store import BatchView
     from mainboard.batch.watch import JobRow, WatchStep
-    from mainboard.board import Board
     from mainboard.receipts import Payload
 
-_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+_JSON = common.json_option()
 _FLEET = click.argument("fleet", type=click.Path(dir_okay=False))
 _AGENT_KEYS = ("name", "target", "kind", "files", "raw_bytes", "wire_bytes", "codec",
                "last_sync", "in_place", "shared_by", "extra_files", "extra_raw_bytes",
                "extra_wire_bytes", "policy")
 
 
-@contextmanager
-def _board(ctx: click.Context) -> Iterator[Board]:
-    from mainboard.board import Board
-
-    with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
-        yield board
-
 
 def _echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, allow_nan=False, default=str))
+    common.echo_json(value, default=str)
 
 
 def _size(n: float) -> str:
@@ -98,7 +89,7 @@ def prepare_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> N
 
     if as_json and agent:
         raise click.UsageError("--json and --agent are alternatives; give one")
-    with _board(ctx) as board:
+    with common.board(ctx) as board:
         rows = prepare(board, load_batch(fleet, board.config))
     if as_json:
         _echo_json([r.as_json() for r in rows])
@@ -141,7 +132,7 @@ def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
     from mainboard.batch.plan import estimate
     from mainboard.batch.run import load_batch
 
-    with _board(ctx) as board:
+    with common.board(ctx) as board:
         rows = estimate(board, load_batch(fleet, board.config))
     if as_json:
         _echo_json([r.as_json() for r in rows])
@@ -197,7 +188,7 @@ def run_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
     """
     from mainboard.batch.run import dispatch, start, store_of
 
-    with _board(ctx) as board:
+    with common.board(ctx) as board:
         batch_id = start(board, fleet)
         if not as_json:
             click.echo(batch_id)
@@ -303,7 +294,7 @@ def watch_cmd(ctx: click.Context, batch_id: str, interval: float, as_json: bool)
     from mainboard.batch.run import store_of
     from mainboard.batch.watch import summary, watch
 
-    with _board(ctx) as board:
+    with common.board(ctx) as board:
         out = _WatchOutput(as_json)
         out.start(store_of(board).load(batch_id))
         try:
@@ -327,9 +318,8 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     import datetime as dt
 
     from mainboard.batch.run import BatchStore
-    from mainboard.config import load_config
 
-    config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+    config = common.load(ctx)
     views, problems = BatchStore(config.state_dir).scan()
     for problem in problems:
         click.echo(f"mainboard: warning: {problem}", err=True)
@@ -358,7 +348,7 @@ def show_cmd(ctx: click.Context, batch_id: str, as_json: bool) -> None:
     from mainboard.batch.run import store_of
     from mainboard.batch.watch import job_rows, summary
 
-    with _board(ctx) as board:
+    with common.board(ctx) as board:
         view = store_of(board).load(batch_id)
         rows = job_rows(board, view)
     for problem in view.errors:

@@ -11,16 +11,17 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mainboard.cli import common
+
 if TYPE_CHECKING:  # imported lazily: redis-py costs every other verb ~0.2 s at startup
     from mainboard.services.broker import BrokerStatus, EmbeddedBroker
 
 
 def _broker(ctx: click.Context) -> tuple[EmbeddedBroker, str | None]:
     """The workspace's embedded broker, and the configured external URL (redacted) if any."""
-    from mainboard.config import load_config
     from mainboard.services.broker import EmbeddedBroker, redact_url
 
-    config = load_config((ctx.obj or {}).get("config_path"))
+    config = common.load(ctx)
     external = config.broker.url
     return EmbeddedBroker(config.state_dir), (redact_url(external) if external else None)
 
@@ -76,7 +77,7 @@ def _verb(name: str, doc: str) -> click.Command:
     """One `broker` subcommand: call EmbeddedBroker.<name>() and print the status it returns."""
 
     @click.command(name, help=doc)
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @common.json_option("Print one JSON object.")
     @click.pass_context
     def command(ctx: click.Context, as_json: bool) -> None:
         broker, external = _broker(ctx)

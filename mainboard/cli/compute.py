@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from mainboard.cli import common
+
 if TYPE_CHECKING:
     from mainboard.hosts.compute import ComputeRow
 
@@ -29,7 +31,7 @@ def _table(rows: list[ComputeRow], first: str, access: str) -> Table:
 
 
 @click.command("compute")
-@click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON list.")
+@common.json_option("Print the rows as a JSON list.")
 @click.option("--agent", is_flag=True,
               help="One key=value line per row, fixed key order (for scripts and LLM agents).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
@@ -43,12 +45,11 @@ def compute(ctx: click.Context, as_json: bool, agent: bool, timeout: float) -> N
     read into the output). Hardware comes from cached facts: `mainboard facts --on NAME`.
     """
     # Imported late: `mainboard --help` stays fast and never needs paramiko.
-    from mainboard.config import load_config
     from mainboard.hosts.compute import agent_lines, list_compute
 
     if as_json and agent:
         raise click.UsageError("--json and --agent are alternatives; give one")
-    rows = list_compute(load_config(ctx.obj.get("config_path") if ctx.obj else None),
+    rows = list_compute(common.load(ctx),
                         timeout=timeout)
     if as_json:
         click.echo(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from mainboard.cli import common
 from mainboard.redact import looks_secret, redact_url
 
 
@@ -22,13 +23,13 @@ def config() -> None:
 
 
 @config.command("check")
-@click.option("--json", "as_json", is_flag=True, help="Print the validated config as JSON.")
+@common.json_option("Print the validated config as JSON.")
 @click.pass_context
 def check(ctx: click.Context, as_json: bool) -> None:
     """Validate mainboard.toml and list the hosts it declares."""
     from mainboard.config import load_config
 
-    loaded = load_config((ctx.obj or {}).get("config_path"), required=True)
+    loaded = load_config(common.config_path(ctx), required=True)
     dump = _redacted(loaded.model_dump(mode="json"))
     if as_json:
         click.echo(json.dumps(dump, indent=2))

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from mainboard.cli import common
 from mainboard.errors import UserError
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def fact_lines(facts: Facts) -> list[tuple[str, str]]:
 @click.command("facts")
 @click.option("--on", "host", default="local", show_default=True, metavar="HOST",
               help="Host from mainboard.toml to probe.")
-@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (schema v1).")
+@common.json_option("Print the facts as JSON (schema v1).")
 @click.option("--cached", is_flag=True, help="Show the last probed facts; do not contact the host.")
 @click.pass_context
 def facts(ctx: click.Context, host: str, as_json: bool, cached: bool) -> None:
@@ -65,7 +66,7 @@ def facts(ctx: click.Context, host: str, as_json: bool, cached: bool) -> None:
     """
     from mainboard.board import Board  # imported late: `mainboard --help` stays fast
 
-    board = Board(ctx.obj.get("config_path") if ctx.obj else None)
+    board = Board(common.config_path(ctx))
     board.config.host(host)  # unknown host -> UnknownHost listing the declared ones
     from mainboard.hosts.facts import cached_record, probe_facts
 

@@ -14,15 +14,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
 
 import click
 
-
-def _config(ctx: click.Context) -> Any:
-    from mainboard.config import load_config
-
-    return load_config((ctx.obj or {}).get("config_path"))
+from mainboard.cli import common
 
 
 @click.group()
@@ -57,7 +52,7 @@ def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | N
 
     options = UpOptions.parse(workers=workers, queues=queues, walltime=walltime,
                               retire_before=retire_before, idle_timeout=idle_timeout)
-    report = fleet_up(_config(ctx), hosts or None, options, flower=not no_flower)
+    report = fleet_up(common.load(ctx), hosts or None, options, flower=not no_flower)
     for worker in report.started:
         via = "via tunnel" if worker.broker_via == "tunnel" else "direct"
         rental = f", rental {worker.rental['rental_id']}" if worker.rental else ""
@@ -79,14 +74,14 @@ def _age(ts: float | None) -> str:
 
 
 @fleet.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON list of workers.")
+@common.json_option("One JSON list of workers.")
 @click.option("--all", "include_stopped", is_flag=True, help="Include stopped workers.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
     """Each worker: host, job, state, queues, concurrency, tasks done, last heartbeat."""
     from mainboard.fleet.status import fleet_status
 
-    rows = fleet_status(_config(ctx), include_stopped=include_stopped)
+    rows = fleet_status(common.load(ctx), include_stopped=include_stopped)
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=1))
         return
@@ -112,7 +107,7 @@ def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float) -> None:
     """Drain workers (warm shutdown), cancel their jobs, destroy rentals."""
     from mainboard.fleet.control import fleet_down
 
-    report = fleet_down(_config(ctx), hosts or None, timeout=timeout)
+    report = fleet_down(common.load(ctx), hosts or None, timeout=timeout)
     failed = False
     for worker in report.workers:
         outcome = report.outcome.get(worker.worker_id, "unknown")

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mainboard.cli import common
+
 if TYPE_CHECKING:  # imported lazily: celery and redis-py are slow to import
     from mainboard.config import Config
     from mainboard.services.flower import Flower, FlowerStatus
@@ -19,10 +21,9 @@ if TYPE_CHECKING:  # imported lazily: celery and redis-py are slow to import
 
 def _flower(ctx: click.Context) -> tuple[Flower, Config]:
     """The workspace's Flower and its config."""
-    from mainboard.config import load_config
     from mainboard.services.flower import Flower
 
-    config = load_config((ctx.obj or {}).get("config_path"))
+    config = common.load(ctx)
     return Flower(config.state_dir), config
 
 
@@ -48,7 +49,7 @@ def _emit(status: FlowerStatus, as_json: bool) -> None:
     click.echo(json.dumps(status.to_dict()) if as_json else _describe(status))
 
 
-_JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+_JSON = common.json_option("Print one JSON object.")
 
 
 @click.group("flower", invoke_without_command=True)

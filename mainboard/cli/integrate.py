@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import click
 
+from mainboard.cli import common
+
 
 @click.command("integrate")
 @click.argument("run_file", metavar="RUN.toml", type=click.Path(dir_okay=False))
@@ -17,13 +19,12 @@ import click
                    "0: the fleet only).")
 @click.option("--max-samples", type=click.IntRange(min=1), default=None,
               help="Override [stop] max_samples (a smaller budget for a quick look).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@common.json_option("Print the result as one JSON object.")
 @click.pass_context
 def integrate(ctx: click.Context, run_file: str, workers: int | None, max_samples: int | None,
               as_json: bool) -> None:
     """Integrate RUN.toml on Celery workers and print estimate ± error."""
     from mainboard.cli.runview import ProgressBar, emit
-    from mainboard.config import load_config
     from mainboard.integrators.spec import load_run_file, parse_run
     from mainboard.tasks.runner import integrate as run_integration
 
@@ -32,7 +33,7 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
         data = spec.model_dump(mode="json")
         data["stop"]["max_samples"] = max_samples
         spec = parse_run(data, file=run_file)
-    config = load_config(ctx.obj.get("config_path"))
+    config = common.load(ctx)
     with ProgressBar(spec.name, spec.stop.max_samples) as bar:
         result = run_integration(spec, workers, config=config, progress=bar.update)
     emit(result, as_json)

@@ -9,29 +9,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from mainboard.cli import common
+
 if TYPE_CHECKING:
-    from mainboard.board import Board
     from mainboard.jobs.store import JobView
 
-_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+_JSON = common.json_option()
 
 
-@contextmanager
-def _board(ctx: click.Context) -> Iterator[Board]:
-    from mainboard.board import Board
-
-    with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
-        yield board
-
-
-def _echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, allow_nan=False))
 
 
 def _row(view: JobView) -> str:
@@ -51,14 +40,13 @@ def jobs() -> None:
 @click.pass_context
 def list_jobs(ctx: click.Context, host: str | None, as_json: bool) -> None:
     """Every job with receipts, oldest first (no host is contacted)."""
-    from mainboard.config import load_config
     from mainboard.jobs.store import JobStore
 
-    config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+    config = common.load(ctx)
     views, errors = JobStore(config.state_dir).scan()
     views = [v for v in views if host is None or v.host == host]
     if as_json:
-        _echo_json({"jobs": [v.as_json() for v in views], "errors": [str(e) for e in errors]})
+        common.echo_json({"jobs": [v.as_json() for v in views], "errors": [str(e) for e in errors]})
         return
     for error in errors:
         click.echo(f"mainboard: warning: {error}", err=True)
@@ -80,19 +68,18 @@ def show(ctx: click.Context, job: str, refresh: bool, as_json: bool) -> None:
     if refresh:
         from mainboard.jobs.job import Job
 
-        with _board(ctx) as board:
+        with common.board(ctx) as board:
             handle = Job(board, job)
             handle.poll()
             view = handle.view()
     else:
-        from mainboard.config import load_config
         from mainboard.jobs.store import JobStore
 
-        config = load_config(ctx.obj.get("config_path") if ctx.obj else None)
+        config = common.load(ctx)
         view = JobStore(config.state_dir).load(job)
     data = view.as_json()
     if as_json:
-        _echo_json(data)
+        common.echo_json(data)
         return
     spec = {k: v for k, v in data["spec"].items() if v not in (None, [], {})}
     for key in ("id", "name", "host", "kind", "job_id", "state", "exit_code", "reason",
@@ -112,7 +99,7 @@ def logs(ctx: click.Context, job: str, tail: int | None, stderr_: bool) -> None:
     """The job's stdout (or stderr) so far, read from its host."""
     from mainboard.jobs.job import Job
 
-    with _board(ctx) as board:
+    with common.board(ctx) as board:
         text = Job(board, job).logs(tail=tail, stream="stderr" if stderr_ else "stdout")
     click.echo(text, nl=False)
 
@@ -125,10 +112,10 @@ def pull(ctx: click.Context, job: str, as_json: bool) -> None:
     """Copy the job's fetch paths from its host into the workspace."""
     from mainboard.jobs.job import Job
 
-    with _board(ctx) as board:
+    with common.board(ctx) as board:
         payload = Job(board, job).pull()
     if as_json:
-        _echo_json(payload.model_dump(mode="json"))
+        common.echo_json(payload.model_dump(mode="json"))
         return
     if payload.error:
         raise click.ClickException(f"nothing pulled: {payload.error}")
@@ -144,10 +131,10 @@ def cancel(ctx: click.Context, job: str, as_json: bool) -> None:
     """Stop the job on its host (a finished job is left as it is)."""
     from mainboard.jobs.job import Job
 
-    with _board(ctx) as board:
+    with common.board(ctx) as board:
         handle = Job(board, job)
         state = handle.cancel()
     if as_json:
-        _echo_json({"id": handle.id, "state": state.value})
+        common.echo_json({"id": handle.id, "state": state.value})
         return
     click.echo(f"{handle.id}: {state.value}")

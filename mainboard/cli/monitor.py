@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
+
+from mainboard.cli import common
 
 
 def _line(entry: dict[str, Any]) -> str:
@@ -16,7 +17,7 @@ def _line(entry: dict[str, Any]) -> str:
 
 
 @click.command("monitor")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@common.json_option()
 @click.option("--lock-wait", type=click.FloatRange(min=0), default=30.0, show_default=True,
               metavar="S", help="How long to wait for a pass already running, then report busy.")
 @click.pass_context
@@ -25,13 +26,12 @@ def monitor(ctx: click.Context, as_json: bool, lock_wait: float) -> None:
 
     Safe from cron every minute and concurrently; a job's outcome is announced once.
     """
-    from mainboard.board import Board  # late: `mainboard --help` stays fast
     from mainboard.jobs.monitor import monitor_pass
 
-    with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
+    with common.board(ctx) as board:
         report = monitor_pass(board, lock_wait=lock_wait)
     if as_json:
-        click.echo(json.dumps(report, allow_nan=False))
+        common.echo_json(report)
         return
     for error in report["errors"]:
         click.echo(f"mainboard: warning: {error}", err=True)

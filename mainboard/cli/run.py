@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from mainboard.cli import common
+
 
 def exit_code(returncode: int) -> int:
     """A shell-style exit code: a local command killed by signal N (returncode -N) -> 128+N."""
@@ -29,16 +31,15 @@ def run(ctx: click.Context, host: str, timeout: float | None, command: tuple[str
     each quoted (`mainboard run --on gpu -- python3 -c 'print(1)'`). CMD gets no stdin;
     Ctrl-C stops it on the host too.
     """
-    from mainboard.board import Board  # imported late: `mainboard --help` stays fast
-    from mainboard.errors import CommandTimeout
+    from mainboard.errors import CommandTimeout, first_line
 
-    with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
+    with common.board(ctx) as board:
         handle = board.on(host)
         shell_text = command[0] if len(command) == 1 else list(command)
         try:
             result = handle.run(shell_text, stream=True, timeout=timeout)
         except CommandTimeout as exc:
-            click.echo(f"mainboard: {exc.args[0].splitlines()[0]}", err=True)
+            click.echo(f"mainboard: {first_line(exc.args[0], limit=10_000)}", err=True)
             sys.exit(exc.returncode)
         except KeyboardInterrupt:  # the command was stopped too (local group / remote group)
             sys.exit(130)

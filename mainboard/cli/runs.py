@@ -8,10 +8,11 @@ run name (its most recent run).
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from mainboard.cli import common
 
 if TYPE_CHECKING:
     from mainboard.runs.store import RunHistory, RunStore
@@ -19,14 +20,13 @@ if TYPE_CHECKING:
 _WORKERS = click.option("--workers", type=click.IntRange(min=0), default=None,
                         help="Local batch workers to start (default: the fleet, else one "
                              "per core; 0: the fleet only).")
-_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+_JSON = common.json_option()
 
 
 def _store(ctx: click.Context) -> tuple[RunStore, Any]:
-    from mainboard.config import load_config
     from mainboard.runs.store import RunStore
 
-    config = load_config(ctx.obj.get("config_path"))
+    config = common.load(ctx)
     return RunStore(config.state_dir), config
 
 
@@ -53,7 +53,7 @@ def list_runs(ctx: click.Context, as_json: bool) -> None:
     store, _ = _store(ctx)
     rows = [h.summary() for h in store.all()]
     if as_json:
-        click.echo(json.dumps(rows, allow_nan=False))
+        common.echo_json(rows)
         return
     if not rows:
         click.echo(f"no runs yet in {store.root} (start one with `mainboard integrate RUN.toml`)")
@@ -86,7 +86,7 @@ def show(ctx: click.Context, run: str, as_json: bool) -> None:
     store, _ = _store(ctx)
     data = _detail(store.find(run))
     if as_json:
-        click.echo(json.dumps(data, allow_nan=False))
+        common.echo_json(data)
         return
     click.echo(f"run        {data['run_id']} ({data['name']})")
     click.echo(f"status     {data['status']}" + (f": {data['failure']}" if "failure" in data

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from mainboard.cli import common
+
 
 @click.command("submit", context_settings={"ignore_unknown_options": True,
                                            "allow_interspersed_args": False})
@@ -41,11 +43,10 @@ def submit(ctx: click.Context, host: str, name: str | None, attempt: int, wallti
     """
     import sys
 
-    from mainboard.board import Board  # late: `mainboard --help` stays fast
     from mainboard.bridges.jobstate import JobState
     from mainboard.jobs.job import submit as submit_job
 
-    with Board(ctx.obj.get("config_path") if ctx.obj else None) as board:
+    with common.board(ctx) as board:
         job = submit_job(board, host, command[0] if len(command) == 1 else list(command),
                          name=name, attempt=attempt, walltime=walltime, mem_gb=mem_gb,
                          cpus=cpus, gpus=gpus, queue=queue, data=data, fetch=fetch,

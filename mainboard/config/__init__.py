@@ -18,7 +18,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mainboard.config.durations import DURATION_FORMS, parse_duration
+from mainboard.config.durations import (
+    DURATION_FORMS,
+    NotPositive,
+    parse_duration,
+    positive_duration,
+)
 from mainboard.config.loader import CONNECTION_KEYS, Loader, describe_keys
 from mainboard.config.models import (
     HOST_KINDS,
@@ -42,9 +47,10 @@ from mainboard.errors import ConfigError, ConfigNotFound
 
 __all__ = [
     "CONFIG_NAME", "CONNECTION_KEYS", "DURATION_FORMS", "HOST_KINDS", "BrokerConfig", "Config", "ContainerConfig",
-    "HostConfig", "JobDefaults", "LocalHost", "PbsHost", "ProviderConfig", "ProviderHost",
+    "HostConfig", "JobDefaults", "LocalHost", "NotPositive", "PbsHost", "ProviderConfig", "ProviderHost",
     "PythonConfig", "QueuePolicy", "SlurmHost", "SshHost", "SshParams", "WorkspaceConfig",
     "describe_keys", "find_config", "load_config", "loads_config", "parse_duration",
+    "positive_duration",
 ]
 
 CONFIG_NAME = "mainboard.toml"

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -21,7 +20,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from mainboard.config import expr
-from mainboard.config.durations import DURATION_FORMS, parse_duration
+from mainboard.config.durations import DURATION_FORMS, parse_duration, positive_duration
 from mainboard.config.interpolate import local_num_cpus
 from mainboard.errors import ConfigError, ExpressionError
 
@@ -49,14 +48,7 @@ def reraise(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _positive(value: int) -> int:
-    if value <= 0:
-        raise custom_error("must be greater than zero", DURATION_FORMS)
-    return value
-
-
-Duration = Annotated[int, BeforeValidator(reraise(parse_duration))]
-PositiveDuration = Annotated[Duration, AfterValidator(_positive)]
+PositiveDuration = Annotated[int, BeforeValidator(reraise(positive_duration))]
 
 
 class ConfigModel(BaseModel):

@@ -53,3 +53,19 @@ def parse_duration(value: Any) -> int:
         raise ConfigError("minutes and seconds must be below 60 (hours below 24 after a day)",
                           value=value, valid=DURATION_FORMS)
     return seconds
+
+
+class NotPositive(ConfigError):
+    """A well-formed duration that is zero, kept apart from malformed ones: flag and job
+    messages leave out the list of valid forms, which would not help here."""
+
+
+def positive_duration(value: Any) -> int:
+    """Seconds from a duration, refusing zero: a walltime, limit or timeout of 0 never runs.
+
+    The one check behind config limits, job walltimes and ``--walltime``-style flags.
+    """
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise NotPositive("must be greater than zero", value=value, valid=DURATION_FORMS)
+    return seconds

@@ -162,7 +162,7 @@ class Keeper:
 
     def check_idle(self) -> bool:
         """Drain and destroy rented workers idle past their timeout; True when any is rented."""
-        from mainboard.fleet.control import idle_workers, stop_workers
+        from mainboard.fleet.workers import idle_workers, stop_workers
 
         live = [w for w in read_fleet(self.state_dir).live() if w.rental]
         if not live:

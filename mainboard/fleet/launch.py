@@ -27,7 +27,7 @@ from mainboard.bridges.base import Bridge
 from mainboard.bridges.jobspec import JobSpec, check_policy, format_walltime, resolve
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Transport
-from mainboard.config import Config, HostConfig, ProviderHost, parse_duration
+from mainboard.config import Config, HostConfig, NotPositive, ProviderHost, positive_duration
 from mainboard.errors import ConfigError, HostError, UserError
 from mainboard.fleet.records import check_queue, fleet_receipts, host_queue, node_prefix
 from mainboard.hosts.access import TAG, ensure_root, tagged
@@ -70,15 +70,15 @@ class UpOptions:
 
 
 def _duration(flag: str, value: str | int | None) -> int | None:
+    """A flag's duration (unset when empty), each refusal naming the flag as typed."""
     if value is None or value == "":
         return None
     try:
-        seconds = parse_duration(value)
+        return positive_duration(value)
+    except NotPositive as exc:
+        raise UserError(f"{flag} {value!r}: {exc.detail}") from None
     except ConfigError as exc:
         raise UserError(f"{flag} {value!r}: not a duration; valid: {exc.valid}") from None
-    if seconds <= 0:
-        raise UserError(f"{flag} {value!r}: must be greater than zero")
-    return seconds
 
 
 def worker_command(python: str, node: str, queues: Sequence[str], concurrency: int,

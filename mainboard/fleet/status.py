@@ -17,8 +17,8 @@ import redis
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config
 from mainboard.errors import MainboardError
-from mainboard.fleet.control import broker_route, job_of, poll_jobs, registry_entries
 from mainboard.fleet.records import read_fleet
+from mainboard.fleet.workers import broker_route, job_of, poll_jobs, registry_entries
 from mainboard.receipts import WorkerStarted
 from mainboard.tasks.fleet import HEARTBEAT_S
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.ssh_session import remote_word
 from mainboard.config import Config, HostConfig, ProviderConfig
-from mainboard.errors import AuthFailed, HostKeyMismatch, MainboardError
+from mainboard.errors import AuthFailed, HostKeyMismatch, MainboardError, first_line
 from mainboard.hosts.access import Hosts
 from mainboard.hosts.facts import cached_record, summary
 
@@ -136,9 +136,8 @@ def _remote_access(board: Hosts | None, name: str, host: HostConfig, timeout: fl
 
 def _short(exc: BaseException, name: str = "") -> str:
     """First line of an error, without the host name prefix the row already shows."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    text = text.removeprefix(f"{name}: ") if name else text
-    return text[:300]
+    text = first_line(exc, limit=10_000)
+    return (text.removeprefix(f"{name}: ") if name else text)[:300]
 
 
 def host_access(board: Hosts | None, name: str, host: HostConfig, config: Config,

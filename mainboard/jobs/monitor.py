@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from mainboard.bridges.jobstate import JobState
 from mainboard.config import Config
-from mainboard.errors import HostError, MainboardError
+from mainboard.errors import HostError, MainboardError, first_line
 from mainboard.jobs.job import bridge_of, pull_view, store_of
 from mainboard.jobs.store import JobStore, JobView
 from mainboard.locks import flocked
@@ -101,7 +101,7 @@ def _probe(board: Hosts, store: JobStore, host: str, root: str,
         bridge = bridge_of(board.on(host), root)
         statuses = bridge.poll([v.record() for v in views])
     except (MainboardError, OSError) as exc:
-        return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        return first_line(exc)
     for view in views:
         store.observe(view.id, statuses[view.submitted.job_id])
     return None
@@ -224,7 +224,7 @@ def _pull_finished(board: Hosts, views: list[JobView],
             pull_view(board, view)
             pulled.append(view.id)
         except (HostError, OSError) as exc:
-            down.setdefault(view.host, str(exc).splitlines()[0][:300])
+            down.setdefault(view.host, first_line(exc))
     return pulled, tried
 
 

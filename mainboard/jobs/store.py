@@ -10,15 +10,13 @@ change is one line and the verdict (``job.finished``) is written once.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.errors import UserError
-from mainboard.ids import ID, IdForm
-from mainboard.locks import flocked
+from mainboard.ids import IdForm
 from mainboard.receipts import (
     JobFinished,
     JobPulled,
@@ -28,6 +26,7 @@ from mainboard.receipts import (
     ReceiptError,
     Receipts,
 )
+from mainboard.store import ReceiptStore
 
 if TYPE_CHECKING:
     from mainboard.bridges.base import JobRecord
@@ -116,68 +115,33 @@ def replay(payloads: Iterator[Payload], file: Path) -> JobView | None:
     return view
 
 
-class JobStore:
-    """The job receipts of one workspace state directory (``.mainboard``)."""
+class JobStore(ReceiptStore[JobView]):
+    """The job receipts of one workspace state directory (``.mainboard/jobs/<id>.ndjson``)."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.directory = Path(state_dir) / "jobs"
+    FOLDER, LAYOUT, FIRST, FORM = "jobs", "{id}" + SUFFIX, "job.submitted", FORM
+
+    def fold(self, receipts: Receipts, errors: list[ReceiptError] | None) -> JobView | None:
+        return replay(receipts.read(errors=errors), receipts.path)
 
     def file(self, job_id: str) -> Path:
         """The receipts file of ``job_id`` (refusing ids that are not plain names)."""
-        return self.directory / f"{FORM.check(job_id)}{SUFFIX}"
-
-    def receipts(self, job_id: str) -> Receipts:
-        """The receipts log of one job."""
-        return Receipts(self.file(job_id))
-
-    def ids(self) -> list[str]:
-        """Every job id with a receipts file, oldest first (ids start with their submit time)."""
-        if not self.directory.is_dir():
-            return []
-        return sorted(p.name[:-len(SUFFIX)] for p in self.directory.glob(f"*{SUFFIX}")
-                      if ID.match(p.name[:-len(SUFFIX)]))
-
-    def resolve(self, ref: str) -> str:
-        """The id ``ref`` names: an exact id, or a unique suffix such as ``1a2b3c``."""
-        self.file(ref)  # refuses what cannot be an id (quotes, slashes...) with the form
-        return FORM.resolve(ref, self.ids(), self.directory)
-
-    def view(self, job_id: str, errors: list[ReceiptError] | None = None) -> JobView | None:
-        """The job as its receipts say; bad lines go to ``errors`` (or raise without it)."""
-        path = self.file(job_id)
-        return replay(Receipts(path).read(errors=errors), path)
+        return self.path(job_id)
 
     def load(self, ref: str) -> JobView:
         """The view of the job ``ref`` names; UnknownJob when none, ReceiptError when unreadable."""
         job_id = self.resolve(ref)
         view = self.view(job_id)
         if view is None:
-            raise ReceiptError(f"{self.file(job_id)}: no job.submitted line; the job cannot be "
-                               "found on its host without it")
+            raise self.missing(job_id, "the job cannot be found on its host without it")
         return view
 
-    def scan(self) -> tuple[list[JobView], list[ReceiptError]]:
+    def scan(self, skipped: str = "job skipped") -> tuple[list[JobView], list[ReceiptError]]:
         """Every job (oldest first) and every unreadable line met on the way (file:line)."""
-        views: list[JobView] = []
-        errors: list[ReceiptError] = []
-        for job_id in self.ids():
-            view = self.view(job_id, errors)
-            if view is None:
-                errors.append(ReceiptError(f"{self.file(job_id)}: no job.submitted line; "
-                                           "job skipped"))
-            else:
-                views.append(view)
-        return views, errors
-
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Serialise read-compare-append across threads and processes (one lock per workspace)."""
-        with flocked(self.directory / ".lock"):
-            yield
+        return super().scan(skipped)
 
     def submitted(self, payload: JobSubmitted) -> None:
         """Record a job the host accepted (its first line)."""
-        self.receipts(payload.id).append(payload)
+        self.append(payload.id, payload)
 
     def observe(self, job_id: str, status: JobStatus) -> bool:
         """Record ``status`` if it is news: a new state, or the verdict. True when a line was added.
@@ -185,21 +149,21 @@ class JobStore:
         After the verdict nothing changes any more: a later, different report (a scheduler
         that forgot the job) is not allowed to rewrite an outcome already recorded.
         """
-        with self.locked():
+        with self.lock():
             view = self.view(job_id, [])
             if view is None or view.finished:
                 return False
             if status.final:
-                self.receipts(job_id).append(JobFinished(
+                self.append(job_id, JobFinished(
                     id=job_id, state=status.state.value, exit_code=status.exit_code,
                     native=status.native, reason=status.reason))
                 return True
             if status.state is view.state:
                 return False
-            self.receipts(job_id).append(JobStateChanged(
+            self.append(job_id, JobStateChanged(
                 id=job_id, state=status.state.value, native=status.native, reason=status.reason))
             return True
 
     def pulled(self, payload: JobPulled) -> None:
         """Record that a job's results came back."""
-        self.receipts(payload.id).append(payload)
+        self.append(payload.id, payload)

@@ -19,12 +19,14 @@ from mainboard.errors import UserError
 from mainboard.receipts import (
     IterationDone,
     Payload,
+    ReceiptError,
     Receipts,
     RunCreated,
     RunFailed,
     RunFinished,
     RunResumed,
 )
+from mainboard.store import ReceiptStore
 
 RECEIPTS_NAME = "receipts.ndjson"
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -96,27 +98,26 @@ class RunHistory:
         return out
 
 
-class RunStore:
-    """Receipt files of every run in one workspace state directory."""
+class RunStore(ReceiptStore[RunHistory]):
+    """Receipt files of every run in one workspace state directory (``.mainboard/runs/<id>/``)."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.root = Path(state_dir) / "runs"
+    FOLDER, LAYOUT, FIRST = "runs", "{id}/" + RECEIPTS_NAME, "run.created"
 
-    def receipts(self, run_id: str) -> Receipts:
-        """The receipt log of one run."""
-        return Receipts(self.root / run_id / RECEIPTS_NAME)
+    @property
+    def root(self) -> Path:
+        """The folder holding one folder per run."""
+        return self.directory
 
-    def append(self, payload: Payload) -> None:
+    def record(self, payload: Payload) -> None:
         """Write one receipt line to the run the payload names."""
-        self.receipts(payload.run_id).append(payload)  # type: ignore[attr-defined]
+        self.append(payload.run_id, payload)  # type: ignore[attr-defined]
 
-    def history(self, run_id: str) -> RunHistory | None:
-        """The latest execution of ``run_id`` (None when it has no receipts)."""
+    def fold(self, receipts: Receipts, errors: list[ReceiptError] | None) -> RunHistory | None:
+        """The latest execution in one run's log: a ``run.created`` line starts each."""
         current: RunHistory | None = None
-        log = self.receipts(run_id)
-        for item in log.read():
+        for item in receipts.read(errors=errors):
             if isinstance(item, RunCreated):
-                current = RunHistory(run_id, item)
+                current = RunHistory(receipts.path.parent.name, item)
             elif current is None:
                 continue
             elif isinstance(item, IterationDone):
@@ -131,13 +132,16 @@ class RunStore:
             elif isinstance(item, RunFailed):
                 current.failed = item
         if current is not None:
-            current.updated = log.path.stat().st_mtime
+            current.updated = receipts.path.stat().st_mtime
         return current
+
+    def history(self, run_id: str) -> RunHistory | None:
+        """The latest execution of ``run_id`` (None when it has no receipts)."""
+        return self.view(run_id)
 
     def all(self) -> Iterator[RunHistory]:
         """Every run with receipts, most recently updated first."""
-        found = [h for p in self.root.glob(f"*/{RECEIPTS_NAME}")
-                 if (h := self.history(p.parent.name)) is not None]
+        found = [h for run_id in self.ids() if (h := self.history(run_id)) is not None]
         yield from sorted(found, key=lambda h: h.updated, reverse=True)
 
     def find(self, what: str) -> RunHistory:

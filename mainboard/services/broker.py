@@ -11,15 +11,11 @@ replaces all of this with an existing Redis (see :func:`resolve_broker_url`).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
 import signal
-import subprocess
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,19 +25,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from mainboard.daemon import (
-    FORBIDDEN_PORTS,
-    HOST,
-    fresh_port,
-    log_tail,
-    port_is_free,
-    process_cmdline,
-    read_or_create_secret,
-    read_secret,
-    write_private,
-)
+from mainboard.daemon import FORBIDDEN_PORTS, HOST, Daemon, fresh_port, port_is_free, write_private
 from mainboard.errors import BrokerError, ConfigError, MissingDependency
-from mainboard.locks import flocked
 from mainboard.redact import redact_url
 
 if TYPE_CHECKING:
@@ -122,62 +107,43 @@ def _conf_value(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-class EmbeddedBroker:
+def _pings(client: redis.Redis) -> bool:
+    """True if the server answers PING; False while it is not (yet) reachable."""
+    try:
+        return bool(client.ping())
+    except (redis.ConnectionError, redis.TimeoutError):
+        return False
+
+
+class EmbeddedBroker(Daemon):
     """A private redis-server whose config, data, password and pid live under ``state_dir``."""
 
+    program = "redis-server"
+    error = BrokerError
+    secret_bytes = 32
+    start_timeout = START_TIMEOUT
+    record_indent = 1
+    port_in_exit_error = True  # "in use" in that message makes up() retry on a fresh port
+
     def __init__(self, state_dir: Path) -> None:
-        self.state_dir = Path(state_dir).absolute()
-        self.redis_dir = self.state_dir / "redis"
-        self.conf_path = self.redis_dir / "redis.conf"
-        self.log_path = self.redis_dir / "redis.log"
+        super().__init__(state_dir, "redis", secret="broker.secret", conf="redis.conf",
+                         log="redis.log", record="broker.json", lock="broker.lock")
+        self.redis_dir = self.dir
         self.pidfile_path = self.redis_dir / "redis.pid"
-        self.secret_path = self.state_dir / "broker.secret"
-        self.state_path = self.state_dir / "broker.json"
-        self._lock_path = self.state_dir / "broker.lock"
 
     # ----- files -------------------------------------------------------------------------
 
-    def _ensure_dirs(self) -> None:
-        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.redis_dir.mkdir(mode=0o700, exist_ok=True)
-        self.redis_dir.chmod(0o700)
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Serialise up/down between processes sharing this state dir."""
-        self._ensure_dirs()
-        with flocked(self._lock_path):
-            yield
-
-    def _password(self) -> str | None:
-        """The broker password from broker.secret (re-tightened to 0600), None if absent."""
-        return read_secret(self.secret_path)
-
-    def _ensure_password(self) -> str:
-        """The existing password, or a new random one written to a fresh 0600 file."""
-        return read_or_create_secret(self.secret_path, 32)
-
-    def _recorded(self) -> tuple[int | None, int | None]:
-        """(pid, port) from broker.json; redis.pid and redis.conf fill in what it lacks."""
-        try:
-            data = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            data = {}
-        data = data if isinstance(data, dict) else {}
-        pid, port = data.get("pid"), data.get("port")
-        if pid is None:
+    def _read_record(self) -> dict[str, Any]:
+        """broker.json; redis.pid and redis.conf fill in the pid and port it lacks."""
+        data = super()._read_record()
+        if data.get("pid") is None:
             with contextlib.suppress(OSError, ValueError):
-                pid = int(self.pidfile_path.read_text().strip())
-        if port is None:
+                data["pid"] = int(self.pidfile_path.read_text().strip())
+        if data.get("port") is None:
             with contextlib.suppress(OSError):
                 found = re.search(r"^port (\d+)$", self.conf_path.read_text(), re.MULTILINE)
-                port = int(found.group(1)) if found else None
-        return (pid if isinstance(pid, int) else None), (port if isinstance(port, int) else None)
-
-    def _record(self, **data: Any) -> None:
-        tmp = self.state_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        tmp.replace(self.state_path)
+                data["port"] = int(found.group(1)) if found else None
+        return data
 
     def _write_conf(self, port: int, password: str) -> None:
         """The generated redis.conf: the only place besides broker.secret holding the password."""
@@ -194,18 +160,11 @@ class EmbeddedBroker:
         ]
         write_private(self.conf_path, "\n".join(lines) + "\n")
 
-    def _log_tail(self, offset: int, password: str | None) -> str:
-        """Last log lines written since ``offset``, with the password scrubbed."""
-        return log_tail(self.log_path, offset, [password or ""])
-
     # ----- process -----------------------------------------------------------------------
 
-    def _is_ours(self, pid: int | None) -> bool:
-        """True if ``pid`` is alive and is the redis-server running our conf file."""
-        if not pid or pid <= 0:
-            return False
-        cmdline = process_cmdline(pid)
-        return bool(cmdline) and "redis-server" in cmdline and str(self.conf_path) in cmdline
+    def _marks(self) -> tuple[str, ...]:
+        """The redis-server running our conf file (set-proc-title no keeps argv intact)."""
+        return "redis-server", str(self.conf_path)
 
     def _client(self, port: int, password: str | None) -> redis.Redis:
         """A client that fails fast: no retries, so a stopped server is noticed at once."""
@@ -213,40 +172,11 @@ class EmbeddedBroker:
                            socket_connect_timeout=3, retry=Retry(NoBackoff(), 0))
 
     def _launch(self, binary: str, port: int, password: str) -> int:
-        """Start redis-server in its own session; return its pid once it answers PING."""
+        """Start redis-server (password only in the conf); return its pid once it answers PING."""
         self._write_conf(port, password)
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with open(self.log_path, "ab") as log:
-            proc = subprocess.Popen([binary, str(self.conf_path)], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, start_new_session=True,
-                                    close_fds=True, cwd=self.redis_dir)
-        # reap it whenever it exits, so a long-lived caller never keeps a zombie
-        threading.Thread(target=proc.wait, name=f"reap-redis-{proc.pid}", daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT
         with self._client(port, password) as client:
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    tail = self._log_tail(offset, password)
-                    raise BrokerError(f"redis-server exited with code {proc.returncode} on port "
-                                      f"{port}: {tail or 'no log output'} (log: {self.log_path})")
-                try:
-                    if client.ping():
-                        return proc.pid
-                except (redis.ConnectionError, redis.TimeoutError):
-                    time.sleep(0.05)
-        proc.terminate()
-        raise BrokerError(f"redis-server did not answer on {HOST}:{port} within "
-                          f"{START_TIMEOUT:.0f}s: {self._log_tail(offset, password)} "
-                          f"(log: {self.log_path})")
-
-    def _wait_gone(self, pid: int, timeout: float) -> bool:
-        """True once ``pid`` is no longer our redis-server, False after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while self._is_ours(pid):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
+            return self._start([binary, str(self.conf_path)], port, [password],
+                               lambda: _pings(client))
 
     # ----- public API ----------------------------------------------------------------------
 

@@ -13,32 +13,20 @@ as for workers. Inherited ``FLOWER_*`` variables are dropped so that nothing (sa
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mainboard.daemon import (
-    HOST,
-    fresh_port,
-    log_tail,
-    port_is_free,
-    process_cmdline,
-    read_or_create_secret,
-    write_private,
-)
+from mainboard.daemon import HOST, Daemon, fresh_port, port_is_free, write_private
 from mainboard.errors import MainboardError, UserError
-from mainboard.locks import flocked
 
 USER = "mainboard"
 BROKER_URL_ENV = "MAINBOARD_BROKER_URL"
@@ -79,48 +67,21 @@ def _url_password(url: str) -> str:
         return ""
 
 
-class Flower:
+class Flower(Daemon):
     """The workspace's Flower: config, log, pid and port under ``state_dir/flower``."""
 
+    program = "flower"
+    error = FlowerError
+    start_timeout = START_TIMEOUT
+    poll_interval = 0.2  # each check is an HTTP request
+
     def __init__(self, state_dir: Path) -> None:
-        self.state_dir = Path(state_dir).absolute()
-        self.dir = self.state_dir / "flower"
-        self.secret_path = self.state_dir / "flower.secret"
-        self.conf_path = self.dir / "flowerconfig.py"
-        self.log_path = self.dir / "flower.log"
-        self.state_path = self.dir / "flower.json"
-        self._lock_path = self.dir / "flower.lock"
+        super().__init__(state_dir, "flower", secret="flower.secret", conf="flowerconfig.py",
+                         log="flower.log", record="flower/flower.json", lock="flower/flower.lock")
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Serialise up/down between processes sharing this state dir."""
-        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.dir.mkdir(mode=0o700, exist_ok=True)
-        self.dir.chmod(0o700)
-        with flocked(self._lock_path):
-            yield
-
-    def _recorded(self) -> tuple[int | None, int | None]:
-        try:
-            data = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            return None, None
-        if not isinstance(data, dict):
-            return None, None
-        pid, port = data.get("pid"), data.get("port")
-        return (pid if isinstance(pid, int) else None), (port if isinstance(port, int) else None)
-
-    def _record(self, **data: Any) -> None:
-        tmp = self.state_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data) + "\n")
-        tmp.replace(self.state_path)
-
-    def _is_ours(self, pid: int | None) -> bool:
-        """True if ``pid`` is alive and is a Flower running our config file."""
-        if not pid or pid <= 0:
-            return False
-        cmdline = process_cmdline(pid) or ""
-        return "flower" in cmdline and f"--conf={self.conf_path}" in cmdline
+    def _marks(self) -> tuple[str, ...]:
+        """A Flower running our config file."""
+        return "flower", f"--conf={self.conf_path}"
 
     def _base(self) -> FlowerStatus:
         return FlowerStatus(running=False, state_dir=str(self.state_dir),
@@ -156,10 +117,6 @@ class Flower:
                  f"basic_auth = [{credential!r}]", "persistent = False"]
         write_private(self.conf_path, "\n".join(lines) + "\n")
 
-    def _tail(self, offset: int, hide: list[str]) -> str:
-        """Last log lines since ``offset``, with every secret scrubbed."""
-        return log_tail(self.log_path, offset, hide)
-
     def _port(self, wanted: int | None, previous: int | None) -> int:
         if wanted is not None:
             if not 0 < wanted < 65536:
@@ -181,7 +138,7 @@ class Flower:
                 note = (f"already running on port {current.port}; `mainboard flower stop` "
                         "first to change the port") if port and port != current.port else None
                 return replace(current, action="already running", note=note)
-            password = read_or_create_secret(self.secret_path)
+            password = self._ensure_password()
             chosen = self._port(port, current.port)
             self._write_conf(chosen, password)
             pid = self._launch(python, broker_url, chosen, [password, _url_password(broker_url)])
@@ -194,25 +151,13 @@ class Flower:
         env[BROKER_URL_ENV] = broker_url
         argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "flower",
                 f"--conf={self.conf_path}"]
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with open(self.log_path, "ab") as log:
-            os.chmod(self.log_path, 0o600)
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    env=env, cwd=self.dir, start_new_session=True,
-                                    close_fds=True)
-        threading.Thread(target=proc.wait, name=f"reap-flower-{proc.pid}", daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise FlowerError(f"flower exited with code {proc.returncode}: "
-                                  f"{self._tail(offset, hide) or 'no log output'} "
-                                  f"(log: {self.log_path})")
-            if self.answers(port, timeout=1.0) and proc.poll() is None:
-                return proc.pid
-            time.sleep(0.2)
+        self.log_path.touch(mode=0o600)  # private before Flower writes to it
+        self.log_path.chmod(0o600)
+        return self._start(argv, port, hide, lambda: self.answers(port, timeout=1.0), env=env)
+
+    def _abandon(self, proc: subprocess.Popen[bytes]) -> None:
+        """A Flower that never answered is stopped for good: SIGTERM, then SIGKILL."""
         self._stop_pid(proc.pid)
-        raise FlowerError(f"flower did not answer on {HOST}:{port} within {START_TIMEOUT:.0f}s: "
-                          f"{self._tail(offset, hide)} (log: {self.log_path})")
 
     def _stop_pid(self, pid: int) -> None:
         """SIGTERM (Flower exits cleanly on it), then SIGKILL; only ever our verified pid."""
@@ -221,9 +166,7 @@ class Flower:
                 return
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            deadline = time.monotonic() + STOP_TIMEOUT
-            while self._is_ours(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            self._wait_gone(pid, STOP_TIMEOUT)
         if self._is_ours(pid):
             raise FlowerError(f"flower pid {pid} did not stop after SIGTERM and SIGKILL")
 

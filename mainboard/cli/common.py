@@ -1,0 +1,51 @@
+"""What every verb repeats: the workspace's config or Board, ``--json`` and its output.
+
+Imports of the rooms below stay inside the functions so ``mainboard --help`` loads
+none of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from mainboard.board import Board
+    from mainboard.config import Config
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_path(ctx: click.Context) -> str | None:
+    """``--config`` (or ``$MAINBOARD_CONFIG``) as the group stored it; None: search upwards."""
+    return (ctx.obj or {}).get("config_path")
+
+
+def load(ctx: click.Context) -> Config:
+    """The workspace's mainboard.toml, loaded and checked."""
+    from mainboard.config import load_config
+
+    return load_config(config_path(ctx))
+
+
+@contextmanager
+def board(ctx: click.Context) -> Iterator[Board]:
+    """A Board for the workspace, closed (its connections let go) when the verb ends."""
+    from mainboard.board import Board
+
+    with Board(config_path(ctx)) as opened:
+        yield opened
+
+
+def json_option(help: str = "Machine-readable output.") -> Callable[[F], F]:
+    """The ``--json`` flag, passed to the verb as ``as_json``."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def echo_json(value: Any, **options: Any) -> None:
+    """One JSON document on stdout; NaN is refused (it is not JSON)."""
+    click.echo(json.dumps(value, allow_nan=False, **options))

@@ -1,0 +1,237 @@
+"""The fleet's running workers: where they beat (the registry), their jobs, how they stop.
+
+Both ``fleet down`` (:mod:`mainboard.fleet.control`) and the keeper's idle check
+(:mod:`mainboard.fleet.keeper`) stop workers the same way: drain (Celery's warm
+shutdown: the task in hand finishes), cancel what did not stop, destroy rentals, record.
+Everything here works from receipts, so a new process can stop what another started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import redis
+
+from mainboard import keys
+from mainboard.bridges.base import Bridge, JobRecord
+from mainboard.bridges.jobstate import JobStatus
+from mainboard.bridges.transport import Transport
+from mainboard.config import Config, ProviderHost
+from mainboard.errors import MainboardError
+from mainboard.fleet.launch import (
+    BrokerRoute,
+    remove_secret,
+    ssh_from_dict,
+)
+from mainboard.fleet.records import fleet_receipts
+from mainboard.hosts.access import Hosts
+from mainboard.receipts import WorkerStarted, WorkerStopped
+from mainboard.services.broker import EmbeddedBroker
+
+DRAIN_TIMEOUT_S = 60.0
+CANCEL_WAIT_S = 20.0
+
+def broker_route(config: Config, *, start: bool) -> BrokerRoute | None:
+    """The broker URL (``[broker] url`` or the embedded one, started when ``start``)."""
+    if config.broker.url:
+        return BrokerRoute(config.broker.url)
+    broker = EmbeddedBroker(config.state_dir)
+    if start:
+        broker.up()
+    elif not broker.status().running:
+        return None
+    return BrokerRoute(broker.url())
+
+
+def registry(route: BrokerRoute) -> redis.Redis:
+    """A short-timeout client for the worker registry (``keys.workers_index``)."""
+    return redis.Redis.from_url(route.url, socket_timeout=5, socket_connect_timeout=5,
+                                decode_responses=True)
+
+
+def registry_entries(route: BrokerRoute, prefixes: Iterable[str]) -> dict[str, dict[str, str]]:
+    """``{node prefix: registry hash (+ "node")}`` for the fleet workers that ever beat."""
+    wanted = set(prefixes)
+    found: dict[str, dict[str, str]] = {}
+    with registry(route) as client:
+        for node in client.zrange(keys.workers_index(), 0, -1):
+            prefix = node.partition("@")[0]
+            if prefix in wanted:
+                found[prefix] = {**client.hgetall(keys.worker(node)), "node": node}
+    return found
+
+
+def host_transport(config: Config, name: str) -> Transport:
+    """The login-side transport of a declared host, paths resolved like the Board does."""
+    return Hosts(config=config).on(name).transport
+
+
+def bridge_of(config: Config, worker: WorkerStarted) -> Bridge:
+    """The bridge that can ask about, and cancel, ``worker``'s job (from a new process too)."""
+    from mainboard.bridges import bridge_for
+
+    if worker.rental and worker.ssh:
+        from mainboard.bridges.providers.base import Rental
+        from mainboard.bridges.providers.bridge import ProviderBridge
+
+        host = config.host(worker.host)
+        assert isinstance(host, ProviderHost)
+        rental = Rental(worker.rental["rental_id"], "running", worker.ssh["host"],
+                        worker.ssh["port"], worker.ssh["user"], 0.0)
+        return ProviderBridge(worker.host, host, rental, identity=worker.ssh["identity"],
+                              known_hosts=Path(worker.ssh["known_hosts"]), root=worker.root)
+    host = config.host(worker.host)
+    name = getattr(host, "container", None)
+    return bridge_for(worker.host, host, host_transport(config, worker.host),
+                      container=config.containers[name] if name else None, root=worker.root)
+
+
+def job_of(worker: WorkerStarted) -> JobRecord:
+    """The bridge's record of the worker's job, as the receipt keeps it."""
+    return JobRecord.model_validate(worker.job)
+
+
+def poll_jobs(config: Config, workers: Sequence[WorkerStarted]
+              ) -> dict[str, JobStatus | MainboardError]:
+    """Each worker's job status by worker id (a host that cannot be asked gives its error)."""
+    out: dict[str, JobStatus | MainboardError] = {}
+    by_host: dict[tuple[str, str, str], list[WorkerStarted]] = {}
+    for worker in workers:  # one bridge per host, root and (for rentals) machine
+        rental = worker.rental["rental_id"] if worker.rental else ""
+        by_host.setdefault((worker.host, worker.root, rental), []).append(worker)
+    for group in by_host.values():
+        try:
+            bridge = bridge_of(config, group[0])
+            found = bridge.poll([job_of(w) for w in group])
+            out.update({w.worker_id: found[job_of(w).job_id] for w in group})
+        except MainboardError as exc:
+            out.update({w.worker_id: exc for w in group})
+    return out
+
+
+def drain(route: BrokerRoute | None, workers: Sequence[WorkerStarted]) -> list[str]:
+    """Ask the workers for Celery's warm shutdown (stop consuming, finish the task in hand).
+
+    Node names come from the registry the workers beat into (``fleet_tasks``), so no
+    broadcast round has to be waited for; a node that is gone ignores the request.
+    """
+    if route is None or not workers:
+        return []
+    from mainboard.tasks.app import make_app
+
+    try:
+        nodes = [e["node"] for e in registry_entries(route, [w.node for w in workers]).values()]
+    except redis.RedisError:
+        return []
+    if nodes:
+        app = make_app(broker_url=route.url)
+        try:
+            app.control.shutdown(destination=nodes)
+        finally:
+            app.close()
+    return nodes
+
+
+def _cancel(config: Config, workers: Sequence[WorkerStarted]) -> None:
+    for worker in workers:
+        with contextlib.suppress(MainboardError):
+            bridge_of(config, worker).cancel([job_of(worker)])
+
+
+def _unfinished(workers: Sequence[WorkerStarted], found: dict[str, JobStatus | MainboardError],
+                state: str | None = None) -> list[WorkerStarted]:
+    """Workers whose job is known and not final (and, with ``state``, in that state)."""
+    return [w for w in workers if isinstance(s := found[w.worker_id], JobStatus)
+            and not s.final and (state is None or s.state.value == state)]
+
+
+def _wait_final(config: Config, workers: list[WorkerStarted], timeout: float
+                ) -> dict[str, JobStatus | MainboardError]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = poll_jobs(config, workers)
+        if not _unfinished(workers, found) or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.3)
+
+
+def _destroy_rental(config: Config, worker: WorkerStarted, reason: str) -> None:
+    from mainboard.bridges.providers.lifecycle import destroy_rental, rental_receipts
+    from mainboard.hosts.rentals import adapter
+
+    assert worker.rental is not None
+    host = config.host(worker.host)
+    assert isinstance(host, ProviderHost)
+    destroy_rental(adapter(config, host), rental_receipts(config.state_dir),
+                   worker.rental["rental_id"], reason)
+
+
+def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: str,
+                 timeout: float = DRAIN_TIMEOUT_S) -> dict[str, str]:
+    """Drain, then cancel what is still running, destroy rentals, record; worker id -> outcome."""
+    workers = list(workers)
+    found = poll_jobs(config, workers)
+    _cancel(config, _unfinished(workers, found, "pending"))  # never started: nothing to drain
+    drain(broker_route(config, start=False), _unfinished(workers, found))
+    found = _wait_final(config, workers, timeout)
+    late = _unfinished(workers, found)
+    _cancel(config, late)
+    if late:
+        found.update(_wait_final(config, late, CANCEL_WAIT_S))
+    outcome: dict[str, str] = {}
+    for worker in workers:
+        status = found[worker.worker_id]
+        problem = str(status) if isinstance(status, MainboardError) else None
+        if not problem:
+            with contextlib.suppress(MainboardError):
+                remove_secret(_secret_transport(config, worker), worker.secret_path)
+        if worker.rental:
+            try:
+                _destroy_rental(config, worker, reason)
+            except MainboardError as exc:
+                outcome[worker.worker_id] = f"error: rental not destroyed: {exc}"
+                continue
+        elif problem:
+            outcome[worker.worker_id] = f"error: {problem}"
+            continue
+        state = status.state.value if isinstance(status, JobStatus) else "unknown"
+        fleet_receipts(config.state_dir).append(WorkerStopped(
+            worker_id=worker.worker_id, host=worker.host, reason=reason, state=state))
+        outcome[worker.worker_id] = state
+    return outcome
+
+
+def _secret_transport(config: Config, worker: WorkerStarted) -> Transport:
+    if worker.ssh and worker.rental:
+        return ssh_from_dict(worker.ssh, worker.host)
+    return host_transport(config, worker.host)
+
+
+def idle_workers(config: Config, workers: Sequence[WorkerStarted]) -> list[WorkerStarted]:
+    """Rented workers that should go: idle past their timeout, or their rental broken."""
+    from mainboard.bridges.providers import should_destroy
+    from mainboard.hosts.rentals import adapter
+
+    route = broker_route(config, start=False)
+    entries = registry_entries(route, [w.node for w in workers]) if route else {}
+    idle = []
+    for worker in workers:
+        if not worker.rental or worker.idle_timeout_s is None:
+            continue
+        entry = entries.get(worker.node, {})
+        if int(entry.get("active") or 0) > 0:
+            continue  # a task is in hand: never idle
+        host = config.host(worker.host)
+        assert isinstance(host, ProviderHost)
+        rental = adapter(config, host).status(worker.rental["rental_id"])
+        last = float(entry["last_task"]) if entry.get("last_task") else \
+            float(entry["started"]) if entry.get("started") else None
+        if should_destroy(rental, last, worker.idle_timeout_s):
+            idle.append(worker)
+    return idle
+
+
+__all__ = ["broker_route", "idle_workers", "poll_jobs", "registry_entries", "stop_workers"]
