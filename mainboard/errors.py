@@ -54,6 +54,10 @@ class ConfigError(UserError):
         super().__init__(text)
 
 
+class NotPositive(ConfigError):
+    """A well-formed number or duration that is zero or less (no list of forms would help)."""
+
+
 class ConfigNotFound(ConfigError):
     """No mainboard.toml in the working directory or any parent, and MAINBOARD_CONFIG unset."""
 

@@ -5,7 +5,7 @@ first access so that ``celery -A mainboard.tasks.app worker`` (and Flower) work 
 plain ``import`` never touches a broker. The broker URL comes from, in order: the
 ``broker_url`` argument, ``$MAINBOARD_BROKER_URL`` (how bridges hand it to remote
 workers), ``[broker] url`` of mainboard.toml, else the embedded Redis, which
-``mainboard.broker.resolve_broker_url`` starts or reuses. Results go to the same Redis.
+``mainboard.services.broker.resolve_broker_url`` starts or reuses. Results go to the same Redis.
 
 Workers need no ``-I``: the app includes the stage and integrate task modules, and its
 ``task_routes`` send stage tasks to ``mainboard.batches`` and whole runs to

@@ -3,7 +3,7 @@
 Each call opens a session: the broker (embedded, started if needed, or the configured
 one), a Celery app, a Redis client, and local batch workers when asked for (or when no
 fleet consumes the batch queue). It then hands the run to the
-:class:`~mainboard.coordinator.Coordinator` and stops the workers it started.
+:class:`~mainboard.tasks.coordinator.Coordinator` and stops the workers it started.
 """
 
 from __future__ import annotations

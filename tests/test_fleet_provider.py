@@ -10,7 +10,6 @@ leaves no rental behind; a worker idle past its timeout loses its machine.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,17 +30,10 @@ from tests.fleet_helpers import (
     wait_until,
     workspace,
 )
-from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
+from tests.sim_provider import SimulatedProviderServer
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 KEY_ENV = "MB_FLEET_SIM_KEY"
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderServer]:
-    server = start_simulated_provider(tmp_path_factory.mktemp("sim-provider"))
-    yield server
-    server.stop()
 
 
 def _workspace(base: Path, sim: SimulatedProviderServer, root: Path, **host: object) -> Path:

@@ -10,7 +10,6 @@ rents, and a monitor pass destroys the rental once no job is owed anything.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,18 +21,11 @@ from mainboard.errors import HostError, ProviderError
 from mainboard.jobs.job import Job
 from mainboard.jobs.monitor import monitor_pass
 from tests.jobs_workspace import make_workspace
-from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
+from tests.sim_provider import SimulatedProviderServer
 from tests.workspace import toml_tables
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 KEY_ENV = "MB_JOBS_SIM_KEY"
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderServer]:
-    server = start_simulated_provider(tmp_path_factory.mktemp("sim-jobs"))
-    yield server
-    server.stop()
 
 
 def _market(sim: SimulatedProviderServer) -> RestProvider:

@@ -33,7 +33,7 @@ from mainboard.jobs.monitor import LOCK_FILE, monitor_log, monitor_pass, release
 from mainboard.receipts import JobPulled, JobSubmitted
 from tests.jobs_workspace import make_workspace, wait_until
 from tests.services import free_port, start_sshd
-from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
+from tests.sim_provider import SimulatedProviderServer
 from tests.workspace import run_cli, toml_tables
 
 pytestmark = pytest.mark.live
@@ -207,13 +207,6 @@ def test_corrupt_lines_are_reported_with_file_and_line(board: Board) -> None:
     assert report["changed"] is False
     assert any(e.startswith(f"{jobs_file}:2: bad job.state payload") for e in report["errors"])
     assert any(e.startswith(f"{log}:1: not a JSON receipt line") for e in report["errors"])
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderServer]:
-    server = start_simulated_provider(tmp_path_factory.mktemp("simprov"))
-    yield server
-    server.stop()
 
 
 def _provider_config(sim: SimulatedProviderServer, tmp_path: Path,

@@ -52,13 +52,6 @@ pytestmark = pytest.mark.live
 KEY_ENV = "MB_TEST_SIM_PROVIDER_KEY"
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderServer]:
-    server = start_simulated_provider(tmp_path_factory.mktemp("simprov"))
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def provider(sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch
              ) -> Iterator[RestProvider]:

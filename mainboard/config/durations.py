@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from mainboard.errors import ConfigError
+from mainboard.errors import ConfigError, NotPositive
 
 DURATION_FORMS = ('"HH:MM:SS", "MM:SS", "D-HH:MM:SS", "D-HH", "90s", "30m", "2h", "1d", '
                   "or an integer number of seconds")
@@ -53,11 +53,6 @@ def parse_duration(value: Any) -> int:
         raise ConfigError("minutes and seconds must be below 60 (hours below 24 after a day)",
                           value=value, valid=DURATION_FORMS)
     return seconds
-
-
-class NotPositive(ConfigError):
-    """A well-formed duration that is zero, kept apart from malformed ones: flag and job
-    messages leave out the list of valid forms, which would not help here."""
 
 
 def positive_duration(value: Any) -> int:

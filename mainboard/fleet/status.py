@@ -3,7 +3,7 @@
 Three sources, each answering what only it knows: the bridge (is the job queued,
 running, finished, and how), a Celery broadcast (is the worker answering right now,
 which queues it consumes), and the worker registry the fleet workers write
-(``fleet_tasks``: last heartbeat, tasks done). A host that cannot be asked does not
+(:mod:`mainboard.tasks.fleet`: last heartbeat, tasks done). A host that cannot be asked does not
 hide the others: its rows say why.
 """
 

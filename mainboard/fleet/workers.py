@@ -115,7 +115,7 @@ def poll_jobs(config: Config, workers: Sequence[WorkerStarted]
 def drain(route: BrokerRoute | None, workers: Sequence[WorkerStarted]) -> list[str]:
     """Ask the workers for Celery's warm shutdown (stop consuming, finish the task in hand).
 
-    Node names come from the registry the workers beat into (``fleet_tasks``), so no
+    Node names come from the registry the workers beat into (:mod:`mainboard.tasks.fleet`), so no
     broadcast round has to be waited for; a node that is gone ignores the request.
     """
     if route is None or not workers:

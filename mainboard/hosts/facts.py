@@ -1,6 +1,6 @@
 """Hardware facts of a host: one pydantic schema, the probe that fills it, and a cache.
 
-The probe (``mainboard/facts_probe.py``) is plain standard-library Python sent on
+The probe (``mainboard/hosts/facts_probe.py``) is plain standard-library Python sent on
 stdin to the host's own ``python3 -``, so nothing has to be installed there. Its
 JSON answer is validated here against :class:`Facts`, the single definition of the
 schema, and cached under ``.mainboard/facts/<host>.json`` so listings such as
