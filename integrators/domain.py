@@ -7,6 +7,7 @@ discrete indices ``idx`` and per-sample ``weights`` (Jacobian divided by samplin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -17,6 +18,16 @@ import numpy as np
 from mainboard.integrators.errors import BatchError
 
 MAX_CHANNELS = 1 << 20
+
+
+def too_many_channels(cards: Sequence[int]) -> str | None:
+    """Why ``cards`` has more joint values than the samplers' per-channel tables may hold
+    (None when it fits); the run file's ``[domain]`` and :class:`Domain` both ask here."""
+    channels = math.prod(cards)
+    if channels <= MAX_CHANNELS:
+        return None
+    return f"{channels} channels (the product of the cardinalities); at most {MAX_CHANNELS} " \
+           "are supported"
 
 
 class Region(StrEnum):
@@ -42,9 +53,9 @@ class Domain:
         cards = tuple(int(c) for c in discrete)
         if any(c < 1 for c in cards):
             raise ValueError(f"domain.discrete cardinalities must be >= 1, got {list(discrete)}")
-        if int(np.prod(cards, dtype=np.float64)) > MAX_CHANNELS:
-            raise ValueError(f"domain.discrete has {int(np.prod(cards, dtype=np.float64))} "
-                             f"channels; at most {MAX_CHANNELS} are supported")
+        why = too_many_channels(cards)
+        if why:
+            raise ValueError(f"domain.discrete has {why}")
         object.__setattr__(self, "continuous", int(continuous))
         object.__setattr__(self, "discrete", cards)
 

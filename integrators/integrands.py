@@ -26,6 +26,7 @@ from mainboard.errors import ConfigError
 from mainboard.integrators import genz
 from mainboard.integrators.errors import BatchError
 from mainboard.integrators.spec import IntegrandSpec, check_integrand
+from mainboard.integrators.spec_checks import SpecError, check_exact
 
 Components = int | Literal["complex"]
 Exact = float | complex | list[float] | None
@@ -109,12 +110,12 @@ def make_integrand(spec: Any, dim: int, discrete: Sequence[int] = ()) -> Integra
             from mainboard.integrators.spec_errors import to_config_error
 
             raise to_config_error(exc, _IntegrandOnly, file=None, text=None) from None
-    from mainboard.integrators.spec import DomainSpec, SpecError
+    from mainboard.integrators.spec import DomainSpec
 
     try:
         check_integrand(spec, dim, DomainSpec(continuous=max(dim, 1), discrete=list(discrete)))
     except SpecError as exc:
-        raise ConfigError(str(exc), key=exc.key, value=exc.value) from None
+        raise ConfigError(str(exc), key=exc.key, value=exc.value, valid=exc.valid) from None
     factory = _factory(spec.kind)
     if factory is None:
         raise ConfigError(f"integrand kind {spec.kind!r} is not available in this process",
@@ -252,19 +253,14 @@ def exact_value(exact: Any, components: Components) -> Exact:
     """A run file's ``exact`` (number, [real, imag] or list) as the integrand's value kind."""
     if exact is None:
         return None
+    try:
+        check_exact(exact, components, "integrand.exact")
+    except SpecError as exc:
+        raise ConfigError(str(exc), key=exc.key, value=exc.value, valid=exc.valid) from None
     if components == "complex":
-        if not isinstance(exact, list) or len(exact) != 2:
-            raise ConfigError("exact for a complex integrand is [real, imag]",
-                              key="integrand.exact", value=exact)
         return complex(exact[0], exact[1])
     if components == 1:
-        if isinstance(exact, list):
-            raise ConfigError("exact for a scalar integrand is one number",
-                              key="integrand.exact", value=exact)
         return float(exact)
-    if not isinstance(exact, list) or len(exact) != components:
-        raise ConfigError(f"exact needs {components} numbers", key="integrand.exact",
-                          value=exact)
     return [float(e) for e in exact]
 
 

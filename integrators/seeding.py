@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
-MAX_SEED = 2**63 - 1
+from mainboard.integrators.spec_types import INT64_MAX
+
+MAX_SEED = INT64_MAX  # the run file's seed range (spec_types), checked again for direct callers
 
 
 def batch_rng(run_seed: int, iteration: int, batch_index: int) -> np.random.Generator:

@@ -1,8 +1,11 @@
 """The run file (``RUN.toml``) as pydantic models: a user-facing contract with clear errors.
 
 Every table forbids unknown keys; ``kind`` selects the model of ``[integrand]``, ``[sampler]``
-and each ``[[transforms]]``. :func:`load_run_file` is the only function here that reads a file;
-errors come back as :class:`mainboard.errors.ConfigError` naming file, key, line and what is valid.
+and each ``[[transforms]]``. Values are strict (:mod:`~mainboard.integrators.spec_types`): no
+``true`` or "3" for a count, integers within int64, finite numbers, so a bad file is refused
+here, before a broker or worker starts. :func:`load_run_file` is the only function here that
+reads a file; errors come back as :class:`mainboard.errors.ConfigError` naming file, key, line
+and what is valid.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pydantic import (
 )
 
 from mainboard.errors import ConfigError
+from mainboard.integrators.domain import MAX_CHANNELS, too_many_channels
 from mainboard.integrators.spec_checks import (
     SpecError,
     check_integrand,
@@ -37,9 +41,16 @@ from mainboard.integrators.spec_process import (
     ProcessTable,
     ProcessTransformSpec,
 )
+from mainboard.integrators.spec_types import (
+    Count,
+    Flag,
+    Int,
+    NonNegativeInt,
+    PositiveReal,
+    Real,
+    Text,
+)
 
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 GENZ_KINDS = ("genz.oscillatory", "genz.product_peak", "genz.corner_peak", "genz.gaussian",
               "genz.continuous", "genz.discontinuous")
 TARGET_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.]*$"
@@ -52,8 +63,16 @@ class _Model(BaseModel):
 class DomainSpec(_Model):
     """``[domain]``: continuous dimensions and discrete cardinalities."""
 
-    continuous: int = Field(ge=1, le=1000)
-    discrete: list[Annotated[int, Field(ge=1)]] = []
+    continuous: Int = Field(ge=1, le=1000)
+    discrete: list[Count] = []
+
+    @model_validator(mode="after")
+    def _channels(self) -> DomainSpec:
+        why = too_many_channels(self.discrete)
+        if why:
+            raise SpecError("discrete", f"has {why}", self.discrete,
+                            valid=f"cardinalities whose product is at most {MAX_CHANNELS}")
+        return self
 
 
 # ---------------------------------------------------------------- integrands
@@ -61,13 +80,14 @@ class GenzSpec(_Model):
     """The six Genz families; ``a`` is the difficulty, ``u`` the shift (default 0.5)."""
 
     kind: Literal[GENZ_KINDS]  # type: ignore[valid-type]
-    a: list[FiniteFloat] = Field(min_length=1)
-    u: list[FiniteFloat] | None = None
+    a: list[Real] = Field(min_length=1)
+    u: list[Real] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> GenzSpec:
         if self.kind == "genz.corner_peak" and min(self.a) <= 0:
-            raise SpecError("a", "genz.corner_peak needs every a > 0", self.a)
+            raise SpecError("a", "genz.corner_peak needs every a > 0", self.a,
+                            valid="an array of finite numbers greater than 0")
         return self
 
 
@@ -75,59 +95,59 @@ class ConstantSpec(_Model):
     """f = value."""
 
     kind: Literal["constant"]
-    value: FiniteFloat = 1.0
+    value: Real = 1.0
 
 
 class PolynomialSpec(_Model):
     """f = prod_i p(x_i) with p(t) = sum_k coefficients[k] t^k."""
 
     kind: Literal["polynomial"]
-    coefficients: list[FiniteFloat] = Field(min_length=1)
+    coefficients: list[Real] = Field(min_length=1)
 
 
 class GaussianPeakSpec(_Model):
     """A normalised Gaussian of width ``sigma`` centred at ``u`` (default 0.5)."""
 
     kind: Literal["gaussian_peak"]
-    sigma: PositiveFloat = 0.1
-    u: list[FiniteFloat] | None = None
+    sigma: PositiveReal = 0.1
+    u: list[Real] | None = None
 
 
 class ComplexExponentialSpec(_Model):
     """f = exp(i sum a_j x_j): a complex-valued integrand with a known answer."""
 
     kind: Literal["complex_exponential"]
-    a: list[FiniteFloat] = Field(min_length=1)
+    a: list[Real] = Field(min_length=1)
 
 
 class MomentsSpec(_Model):
     """Vector integrand f_k = prod_i x_i^powers[k]."""
 
     kind: Literal["moments"]
-    powers: list[Annotated[int, Field(ge=0, le=64)]] = Field(min_length=1)
+    powers: list[Annotated[Int, Field(ge=0, le=64)]] = Field(min_length=1)
 
 
 class ChannelsSpec(_Model):
     """f(x, c) = coefficients[c] * gaussian_peak(x; u, sigma[c]) over the flat discrete channel c."""
 
     kind: Literal["channels"]
-    coefficients: list[FiniteFloat] = Field(min_length=1)
-    sigma: PositiveFloat | list[PositiveFloat] = 0.1
-    u: list[FiniteFloat] | None = None
+    coefficients: list[Real] = Field(min_length=1)
+    sigma: PositiveReal | list[PositiveReal] = 0.1
+    u: list[Real] | None = None
 
 
 MAX_COMPONENTS = 4096
-Components = Annotated[int, Field(ge=1, le=MAX_COMPONENTS)] | Literal["complex"]
+Components = Annotated[Int, Field(ge=1, le=MAX_COMPONENTS)] | Literal["complex"]
 
 
 class PythonSpec(_Model):
     """A Python ``module:function`` taking x (n, d) [and idx (n, k) when the domain has some]."""
 
     kind: Literal["python"]
-    target: str = Field(pattern=TARGET_PATTERN)
+    target: Text = Field(pattern=TARGET_PATTERN)
     params: dict[str, Any] = {}
     components: Components = 1
-    exact: FiniteFloat | list[FiniteFloat] | None = None
+    exact: Real | list[Real] | None = None
 
 
 class ProcessSpec(ProcessTable):
@@ -136,7 +156,7 @@ class ProcessSpec(ProcessTable):
 
     kind: Literal["process"]
     components: int | Literal["complex"] | list[str] = 1
-    exact: FiniteFloat | list[FiniteFloat] | None = None
+    exact: Real | list[Real] | None = None
 
     @field_validator("components", mode="before")
     @classmethod
@@ -147,7 +167,9 @@ class ProcessSpec(ProcessTable):
         count = type(value) is int and 1 <= value <= MAX_COMPONENTS
         if not (names or count or value == "complex"):
             raise SpecError("", f"components must be a count 1..{MAX_COMPONENTS}, \"complex\", "
-                            "or a list of distinct non-empty names", value)
+                            "or a list of distinct non-empty names", value,
+                            valid=f"a count from 1 to {MAX_COMPONENTS}, \"complex\", or an "
+                                  "array of distinct names")
         return value
 
 
@@ -172,19 +194,19 @@ class VegasSpec(_Model):
     """Lepage's VEGAS map: ``bins`` per dimension, damping ``alpha`` (0 freezes the grid)."""
 
     kind: Literal["vegas"]
-    bins: int = Field(default=64, ge=2, le=100_000)
-    alpha: float = Field(default=0.5, ge=0, le=10)
+    bins: Int = Field(default=64, ge=2, le=100_000)
+    alpha: Real = Field(default=0.5, ge=0, le=10)
 
 
 class DiscreteSpec(_Model):
     """Havana-style adaptive channel probabilities plus VEGAS grids (shared or per channel)."""
 
     kind: Literal["discrete"]
-    bins: int = Field(default=64, ge=2, le=100_000)
-    alpha: float = Field(default=0.5, ge=0, le=10)
+    bins: Int = Field(default=64, ge=2, le=100_000)
+    alpha: Real = Field(default=0.5, ge=0, le=10)
     grids: Literal["shared", "per_channel"] = "shared"
-    learning_rate: float = Field(default=0.5, gt=0, le=1)
-    floor: float = Field(default=0.05, gt=0, lt=1)
+    learning_rate: Real = Field(default=0.5, gt=0, le=1)  # a probability step
+    floor: Real = Field(default=0.05, gt=0, lt=1)  # a probability
     train_on: Literal["rms", "abs"] = "rms"
 
 
@@ -194,8 +216,8 @@ SamplerSpec = Annotated[NaiveSpec | VegasSpec | DiscreteSpec | ProcessSamplerSpe
 
 # ---------------------------------------------------------------- transforms
 class _Centred(_Model):
-    radius: PositiveFloat = 1.0
-    center: list[FiniteFloat] | None = None
+    radius: PositiveReal = 1.0
+    center: list[Real] | None = None
 
 
 class UnitBallSpec(_Centred):
@@ -222,8 +244,8 @@ class AffineSpec(_Model):
     """x -> shift + scale * x per dimension (scalar or per-dimension lists)."""
 
     kind: Literal["affine"]
-    scale: FiniteFloat | list[FiniteFloat] = 1.0
-    shift: FiniteFloat | list[FiniteFloat] = 0.0
+    scale: Real | list[Real] = 1.0
+    shift: Real | list[Real] = 0.0
 
     def output_dim(self, d: int) -> int:
         """Same dimension."""
@@ -245,17 +267,17 @@ class AccumulatorSpec(_Model):
     the first iterations out of the result."""
 
     kind: Literal["scalar", "complex", "vector"] | None = None
-    discard: int = Field(default=0, ge=0)
+    discard: NonNegativeInt = 0
 
 
 class StopSpec(_Model):
     """``[stop]``: at least one of max_samples, max_iterations, absolute_error, relative_error."""
 
-    max_samples: int | None = Field(default=None, ge=1)
-    max_iterations: int | None = Field(default=None, ge=1)
-    absolute_error: PositiveFloat | None = None
-    relative_error: PositiveFloat | None = None
-    min_samples: int = Field(default=0, ge=0)
+    max_samples: Count | None = None
+    max_iterations: Count | None = None
+    absolute_error: PositiveReal | None = None
+    relative_error: PositiveReal | None = None
+    min_samples: NonNegativeInt = 0
 
     @model_validator(mode="after")
     def _one_required(self) -> StopSpec:
@@ -271,16 +293,16 @@ STOP_LIMITS = ("max_samples", "max_iterations", "absolute_error", "relative_erro
 class BatchingSpec(_Model):
     """``[batching]``: samples per batch, batches per iteration, fused stages."""
 
-    batch_size: int = Field(default=100_000, ge=1, le=100_000_000)
-    batches_per_iteration: int = Field(default=10, ge=1, le=1_000_000)
-    fuse: bool = False
+    batch_size: Int = Field(default=100_000, ge=1, le=100_000_000)
+    batches_per_iteration: Int = Field(default=10, ge=1, le=1_000_000)
+    fuse: Flag = False
 
 
 class RunSpec(_Model):
     """A whole run file; immutable, with a content-derived :meth:`run_id`."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    seed: int = Field(ge=0, le=2**63 - 1)
+    name: Text = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    seed: NonNegativeInt
     domain: DomainSpec
     integrand: IntegrandSpec
     sampler: SamplerSpec = VegasSpec(kind="vegas")

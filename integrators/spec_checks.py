@@ -37,21 +37,24 @@ def check_transforms(transforms: list[Any], d: int) -> None:
             if not in_cube:
                 raise SpecError(f"transforms.{i}.kind", f"{t.kind} maps the unit cube, so it "
                                 "must come before any unit_ball, spherical or affine transform",
-                                t.kind)
+                                t.kind, valid="process transforms first, then at most one "
+                                "unit_ball or spherical, then affine ones")
         if t.kind in ("unit_ball", "spherical"):
             out = t.output_dim(dim)
             if t.kind == "spherical" and out < 2:
                 raise SpecError(f"transforms.{i}.kind", "spherical needs at least one "
-                                "continuous dimension", t.kind)
+                                "continuous dimension", t.kind,
+                                valid="domain.continuous >= 1 before a spherical transform")
             if t.center is not None and len(t.center) != out:
                 raise SpecError(f"transforms.{i}.center", f"center needs {out} entries",
-                                t.center)
+                                t.center, valid=_numbers(out))
         elif t.kind == "affine":
             for name in ("scale", "shift"):
                 val = getattr(t, name)
                 if isinstance(val, list) and len(val) != dim:
                     raise SpecError(f"transforms.{i}.{name}", f"{name} needs {dim} entries "
-                                    "(or one number)", val)
+                                    "(or one number)", val,
+                                    valid=f"one finite number, or {_numbers(dim)}")
         in_cube = in_cube and t.kind == "process"
         dim = t.output_dim(dim)
 
@@ -62,12 +65,39 @@ def check_integrand(spec: Any, dim: int, domain: Any) -> None:
         val = getattr(spec, name, None)
         if val is not None and len(val) != dim:
             raise SpecError(f"integrand.{name}", f"{spec.kind} needs {dim} entries in {name} "
-                            f"(the integrand's dimension)", val)
+                            f"(the integrand's dimension)", val, valid=_numbers(dim))
     if spec.kind == "channels":
         channels = math.prod(domain.discrete) if domain.discrete else 1
         if len(spec.coefficients) != channels:
             raise SpecError("integrand.coefficients", f"channels needs one coefficient per "
-                            f"discrete channel ({channels})", spec.coefficients)
+                            f"discrete channel ({channels})", spec.coefficients,
+                            valid=_numbers(channels))
         if isinstance(spec.sigma, list) and len(spec.sigma) != channels:
             raise SpecError("integrand.sigma", f"sigma needs 1 or {channels} entries",
-                            spec.sigma)
+                            spec.sigma, valid=f"one number greater than 0, or "
+                            f"{_numbers(channels)} greater than 0")
+    exact = getattr(spec, "exact", None)
+    if exact is not None:
+        comps = integrand_components(spec)
+        check_exact(exact, len(comps) if isinstance(comps, list) else comps, "integrand.exact")
+
+
+def check_exact(exact: Any, components: int | str, key: str = "exact") -> None:
+    """A known answer has the integrand's value shape: one number, [real, imag] for a complex
+    integrand, or one number per component of a vector one."""
+    if components == "complex":
+        if not isinstance(exact, list) or len(exact) != 2:
+            raise SpecError(key, "exact for a complex integrand is [real, imag]", exact,
+                            valid=_numbers(2))
+    elif components == 1:
+        if isinstance(exact, list):
+            raise SpecError(key, "exact for a scalar integrand is one number", exact,
+                            valid="one finite number")
+    elif not isinstance(exact, list) or len(exact) != components:
+        raise SpecError(key, f"exact needs {components} numbers", exact,
+                        valid=_numbers(int(components)))
+
+
+def _numbers(count: int) -> str:
+    """The valid form of a list whose length the run's shape fixes."""
+    return f"an array of {count} finite number{'s' if count != 1 else ''}"

@@ -25,9 +25,10 @@ from mainboard.integrators.process.wire import (
     DEFAULT_TERMINATE_GRACE,
 )
 from mainboard.integrators.spec_checks import SpecError
+from mainboard.integrators.spec_types import Real
 
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
-GraceSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+Seconds = Annotated[Real, Field(gt=0)]
+GraceSeconds = Annotated[Real, Field(ge=0)]
 PROCESS_TIMINGS = {"request_timeout": DEFAULT_REQUEST_TIMEOUT,
                    "shutdown_grace": DEFAULT_SHUTDOWN_GRACE,
                    "terminate_grace": DEFAULT_TERMINATE_GRACE}
@@ -60,11 +61,13 @@ class ProcessTable(BaseModel):
         except (TypeError, ValueError) as exc:
             raise SpecError("args", f"args go to the process as JSON, so they may hold only "
                             f"numbers, strings, booleans, arrays and tables ({exc})",
-                            None) from None
+                            None, valid="finite numbers, strings, booleans, arrays and "
+                            "tables") from None
         if self.timeout_s is not None:
             if "request_timeout" in self.model_fields_set:
                 raise SpecError("timeout_s", "timeout_s is the old name of request_timeout; "
-                                "set only request_timeout", self.timeout_s)
+                                "set only request_timeout", self.timeout_s,
+                                valid="request_timeout alone")
             object.__setattr__(self, "request_timeout", self.timeout_s)  # frozen model
         return self
 

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from mainboard.errors import MainboardError
 from mainboard.locks import flocked
+from mainboard.redact import redact_text
 
 HOST = "127.0.0.1"
 FORBIDDEN_PORTS = frozenset({6379})  # a foreign Redis may own the default port
@@ -108,8 +109,7 @@ def log_tail(path: Path, offset: int, hide: list[str]) -> str:
             text = handle.read().decode(errors="replace")
     except OSError:
         return ""
-    for secret in hide:
-        text = text.replace(secret, "***") if secret else text
+    text = redact_text(text, also=hide)  # and any URL password the log quotes
     return " | ".join(line.strip() for line in text.strip().splitlines()[-3:])
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from mainboard.redact import redact_url
+
 
 class MainboardError(Exception):
     """Base of every error mainboard raises on purpose."""
@@ -46,8 +48,8 @@ class ConfigError(UserError):
         if key:
             parts.append(f"{key}:")
         parts.append(message)
-        if value is not None:
-            parts.append(f"(got {value!r})")
+        if value is not None:  # a value may be a URL with its password: never shown
+            parts.append(f"(got {redact_url(value) if isinstance(value, str) else value!r})")
         text = " ".join(parts)
         if self.valid:
             text += f"; valid: {self.valid}"
@@ -102,6 +104,12 @@ class CommandFailed(MainboardError):
 
 class BrokerError(MainboardError):
     """The broker (embedded or configured) could not be started, reached or stopped."""
+
+
+class BrokerLost(BrokerError):
+    """The broker stayed away longer than the outage budget; the run is resumable as it was."""
+
+    exit_code = 3
 
 
 class MissingDependency(UserError):

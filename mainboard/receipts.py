@@ -13,7 +13,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +21,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mainboard.errors import MainboardError
-from mainboard.redact import looks_secret
+from mainboard.redact import MASK, looks_secret, redact_text
 
-REDACTED = "***"
-_URL_PASSWORD = re.compile(r"(://[^/\s:@]*):[^\s@]*@")
+REDACTED = MASK
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
@@ -40,7 +38,7 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
         if looks_secret(name):
             out[name] = REDACTED
         else:
-            out[name] = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", value)
+            out[name] = redact_text(value)
     return out
 
 

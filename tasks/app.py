@@ -18,10 +18,14 @@ and ``result_accept_content`` list nothing else, so a pickled message is refused
 Celery's event messages are JSON (``event_serializer``); event receivers accept
 JSON on their own, so JSON is not needed in ``accept_content``. Remote-control
 (ping/inspect, used by Flower) goes through the codec like tasks do.
+
+Logs: once Celery has made a worker's log handlers, each gets mainboard.redact's
+``RedactingFilter``, so no worker or task log line shows a broker password.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import threading
@@ -30,12 +34,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from celery import Celery
+from celery.signals import after_setup_logger, after_setup_task_logger
 from kombu import serialization
 
 from mainboard import keys
 from mainboard.config import Config, load_config
+from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
 from mainboard.errors import ConfigError
-from mainboard.services.broker import redact_url, resolve_broker_url
+from mainboard.redact import install_log_redaction, redact_url
+from mainboard.services.broker import resolve_broker_url
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE, STAGE_PREFIX, TASK_MODULES, codec
 from mainboard.tasks.integrate import TASK_NAME as INTEGRATE_TASK
 
@@ -44,7 +51,6 @@ VISIBILITY_TIMEOUT_ENV = "MAINBOARD_VISIBILITY_TIMEOUT"
 DEFAULT_VISIBILITY_TIMEOUT = 2 * 3600.0  # must exceed the longest task (seconds)
 HEALTH_CHECK_INTERVAL = 25  # seconds between liveness checks of idle Redis connections
 RESULT_EXPIRES = 24 * 3600  # Celery results are a convenience; runs keep their own state
-URL_SCHEMES = ("redis", "rediss")
 # Where each task goes unless the caller names a queue: batch stages never share a queue
 # with whole-run coordinator tasks (a coordinator waiting for its batches in a batch
 # worker's only slot would deadlock that worker).
@@ -64,10 +70,12 @@ def _env_broker_url() -> str | None:
 
 
 def check_broker_url(url: str, *, source: str, key: str) -> None:
-    """Raise ConfigError unless ``url`` is redis:// or rediss://; the password stays hidden."""
-    if urlsplit(url).scheme not in URL_SCHEMES:
-        raise ConfigError("not a Redis URL", file=source, key=key, value=redact_url(url),
-                          valid="redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS)")
+    """Raise ConfigError unless ``url`` is a well-formed redis:// or rediss:// URL, so a typo
+    fails here in one line (password hidden), not inside kombu once workers are up."""
+    problem = redis_url_problem(url)
+    if problem:
+        raise ConfigError(problem, file=source, key=key, value=redact_url(url),
+                          valid=REDIS_URL_FORMS)
 
 
 def _env_visibility_timeout() -> float | None:
@@ -160,6 +168,14 @@ def make_app(config: Config | None = None, *, broker_url: str | None = None,
     app = Celery(name, include=list(include), set_as_current=False)
     app.conf.update(settings(url, visibility_timeout=timeout))
     return app
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _redact_worker_logs(logger: logging.Logger | None = None, **_: Any) -> None:
+    """Worker and task log lines pass through mainboard.redact once Celery made its handlers:
+    a task, kombu or redis-py may log a broker URL, or an exception quoting one."""
+    install_log_redaction(logger)
 
 
 def harden_process() -> None:

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import redis
@@ -47,9 +48,11 @@ from mainboard.receipts import IterationDone, RunFailed, RunFinished
 from mainboard.runs.store import RunStore
 from mainboard.tasks import BATCH_QUEUE, STAGE_PREFIX
 from mainboard.tasks.codec import dumps, loads
-from mainboard.tasks.liveness import Liveness, LostBatch, Timing, observe
+from mainboard.tasks.liveness import Deaths, Liveness, LostBatch, Timing, observe
+from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
 
 POLL_S = 0.25
+OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
 IDLE_WARNING_S = 30.0
 log = logging.getLogger(__name__)
 LEASE_TTL_S = 10
@@ -83,11 +86,13 @@ class Lease:
     def __init__(self, r: redis.Redis, run_id: str) -> None:
         self.r, self.run_id, self.key = r, run_id, keys.run_lease(run_id)
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.held = False
 
     def acquire(self) -> None:
         """Take the lease; a dead holder on this host is taken over, a live one refused."""
         for _ in range(3):
             if self.r.set(self.key, self.token, nx=True, ex=LEASE_TTL_S):
+                self.held = True
                 return
             raw = self.r.get(self.key)
             if raw is None:
@@ -111,6 +116,7 @@ class Lease:
     def release(self) -> None:
         """Give the lease back (only if still ours)."""
         self.r.register_script(_RELEASE)(keys=[self.key], args=[self.token])
+        self.held = False
 
 
 def publish_run(r: redis.Redis, run_id: str, spec: dict[str, Any]) -> None:
@@ -145,14 +151,19 @@ class Coordinator:
     def __init__(self, app: Celery, r: redis.Redis, store: RunStore, run_id: str,
                  state: RunState, *, progress: Callable[[Progress], None] | None = None,
                  poll_s: float = POLL_S, wall_before: float = 0.0,
-                 health: Callable[[], None] | None = None) -> None:
+                 health: Callable[[], None] | None = None,
+                 exited: Callable[[], int] | None = None, lease: Lease | None = None,
+                 broker: str = "the broker", outage_budget: float = DEFAULT_BUDGET_S) -> None:
         self.app, self.r, self.store, self.run_id, self.state = app, r, store, run_id, state
         self.progress, self.poll_s = progress, poll_s
         self.wall_before = wall_before  # time earlier executions of a resumed run took
         self.health = health  # raises when the workers this run depends on are gone
         self.warned_idle = False
         self.timing = Timing()
-        self.lease = Lease(r, run_id)
+        self.lease = lease if lease is not None else Lease(r, run_id)
+        self.outage = Outage(r, broker, run_id, outage_budget)
+        self.deaths = Deaths(r, exited)
+        self._published = 0  # outages after which the run's keys were written again
         spec = state.run.spec
         names = ["fused"] if spec.batching.fuse else (
             ["materialize", *(["transform"] if spec.transforms else []), "evaluate",
@@ -189,10 +200,11 @@ class Coordinator:
         stored = {int(f) for f in self.r.hkeys(results_key)}  # a resumed iteration keeps these
         pending = set(range(len(sizes))) - stored
         live = Liveness(self.timing)
+        base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
         for i in sorted(pending):
-            live.sent(i, 0)
+            live.sent(i, base)
         if pending:
-            group(self.chain_for(k, i, sizes[i], 0) for i in sorted(pending)).apply_async()
+            group(self.chain_for(k, i, sizes[i], base) for i in sorted(pending)).apply_async()
         started = time.monotonic()
         next_check = started + self.poll_s
         while pending:
@@ -205,7 +217,7 @@ class Coordinator:
                 live.finished(int(entry))
                 entry = self.r.lpop(done_key)
             if pending and time.monotonic() >= next_check:
-                self._watch(k, sizes, live, started)
+                self._watch(k, sizes, live, started, base)
                 next_check = time.monotonic() + self.poll_s
         raw = self.r.hmget(results_key, [str(i) for i in range(len(sizes))])
         try:
@@ -214,8 +226,11 @@ class Coordinator:
         except MergeError as exc:
             raise IntegrationFailed(f"run {self.run_id}: {exc}") from exc
 
-    def _watch(self, k: int, sizes: list[int], live: Liveness, started: float) -> None:
-        """Refresh the lease, observe claims and progress, re-send lost batches."""
+    def _watch(self, k: int, sizes: list[int], live: Liveness, started: float,
+               base: int) -> None:
+        """Notice a restarted broker, refresh the lease, observe claims and progress,
+        re-send lost batches."""
+        self.outage.check()
         self.lease.refresh()
         if self.health is not None:
             self.health()
@@ -225,13 +240,15 @@ class Coordinator:
             log.warning("run %s: no worker has started a batch after %.0f s; is any worker "
                         "consuming the %s queue? (celery -A mainboard.tasks.app worker -Q %s)",
                         self.run_id, IDLE_WARNING_S, BATCH_QUEUE, BATCH_QUEUE)
+        if self.deaths.poll():
+            live.worker_died()
         claimed, progress = observe(self.r, self.run_id, k, live.watched())
         try:
             resend = live.update(claimed, progress)
         except LostBatch as exc:
             raise IntegrationFailed(f"run {self.run_id}: iteration {k}: {exc}") from exc
         for batch, _reason in resend:
-            attempt = live.next_number(batch)
+            attempt = base + live.next_number(batch)
             live.sent(batch, attempt)
             self.chain_for(k, batch, sizes[batch], attempt).apply_async()
 
@@ -244,12 +261,13 @@ class Coordinator:
         result = st.result()
         plain = result.to_dict()
         wall = time.perf_counter() - began
-        self.r.set(keys.run_snapshot(self.run_id, k), dumps(to_plain(snap)))
+        payload = dumps(to_plain(snap))
+        self.outage.run(lambda: self.r.set(keys.run_snapshot(self.run_id, k), payload))
         self.store.record(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
                                         estimate=plain["estimate"], error=plain["error"],
                                         snapshot=to_plain(snap), wall_s=self.wall_before + wall))
-        self.r.hset(keys.run_state(self.run_id), mapping={
-            "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()})
+        self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), mapping={
+            "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()}))
         if self.progress is not None:
             self.progress(Progress(self.run_id, k, st.samples, st.run.spec.stop.max_samples,
                                    result.estimate, result.error,
@@ -292,43 +310,64 @@ class Coordinator:
         with self._processes():
             return self._run(fresh=fresh)
 
+    def _publish(self) -> None:
+        """The run's definition and state where workers and viewers look (again after an
+        outage: a restarted broker may have lost its last second of writes)."""
+        publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"))
+        self.r.hset(keys.run_state(self.run_id), mapping={
+            "status": "running", "coordinator": self.lease.token, "updated": time.time()})
+        self._published = self.outage.count
+
+    def _iteration(self, k: int, sizes: list[int], sampler: bytes) -> IterationResult:
+        """Publish iteration ``k``'s sampler, send its batches, collect them; a broker outage
+        anywhere in here redoes it whole (what is stored already is kept)."""
+        self.outage.check()
+        if self._published != self.outage.count:
+            self._publish()
+        self.lease.refresh()
+        self.r.set(keys.iteration_sampler(self.run_id, k), sampler)
+        return self._collect(k, sizes)
+
+    def _start(self, fresh: bool) -> None:
+        if fresh:
+            clear_run(self.r, self.run_id, keep=(self.lease.key,))
+        self._publish()
+
     def _run(self, *, fresh: bool) -> RunResult:
-        self.lease.acquire()
+        if not self.lease.held:
+            self.outage.run(self.lease.acquire)
         k = self.state.iteration
         try:
             with self._sampler_work("starting the process evaluator for the sampler",
                                     "initialize"):
                 prepare_sampler(self.state.run, self.state.sampler)
-            if fresh:
-                clear_run(self.r, self.run_id, keep=(self.lease.key,))
-            publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"))
-            self.r.hset(keys.run_state(self.run_id), mapping={
-                "status": "running", "coordinator": self.lease.token, "updated": time.time()})
+            self.outage.run(lambda: self._start(fresh))
             began, before = time.perf_counter(), self.state.samples
             while sizes := self.state.next_batches():
-                self.lease.refresh()
                 k = self.state.iteration
                 with self._sampler_work(f"the sampler before iteration {k}", "snapshot"):
-                    self.r.set(keys.iteration_sampler(self.run_id, k),
-                               dumps(self.state.sampler.snapshot()))
-                merged = self._collect(k, sizes)
+                    sampler = dumps(self.state.sampler.snapshot())
+                merged = self.outage.run(partial(self._iteration, k, sizes, sampler))
                 with self._sampler_work(f"the sampler after iteration {k}", "adapt"):
                     self.state.apply(merged)
                     self._record(began, before)
-                self.r.delete(*iteration_keys(self.run_id, k))
+                self.outage.run(partial(self.r.delete, *iteration_keys(self.run_id, k)))
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)
             self.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
-            self.r.hset(keys.run_state(self.run_id), "status", "finished")
+            self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status",
+                                                "finished"))
             return result
         except IntegrationFailed as exc:
-            self.r.delete(*iteration_keys(self.run_id, k))
             self.store.record(RunFailed(run_id=self.run_id, error=str(exc), iteration=k,
                                         batch=exc.batch, stage=exc.stage))
-            self.r.hset(keys.run_state(self.run_id), "status", "failed")
+            with contextlib.suppress(*BROKER_ERRORS):
+                self.r.delete(*iteration_keys(self.run_id, k))
+                self.r.hset(keys.run_state(self.run_id), "status", "failed")
             raise
         finally:
-            self.lease.release()
+            with contextlib.suppress(*BROKER_ERRORS):
+                self.lease.release()
 
 
 __all__ = ["Coordinator", "Lease", "Progress", "clear_run", "iteration_keys", "publish_run"]

@@ -29,7 +29,8 @@ import redis
 from mainboard import keys
 from mainboard.errors import MainboardError
 
-QUEUE_FLOOR_S = 15.0  # never call a queued attempt lost sooner than this
+QUEUE_FLOOR_S = 15.0  # never call a queued attempt lost sooner than this...
+DEATH_FLOOR_S = 3.0  # ...unless a worker died since it was queued: it may have held it
 QUEUE_FACTOR = 4.0
 FIFO_GRACE_S = 3.0  # how long a later batch may have moved before an unmoved one counts lost
 STRAGGLER_FLOOR_S = 10.0
@@ -61,10 +62,10 @@ class Timing:
         """A batch's usual duration (1 s until one was observed)."""
         return self.batch_s if self.batch_s is not None else 1.0
 
-    def queue_deadline(self, queued: int) -> float:
+    def queue_deadline(self, queued: int, floor: float = QUEUE_FLOOR_S) -> float:
         """How long an attempt may wait unclaimed: its turn in the queue, with slack."""
         waves = 1 + queued / max(1, self.workers)
-        return max(QUEUE_FLOOR_S, QUEUE_FACTOR * self.typical_s * waves)
+        return max(floor, QUEUE_FACTOR * self.typical_s * waves)
 
     def straggler_after(self) -> float:
         """How long a started attempt may take before a duplicate is sent."""
@@ -95,7 +96,13 @@ class Liveness:
     max_attempts: int = MAX_ATTEMPTS
     attempts: dict[int, list[Attempt]] = field(default_factory=dict)
     marks: list[tuple[int, float]] = field(default_factory=list)  # (seq, when it first moved)
+    death: float | None = None  # when a worker death last became known
     _sent: int = 0
+
+    def worker_died(self) -> None:
+        """A worker is known dead: what it held is lost, so attempts queued before now
+        count as lost after DEATH_FLOOR_S (not QUEUE_FLOOR_S) if nobody takes them."""
+        self.death = self.clock()
 
     def sent(self, batch: int, number: int) -> None:
         """Record that attempt ``number`` of ``batch`` was just sent."""
@@ -151,6 +158,7 @@ class Liveness:
     def _decide(self, now: float) -> list[tuple[int, str]]:
         queued = sum(a.state == "queued" for a in self.watched())
         deadline = self.timing.queue_deadline(queued)
+        after_death = self.timing.queue_deadline(queued, DEATH_FLOOR_S)
         overtaken = max((seq for seq, t in self.marks if now - t > FIFO_GRACE_S), default=0)
         resend: list[tuple[int, str]] = []
         for batch, group in self.attempts.items():
@@ -159,6 +167,9 @@ class Liveness:
                     continue
                 if not a.moved and a.seq < overtaken:
                     a.state, a.why = "dead", "overtaken by later batches (its message was lost)"
+                elif self.death is not None and a.since <= self.death \
+                        and now - a.since > after_death:
+                    a.state, a.why = "dead", "not started, and a worker died meanwhile"
                 elif self.timing.workers > 0 and now - a.since > deadline:
                     a.state, a.why = "dead", f"not started within {deadline:.0f} s"
             live = [a for a in group if a.state != "dead"]
@@ -174,6 +185,36 @@ class Liveness:
                                 "the workers running it keep dying: check their logs")
             resend.append((batch, reason))
         return resend
+
+
+class Deaths:
+    """Notices workers dying: local worker processes that exited, and fleet workers whose
+    registry heartbeat stopped (a fleet worker beats every few seconds)."""
+
+    def __init__(self, r: redis.Redis, exited: Callable[[], int] | None = None,
+                 stale_s: float = 15.0, every_s: float = 1.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.r, self.exited, self.stale_s, self.every_s, self.clock = \
+            r, exited, stale_s, every_s, clock
+        self._exited = exited() if exited else 0
+        self._fresh: set[bytes] | None = None
+        self._next = 0.0
+
+    def poll(self) -> bool:
+        """True when a death became known since the last call (checked at most every_s)."""
+        now = self.clock()
+        if now < self._next:
+            return False
+        self._next = now + self.every_s
+        died = False
+        if self.exited is not None:
+            count = self.exited()
+            died, self._exited = count > self._exited, count
+        fresh = set(self.r.zrangebyscore(keys.workers_index(), now - self.stale_s, "+inf"))
+        if self._fresh is not None and self._fresh - fresh:
+            died = True
+        self._fresh = fresh
+        return died
 
 
 def observe(r: redis.Redis, run_id: str, iteration: int, attempts: list[Attempt]
@@ -195,4 +236,4 @@ def observe(r: redis.Redis, run_id: str, iteration: int, attempts: list[Attempt]
     return claimed, progress
 
 
-__all__ = ["Attempt", "Liveness", "LostBatch", "Timing", "observe"]
+__all__ = ["Attempt", "Deaths", "Liveness", "LostBatch", "Timing", "observe"]

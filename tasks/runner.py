@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ from mainboard.integrators.stages import build_run
 from mainboard.integrators.stop import stop_reason
 from mainboard.receipts import RunCreated, RunResumed
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
-from mainboard.tasks.coordinator import Coordinator, Progress
+from mainboard.tasks.coordinator import Coordinator, Lease, Progress
+from mainboard.tasks.outage import BROKER_ERRORS, where
 from mainboard.tasks.workers import LocalWorkers, fleet_size
 
 Result = RunResult
@@ -56,28 +57,36 @@ def default_workers() -> int:
 
 @dataclass
 class Session:
-    """What one coordinator needs: app, Redis, the run receipts, workers it started."""
+    """What one coordinator needs: app, Redis, the run receipts, workers it started, and
+    the run's lease, held before anything of the run is written or started."""
 
     app: Celery
     r: redis.Redis
     store: RunStore
     workers: LocalWorkers | None
+    lease: Lease
+    broker: str  # host:port, for messages
+    outage_s: float
 
-    def coordinator(self, run_id: str, state: RunState, progress: ProgressFn | None,
+    def coordinator(self, state: RunState, progress: ProgressFn | None,
                     wall_before: float = 0.0) -> Coordinator:
-        """A coordinator for one run over this session's broker and workers."""
-        return Coordinator(self.app, self.r, self.store, run_id, state, progress=progress,
-                           wall_before=wall_before,
-                           health=self.workers.check if self.workers else None)
+        """The coordinator of the leased run over this session's broker and workers."""
+        return Coordinator(self.app, self.r, self.store, self.lease.run_id, state,
+                           progress=progress, wall_before=wall_before,
+                           health=self.workers.check if self.workers else None,
+                           exited=self.workers.exited if self.workers else None,
+                           lease=self.lease, broker=self.broker, outage_budget=self.outage_s)
 
 
 @contextmanager
-def session(config: Config | None = None, broker_url: str | None = None,
+def session(run_id: str, config: Config | None = None, broker_url: str | None = None,
             workers: int | None = None) -> Iterator[Session]:
-    """Broker, app and workers for one run; local workers are stopped on the way out.
+    """Broker, app, the run's lease and workers for one run; all let go on the way out.
 
-    ``workers=None`` uses the fleet when one consumes the batch queue, else one local worker
-    per core; ``workers=N`` starts N local workers; ``workers=0`` uses the fleet only.
+    The lease comes first: a run a live coordinator drives is refused at once, before a
+    receipt, a key or a worker exists. ``workers=None`` uses the fleet when one consumes
+    the batch queue, else one local worker per core; ``workers=N`` starts N local workers;
+    ``workers=0`` uses the fleet only.
     """
     from mainboard.tasks.app import make_app, resolve_url
 
@@ -89,16 +98,21 @@ def session(config: Config | None = None, broker_url: str | None = None,
     app = make_app(cfg, broker_url=url)
     r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10,
                              health_check_interval=25)
+    lease = Lease(r, run_id)
     local: LocalWorkers | None = None
     try:
+        lease.acquire()
         count = workers if workers is not None else (
             0 if fleet_size(app) else default_workers())
         if count:
             local = LocalWorkers(count, url, cfg.state_dir / "workers").start()
-        yield Session(app, r, RunStore(cfg.state_dir), local)
+        yield Session(app, r, RunStore(cfg.state_dir), local, lease, where(url),
+                      float(cfg.broker.outage))
     finally:
         if local is not None:
             local.stop()
+        with suppress(*BROKER_ERRORS):
+            lease.release()
         r.close()
         app.close()
 
@@ -131,7 +145,7 @@ def _resume(s: Session, history: RunHistory, progress: ProgressFn | None) -> Run
     state = _restore(spec, snapshot, fresh_stop=False)
     s.store.record(RunResumed(run_id=history.run_id, from_iteration=done))
     wall = history.iterations[-1].wall_s if history.iterations else None
-    return s.coordinator(history.run_id, state, progress, wall or 0.0).run(fresh=False)
+    return s.coordinator(state, progress, wall or 0.0).run(fresh=False)
 
 
 def integrate(run: RunLike, workers: int | None = None, *, config: Config | None = None,
@@ -140,14 +154,17 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
     """Integrate ``run`` on workers; ``resume=True`` continues an earlier execution of it."""
     spec = load_spec(run)
     run_id = spec.run_id()
-    with session(config, broker_url, workers) as s:
+    # Built before anything starts: an integrand that cannot be imported or built is a
+    # user error, refused while no broker, worker or receipt exists yet.
+    fresh = None if resume else _restore(spec, None, fresh_stop=False)
+    with session(run_id, config, broker_url, workers) as s:
         history = s.store.history(run_id) if resume else None
         if history is not None:
             return _resume(s, history, progress)
-        state = _restore(spec, None, fresh_stop=False)
+        state = fresh or _restore(spec, None, fresh_stop=False)
         s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json")))
-        return s.coordinator(run_id, state, progress).run(fresh=True)
+        return s.coordinator(state, progress).run(fresh=True)
 
 
 def resume(what: str, workers: int | None = None, *, config: Config | None = None,
@@ -157,8 +174,11 @@ def resume(what: str, workers: int | None = None, *, config: Config | None = Non
     history = RunStore(cfg.state_dir).find(what)
     if history.status == "finished":
         return _finished_result(history)
-    with session(cfg, broker_url, workers) as s:
-        return _resume(s, history, progress)
+    with session(history.run_id, cfg, broker_url, workers) as s:
+        # Re-read under the lease: a coordinator that held it a moment ago may have
+        # finished the run or written more iterations since.
+        current = s.store.history(history.run_id) or history
+        return _resume(s, current, progress)
 
 
 def clone(what: str, from_iteration: int, workers: int | None = None, *,
@@ -177,11 +197,11 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
     spec = parse_run(data, file=f"<clone of {parent.run_id}>")
     run_id = clone_id(spec.run_id(), parent.run_id, from_iteration)
     state = _restore(spec, snapshot, fresh_stop=True)
-    with session(cfg, broker_url, workers) as s:
+    with session(run_id, cfg, broker_url, workers) as s:
         s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json"), parent=parent.run_id,
                                   from_iteration=from_iteration, snapshot=snapshot))
-        return s.coordinator(run_id, state, progress).run(fresh=True)
+        return s.coordinator(state, progress).run(fresh=True)
 
 
 __all__ = ["Result", "clone", "default_workers", "integrate", "load_spec", "resume", "session"]

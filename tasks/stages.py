@@ -22,6 +22,7 @@ from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
+import redis
 from celery import Task, shared_task
 from celery.exceptions import Ignore
 from celery.signals import worker_process_shutdown, worker_shutdown
@@ -61,6 +62,8 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
         if task.request.chain:
             raise Ignore(str(skip)) from None
         return ctx.forward(stored=False, skipped=str(skip))
+    except (redis.ConnectionError, redis.TimeoutError):
+        raise  # the broker, not the batch: never recorded as the batch's failure; re-sent
     except Exception as exc:
         ctx.store_error(exc)
         raise

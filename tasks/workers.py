@@ -96,6 +96,10 @@ class LocalWorkers:
                 proc.wait(5)
         self.procs.clear()
 
+    def exited(self) -> int:
+        """How many of the workers have exited (a death the coordinator acts on)."""
+        return sum(proc.poll() is not None for proc in self.procs)
+
     def check(self) -> None:
         """Raise when every local worker has exited (e.g. a broken install): nothing would run."""
         codes = [proc.poll() for proc in self.procs]

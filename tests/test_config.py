@@ -65,6 +65,31 @@ def test_the_table_covers_at_least_thirty_inputs() -> None:
     assert len(BAD) >= 30
 
 
+@pytest.mark.parametrize("text", ["", "\n", "# just marks the workspace root\n"])
+def test_empty_mainboard_toml_is_every_default_rooted_here(tmp_path: Path, text: str) -> None:
+    """An empty file is valid: it marks the workspace root, and every table takes its default."""
+    path = tmp_path / "mainboard.toml"
+    path.write_text(text)
+    config = load_config(path)
+    assert config.path == path.resolve() and config.state_dir == tmp_path.resolve() / ".mainboard"
+    assert config.hosts == {} and config.host_names() == ["local"] and config.broker.url is None
+
+
+def test_safe_names_addresses_and_interpolated_numbers_are_accepted() -> None:
+    """The tighter forms keep every ordinary name, IPv4/IPv6 address and user, and a number
+    that interpolation gives as a string still loads as a number."""
+    config = loads_config(toml(
+        '[hosts."node-1.cluster_a"]', 'kind = "ssh"', 'host = "::1"', 'user = "first.last@lab"',
+        "port = \"{{ env('MB_TEST_SURELY_UNSET_PORT', '2222') }}\"", "connect-timeout = 5",
+        "[hosts.v4]", 'kind = "ssh"', 'host = "192.0.2.7"', 'user = "_svc-1"',
+        "[hosts.G2]", 'kind = "slurm"', 'login = "ssh"', 'host = "login-2.hpc.example.org"',
+        "[hosts.G2.queues.q]", 'max-walltime = "1h"', "mem-ceiling-gb = 16", "max-nodes = 4"))
+    node = config.host("node-1.cluster_a")
+    assert (node.host, node.user, node.port, node.connect_timeout) == ("::1", "first.last@lab",
+                                                                       2222, 5.0)
+    assert config.host("v4").user == "_svc-1" and config.host("G2").queues["q"].max_nodes == 4
+
+
 def test_secret_pasted_into_api_key_env_is_not_echoed(tmp_path: Path) -> None:
     secret = "sk-live-0123456789abcdef"
     path = tmp_path / "mainboard.toml"

@@ -24,7 +24,15 @@ import mainboard
 from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import IntegrationFailed
-from mainboard.tasks.liveness import FIFO_GRACE_S, QUEUE_FLOOR_S, Liveness, LostBatch, Timing
+from mainboard.tasks.liveness import (
+    DEATH_FLOOR_S,
+    FIFO_GRACE_S,
+    QUEUE_FLOOR_S,
+    Deaths,
+    Liveness,
+    LostBatch,
+    Timing,
+)
 from mainboard.tasks.runner import load_spec
 from mainboard.tasks.workers import LocalWorkers
 from tests.integration import fleet_iter, slow_spec, write_workspace
@@ -215,3 +223,41 @@ def test_a_batch_that_keeps_killing_workers_fails_the_run() -> None:
         clock.now += 1
     with pytest.raises(LostBatch, match="batch 0 was lost 2 times"):
         live.update({(0, 0): False, (0, 1): False}, {})
+
+
+def test_a_known_worker_death_shortens_the_wait_for_queued_attempts_to_3_s() -> None:
+    """The dead worker may have held a queued message (Redis would restore it only after the
+    visibility timeout): once a death is known, queued attempts older than it are re-sent
+    after DEATH_FLOOR_S, not QUEUE_FLOOR_S; attempts sent after the death keep the floor."""
+    clock = Clock()
+    live = Liveness(Timing(batch_s=0.1, workers=2), clock=clock)
+    live.sent(0, 0)
+    live.update({}, {})
+    clock.now += 0.5
+    live.worker_died()
+    live.sent(1, 0)  # sent after the death: no worker it could have reached died since
+    clock.now += DEATH_FLOOR_S - 1
+    assert live.update({}, {}) == []
+    clock.now += 1  # 3 s after the death was known; far below the 15 s floor
+    assert live.update({}, {}) == [(0, "not started, and a worker died meanwhile")]
+    assert DEATH_FLOOR_S < QUEUE_FLOOR_S
+
+
+@pytest.mark.live
+def test_deaths_are_noticed_from_exited_local_workers_and_stale_fleet_heartbeats(
+        redis_server: RedisServer) -> None:
+    r = redis.Redis.from_url(redis_server.url)
+    now = [1000.0]
+    exited = [0]
+    r.zadd(keys.workers_index(), {"mb-a@h": 995.0, "mb-b@h": 999.0})
+    deaths = Deaths(r, exited=lambda: exited[0], stale_s=15.0, every_s=0.0,
+                    clock=lambda: now[0])
+    try:
+        assert not deaths.poll()  # first look: both beat within 15 s
+        now[0] = 1012.0  # mb-a last beat 17 s ago: its heartbeat stopped
+        assert deaths.poll()
+        assert not deaths.poll()  # known once
+        exited[0] = 1  # a local worker process exited
+        assert deaths.poll()
+    finally:
+        r.zrem(keys.workers_index(), "mb-a@h", "mb-b@h")

@@ -6,7 +6,6 @@ and a hostile host name that must not inject shell text.
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 from pathlib import Path
@@ -89,11 +88,13 @@ def test_failing_hosts_get_one_line_each_and_the_rest_comes_up(tmp_path: Path,
     afile = tmp_path / "afile"
     afile.write_text("a file, not a directory\n")
     mark = tmp_path / "pwned"
-    hostile = f"x'; touch {mark} #\" $(touch {mark})"
+    # Host names are plain words (a hostile one is refused at load, tests/config_cases.py);
+    # the hostile value here is the host's root directory, quoted on every command line.
+    hostile, hostile_root = "odd", f"x'; touch {mark} #\" $(touch {mark})"
     ws = workspace(
         tmp_path / "ws",
         table("hosts.local", kind="local", root="fresh/sub"),
-        table(f"hosts.{json.dumps(hostile)}", kind="local"),
+        table(f"hosts.{hostile}", kind="local", root=hostile_root),
         table("hosts.gone", kind="ssh", host="127.0.0.1", port=free_port(), user="root",
               connect_timeout=3),
         ssh_host("badroot", sshd_server, afile / "root"))
@@ -108,6 +109,7 @@ def test_failing_hosts_get_one_line_each_and_the_rest_comes_up(tmp_path: Path,
         bad = next(e for e in errors if "host 'badroot'" in e)
         assert "does not exist and cannot be created" in bad and str(afile) in bad
         assert (ws / "fresh" / "sub").is_dir()  # a missing root is created
+        assert (ws / hostile_root).is_dir()
         assert probe(ws, "local")["host"] == "local"
         found = probe(ws, hostile)
         assert found["host"] == hostile and found["node"].startswith(node_prefix(hostile, ""))

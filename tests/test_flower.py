@@ -129,6 +129,22 @@ def test_without_the_password_everything_is_refused(site: Site) -> None:
     assert "Access denied" in page.html and site.worker not in page.html
 
 
+def test_metrics_healthcheck_and_api_ask_for_the_password_too(site: Site) -> None:
+    """Flower leaves /metrics and /healthcheck open by design (its auth docs list them);
+    ours puts them behind the same basic auth as the pages and the API."""
+    base = str(site.status["url"])
+    for path in ("metrics", "healthcheck", "api/workers"):
+        assert get(base + path)[0] == 401, path
+        assert get(base + path, (USER, site.password + "x"))[0] == 401, path
+        assert get(base + path, ("evil", "evil"))[0] == 401, path
+        code, _, body = get(base + path, (USER, site.password))
+        assert code == 200, path
+        assert site.password not in body and site.broker_password not in body, path
+    assert get(base + "healthcheck", (USER, site.password))[2] == "OK"
+    assert "flower_events_total" in get(base + "metrics", (USER, site.password))[2]
+    assert Flower(site.dir / ".mainboard").answers(int(str(site.status["port"])))
+
+
 def test_password_is_in_no_process_args_log_or_output(site: Site) -> None:
     secrets_ = [site.password, site.broker_password]
     pid = int(str(site.status["pid"]))

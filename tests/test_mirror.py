@@ -343,7 +343,7 @@ def test_corrupt_manifest_is_reported_with_its_file(tmp_path: Path, content: str
 
 def test_provider_host_plans_before_rental_and_bad_options_are_refused(tmp_path: Path) -> None:
     write_config(tmp_path, {"gpu": {"kind": "provider", "provider": "vast"},
-                            "odd/name": {"kind": "local", "root": str(tmp_path / "o")}},
+                            "odd.name": {"kind": "local", "root": str(tmp_path / "o")}},
                  extra='[providers.vast]\nkind = "vast"\n')
     write_tree(tmp_path, {"a.txt": "a"})
     with Board(tmp_path / "mainboard.toml") as board:
@@ -354,7 +354,8 @@ def test_provider_host_plans_before_rental_and_bad_options_are_refused(tmp_path:
             sync(board, "gpu")
         with pytest.raises(UserError, match="inline_limit must be 0 or more bytes"):
             Mirror.of(board.on("gpu"), inline_limit=-1)
-        assert sync(board, "odd/name").files == ["a.txt", "mainboard.toml"]
+        assert sync(board, "odd.name").files == ["a.txt", "mainboard.toml"]
+        # host names are plain words; a manifest path stays one file whatever it is given
         assert manifest_path(board.config, "odd/name").name == "odd%2Fname.json"
 
 

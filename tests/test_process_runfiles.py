@@ -203,9 +203,9 @@ FULL = EVALUATOR + SAMPLER + MATERIALIZER + TRANSFORM
     (("args = { batch_size = 500 }", "request_timeout = 0"), "sampler.request_timeout",
      "greater than 0"),
     (("args = { batch_size = 500 }", "request_timeout = true"), "sampler.request_timeout",
-     "valid number"),
+     "expected a number"),
     (("args = { batch_size = 500 }", 'request_timeout = "30"'), "sampler.request_timeout",
-     "valid number"),
+     "expected a number"),
     (("timeout_s = 60", "timeout_s = -1"), "integrand.timeout_s", "greater than 0"),
     (("timeout_s = 60", "timeout_s = 60\nrequest_timeout = 60"), "integrand.timeout_s",
      "set only request_timeout"),
@@ -218,7 +218,7 @@ FULL = EVALUATOR + SAMPLER + MATERIALIZER + TRANSFORM
     (("args = { scale = 1.0 }", "args = { when = 1979-05-27 }"), "integrand.args",
      "may hold only numbers"),
     (("args = { scale = 1.0 }", "env = { DEPTH = 3 }"), "integrand.env.DEPTH",
-     "valid string"),
+     "expected a quoted string (got 3); valid: a quoted string"),
 ])
 def test_bad_process_tables_name_the_key(tmp_path: Path, edit: tuple[str, str], key: str,
                                           fragment: str) -> None:

@@ -192,8 +192,8 @@ class _Loader:
     def _convert(self, err: dict[str, Any]) -> ConfigError:
         """The first pydantic error as one ConfigError at the key the user wrote."""
         ctx = err.get("ctx") or {}
-        loc = self._key_loc(tuple(err["loc"]))
-        value = err.get("input")
+        loc = self._key_loc(tuple(err["loc"]) + tuple(ctx.get("loc", ())))  # model-level checks
+        value = ctx["value"] if "value" in ctx else err.get("input")
         model = self._model_at(loc[:-1])
         if err["type"] == "extra_forbidden":
             return self.error(loc, "unknown key", value, describe_keys(model or JobEntry))

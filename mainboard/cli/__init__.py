@@ -1,28 +1,52 @@
 """The `mainboard` command: a click group whose verbs live one per module.
 
-User errors exit 2 with one line; tracebacks only with ``--debug``.
+User errors exit 2 with one line; tracebacks only with ``--debug``. Whatever an error
+prints (its line, its traceback) goes through :func:`mainboard.redact.redact_text` first,
+so a broker URL quoted by us, by redis-py or by kombu never shows its password.
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 
 import click
 
-from mainboard.errors import MainboardError
+from mainboard.errors import BrokerError, MainboardError, first_line
+from mainboard.redact import install_log_redaction, redact_text
+
+# Connection failures of the broker client libraries, by class name so that this module
+# imports neither (kombu belongs to tasks/; redis-py costs every verb ~0.2 s at start-up).
+_BROKER_ERRORS = frozenset({"redis.exceptions.ConnectionError", "redis.exceptions.TimeoutError",
+                            "kombu.exceptions.OperationalError"})
+
+
+def _as_mainboard_error(exc: Exception) -> MainboardError | None:
+    """Ours as it is; a broker connection failure as a BrokerError; anything else None (a bug)."""
+    if isinstance(exc, MainboardError):
+        return exc
+    if any(f"{cls.__module__}.{cls.__qualname__}" in _BROKER_ERRORS for cls in type(exc).__mro__):
+        return BrokerError(f"broker connection failed: {first_line(exc)}")
+    return None
 
 
 class _Group(click.Group):
-    """Turns MainboardError into one line and its exit code, unless --debug."""
+    """Turns errors into one redacted line and their exit code; --debug adds the traceback,
+    redacted too. A bug (not a MainboardError) still shows its traceback, redacted."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except MainboardError as exc:
-            if ctx.obj and ctx.obj.get("debug"):
-                raise
-            click.echo(f"mainboard: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            error = _as_mainboard_error(exc)
+            if error is None or (ctx.obj and ctx.obj.get("debug")):
+                click.echo(redact_text("".join(traceback.format_exception(exc))), err=True,
+                           nl=False)
+            if error is not None:
+                click.echo(f"mainboard: error: {redact_text(str(error))}", err=True)
+            sys.exit(1 if error is None else error.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,6 +57,7 @@ class _Group(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, config_path: str | None) -> None:
     """mainboard: batch work and Monte Carlo integration on every machine you can reach."""
+    install_log_redaction()  # warnings logged by the coordinator or the libraries it drives
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     ctx.obj["config_path"] = config_path

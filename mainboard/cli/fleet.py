@@ -18,6 +18,7 @@ import time
 import click
 
 from mainboard.cli import common
+from mainboard.redact import redact_text
 
 
 @click.group()
@@ -61,10 +62,11 @@ def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | N
     if report.flower_url:
         click.echo(f"flower: {report.flower_url} (user mainboard, password in "
                    ".mainboard/flower.secret)")
-    if report.flower_error:
-        click.echo(f"mainboard: warning: flower did not start: {report.flower_error}", err=True)
+    if report.flower_error:  # errors of hosts and daemons may quote a broker URL
+        click.echo(f"mainboard: warning: flower did not start: "
+                   f"{redact_text(str(report.flower_error))}", err=True)
     for line in report.failed.values():
-        click.echo(f"mainboard: error: {line}", err=True)
+        click.echo(f"mainboard: error: {redact_text(line)}", err=True)
     if report.failed:
         sys.exit(1)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import (
     BaseModel,
@@ -16,7 +16,9 @@ from pydantic import (
     Field,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from mainboard.config import expr
@@ -51,11 +53,38 @@ def reraise(fn: Callable[..., Any]) -> Callable[..., Any]:
 PositiveDuration = Annotated[int, BeforeValidator(reraise(positive_duration))]
 
 
+def _plain_number(field: FieldInfo) -> type | None:
+    """int or float when a field takes exactly that (optionally None) and no validator of its
+    own reads the raw value (durations and expressions refuse booleans themselves)."""
+    if any(isinstance(m, BeforeValidator) for m in field.metadata):
+        return None
+    members = set(get_args(field.annotation)) - {type(None)} or {field.annotation}
+    return members.pop() if len(members) == 1 and members <= {int, float} else None
+
+
 class ConfigModel(BaseModel):
-    """Base: unknown keys are errors; `-` and `_` are interchangeable in keys."""
+    """Base: unknown keys are errors; `-` and `_` are interchangeable in keys; a TOML boolean
+    is never a number and a TOML float never an integer."""
 
     model_config = ConfigDict(extra="forbid", alias_generator=lambda name: name.replace("_", "-"),
                               validate_by_name=True, validate_by_alias=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _toml_types(cls, data: Any) -> Any:
+        """Refuse what pydantic's lax mode would coerce (``port = true`` is 1, ``22.0`` is 22).
+        Lax mode stays for strings, so an interpolated ``"{{ env('PORT') }}"`` is a number.
+        (A model validator: pydantic allows no field validator on the hosts' ``kind``.)"""
+        for key, value in data.items() if isinstance(data, dict) else ():
+            field = cls.model_fields.get(str(key).replace("-", "_"))
+            if field is None or not isinstance(value, bool | float):
+                continue
+            want = _plain_number(field)
+            if want is int or (want is float and isinstance(value, bool)):
+                noun = "an integer" if want is int else "a number"
+                raise custom_error(f"wrong type: expected {noun}", field.description or noun,
+                                   (key,), value=value)
+        return data
 
 
 class QueuePolicy(ConfigModel):

@@ -29,6 +29,11 @@ CONNECTION_KEYS = frozenset({"user", "port", "identity", "trust", "known_hosts",
                              "connect_timeout", "python"})
 NOT_INHERITED = frozenset({"kind", "host"})
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Host names become paths, node and queue names and job-script text: no shell or ssh-option
+# characters, no leading dash or dot, nothing to quote.
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+HOST_NAME_FORM = ("1-63 letters, digits, '.', '_' or '-', starting with a letter or digit, "
+                  "e.g. gpu-box")
 _NOT_IN_TOML = frozenset({"path", "root"})  # Config fields set by the loader, not the file
 _EXPECTED = {"int": "an integer", "float": "a number", "string": "a quoted string",
              "bool": "true or false", "list": "an array [...]", "dict": "a table",
@@ -192,9 +197,8 @@ class Loader:
             if name == "defaults":
                 continue
             here = loc + (name,)
-            if not name.strip():
-                raise self.error(here, "a host name cannot be empty", name,
-                                 '[hosts.NAME] with a name such as "gpu-box"')
+            if not HOST_NAME.fullmatch(name):
+                raise self.error(here, "not a valid host name", name, HOST_NAME_FORM)
             if not isinstance(table, dict):
                 raise self.error(here, "a host must be a table", table,
                                  f'[hosts.{_display((name,))}] with kind = "ssh" (or '
@@ -294,7 +298,7 @@ class Loader:
             return self.error(loc, f"wrong type: expected {_EXPECTED[base]}", value,
                               hint or _EXPECTED[base])
         if kind in ("string_pattern_mismatch", "string_too_short"):
-            return self.error(loc, "must not be empty or contain spaces", value, hint)
+            return self.error(loc, "not of the valid form", value, hint)
         message = err["msg"][0].lower() + err["msg"][1:]
         return self.error(loc, message.replace("input should be", "must be"), value,
                           hint or message.replace("input should be", "a value"))

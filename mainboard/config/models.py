@@ -22,12 +22,24 @@ from pydantic import (
     model_validator,
 )
 
-from mainboard.config.base import ConfigModel, JobDefaults, QueuePolicy, custom_error
+from mainboard.config.base import (
+    ConfigModel,
+    JobDefaults,
+    PositiveDuration,
+    QueuePolicy,
+    custom_error,
+)
+from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
 from mainboard.errors import UnknownHost
 from mainboard.redact import redact_url
 
 HOST_KINDS = ("local", "ssh", "slurm", "pbs", "provider")
-_HOST = "a host name or address without spaces, e.g. login.example.org"
+# Addresses and user names reach ssh and paramiko: no shell characters, no leading "-" (an ssh
+# option), no spaces or quotes.
+_HOST = "a host name or IP address: letters, digits, '.', '-', ':', e.g. login.example.org"
+_ADDRESS = r"^[A-Za-z0-9_\[:][A-Za-z0-9_.:%\[\]-]*$"
+_USER = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$"
+_USER_FORM = "a user name: letters, digits, '.', '_', '-', '@', not starting with '-'"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -48,17 +60,19 @@ class WorkspaceConfig(ConfigModel):
 
 
 class BrokerConfig(ConfigModel):
-    """[broker]: url of an external Redis; absent means the embedded one."""
+    """[broker]: url of an external Redis (absent: the embedded one); how long a run rides
+    out a broker that went away (``outage``, default 5 minutes) before it stops, resumable."""
 
     url: str | None = None
+    outage: PositiveDuration = 300
 
     @field_validator("url")
     @classmethod
-    def _scheme(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("redis://", "rediss://")):
-            raise custom_error("broker url must be a Redis url",
-                               "redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS)",
-                               value=redact_url(value))
+    def _well_formed(cls, value: str | None) -> str | None:
+        """A typo fails here, in one line, not later inside redis-py or kombu."""
+        problem = None if value is None else redis_url_problem(value)
+        if value is not None and problem:
+            raise custom_error(problem, REDIS_URL_FORMS, value=redact_url(value))
         return value
 
 
@@ -128,9 +142,8 @@ class LocalHost(_HostBase):
 class _Connected(_HostBase):
     """Connection keys shared by ssh hosts and ssh-login batch hosts."""
 
-    host: str | None = Field(default=None, min_length=1, pattern=r"^\S+$", description=_HOST)
-    user: str | None = Field(default=None, min_length=1, pattern=r"^\S+$",
-                             description="a user name without spaces")
+    host: str | None = Field(default=None, min_length=1, pattern=_ADDRESS, description=_HOST)
+    user: str | None = Field(default=None, min_length=1, pattern=_USER, description=_USER_FORM)
     port: int = Field(default=22, ge=1, le=65535, description="an integer from 1 to 65535")
     identity: str | None = None
     trust: Literal["known-hosts", "first-use"] = "known-hosts"
@@ -152,7 +165,7 @@ class SshHost(_Connected):
     """kind = "ssh": a machine reached with paramiko."""
 
     kind: Literal["ssh"] = "ssh"
-    host: str = Field(min_length=1, pattern=r"^\S+$", description=_HOST)
+    host: str = Field(min_length=1, pattern=_ADDRESS, description=_HOST)
     root: str = "~/mainboard"
 
     def ssh_params(self) -> SshParams:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from mainboard.errors import TunnelError
 from mainboard.fleet.records import read_fleet
+from mainboard.redact import install_log_redaction
 from mainboard.statedir import fleet_dir
 
 TICK_S = 0.5
@@ -200,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=None, help="its mainboard.toml")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    install_log_redaction()  # tunnel and worker errors may quote a broker URL
     os.chdir(args.root)
     keeper = Keeper(args.root, args.config)
     with open(keeper.paths["lock"], "a") as lock:

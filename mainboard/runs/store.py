@@ -145,7 +145,7 @@ class RunStore(ReceiptStore[RunHistory]):
         yield from sorted(found, key=lambda h: h.updated, reverse=True)
 
     def find(self, what: str) -> RunHistory:
-        """A run by id, unique id prefix, or name (the most recent run of that name)."""
+        """A run by id, unique id prefix (like git's), or name when one run has it."""
         if not _SAFE.fullmatch(what):
             raise UnknownRun(f"no run matches {what!r}: run ids and names are letters, digits, "
                              "'.', '_' or '-'")
@@ -157,8 +157,12 @@ class RunStore(ReceiptStore[RunHistory]):
         if len(by_prefix) == 1:
             return by_prefix[0]
         by_name = [h for h in runs if h.created.name == what]
-        if by_name and not by_prefix:
+        if len(by_name) == 1 and not by_prefix:
             return by_name[0]
+        if len(by_name) > 1 and not by_prefix:  # names are not unique: never guess
+            ids = ", ".join(f"{h.run_id} ({h.status})" for h in by_name[:10])
+            raise UnknownRun(f"run name {what!r} matches {len(by_name)} runs: {ids}; give an "
+                             "id or a unique id prefix")
         known = ", ".join(f"{h.run_id} ({h.created.name})" for h in runs[:10]) or "none yet"
         if len(by_prefix) > 1:
             raise UnknownRun(f"run {what!r} is ambiguous: {len(by_prefix)} run ids start with "

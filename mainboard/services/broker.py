@@ -19,12 +19,12 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
 from mainboard.daemon import FORBIDDEN_PORTS, HOST, Daemon, fresh_port, port_is_free, write_private
 from mainboard.errors import BrokerError, ConfigError, MissingDependency
 from mainboard.redact import redact_url
@@ -63,11 +63,10 @@ def resolve_broker_url(config: Config) -> str:
     """The broker URL to use: ``[broker] url`` if set, else the embedded broker (started if needed)."""
     url = config.broker.url
     if url:
-        scheme = urlsplit(url).scheme
-        if scheme not in {"redis", "rediss"}:
-            raise ConfigError("unsupported broker URL scheme", file=str(config.path or "<default>"),
-                              key="broker.url", value=redact_url(url),
-                              valid="redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS)")
+        problem = redis_url_problem(url)  # a Config built without validation, e.g. in code
+        if problem:
+            raise ConfigError(problem, file=str(config.path or "<default>"), key="broker.url",
+                              value=redact_url(url), valid=REDIS_URL_FORMS)
         return url
     broker = EmbeddedBroker(config.state_dir)
     broker.up()
