@@ -11,6 +11,7 @@ forgetting the job. Every command runs on the host's login side through a Transp
 
 from __future__ import annotations
 
+import base64
 import posixpath
 import re
 import secrets
@@ -34,6 +35,8 @@ from .transport import Command, Completed, StreamSink, Transport
 COMMAND_TIMEOUT_S = 120.0
 _UID_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _FACTS = "mb-facts:"
+_LOG = "mb-log:"
+LOG_CHUNK = 1 << 20  # bytes per read of a followed log
 
 
 class JobRecord(BaseModel):
@@ -328,11 +331,37 @@ class Bridge(ABC):
     def logs(self, job: JobRecord, tail: int | None = None,
              stream: Literal["stdout", "stderr"] = "stdout") -> str:
         """The job's stdout (or stderr) so far; its last ``tail`` lines when given."""
+        data, _size = self.read_log(job, stream, tail=tail, limit=None)
+        return data.decode("utf-8", "replace")
+
+    def read_log(self, job: JobRecord, stream: Literal["stdout", "stderr"] = "stdout",
+                 offset: int = 0, *, tail: int | None = None,
+                 limit: int | None = LOG_CHUNK) -> tuple[bytes, int]:
+        """Bytes of the job's stdout (or stderr) from byte ``offset`` (at most ``limit``) and
+        the offset past them (``Job.logs(follow=True)`` reads this); with ``tail``, the file's
+        last ``tail`` lines and its size. A file not there yet (job queued) reads as nothing.
+        One command on the host (the files sit in the job directory, whatever the kind); the
+        bytes travel as base64 after a marker line, so login noise cannot garble them."""
         if tail is not None and tail < 1:
             raise UserError(f"tail must be a positive number of lines (got {tail})")
+        if offset < 0 or (limit is not None and limit < 1):
+            raise UserError(f"offset must be >= 0 and limit >= 1 (got {offset}, {limit})")
         path = shlex.quote(getattr(job.paths, stream))
-        reader = f"tail -n {int(tail)} -- {path}" if tail else f"cat -- {path}"
-        return self._sh(f"if [ -r {path} ]; then {reader}; fi").stdout
+        if tail is not None:  # the lines the file holds now; later ones come from its size on
+            reader = f'head -c "$s" -- {path} | tail -n {int(tail)}'
+        else:
+            count = '$((s - o))' if limit is None else f'$(( s - o < {limit} ? s - o : {limit} ))'
+            reader = (f'if [ "$s" -gt {offset} ]; then o={offset}; else o="$s"; fi; '
+                      f'tail -c +$((o + 1)) -- {path} | head -c {count}')
+        done = self._sh(f'if [ -r {path} ]; then s=$(($(wc -c < {path}))); '
+                        f"printf '{_LOG}%s\\n' \"$s\"; {reader} | base64; fi")
+        lines = done.stdout.splitlines()
+        marks = [i for i, line in enumerate(lines) if line.startswith(_LOG)]
+        if not marks:
+            return b"", offset
+        size = int(lines[marks[-1]][len(_LOG):])
+        data = base64.b64decode("".join(lines[marks[-1] + 1:]))
+        return data, size if tail is not None else min(offset, size) + len(data)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} root={self._root!r}>"

@@ -31,6 +31,7 @@ from .transport import check_env
 
 _NAME_TOKEN = re.compile(r"^[A-Za-z0-9_.@+-]+$")
 Signal = Literal["TERM", "INT", "HUP", "USR1", "USR2"]
+RETIRE_SIGNAL: Signal = "INT"  # Celery's warm shutdown that spares the task in hand (JobSpec)
 
 
 def _duration(value: Any) -> Any:
@@ -49,7 +50,16 @@ Duration = Annotated[int | None, BeforeValidator(_duration)]
 
 
 class JobSpec(BaseModel):
-    """Everything a job asks of a host. ``None`` means "the host's default"."""
+    """Everything a job asks of a host. ``None`` means "the host's default".
+
+    ``retire_signal`` goes to the command's whole process group ``retire_before`` seconds
+    before walltime (the job script's watchdog, or SLURM's ``--signal=B:`` forwarded by the
+    script's trap). Its default is INT so that a retiring Celery worker finishes its task:
+    the worker's main process takes INT or TERM alike as a warm shutdown, but its prefork
+    pool children ignore INT and die on TERM (Celery's ``concurrency/prefork.py``:
+    ``WORKER_SIGIGNORE = {'SIGINT'}``, SIGTERM reset to the default), so TERM to the group
+    would kill the task in hand. ``mainboard.tasks.fleet`` makes the INT exit 0.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -67,7 +77,7 @@ class JobSpec(BaseModel):
     attempt: int = Field(1, ge=1)
     path: list[str] = Field(default_factory=list, description="directories put in front of PATH")
     retire_before: Duration = Field(None, description="signal the command this long before walltime")
-    retire_signal: Signal = "TERM"
+    retire_signal: Signal = RETIRE_SIGNAL
     extra: list[str] = Field(default_factory=list, description="extra scheduler header options")
 
     @field_validator("command")

@@ -115,6 +115,9 @@ class RentalCreated(Payload):
     label: str
     usd_hr: float
     host: str | None = None
+    # Who may end it: "jobs" (the host's jobs; the monitor releases it) or "fleet" (its
+    # worker; fleet down / idle). None: recorded before owners were (left to fleet down).
+    owner: str | None = None
 
 
 class RentalDestroyed(Payload):

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
-from urllib.parse import urlsplit
 
 import redis
 from kombu.exceptions import OperationalError
 
 from mainboard.errors import BrokerLost
+from mainboard.services.broker import address as where  # host:port for messages
 
 
 class BrokerRestarted(Exception):
@@ -38,15 +38,6 @@ FIRST_WAIT_S = 0.5
 MAX_WAIT_S = 5.0
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-
-
-def where(url: str) -> str:
-    """``host:port`` of a broker URL (never its password), for messages."""
-    try:
-        parts = urlsplit(url)
-        return f"{parts.hostname or '?'}:{parts.port or 6379}"
-    except ValueError:
-        return "the configured broker"
 
 
 @dataclass

@@ -26,9 +26,11 @@ from mainboard.integrators.stages import build_run
 from mainboard.integrators.stop import stop_reason
 from mainboard.receipts import RunCreated, RunResumed
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
+from mainboard.services.broker import BROKER_URL_ENV, EmbeddedBroker, check_broker
 from mainboard.tasks.coordinator import Coordinator, Lease, Progress
 from mainboard.tasks.outage import BROKER_ERRORS, where
-from mainboard.tasks.workers import LocalWorkers, fleet_size
+from mainboard.tasks.paths import use_import_roots
+from mainboard.tasks.workers import LocalWorkers, fleet_size, no_fleet, require_fleet
 
 Result = RunResult
 RunLike = RunSpec | Mapping[str, Any] | str | Path
@@ -78,15 +80,24 @@ class Session:
                            lease=self.lease, broker=self.broker, outage_budget=self.outage_s)
 
 
+def _embedded_idle(cfg: Config, broker_url: str | None) -> bool:
+    """True when the run would use the embedded broker and it is not running."""
+    if broker_url or os.environ.get(BROKER_URL_ENV, "").strip() or cfg.broker.url:
+        return False
+    return not EmbeddedBroker(cfg.state_dir).status().running
+
+
 @contextmanager
 def session(run_id: str, config: Config | None = None, broker_url: str | None = None,
             workers: int | None = None) -> Iterator[Session]:
     """Broker, app, the run's lease and workers for one run; all let go on the way out.
 
-    The lease comes first: a run a live coordinator drives is refused at once, before a
-    receipt, a key or a worker exists. ``workers=None`` uses the fleet when one consumes
+    The broker must answer first (BrokerError in one line naming its host:port and the
+    fix). The lease comes next: a run a live coordinator drives is refused at once, before
+    a receipt, a key or a worker exists. ``workers=None`` uses the fleet when one consumes
     the batch queue, else one local worker per core; ``workers=N`` starts N local workers;
-    ``workers=0`` uses the fleet only.
+    ``workers=0`` uses the fleet only: it never starts the embedded broker, and with no
+    fleet worker answering within ``FLEET_WAIT_S`` it is refused (``no_fleet``).
     """
     from mainboard.tasks.app import make_app, resolve_url
 
@@ -94,7 +105,10 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
         raise UserError(f"workers must be an integer >= 0 (0 = the running fleet only), "
                         f"got {workers!r}")
     cfg = config if config is not None else load_config()
+    if workers == 0 and _embedded_idle(cfg, broker_url):
+        raise no_fleet("the embedded broker is not running, so no fleet worker is either")
     url = resolve_url(cfg, broker_url)
+    check_broker(url, cfg)
     app = make_app(cfg, broker_url=url)
     r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10,
                              health_check_interval=25)
@@ -102,6 +116,8 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     local: LocalWorkers | None = None
     try:
         lease.acquire()
+        if workers == 0:
+            require_fleet(app, where(url))
         count = workers if workers is not None else (
             0 if fleet_size(app) else default_workers())
         if count:
@@ -152,6 +168,8 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
               broker_url: str | None = None, progress: ProgressFn | None = None,
               resume: bool = False) -> RunResult:
     """Integrate ``run`` on workers; ``resume=True`` continues an earlier execution of it."""
+    use_import_roots(run if isinstance(run, str | Path) else None,
+                     config.root if config is not None else None)
     spec = load_spec(run)
     run_id = spec.run_id()
     # Built before anything starts: an integrand that cannot be imported or built is a

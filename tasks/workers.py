@@ -24,10 +24,12 @@ from types import TracebackType
 
 from celery import Celery
 
-from mainboard.errors import IntegrationFailed
+from mainboard.errors import IntegrationFailed, UserError
 from mainboard.tasks import BATCH_QUEUE
+from mainboard.tasks.paths import pythonpath
 
 STOP_TIMEOUT_S = 15.0
+FLEET_WAIT_S = 5.0  # how long `workers=0` asks for a fleet worker before giving up
 _PR_SET_PDEATHSIG = 1
 
 
@@ -49,8 +51,10 @@ def worker_command(node: str, queue: str = BATCH_QUEUE, concurrency: int = 1) ->
 
 
 def worker_env(broker_url: str) -> dict[str, str]:
-    """Environment of a local worker: the broker URL, and the caller's import path."""
-    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
+    """Environment of a local worker: the broker URL, and the caller's import path (the run's
+    import roots from ``tasks.paths.use_import_roots``, the current directory, then the
+    caller's own PYTHONPATH), so a user's integrand module is found without setting it."""
+    path = pythonpath(os.getcwd(), inherited=os.environ.get("PYTHONPATH"))
     return {**os.environ, "MAINBOARD_BROKER_URL": broker_url, "PYTHONPATH": path}
 
 
@@ -121,4 +125,22 @@ def fleet_size(app: Celery, queue: str = BATCH_QUEUE, timeout: float = 1.0) -> i
     return sum(any(q.get("name") == queue for q in queues) for queues in replies.values())
 
 
-__all__ = ["LocalWorkers", "fleet_size", "worker_command", "worker_env"]
+def no_fleet(why: str) -> UserError:
+    """``workers=0`` (``--workers 0``) asked for the fleet only, and there is none: how to start one."""
+    return UserError(f"workers=0 (--workers 0) uses the running fleet only, and {why}: start "
+                     "one with `mainboard fleet up`, or leave workers out to start local ones")
+
+
+def require_fleet(app: Celery, broker: str, queue: str = BATCH_QUEUE,
+                  wait_s: float = FLEET_WAIT_S) -> int:
+    """How many fleet workers consume ``queue``, asked until one answers within ``wait_s``
+    (a worker busy starting may miss one broadcast); :func:`no_fleet` when none does."""
+    deadline = time.monotonic() + wait_s
+    while not (count := fleet_size(app, queue)):
+        if time.monotonic() >= deadline:
+            raise no_fleet(f"no worker consumes {queue} on the broker at {broker}")
+    return count
+
+
+__all__ = ["LocalWorkers", "fleet_size", "no_fleet", "require_fleet", "worker_command",
+           "worker_env"]

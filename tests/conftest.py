@@ -10,8 +10,6 @@ from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one
 from tests.services import RedisServer, SshServer, start_redis, start_sshd
 from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
 
-pytest_plugins = ("celery.contrib.pytest",)
-
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:

@@ -76,7 +76,7 @@ def cli(ws: Path, *args: str, timeout: float = 300.0,
 def status(ws: Path, *flags: str, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """``fleet status --json`` rows."""
     done = cli(ws, "fleet", "status", "--json", *flags, env=env)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode in (0, 3), done.stderr  # 3: workers expected, none alive
     return json.loads(done.stdout)
 
 

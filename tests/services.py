@@ -134,12 +134,16 @@ def _keygen(path: Path) -> None:
 
 
 def start_sshd(directory: Path, user: str = "root", port: int | None = None, *,
-               listen: str = "127.0.0.1", wrapper: Sequence[str] = ()) -> SshServer:
+               listen: str = "127.0.0.1", wrapper: Sequence[str] = (),
+               unreachable: bool = False) -> SshServer:
     """Start sshd on a free (or the given) loopback port; the client key is ``directory/client_ed25519``.
 
     Keys already in ``directory`` are reused, so a test can restart a server with a new
     host key but the same client key (or the reverse) on the same port. ``listen`` and
     ``wrapper`` (argv run before sshd, e.g. ``ip netns exec NS``) serve another network.
+    ``unreachable``: this process cannot connect to it (e.g. the loopback of another
+    network namespace, reached only through a jump host), so readiness is read from
+    sshd's log instead of probed.
     """
     sshd = require("sshd", "apt-get install openssh-server")
     require("ssh-keygen")
@@ -161,12 +165,28 @@ def start_sshd(directory: Path, user: str = "root", port: int | None = None, *,
         "PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "PermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\n"
         "MaxStartups 100:30:200\nMaxSessions 50\nSubsystem sftp internal-sftp\n")
-    proc = subprocess.Popen([*wrapper, sshd, "-f", str(conf), "-D", "-E",
-                             str(directory / "sshd.log")])
-    wait_port(listen, port)
+    log = directory / "sshd.log"
+    seen = log.read_text(errors="replace").count("Server listening") if log.exists() else 0
+    proc = subprocess.Popen([*wrapper, sshd, "-f", str(conf), "-D", "-E", str(log)])
+    if unreachable:
+        _wait_listening(log, seen, proc)
+    else:
+        wait_port(listen, port)
     key_type, key_b64 = (directory / "host_ed25519.pub").read_text().split()[:2]
     return SshServer(host=listen, port=port, user=user, identity=client_key,
                      host_key_line=f"{key_type} {key_b64}", dir=directory, proc=proc)
+
+
+def _wait_listening(log: Path, seen: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Block until sshd logs one more "Server listening" line than ``seen`` (it is up)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and log.read_text(errors="replace").count("Server listening") > seen:
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"sshd exited with code {proc.returncode}; see {log}")
+        time.sleep(0.05)
+    raise TimeoutError(f"sshd did not report listening within {timeout}s; see {log}")
 
 
 @dataclass

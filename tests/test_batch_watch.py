@@ -239,7 +239,8 @@ def test_six_job_batch_survives_a_killed_watch(six: tuple[Path, Path], tmp_path:
     ws = config.parent
     ran = run_cli(config, "batch", "run", str(fleet))
     assert ran.returncode == 0, ran.stderr
-    batch_id, *dispatched = ran.stdout.splitlines()
+    batch_id, dispatched = ran.stdout.strip(), ran.stderr.splitlines()  # the id alone on stdout
+    assert ran.stdout == f"{batch_id}\n"
     assert sorted(line.split(" -> ")[0] for line in dispatched) == sorted(
         [f"dispatched {n}" for n in ("scratch-1", HOSTILE, "edge-3", "gated", "hpc-5")]
         + ["unreachable down-6"])

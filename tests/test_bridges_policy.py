@@ -69,7 +69,7 @@ def test_unknown_parameter_lists_every_valid_one_with_its_default() -> None:
     assert "unknown job parameter 'walltme' (did you mean walltime?)" in message
     assert message.endswith(describe_params())
     for shown in ("command (required)", "walltime (default: None)", "nodes (default: 1)",
-                  "attempt (default: 1)", "retire_signal (default: 'TERM')",
+                  "attempt (default: 1)", "retire_signal (default: 'INT')",
                   "env (default: {})"):
         assert shown in message
 

@@ -105,8 +105,9 @@ def test_schedulers_leave_walltime_to_the_scheduler() -> None:
     slurm = render(bridge("slurm"), walltime=120, retire_before=30)
     pbs = render(bridge("pbs"), walltime=120, retire_before=30)
     assert "( sleep" not in slurm  # SLURM signals itself (--signal), and kills at walltime
+    assert "#SBATCH --signal=B:INT@30" in slurm  # JobSpec's default: Celery's warm shutdown
     assert [ln for ln in pbs.splitlines() if ln.startswith("( sleep")] == [
-        '( sleep 90; kill -TERM "-$_mb_child" ) >/dev/null 2>&1 &']  # PBS: retire only
+        '( sleep 90; kill -INT "-$_mb_child" ) >/dev/null 2>&1 &']  # PBS: retire only
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

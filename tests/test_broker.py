@@ -344,7 +344,7 @@ def test_cli_round_trip(workspace: tuple[Path, dict[str, str]]) -> None:
     assert json.loads(down.stdout)["action"] == "stopped"
     assert _wait_until(lambda: not _alive(pid))
     stopped = _cli("status", "--json", cwd=root, env=env)
-    assert stopped.returncode == 0 and json.loads(stopped.stdout)["state"] == "stopped"
+    assert stopped.returncode == 3 and json.loads(stopped.stdout)["state"] == "stopped"
     outputs += [again, status, human, down, stopped, _cli("status", cwd=root, env=env)]
     assert "mainboard broker up" in outputs[-1].stdout
     password = (root / ".mainboard" / "broker.secret").read_text().strip()

@@ -175,6 +175,23 @@ def test_good_config_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert config.state_dir == tmp_path / ".mainboard"
 
 
+@pytest.mark.parametrize("kind", ["slurm", "pbs"])
+def test_batch_host_with_host_logs_in_over_ssh_by_default(kind: str) -> None:
+    """``host`` alone means ssh to that login node; no host means this machine."""
+    config = loads_config(toml("[hosts.remote]", f'kind = "{kind}"', 'host = "login.example"',
+                               "port = 2222", 'user = "me"',
+                               "[hosts.here]", f'kind = "{kind}"',
+                               "[hosts.said]", f'kind = "{kind}"', 'login = "ssh"', 'host = "h"'))
+    remote, here, said = (config.host(n) for n in ("remote", "here", "said"))
+    assert isinstance(remote, SlurmHost | PbsHost) and isinstance(here, SlurmHost | PbsHost)
+    params = remote.ssh_params()
+    assert remote.login == "ssh" and params is not None
+    assert (params.host, params.port, params.user) == ("login.example", 2222, "me")
+    assert here.login == "local" and here.ssh_params() is None
+    assert said.ssh_params() is not None
+    assert Config.model_validate(config.model_dump()) == config
+
+
 def test_dash_and_underscore_keys_are_the_same() -> None:
     dashed = loads_config(toml("[hosts.c]", 'kind = "slurm"', "[hosts.c.queues.q]",
                                'max-walltime = "1-00:00:00"', "mem-ceiling-gb = 4"))
@@ -311,6 +328,23 @@ def test_cli_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
     debug = _cli("--debug", "--config", str(bad), "config", "check", cwd=tmp_path)
     assert debug.returncode != 0 and "Traceback" in debug.stderr
     assert "hosts.box.port" in debug.stderr
+
+
+def test_cli_local_login_beside_a_host_is_one_line_exit_2(tmp_path: Path) -> None:
+    """The contradiction is refused by the real loader; host alone is an ssh login."""
+    bad = tmp_path / "mainboard.toml"
+    bad.write_text(toml('[hosts.c]', 'kind = "slurm"', 'host = "login.example"',
+                        'login = "local"'))
+    result = _cli("config", "check", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"mainboard: error: {bad}:4: hosts.c.login: login = "
+                                    '"local" would ignore host = "login.example"')
+    assert 'valid: login = "ssh" (or no login key)' in result.stderr
+    bad.write_text(toml('[hosts.c]', 'kind = "slurm"', 'host = "login.example"', "port = 2222"))
+    good = _cli("config", "check", cwd=tmp_path)
+    assert good.returncode == 0, good.stderr
+    assert "ssh " in good.stdout and "@login.example:2222, sbatch" in good.stdout
 
 
 def test_cli_config_check_lists_hosts_and_hides_passwords(tmp_path: Path) -> None:

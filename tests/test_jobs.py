@@ -225,7 +225,7 @@ def test_jobs_verbs_from_fresh_processes(board: Board) -> None:
     sleeper = run_cli(config, "submit", "--on", "local", "--", "sleep", "60").stdout.strip()
     wait_running(Job(board, sleeper))  # the submitting process is gone; the job is not
     cancelled = json.loads(_invoke(config, "jobs", "cancel", sleeper, "--json").stdout)
-    assert cancelled == {"id": sleeper, "state": "cancelled"}
+    assert cancelled == {"id": sleeper, "host": "local", "job_id": sleeper, "state": "cancelled"}
     table = _invoke(config, "jobs", "list").stdout
     assert sleeper in table and "cancelled" in table
     refused = _invoke(config, "jobs", "show", HOSTILE)

@@ -4,7 +4,9 @@ The simulated provider (a loopback HTTP server; a "rental" is a network namespac
 its own sshd and hostname) is driven through the real REST adapter. Proven here: a
 submit rents a machine (recorded in rentals.ndjson), a second submit reuses it, the
 jobs run there (its hostname), wait/logs/pull/cancel work, asking about jobs never
-rents, and a monitor pass destroys the rental once no job is owed anything.
+rents, and a monitor pass destroys the rental once no job is owed anything. With a fleet
+worker's rental on the same host, jobs rent their own machine, their outputs come back
+before it is released, and the fleet's rental keeps running.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ import pytest
 from mainboard.board import Board
 from mainboard.bridges.jobstate import JobState
 from mainboard.bridges.providers import RestProvider, owned_rentals
+from mainboard.bridges.providers.bridge import known_hosts_for, rental_transport
+from mainboard.bridges.providers.lifecycle import rental_receipts
+from mainboard.config import ProviderHost
 from mainboard.errors import HostError, ProviderError
-from mainboard.jobs.job import Job
+from mainboard.fleet.provider import fleet_guard
+from mainboard.hosts.rentals import adapter, rent_cheapest, rental_key
+from mainboard.jobs.job import Job, store_of
 from mainboard.jobs.monitor import monitor_pass
+from mainboard.receipts import JobPulled, Receipts, RentalCreated, RentalDestroyed
 from tests.jobs_workspace import make_workspace
 from tests.sim_provider import SimulatedProviderServer
 from tests.workspace import toml_tables
@@ -121,3 +129,84 @@ def test_a_price_ceiling_below_every_offer_rents_nothing(
         with pytest.raises(ProviderError, match="no offer for gpu=SIM RTX 4090"):
             board.on("gpu").submit("echo never")
         assert owned_rentals(board.config.state_dir) == [] and _market(sim).list_rentals() == []
+
+
+def test_a_fleet_rental_on_the_same_host_is_never_used_nor_released_by_jobs(
+        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, sim.api_key)
+    config = _config(tmp_path, sim)
+    market = _market(sim)
+    try:
+        with Board(config) as board:
+            cfg, host = board.config, board.config.host("gpu")
+            assert isinstance(host, ProviderHost)
+            identity, public = rental_key(cfg.state_dir)
+            with fleet_guard(adapter(cfg, host), cfg, "gpu") as guard:  # as `fleet up` rents
+                fleet = rent_cheapest(guard, cfg, "gpu", host, public)
+            fleet_box = rental_transport(fleet, name="fleet", identity=identity,
+                                         known_hosts=known_hosts_for(cfg.state_dir, "sim",
+                                                                     fleet.id))
+            fleet_name = fleet_box.run("hostname", check=True).stdout.strip()
+            job = board.on("gpu").submit("mkdir -p out; hostname > out/where.txt",
+                                         name="beside-the-fleet", fetch=["out/where.txt"])
+            owners = {r.rental_id: r.owner for r in owned_rentals(cfg.state_dir)}
+            assert owners.pop(fleet.id) == "fleet"
+            ((job_rental, owner),) = owners.items()  # the job rented its own machine
+            assert owner == "jobs" and job_rental != fleet.id
+            assert job.wait(timeout=60, poll=0.5) is JobState.COMPLETED
+        state = config.parent / ".mainboard"
+        with Board(config) as board:  # a cron'd monitor: a fresh process
+            monkeypatch.delenv(KEY_ENV)  # the provider cannot be asked: nothing can be pulled
+            blocked = monitor_pass(board)
+            assert blocked["released"] == [] and "gpu" in blocked["unreachable_hosts"]
+            assert store_of(board).load(job.id).pulled is None  # still owed: not released
+            assert market.status(job_rental).state == "running"
+        monkeypatch.setenv(KEY_ENV, sim.api_key)
+        with Board(config) as board:
+            report = monitor_pass(board)
+            assert report["released"] == [job_rental] and report["errors"] == []
+            assert report["finished"][0]["pulled"] == ["out/where.txt"]
+        where = (config.parent / "out" / "where.txt").read_text().strip()
+        assert where.startswith("sim-gpu-") and where != fleet_name  # the job's own machine
+        pulled_at = next(ts for ts, p in Receipts(store_of(board).file(job.id)).read_timed()
+                         if isinstance(p, JobPulled))
+        destroyed_at = next(ts for ts, p in rental_receipts(state).read_timed()
+                            if isinstance(p, RentalDestroyed) and p.rental_id == job_rental)
+        assert pulled_at < destroyed_at  # outputs back before the machine went
+        assert market.status(fleet.id).state == "running"  # the fleet's machine is untouched
+        assert fleet_box.run("hostname", check=True).stdout.strip() == fleet_name
+        assert [r.rental_id for r in owned_rentals(state)] == [fleet.id]
+        with Board(config) as board:
+            assert monitor_pass(board)["released"] == []  # and stays so on later passes
+        assert market.status(fleet.id).state == "running"
+        fleet_box.close()
+    finally:
+        for rental in market.list_rentals():
+            market.destroy(rental.id)
+
+
+def test_a_rental_recorded_without_an_owner_is_not_released_by_the_monitor(
+        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An old receipt (no ``owner`` key) still loads; the monitor names it, never ends it."""
+    monkeypatch.setenv(KEY_ENV, sim.api_key)
+    config = _config(tmp_path, sim)
+    market = _market(sim)
+    try:
+        with Board(config) as board:
+            job = board.on("gpu").submit("true", name="quick")
+            assert job.wait(timeout=60, poll=0.5) is JobState.COMPLETED
+            log = rental_receipts(board.config.state_dir)
+            text = log.path.read_text()
+            assert '"owner":"jobs"' in text.replace(" ", "")
+            log.path.write_text(text.replace('"owner": "jobs"', '"owner": null')
+                                .replace('"owner":"jobs"', '"owner":null'))
+            (old,) = [p for p in log.read() if isinstance(p, RentalCreated)]
+            assert old.owner is None
+        with Board(config) as board:
+            report = monitor_pass(board)
+            assert report["released"] == []
+            assert any(old.rental_id in e and "fleet down" in e for e in report["errors"])
+        assert market.status(old.rental_id).state == "running"
+    finally:
+        for rental in market.list_rentals():
+            market.destroy(rental.id)

@@ -43,6 +43,13 @@ def test_readme_has_two_commands_and_ci_runs_the_test_one() -> None:
     assert commands[1] in ci_lines, "CI must run the README's test command as written"
 
 
+def test_the_demo_finds_its_files() -> None:
+    """The README's main job reads its config and run file from the checkout."""
+    from mainboard.cli import demo
+
+    assert demo.DEMO_CONFIG.is_file() and demo.DEMO_RUN.is_file(), demo.ROOT
+
+
 def test_layout_folders_exist() -> None:
     for name in ("mainboard", "bridges", "tasks", "integrators", "deploy", "tests", "bench"):
         assert (REPO / name).is_dir(), name

@@ -26,7 +26,7 @@ from mainboard.bridges.base import new_uid
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.bridges.providers import RestProvider
 from mainboard.bridges.providers.base import Rental
-from mainboard.bridges.providers.lifecycle import RentalGuard, owned_rentals
+from mainboard.bridges.providers.lifecycle import FLEET, JOBS, RentalGuard, owned_rentals
 from mainboard.config import Config, load_config
 from mainboard.jobs.job import Job, store_of
 from mainboard.jobs.monitor import LOCK_FILE, monitor_log, monitor_pass, release_rentals
@@ -220,14 +220,15 @@ def _provider_config(sim: SimulatedProviderServer, tmp_path: Path,
 
 
 def _rent(adapter: RestProvider, config: Config, hosts: tuple[str, ...],
-          tmp_path: Path) -> dict[str, Rental]:
-    """A real rental on the simulated provider for each host, recorded as ``fleet up`` does."""
+          tmp_path: Path, owner: str = JOBS) -> dict[str, Rental]:
+    """A real rental on the simulated provider for each host, recorded as a job submit
+    (``owner = "jobs"``) or ``fleet up`` (``"fleet"``) records one."""
     key = tmp_path / "id_ed25519"
     if not key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
                        check=True)
     offer = adapter.cheapest("SIM_RTX_4090", 1.0)
-    return {host: RentalGuard(adapter, config.state_dir, host=host).rent(
+    return {host: RentalGuard(adapter, config.state_dir, host=host, owner=owner).rent(
         offer, ssh_public_key=key.with_suffix(".pub").read_text(), label=f"mb-test-{host}",
         wait=None) for host in hosts}
 
@@ -237,13 +238,16 @@ def test_release_rentals_destroys_only_the_done_hosts_rentals(
     config = _provider_config(sim, tmp_path, monkeypatch, ("gpu-a", "gpu-b"))
     adapter = RestProvider("sim", api_url=sim.url, api_key_env="MB_TEST_SIM_KEY")
     try:
+        fleet = _rent(adapter, config, ("gpu-a",), tmp_path, owner=FLEET)["gpu-a"]
         rentals = _rent(adapter, config, ("gpu-a", "gpu-b"), tmp_path)
         before = time.time() - 3600  # work submitted before these rentals existed
         assert release_rentals(config, {"gpu-a": before, "gpu-b": before}) == ([], [])
         done, errors = release_rentals(config, {"gpu-a": time.time()})
-        assert (done, errors) == ([rentals["gpu-a"].id], [])
+        assert (done, errors) == ([rentals["gpu-a"].id], [])  # never the fleet's on gpu-a
         assert adapter.status(rentals["gpu-a"].id).state == "destroyed"
-        assert [r.rental_id for r in owned_rentals(config.state_dir)] == [rentals["gpu-b"].id]
+        assert adapter.status(fleet.id).state != "destroyed"
+        assert [r.rental_id for r in owned_rentals(config.state_dir)] == [
+            fleet.id, rentals["gpu-b"].id]
         assert release_rentals(config, {"gpu-a": time.time()}) == ([], [])  # nothing left
     finally:
         for rental in adapter.list_rentals():

@@ -32,7 +32,7 @@ from mainboard.bridges.providers import (
 from mainboard.bridges.providers import netns as sim_net
 from mainboard.bridges.providers.base import Rental
 from mainboard.bridges.providers.bridge import ProviderBridge, known_hosts_for
-from mainboard.bridges.providers.lifecycle import rental_receipts
+from mainboard.bridges.providers.lifecycle import FLEET, JOBS, rental_receipts
 from mainboard.bridges.providers.simulated import cleanup_all
 from mainboard.bridges.ssh import SshTransport
 from mainboard.config import ProviderConfig, ProviderHost
@@ -44,7 +44,7 @@ from mainboard.errors import (
     ProviderError,
     UserError,
 )
-from mainboard.receipts import RentalCreated, RentalDestroyed
+from mainboard.receipts import Receipts, RentalCreated, RentalDestroyed
 from tests.services import free_port
 from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
 
@@ -267,6 +267,32 @@ def test_simulated_destroy_all_owned_from_a_fresh_process(provider: RestProvider
     assert provider.list_rentals() == [] and owned_rentals(tmp_path / ".mainboard") == []
     for box in boxes:
         _assert_gone(box)
+
+
+def test_simulated_owners_are_recorded_and_destroy_all_owned_can_spare_the_jobs(
+        provider: RestProvider, keypair: tuple[Path, str], tmp_path: Path) -> None:
+    """A fleet-only sweep (what ``fleet down`` should ask) ends the fleet's rentals and
+    unowned old ones, never a job rental; a label sweep never takes a recorded rental."""
+    state = tmp_path / ".mainboard"
+    made = {}
+    for owner in (FLEET, JOBS, None):
+        with RentalGuard(provider, state, host="gpu1", owner=owner) as guard:
+            made[owner] = guard.rent("9001", ssh_public_key=keypair[1],
+                                     label=f"mainboard-gpu1-{owner}", wait=None)
+    assert {r.rental_id: r.owner for r in owned_rentals(state)} == {
+        made[o].id: o for o in (FLEET, JOBS, None)}
+    assert [r.rental_id for r in owned_rentals(state, (JOBS,))] == [made[JOBS].id]
+    done = destroy_all_owned(state, {"sim": provider}, owners=(FLEET, None),
+                             label_prefix="mainboard-", reason="fleet down")
+    assert sorted(done) == sorted([made[FLEET].id, made[None].id])
+    assert [r.id for r in provider.list_rentals()] == [made[JOBS].id]
+    assert [r.rental_id for r in owned_rentals(state)] == [made[JOBS].id]
+    legacy = '{"topic":"rental.created","ts":1,"payload":{"provider":"sim","rental_id":"9",' \
+             '"offer_id":"1","label":"old","usd_hr":0.4,"host":"gpu1"}}\n'
+    old = tmp_path / "old.ndjson"
+    old.write_text(legacy)  # a receipt written before owners were recorded still loads
+    (loaded,) = Receipts(old).read()
+    assert isinstance(loaded, RentalCreated) and loaded.owner is None
 
 
 def test_simulated_unknown_offer_or_rental_id_is_a_clear_error(provider: RestProvider,

@@ -7,12 +7,17 @@ machine, copying files, starting a worker) destroys the rentals made there and
 records ``rental.destroyed``; a clean exit keeps them, owned, until ``fleet down``,
 ``monitor`` or the idle timeout destroys them. ``destroy_all_owned`` reads only the
 receipts, so a new process (after a crash) finds and destroys what an old one rented.
+
+Every rental records its ``owner``: ``JOBS`` (rented by a job submit, shared by that
+host's jobs, released by the monitor once none of them is owed anything) or ``FLEET``
+(rented for one fleet worker, ended by ``fleet down`` or the idle check). Neither side
+ever reuses or ends the other's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -22,6 +27,8 @@ from mainboard.receipts import Receipts, RentalCreated, RentalDestroyed
 from .base import FINAL_STATES, Offer, ProviderAdapter, Rental, check_price
 
 RECEIPTS_FILE = "rentals.ndjson"
+JOBS = "jobs"    # owner: the jobs of the rental's host
+FLEET = "fleet"  # owner: a fleet worker (its worker.started receipt names the rental)
 
 
 def rental_receipts(state_dir: Path) -> Receipts:
@@ -29,8 +36,10 @@ def rental_receipts(state_dir: Path) -> Receipts:
     return Receipts(Path(state_dir) / RECEIPTS_FILE)
 
 
-def owned_rentals(state_dir: Path) -> list[RentalCreated]:
-    """Rentals recorded as created and not yet recorded as destroyed, in creation order."""
+def owned_rentals(state_dir: Path, owners: Collection[str | None] | None = None
+                  ) -> list[RentalCreated]:
+    """Rentals recorded as created and not yet recorded as destroyed, in creation order
+    (only those whose ``owner`` is in ``owners``, when given)."""
     log = rental_receipts(state_dir)
     live: dict[tuple[str, str], RentalCreated] = {}
     for payload in log.read():
@@ -38,15 +47,15 @@ def owned_rentals(state_dir: Path) -> list[RentalCreated]:
             live[(payload.provider, payload.rental_id)] = payload
         elif isinstance(payload, RentalDestroyed):
             live.pop((payload.provider, payload.rental_id), None)
-    return list(live.values())
+    return [r for r in live.values() if owners is None or r.owner in owners]
 
 
 class RentalGuard:
     """Rent through one adapter with a durable record; undo everything if setup fails."""
 
-    def __init__(self, adapter: ProviderAdapter, state_dir: Path, *, host: str | None = None
-                 ) -> None:
-        self.adapter, self.host = adapter, host
+    def __init__(self, adapter: ProviderAdapter, state_dir: Path, *, host: str | None = None,
+                 owner: str | None = None) -> None:
+        self.adapter, self.host, self.owner = adapter, host, owner
         self.receipts = rental_receipts(state_dir)
         self.rented: list[Rental] = []  # made inside this guard and not destroyed since
 
@@ -64,7 +73,7 @@ class RentalGuard:
                                    image=image)
         self.receipts.append(RentalCreated(
             provider=self.adapter.name, rental_id=rental.id, offer_id=chosen.id, label=label,
-            usd_hr=rental.usd_hr or chosen.usd_hr, host=self.host))
+            usd_hr=rental.usd_hr or chosen.usd_hr, host=self.host, owner=self.owner))
         self.rented.append(rental)
         if wait is not None:
             rental = self.adapter.wait_ready(rental.id, timeout=wait)
@@ -106,21 +115,25 @@ def destroy_rental(adapter: ProviderAdapter, receipts: Receipts, rental_id: str,
 
 def destroy_all_owned(state_dir: Path, adapters: Mapping[str, ProviderAdapter], *,
                       provider: str | None = None, label_prefix: str | None = None,
-                      reason: str = "destroy_all_owned") -> list[str]:
-    """Destroy every rental the receipts say we own (optionally only one provider's).
+                      reason: str = "destroy_all_owned",
+                      owners: Collection[str | None] | None = None) -> list[str]:
+    """Destroy every rental the receipts say we own (optionally only one provider's, or
+    only those of ``owners``, e.g. ``(FLEET, None)`` to leave the jobs' rentals alone).
 
     With ``label_prefix``, rentals the provider lists under that prefix are destroyed
-    too, which catches one rented in the instant before its receipt was written. All
+    too, which catches one rented in the instant before its receipt was written (only
+    rentals with no receipt at all: a recorded one of another owner is left alone). All
     are attempted; failures are raised together at the end. Returns the rental ids.
     """
     receipts = rental_receipts(state_dir)
-    targets = [(r.provider, r.rental_id) for r in owned_rentals(state_dir)
+    targets = [(r.provider, r.rental_id) for r in owned_rentals(state_dir, owners)
                if provider is None or r.provider == provider]
+    recorded = {(r.provider, r.rental_id) for r in owned_rentals(state_dir)}
     if label_prefix:
         for name, adapter in adapters.items():
             if provider is None or name == provider:
                 targets += [(name, r.id) for r in adapter.list_rentals(label_prefix)
-                            if (name, r.id) not in targets]
+                            if (name, r.id) not in targets and (name, r.id) not in recorded]
     done: list[str] = []
     failures: list[str] = []
     for name, rental_id in targets:

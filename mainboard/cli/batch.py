@@ -1,9 +1,10 @@
 """`mainboard batch prepare|estimate|run|watch|list|show`: many jobs from one fleet.toml.
 
-``prepare`` and ``estimate`` contact no target. ``run`` prints the batch id first, then
-one line per job as it is dispatched. ``watch`` drives the monitor sweep until every
-job has an outcome (a live table on a terminal, one line per outcome otherwise, NDJSON
-events with ``--json``) and exits 0 only if every job completed. All state is read
+``prepare`` and ``estimate`` contact no target. ``run`` prints only the batch id on stdout
+(or one JSON object), one line per job on stderr as it is dispatched. ``watch`` drives
+the monitor sweep until every job has an outcome (on a terminal a live table and a bar
+of jobs done with the batch's ETA, one line per outcome otherwise, NDJSON events with
+``--json``) and exits 0 only if every job completed. All state is read
 back from ``.mainboard/batches/<id>/``: a killed ``watch`` started again continues.
 """
 
@@ -177,14 +178,22 @@ def _event_json(payload: Payload) -> dict[str, Any]:
 
 @batch.command("run")
 @_FLEET
-@_JSON
+@common.json_option(
+    'Print one JSON object instead of the id: {"batch": id, "name": batch name, "jobs": '
+    'how many, "dispatched": how many reached their target, "failed": how many did not, '
+    '"events": [one per job, in the order written: {"event": "dispatched", "batch_id", '
+    '"name", "target", "job": mainboard job id, "adopted": bool} or {"event": '
+    '"dispatch_failed", "batch_id", "name", "target", "outcome": "unreachable" | "refused" | '
+    '"error", "reason"}]}.')
 @click.pass_context
 def run_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
     """Record a batch, print its id, dispatch every job to its target.
 
-    A target that cannot be reached fails only its own jobs (recorded with the
-    reason); the others still go. Then `mainboard batch watch ID`, or let a cron'd
-    `mainboard monitor` bring the results back.
+    Stdout carries only the result: the batch id (printed before dispatching starts, so
+    `ID=$(mainboard batch run fleet.toml)` works), or with --json the object described
+    there. One line per job dispatched goes to stderr. A target that cannot be reached
+    fails only its own jobs (recorded with the reason); the others still go. Then
+    `mainboard batch watch ID`, or let a cron'd `mainboard monitor` bring the results back.
     """
     from mainboard.batch.run import dispatch, start, store_of
 
@@ -192,12 +201,14 @@ def run_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
         batch_id = start(board, fleet)
         if not as_json:
             click.echo(batch_id)
-        written = dispatch(board, batch_id, on_event=None if as_json else
-                           lambda p: click.echo(_event_line(p)))
+        written = dispatch(board, batch_id, on_event=lambda p: click.echo(_event_line(p),
+                                                                          err=True))
         view = store_of(board).load(batch_id)
     if as_json:
-        _echo_json({"batch": batch_id, "name": view.name, "events": [_event_json(p)
-                                                                      for p in written]})
+        events = [_event_json(p) for p in written]
+        sent = sum(e["event"] == "dispatched" for e in events)
+        _echo_json({"batch": batch_id, "name": view.name, "jobs": len(view.jobs),
+                    "dispatched": sent, "failed": len(events) - sent, "events": events})
 
 
 class _WatchOutput:
@@ -209,12 +220,17 @@ class _WatchOutput:
         self.as_json = as_json
         self.console = Console(soft_wrap=True)
         self.live: Any = None
+        self.bar: Any = None
         self.down: dict[str, str] = {}
 
     def start(self, view: BatchView) -> None:
         if not self.as_json and self.console.is_terminal:
             from rich.live import Live
 
+            from mainboard.cli.runview import make_bar
+
+            self.bar = make_bar(self.console)
+            self.bar.add_task(f"batch {view.name}", total=len(view.jobs), stats="", eta="")
             self.live = Live(console=self.console, auto_refresh=False, transient=True)
             self.live.start()
         if not self.as_json and view.announced:
@@ -246,7 +262,22 @@ class _WatchOutput:
         for error in step.errors:
             click.echo(f"mainboard: warning: {error}", err=True)
         if self.live is not None:
-            self.live.update(_rows_table(step.rows), refresh=True)
+            from rich.console import Group
+
+            self.live.update(Group(_rows_table(step.rows), self._progress(step)), refresh=True)
+
+    def _progress(self, step: WatchStep) -> Any:
+        """The bar under the table: jobs with an outcome of all, and the batch's overall ETA
+        (its pace since it was created)."""
+        import time
+
+        from mainboard.cli.runview import eta_by_rate, eta_text
+
+        done, total = sum(r.outcome is not None for r in step.rows), len(step.rows)
+        left = eta_by_rate(done, total, time.time() - step.view.created_at)
+        self.bar.update(self.bar.task_ids[0], completed=done, stats=f"{done} of {total} jobs done",
+                        eta=eta_text(left))
+        return self.bar
 
     def stop(self) -> None:
         if self.live is not None:
@@ -289,7 +320,9 @@ def watch_cmd(ctx: click.Context, batch_id: str, interval: float, as_json: bool)
     """Sweep until every job has an outcome; exit 0 only if all completed.
 
     Each sweep is one `mainboard monitor` pass (results pulled, rentals released);
-    each outcome is announced once, even across a killed and restarted watch.
+    each outcome is announced once, even across a killed and restarted watch. On a
+    terminal a live table and a bar (jobs done of all, overall ETA) are drawn; piped,
+    one line per outcome.
     """
     from mainboard.batch.run import store_of
     from mainboard.batch.watch import summary, watch

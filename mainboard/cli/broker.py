@@ -2,11 +2,14 @@
 
 The state dir comes from mainboard.toml (``<workspace>/.mainboard``); with no
 mainboard.toml the implicit default config puts it in the current directory.
+``broker status`` exits 3 when the broker is not running (or not answering), as
+``systemctl status`` does for an inactive unit; its output is printed either way.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -73,6 +76,11 @@ def _emit(status: BrokerStatus, as_json: bool, external: str | None) -> None:
                    "jobs use that, not this embedded broker")
 
 
+# What a status verb (`broker`, `flower`, `fleet status`) exits with when what it reports is
+# not running: the code `systemctl status` gives an inactive unit. Its output is printed anyway.
+STATUS_DOWN = 3
+
+
 def _verb(name: str, doc: str) -> click.Command:
     """One `broker` subcommand: call EmbeddedBroker.<name>() and print the status it returns."""
 
@@ -81,7 +89,10 @@ def _verb(name: str, doc: str) -> click.Command:
     @click.pass_context
     def command(ctx: click.Context, as_json: bool) -> None:
         broker, external = _broker(ctx)
-        _emit(getattr(broker, name)(), as_json, external)
+        shown = getattr(broker, name)()
+        _emit(shown, as_json, external)
+        if name == "status" and not (shown.running and shown.redis_version):
+            sys.exit(STATUS_DOWN)
 
     return command
 
@@ -94,6 +105,7 @@ def broker() -> None:
 for _name, _doc in (
     ("up", "Start the embedded broker, or reuse the one already running."),
     ("down", "Stop the embedded broker (data is kept in .mainboard/redis)."),
-    ("status", "Show whether the embedded broker runs, with memory, uptime and keys."),
+    ("status", "Show whether the embedded broker runs, with memory, uptime and keys; "
+               "exit 3 when it is not running or not answering."),
 ):
     broker.add_command(_verb(_name, _doc))

@@ -1,4 +1,5 @@
-"""What every verb repeats: the workspace's config or Board, ``--json`` and its output.
+"""What every verb repeats: the workspace's config or Board, ``--json`` and its output,
+streamed output that ends cleanly on Ctrl-C or a closed pipe.
 
 Imports of the rooms below stay inside the functions so ``mainboard --help`` loads
 none of them.
@@ -49,3 +50,20 @@ def json_option(help: str = "Machine-readable output.") -> Callable[[F], F]:
 def echo_json(value: Any, **options: Any) -> None:
     """One JSON document on stdout; NaN is refused (it is not JSON)."""
     click.echo(json.dumps(value, allow_nan=False, **options))
+
+
+@contextmanager
+def streaming() -> Iterator[None]:
+    """Around output that streams until something ends: Ctrl-C exits 130 without a traceback,
+    and a reader that went away (``| head``) exits 141 quietly, as in a shell pipeline."""
+    import os
+    import sys
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: mainboard/cli/demo.py
 DEMO_CONFIG = ROOT / "examples" / "demo" / "mainboard.toml"
 DEMO_RUN = ROOT / "examples" / "gauss-8d.toml"
 

@@ -1,12 +1,13 @@
 """CLI verb `fleet`: Celery workers on your hosts — `up`, `status`, `down`.
 
-    mainboard fleet up [--on HOST ...] [--workers N] [--queues Q,...] [--walltime T]
+    mainboard fleet up [--on HOST ...] [--workers N] [--queues Q,...] [--walltime T] [--json]
     mainboard fleet status [--json] [--all]
-    mainboard fleet down [--on HOST ...]
+    mainboard fleet down [--on HOST ...] [--json]
 
 Heavy imports (Celery, paramiko, redis) happen inside the commands, so other verbs
 start fast. A host that fails during `up` gets one line on stderr and exit code 1;
-the other hosts still come up.
+the other hosts still come up. A broker that does not answer is one line naming its
+host:port and the fix, exit 1 (see :func:`mainboard.fleet.control.fleet_broker`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,25 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from mainboard.cli import common
+from mainboard.cli.broker import STATUS_DOWN
 from mainboard.redact import redact_text
+
+if TYPE_CHECKING:
+    from mainboard.receipts import WorkerStarted
+
+
+
+def _worker(worker: WorkerStarted) -> dict[str, object]:
+    """One worker in `up --json` and `down --json`."""
+    return {"host": worker.host, "worker_id": worker.worker_id, "node": worker.node,
+            "job_id": worker.job["job_id"], "queues": list(worker.queues),
+            "concurrency": worker.concurrency, "broker_via": worker.broker_via,
+            "rental_id": worker.rental["rental_id"] if worker.rental else None}
 
 
 @click.group()
@@ -43,31 +58,47 @@ def fleet() -> None:
               help="Destroy a rented machine whose worker idled this long (default: "
                    "[providers.X] options.idle_timeout, else 30m).")
 @click.option("--no-flower", is_flag=True, help="Do not start Flower with the fleet.")
+@common.json_option("Print one JSON object (shape above).")
 @click.pass_context
 def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | None,
        walltime: str | None, retire_before: str, idle_timeout: str | None,
-       no_flower: bool) -> None:
-    """Start the broker if needed, then one worker on each host."""
+       no_flower: bool, as_json: bool) -> None:
+    """Start the broker if needed, then one worker on each host.
+
+    Exit 0 when every host came up, 1 when one failed (one line each on stderr; the
+    others still come up) or the broker does not answer, 2 for bad options.
+
+    \b
+    --json prints one object:
+      {"started": [{"host", "worker_id", "node", "job_id", "queues", "concurrency",
+                    "broker_via", "rental_id"}, ...],
+       "failed": {HOST: "one line", ...}, "flower_url": URL|null, "flower_error": str|null}
+    """
     from mainboard.fleet.control import fleet_up
     from mainboard.fleet.launch import UpOptions
 
     options = UpOptions.parse(workers=workers, queues=queues, walltime=walltime,
                               retire_before=retire_before, idle_timeout=idle_timeout)
     report = fleet_up(common.load(ctx), hosts or None, options, flower=not no_flower)
-    for worker in report.started:
-        via = "via tunnel" if worker.broker_via == "tunnel" else "direct"
-        rental = f", rental {worker.rental['rental_id']}" if worker.rental else ""
-        click.echo(f"{worker.host}: worker {worker.node} (job {worker.job['job_id']}, "
-                   f"queues {','.join(worker.queues)}, broker {via}{rental})")
-    if report.flower_url:
-        click.echo(f"flower: {report.flower_url} (user mainboard, password in "
-                   ".mainboard/flower.secret)")
-    if report.flower_error:  # errors of hosts and daemons may quote a broker URL
-        click.echo(f"mainboard: warning: flower did not start: "
-                   f"{redact_text(str(report.flower_error))}", err=True)
-    for line in report.failed.values():
-        click.echo(f"mainboard: error: {redact_text(line)}", err=True)
-    if report.failed:
+    flower_error = redact_text(report.flower_error) if report.flower_error else None
+    failed = {host: redact_text(line) for host, line in report.failed.items()}
+    if as_json:
+        common.echo_json({"started": [_worker(w) for w in report.started], "failed": failed,
+                          "flower_url": report.flower_url, "flower_error": flower_error})
+    else:
+        for worker in report.started:
+            via = "via tunnel" if worker.broker_via == "tunnel" else "direct"
+            rental = f", rental {worker.rental['rental_id']}" if worker.rental else ""
+            click.echo(f"{worker.host}: worker {worker.node} (job {worker.job['job_id']}, "
+                       f"queues {','.join(worker.queues)}, broker {via}{rental})")
+        if report.flower_url:
+            click.echo(f"flower: {report.flower_url} (user mainboard, password in "
+                       ".mainboard/flower.secret)")
+    if flower_error:  # errors of hosts and daemons may quote a broker URL
+        click.echo(f"mainboard: warning: flower did not start: {flower_error}", err=True)
+    for line in failed.values():
+        click.echo(f"mainboard: error: {line}", err=True)
+    if failed:
         sys.exit(1)
 
 
@@ -80,13 +111,21 @@ def _age(ts: float | None) -> str:
 @click.option("--all", "include_stopped", is_flag=True, help="Include stopped workers.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
-    """Each worker: host, job, state, queues, concurrency, tasks done, last heartbeat."""
+    """Each worker: host, job, state, queues, concurrency, tasks done, last heartbeat.
+
+    Exit 0 when a worker is alive (online or starting) or none is expected; 3 when the
+    fleet has workers but none is alive (all queued, unresponsive, unknown or ended),
+    like `systemctl status` (the table or JSON list is printed for both); 1 when the
+    broker does not answer (one line on stderr, nothing on stdout).
+    """
     from mainboard.fleet.status import fleet_status
 
     rows = fleet_status(common.load(ctx), include_stopped=include_stopped)
+    live = [r for r in rows if not r.stopped]
+    code = STATUS_DOWN if live and not any(r.alive for r in live) else 0
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=1))
-        return
+        sys.exit(code)
     if not rows:
         click.echo("no fleet workers (start some with `mainboard fleet up`)")
         return
@@ -97,6 +136,7 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    sys.exit(code)
 
 
 @fleet.command()
@@ -104,20 +144,36 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
               help="Only this host's workers (repeatable; default: all).")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to let workers finish their task before cancelling the job.")
+@common.json_option("Print one JSON object (shape above).")
 @click.pass_context
-def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float) -> None:
-    """Drain workers (warm shutdown), cancel their jobs, destroy rentals."""
+def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    """Drain workers (warm shutdown), cancel their jobs, destroy rentals.
+
+    Draining needs the broker: when it does not answer (a configured [broker] url, or
+    the embedded broker the workers use), nothing is stopped and the one line on
+    stderr says how to bring it back (exit 1). Exit 1 too when a worker could not be
+    stopped (its outcome starts with "error").
+
+    \b
+    --json prints one object:
+      {"workers": [{"host", "worker_id", "node", "job_id", "queues", "concurrency",
+                    "broker_via", "rental_id", "outcome"}, ...],
+       "rentals_destroyed": [RENTAL_ID, ...]}
+    """
     from mainboard.fleet.control import fleet_down
 
     report = fleet_down(common.load(ctx), hosts or None, timeout=timeout)
-    failed = False
-    for worker in report.workers:
-        outcome = report.outcome.get(worker.worker_id, "unknown")
-        failed |= outcome.startswith("error")
-        click.echo(f"{worker.host}: worker {worker.node} {outcome}")
-    for rental in report.rentals_destroyed:
-        click.echo(f"rental {rental} destroyed")
-    if not report.workers:
-        click.echo("no fleet workers were running")
-    if failed:
+    outcomes = {w.worker_id: report.outcome.get(w.worker_id, "unknown") for w in report.workers}
+    if as_json:
+        common.echo_json({"workers": [{**_worker(w), "outcome": outcomes[w.worker_id]}
+                                      for w in report.workers],
+                          "rentals_destroyed": report.rentals_destroyed})
+    else:
+        for worker in report.workers:
+            click.echo(f"{worker.host}: worker {worker.node} {outcomes[worker.worker_id]}")
+        for rental in report.rentals_destroyed:
+            click.echo(f"rental {rental} destroyed")
+        if not report.workers:
+            click.echo("no fleet workers were running")
+    if any(outcome.startswith("error") for outcome in outcomes.values()):
         sys.exit(1)

@@ -8,11 +8,13 @@ stop`` inspect and stop it. The password itself is never printed.
 from __future__ import annotations
 
 import json
+import sys
 from typing import TYPE_CHECKING
 
 import click
 
 from mainboard.cli import common
+from mainboard.cli.broker import STATUS_DOWN
 
 if TYPE_CHECKING:  # imported lazily: celery and redis-py are slow to import
     from mainboard.config import Config
@@ -59,14 +61,20 @@ _JSON = common.json_option("Print one JSON object.")
 @click.pass_context
 def flower(ctx: click.Context, port: int | None, as_json: bool) -> None:
     """Start Flower on 127.0.0.1 with basic auth (user mainboard, password in
-    .mainboard/flower.secret); `flower status` and `flower stop` manage it."""
+    .mainboard/flower.secret); `flower status` and `flower stop` manage it.
+
+    The broker must answer first (else one line naming its host:port, exit 1).
+    `flower status` exits 3 when Flower is not running.
+    """
     if ctx.invoked_subcommand is not None:
         return
+    from mainboard.services.broker import check_broker
     from mainboard.tasks.app import resolve_url
 
     server, config = _flower(ctx)
     # $MAINBOARD_BROKER_URL, else [broker] url, else the embedded broker (started if needed)
     broker_url = resolve_url(config)
+    check_broker(broker_url, config)
     _emit(server.up(broker_url, port=port), as_json)
 
 
@@ -74,8 +82,11 @@ def flower(ctx: click.Context, port: int | None, as_json: bool) -> None:
 @_JSON
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Show whether Flower runs, its URL and where its password is."""
-    _emit(_flower(ctx)[0].status(), as_json)
+    """Show whether Flower runs, its URL and where its password is; exit 3 when it does not."""
+    shown = _flower(ctx)[0].status()
+    _emit(shown, as_json)
+    if not shown.running:
+        sys.exit(STATUS_DOWN)
 
 
 @flower.command("stop")

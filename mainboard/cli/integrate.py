@@ -2,7 +2,8 @@
 
 The broker is the workspace's (embedded by default, started if needed). Without
 ``--workers`` the running fleet is used, or one local worker per core when there is none;
-``--workers N`` starts N local workers for this run and stops them afterwards.
+``--workers N`` starts N local workers for this run and stops them afterwards;
+``--workers 0`` uses the fleet only and never starts the embedded broker.
 """
 
 from __future__ import annotations
@@ -16,24 +17,32 @@ from mainboard.cli import common
 @click.argument("run_file", metavar="RUN.toml", type=click.Path(dir_okay=False))
 @click.option("--workers", type=click.IntRange(min=0), default=None,
               help="Local batch workers to start (default: the fleet, else one per core; "
-                   "0: the fleet only).")
+                   "0: the fleet only, refused within seconds when none answers).")
 @click.option("--max-samples", type=click.IntRange(min=1), default=None,
               help="Override [stop] max_samples (a smaller budget for a quick look).")
 @common.json_option("Print the result as one JSON object.")
 @click.pass_context
 def integrate(ctx: click.Context, run_file: str, workers: int | None, max_samples: int | None,
               as_json: bool) -> None:
-    """Integrate RUN.toml on Celery workers and print estimate ± error."""
+    """Integrate RUN.toml on Celery workers and print estimate ± error.
+
+    Exit 0 with the result; 1 when the broker does not answer (one line naming its
+    host:port and the fix) or the run failed; 2 for a bad run file or `--workers 0`
+    with no fleet worker (start one with `mainboard fleet up`); 3 when the broker went
+    away mid-run for longer than [broker] outage (resume with `mainboard runs resume`).
+    """
     from mainboard.cli.runview import ProgressBar, emit
     from mainboard.integrators.spec import load_run_file, parse_run
+    from mainboard.tasks.paths import use_import_roots
     from mainboard.tasks.runner import integrate as run_integration
 
+    config = common.load(ctx)
+    use_import_roots(run_file, config.root)  # a module next to the run file, or in the workspace
     spec = load_run_file(run_file)
     if max_samples is not None:
         data = spec.model_dump(mode="json")
         data["stop"]["max_samples"] = max_samples
         spec = parse_run(data, file=run_file)
-    config = common.load(ctx)
-    with ProgressBar(spec.name, spec.stop.max_samples) as bar:
+    with ProgressBar(spec.name, spec.stop.max_samples, stop=spec.stop) as bar:
         result = run_integration(spec, workers, config=config, progress=bar.update)
     emit(result, as_json)

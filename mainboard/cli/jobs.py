@@ -21,8 +21,6 @@ if TYPE_CHECKING:
 _JSON = common.json_option()
 
 
-
-
 def _row(view: JobView) -> str:
     when = dt.datetime.fromtimestamp(view.submitted.submitted_at).strftime("%Y-%m-%d %H:%M:%S")
     code = "" if view.exit_code is None else str(view.exit_code)
@@ -92,16 +90,33 @@ def show(ctx: click.Context, job: str, refresh: bool, as_json: bool) -> None:
 @jobs.command("logs")
 @click.argument("job")
 @click.option("--tail", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Only the last N lines.")
+              help="Only the last N lines (with --follow: start from them).")
 @click.option("--stderr", "stderr_", is_flag=True, help="The job's stderr instead of stdout.")
+@click.option("-f", "--follow", is_flag=True,
+              help="Keep printing new output until the job ends, like `tail -f`.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
+              metavar="S", help="With --follow: seconds between reads.")
 @click.pass_context
-def logs(ctx: click.Context, job: str, tail: int | None, stderr_: bool) -> None:
-    """The job's stdout (or stderr) so far, read from its host."""
+def logs(ctx: click.Context, job: str, tail: int | None, stderr_: bool, follow: bool,
+         interval: float) -> None:
+    """The job's stdout (or stderr) so far, read from its host.
+
+    With --follow the output is streamed as it arrives (local, ssh and scheduler hosts
+    alike) until the job's state is final and its file is drained; then the exit code is
+    0 whatever the job's own outcome (`mainboard jobs show JOB` says how it ended).
+    Ctrl-C stops following (exit 130) and leaves the job running.
+    """
     from mainboard.jobs.job import Job
 
+    stream = "stderr" if stderr_ else "stdout"
     with common.board(ctx) as board:
-        text = Job(board, job).logs(tail=tail, stream="stderr" if stderr_ else "stdout")
-    click.echo(text, nl=False)
+        handle = Job(board, job)
+        if not follow:
+            click.echo(handle.logs(tail=tail, stream=stream), nl=False)
+            return
+        with common.streaming():
+            for chunk in handle.logs(tail=tail, stream=stream, follow=True, interval=interval):
+                click.echo(chunk, nl=False)  # flushed: each chunk shows as it arrives
 
 
 @jobs.command("pull")
@@ -125,16 +140,24 @@ def pull(ctx: click.Context, job: str, as_json: bool) -> None:
 
 @jobs.command("cancel")
 @click.argument("job")
-@_JSON
+@common.json_option('One JSON object: {"id": job id, "host": host name, "job_id": the '
+                    'scheduler\'s id, "state": the job\'s state after the cancel (e.g. '
+                    '"cancelled"; a job that had already ended keeps its final state)}.')
 @click.pass_context
 def cancel(ctx: click.Context, job: str, as_json: bool) -> None:
-    """Stop the job on its host (a finished job is left as it is)."""
+    """Stop the job on its host (a finished job is left as it is).
+
+    Prints `ID: STATE` on stdout (STATE as seen after the cancel), or with --json the
+    object described there; always those keys, in that order.
+    """
     from mainboard.jobs.job import Job
 
     with common.board(ctx) as board:
         handle = Job(board, job)
         state = handle.cancel()
+        view = handle.view()
     if as_json:
-        common.echo_json({"id": handle.id, "state": state.value})
+        common.echo_json({"id": handle.id, "host": view.host, "job_id": view.submitted.job_id,
+                          "state": state.value})
         return
     click.echo(f"{handle.id}: {state.value}")

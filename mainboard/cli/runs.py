@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 _WORKERS = click.option("--workers", type=click.IntRange(min=0), default=None,
                         help="Local batch workers to start (default: the fleet, else one "
-                             "per core; 0: the fleet only).")
+                             "per core; 0: the fleet only, refused within seconds when "
+                             "none answers).")
 _JSON = common.json_option()
 
 
@@ -108,14 +109,20 @@ def show(ctx: click.Context, run: str, as_json: bool) -> None:
 @_JSON
 @click.pass_context
 def resume(ctx: click.Context, run: str, workers: int | None, as_json: bool) -> None:
-    """Continue an unfinished run from its last snapshot (a finished run just prints)."""
+    """Continue an unfinished run from its last snapshot (a finished run just prints).
+
+    Exit codes as for `mainboard integrate`: 1 when the broker does not answer (one line
+    naming its host:port and the fix), 2 for `--workers 0` with no fleet worker.
+    """
     from mainboard.cli.runview import ProgressBar, emit
+    from mainboard.tasks.paths import use_import_roots
     from mainboard.tasks.runner import resume as resume_run
 
     store, config = _store(ctx)
+    use_import_roots(workspace=config.root)  # the run's python modules, found as at first
     history = store.find(run)
     spec = history.created.spec
-    with ProgressBar(spec["name"], spec["stop"].get("max_samples")) as bar:
+    with ProgressBar(spec["name"], spec["stop"].get("max_samples"), stop=spec["stop"]) as bar:
         result = resume_run(history.run_id, workers, config=config, progress=bar.update)
     emit(result, as_json)
 
@@ -136,13 +143,16 @@ def clone(ctx: click.Context, run: str, from_iteration: int | None, max_samples:
           max_iterations: int | None, workers: int | None, as_json: bool) -> None:
     """Branch a new run (new id) from a snapshot of RUN and run it to its stop condition."""
     from mainboard.cli.runview import ProgressBar, emit
+    from mainboard.tasks.paths import use_import_roots
     from mainboard.tasks.runner import clone as clone_run
 
     store, config = _store(ctx)
+    use_import_roots(workspace=config.root)  # the run's python modules, found as at first
     history = store.find(run)
     start = from_iteration if from_iteration is not None else history.last_snapshot[0]
     spec = history.created.spec
-    with ProgressBar(spec["name"], max_samples or spec["stop"].get("max_samples")) as bar:
+    with ProgressBar(spec["name"], max_samples or spec["stop"].get("max_samples"),
+                     stop=spec["stop"]) as bar:
         result = clone_run(history.run_id, start, workers, max_samples=max_samples,
                            max_iterations=max_iterations, config=config, progress=bar.update)
     emit(result, as_json)

@@ -1,6 +1,7 @@
 """How `integrate` and `runs` show a run: a progress bar on stderr, the result on stdout.
 
-Shared by both verbs so a result always looks the same. Numbers are formatted here and
+Shared by both verbs so a result always looks the same; ``make_bar`` and ``eta_text``
+also draw `batch watch`'s bar, so every long wait shows its ETA the same way. Numbers are formatted here and
 nowhere else; ``--json`` output goes through :func:`result_json` (one object, stable keys).
 """
 
@@ -9,12 +10,15 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:  # imported lazily: numpy and Celery cost every other verb startup time
+    from rich.console import Console
     from rich.progress import Progress as Bar
 
     from mainboard.integrators.driver import RunResult
@@ -90,14 +94,111 @@ def emit(result: RunResult, as_json: bool) -> None:
     click.echo(result_json(result) if as_json else result_text(result))
 
 
-class ProgressBar:
-    """A rich progress bar on stderr: iteration, samples, estimate ± error, samples/s.
+def eta_text(seconds: float | None) -> str:
+    """``ETA 0:01:05`` (``ETA -`` while unknown): the time left, the same on every bar."""
+    if seconds is None or not math.isfinite(seconds):
+        return "ETA -"
+    minutes, secs = divmod(max(0, round(seconds)), 60)
+    return f"ETA {minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
-    When stderr is not a terminal (a log, a pipe) each iteration is one plain line instead.
+
+def eta_by_rate(done: float, total: float, elapsed: float) -> float | None:
+    """Seconds left when ``done`` of ``total`` took ``elapsed`` seconds at a steady rate."""
+    if done <= 0 or elapsed <= 0:
+        return None
+    return max(0.0, elapsed * (total - done) / done)
+
+
+def make_bar(console: Console) -> Bar:
+    """A rich bar (not started): description, bar, ``stats`` and ``eta`` fields, time elapsed."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(),
+                    TextColumn("{task.fields[stats]}"), TextColumn("{task.fields[eta]}"),
+                    TimeElapsedColumn(), console=console, transient=False)
+
+
+def _magnitudes(value: Any) -> list[float]:
+    """Sizes of an estimate's or error's parts (complex ones by modulus, as the stop rule)."""
+    if hasattr(value, "tolist"):  # numpy
+        value = value.tolist()
+    if isinstance(value, dict):
+        return [math.hypot(value["real"], value["imag"])]
+    if isinstance(value, list | tuple):
+        return [m for v in value for m in _magnitudes(v)]
+    return [abs(value)] if value is not None else []
+
+
+@dataclass(frozen=True)
+class StopLimits:
+    """A run's ``[stop]`` as its bar needs it: where "done" is and how far off it is."""
+
+    max_samples: int | None = None
+    max_iterations: int | None = None
+    absolute_error: float | None = None
+    relative_error: float | None = None
+    min_samples: int = 0
+
+    @classmethod
+    def of(cls, stop: Any, max_samples: int | None = None) -> StopLimits:
+        """From a StopSpec or its dict (None: no limits); ``max_samples`` overrides its own."""
+        def get(key: str) -> Any:
+            return stop.get(key) if isinstance(stop, Mapping) else getattr(stop, key, None)
+
+        return cls(max_samples if max_samples is not None else get("max_samples"),
+                   get("max_iterations"), get("absolute_error"), get("relative_error"),
+                   get("min_samples") or 0)
+
+    def samples_needed(self, p: Progress) -> float | None:
+        """Samples the error target needs at today's error (it falls as 1/sqrt(samples))."""
+        errors, values = _magnitudes(p.error), _magnitudes(p.estimate)
+        if not errors or not all(map(math.isfinite, errors + values)):
+            return None
+        ratios = []
+        if self.absolute_error:
+            ratios.append(max(e / self.absolute_error for e in errors))
+        if self.relative_error and values and all(v > 0 for v in values):
+            ratios.append(max(e / (self.relative_error * v) for e, v in zip(errors, values,
+                                                                            strict=False)))
+        if not ratios:
+            return None
+        return max(p.samples * min(ratios) ** 2, float(self.min_samples))  # either target stops
+
+    def progress(self, p: Progress) -> tuple[float, float | None]:
+        """(fraction done, seconds left): the nearest of the limits set decides both."""
+        done: list[float] = []
+        left: list[float] = []
+        targets = [(p.samples, float(self.max_samples))] if self.max_samples else []
+        needed = self.samples_needed(p)
+        if needed is not None:
+            targets.append((p.samples, max(needed, float(p.samples))))
+        if self.max_iterations and p.iteration:  # an iteration's samples, at today's size
+            targets.append((p.samples, p.samples / p.iteration * self.max_iterations))
+        for now, total in targets:
+            done.append(min(1.0, now / total) if total else 1.0)
+            if p.samples_per_s > 0:
+                left.append(max(0.0, total - now) / p.samples_per_s)
+        return max(done, default=0.0), min(left, default=None)
+
+    def target_text(self) -> str:
+        """`` -> 0.001`` / `` -> 1% rel.``: the error target(s), for the bar's stats."""
+        parts = ([f"{self.absolute_error:.3g}"] if self.absolute_error else []) + \
+            ([f"{self.relative_error * 100:.3g}% rel."] if self.relative_error else [])
+        return f" -> {' or '.join(parts)}" if parts else ""
+
+
+class ProgressBar:
+    """A rich progress bar on stderr: iteration, samples done of ``max_samples``, estimate ±
+    error (and the error target ``stop`` sets, if any), samples/s and the overall ETA.
+
+    ``stop`` is the run's ``[stop]`` (a StopSpec or its dict): the ETA is the time to the
+    nearest limit (samples, iterations, or the error target at 1/sqrt(samples)). When
+    stderr is not a terminal (a log, a pipe) there is no bar: each iteration is one plain
+    line instead.
     """
 
-    def __init__(self, name: str, max_samples: int | None) -> None:
-        self.name, self.total = name, max_samples
+    def __init__(self, name: str, max_samples: int | None, stop: Any = None) -> None:
+        self.name, self.limits = name, StopLimits.of(stop, max_samples)
         self.live = sys.stderr.isatty()
         self.bar: Bar | None = None
         self.task: Any = None
@@ -106,25 +207,26 @@ class ProgressBar:
         if not self.live:
             return self
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                            TextColumn("{task.fields[stats]}"), TimeElapsedColumn(),
-                            console=Console(stderr=True), transient=False)
+        self.bar = make_bar(Console(stderr=True))
         self.bar.start()
-        self.task = self.bar.add_task(f"{self.name}: starting", total=self.total,
+        self.task = self.bar.add_task(f"{self.name}: starting", total=1.0, eta=eta_text(None),
                                       stats="waiting for the first iteration")
         return self
 
     def update(self, p: Progress) -> None:
         """Called by the coordinator after every iteration."""
-        stats = (f"{p.samples:,} samples  {pm(p.estimate, p.error)}  "
-                 f"{p.samples_per_s:,.0f} samples/s")
+        rate = f"{p.samples_per_s:,.0f} samples/s"
         if self.bar is None:
-            click.echo(f"{self.name}: iteration {p.iteration}: {stats}", err=True)
+            click.echo(f"{self.name}: iteration {p.iteration}: {p.samples:,} samples  "
+                       f"{pm(p.estimate, p.error)}  {rate}", err=True)
             return
-        self.bar.update(self.task, completed=p.samples,
-                        description=f"{self.name}: iteration {p.iteration}", stats=stats)
+        most = self.limits.max_samples
+        done, left = self.limits.progress(p)
+        stats = (f"{p.samples:,}{f' of {most:,}' if most else ''} samples  "
+                 f"{pm(p.estimate, p.error)}{self.limits.target_text()}  {rate}")
+        self.bar.update(self.task, completed=done, description=f"{self.name}: iteration "
+                        f"{p.iteration}", stats=stats, eta=eta_text(left))
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -132,4 +234,5 @@ class ProgressBar:
             self.bar.stop()
 
 
-__all__ = ["ProgressBar", "emit", "pm", "result_json", "result_text"]
+__all__ = ["ProgressBar", "StopLimits", "emit", "eta_by_rate", "eta_text", "make_bar", "pm",
+           "result_json", "result_text"]

@@ -1,10 +1,36 @@
-"""`mainboard submit --on HOST [options] -- CMD...`: submit a batch job, print its id."""
+"""`mainboard submit --on HOST [options] -- CMD...`: submit a batch job, print its id.
+
+With ``--wait`` it exits like the job: see :func:`exit_status`.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import click
 
 from mainboard.cli import common
+
+if TYPE_CHECKING:
+    from mainboard.jobs.store import JobView
+
+# `submit --wait` of a job that ended without an exit code of its own (by state name).
+NO_CODE_EXIT = {"timeout": 124,    # killed at its walltime: GNU timeout's code
+                "cancelled": 143,  # stopped on request: 128 + SIGTERM, what cancel sends
+                "preempted": 75}   # lost through no fault of its own: EX_TEMPFAIL, submit again
+
+
+def exit_status(view: JobView) -> int:
+    """The exit code of `submit --wait`: the job's own (0 when it completed), else
+    ``NO_CODE_EXIT`` by its state, else 1 (failed without a usable code)."""
+    if view.state.value == "completed":
+        return 0
+    if view.state.value in NO_CODE_EXIT:
+        return NO_CODE_EXIT[view.state.value]
+    code = view.exit_code or 0
+    if 256 < code < 384:  # PBS reports a job killed by signal N as 256 + N; a shell says 128 + N
+        code -= 128
+    return code if 0 < code < 256 else 1
 
 
 @click.command("submit", context_settings={"ignore_unknown_options": True,
@@ -27,23 +53,39 @@ from mainboard.cli import common
 @click.option("--no-sync", "no_sync", is_flag=True,
               help="Do not mirror the workspace to HOST first (data paths still travel).")
 @click.option("--wait", "wait_", is_flag=True,
-              help="Wait for the outcome; exit 0 only if the job completed.")
+              help="Wait for the outcome (progress on stderr), pull the fetch paths and exit "
+                   "with the job's exit code (see below).")
+@common.json_option("Print the job as one JSON object instead of its id (after the outcome "
+                    "with --wait).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def submit(ctx: click.Context, host: str, name: str | None, attempt: int, walltime: str | None,
            mem_gb: float | None, cpus: int | None, gpus: int | None, queue: str | None,
            data: tuple[str, ...], fetch: tuple[str, ...], no_sync: bool, wait_: bool,
-           command: tuple[str, ...]) -> None:
+           as_json: bool, command: tuple[str, ...]) -> None:
     """Submit CMD as a job on HOST and print its id.
 
     One argument is shell text (`-- 'make && ./a.out > out/log'`); several are an
     argument list, each quoted (`-- python3 fit.py --seed 3`). Queue limits are
     checked before anything leaves this machine; then HOST's workspace mirror is
     brought up to date (only what changed travels) and the job is submitted.
+
+    \b
+    Exit codes with --wait: the job's own (0 completed; N when it exited N;
+    a job killed by signal N on PBS gives 128+N). A job with no exit code of
+    its own gives 124 timeout (walltime), 143 cancelled (128+SIGTERM),
+    75 preempted (EX_TEMPFAIL: submit it again), 1 failed otherwise.
+    mainboard's own errors print one `mainboard: error:` line and exit 1
+    (2 for bad input).
+
+    \b
+    --json prints the object `mainboard jobs show --json` prints:
+      {"id", "name", "host", "kind", "job_id", "state", "final", "exit_code",
+       "reason", "native", "submitted_at", "job_dir", "root", "spec", "data",
+       "fetch", "pulled"}
     """
     import sys
 
-    from mainboard.bridges.jobstate import JobState
     from mainboard.jobs.job import submit as submit_job
 
     with common.board(ctx) as board:
@@ -51,9 +93,14 @@ def submit(ctx: click.Context, host: str, name: str | None, attempt: int, wallti
                          name=name, attempt=attempt, walltime=walltime, mem_gb=mem_gb,
                          cpus=cpus, gpus=gpus, queue=queue, data=data, fetch=fetch,
                          sync=not no_sync)
-        click.echo(job.id)
+        if not as_json:
+            click.echo(job.id)
         if wait_:
-            state = job.wait(progress=lambda s: click.echo(f"{job.id}: {s.describe()}", err=True))
+            job.wait(progress=lambda s: click.echo(f"{job.id}: {s.describe()}", err=True))
             if job.view().submitted.fetch:
                 job.pull()
-            sys.exit(0 if state is JobState.COMPLETED else 1)
+        view = job.view()
+    if as_json:
+        common.echo_json(view.as_json())
+    if wait_:
+        sys.exit(exit_status(view))

@@ -112,6 +112,7 @@ class SshParams:
     trust: Literal["known-hosts", "first-use"]
     known_hosts: str
     connect_timeout: float
+    given: frozenset[str] | None = None  # keys mainboard.toml wrote: they win over ~/.ssh/config
 
 
 class _HostBase(ConfigModel):
@@ -158,7 +159,7 @@ class _Connected(_HostBase):
             identity=os.path.expanduser(self.identity) if self.identity else None,
             trust=self.trust,
             known_hosts=os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"),
-            connect_timeout=self.connect_timeout)
+            connect_timeout=self.connect_timeout, given=frozenset(self.model_fields_set))
 
 
 class SshHost(_Connected):
@@ -174,16 +175,26 @@ class SshHost(_Connected):
 
 
 class _Batch(_Connected):
-    """Keys shared by SLURM and PBS hosts (login transport local or ssh)."""
+    """Keys shared by SLURM and PBS hosts. The login side is reached over ssh when ``host`` is
+    set and is this machine otherwise; ``login`` only ever states that explicitly."""
 
-    login: Literal["local", "ssh"] = "local"
+    login: Literal["local", "ssh"] = "local"  # left out: "ssh" when host is set (below)
     account: str | None = None
     modules: list[str] = Field(default_factory=list)
     container: str | None = None
 
     @model_validator(mode="after")
-    def _login_needs_host(self) -> _Batch:
-        if self.login == "ssh" and not self.host:
+    def _login_matches_host(self) -> _Batch:
+        """``host`` alone means ssh; ``login = "local"`` beside a ``host`` is a contradiction
+        (it would run sbatch here and ignore host, port and user), so it is refused."""
+        if "login" not in self.model_fields_set:
+            self.login = "ssh" if self.host else "local"
+        elif self.login == "local" and self.host:
+            raise custom_error(f'login = "local" would ignore host = "{self.host}" and submit '
+                               'from this machine', 'login = "ssh" (or no login key) to submit '
+                               'through host, or no host to submit from this machine', ("login",),
+                               value=None)
+        elif self.login == "ssh" and not self.host:
             raise custom_error('missing required key host (login = "ssh")',
                                'host = "login.cluster.example" (or login = "local")', ("host",),
                                value=None)

@@ -21,12 +21,14 @@ from functools import partial
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import CommandFailed, MainboardError
 from mainboard.fleet.keeper import ensure_keeper, stop_keeper, wait_tunnel
-from mainboard.fleet.launch import Launcher, UpOptions, plan
+from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions, plan
 from mainboard.fleet.records import read_fleet
 from mainboard.fleet.workers import DRAIN_TIMEOUT_S, broker_route, host_transport, stop_workers
 from mainboard.receipts import WorkerStarted
+from mainboard.services.broker import check_broker, embedded_down
 
-__all__ = ["DownReport", "UpOptions", "UpReport", "fleet_down", "fleet_up", "stop_workers"]
+__all__ = ["DownReport", "UpOptions", "UpReport", "fleet_broker", "fleet_down", "fleet_up",
+           "stop_workers"]
 
 
 @dataclass
@@ -64,13 +66,30 @@ def _up_one(launcher: Launcher, name: str) -> WorkerStarted:
     return launcher.start(launcher.target(name, host_transport(config, name)))
 
 
+def fleet_broker(config: Config, *, start: bool,
+                 workers: Sequence[WorkerStarted] = ()) -> BrokerRoute | None:
+    """The fleet's broker, checked to answer (BrokerError in one line when it does not).
+
+    ``start`` starts the embedded broker when it is not running. Without ``start``, an
+    embedded broker that is not running is None while no live worker expects it (nothing
+    to ask), and an error when ``workers`` do; a configured ``[broker] url`` must answer.
+    """
+    route = broker_route(config, start=start)
+    if route is None:
+        if workers:
+            raise embedded_down(config.state_dir, len(workers))
+        return None
+    check_broker(route.url, config)
+    return route
+
+
 def fleet_up(config: Config, hosts: Sequence[str] | None = None,
              options: UpOptions | None = None, *, flower: bool = True,
              timings: dict[str, dict[str, float]] | None = None) -> UpReport:
     """Start one worker per host; refusals raise before any traffic, host failures are listed."""
     options = options or UpOptions()
     names = plan(config, list(hosts) if hosts else default_hosts(config), options)
-    route = broker_route(config, start=True)
+    route = fleet_broker(config, start=True)
     assert route is not None
     keeper_args = (config.root, config.path, config.state_dir)
     launcher = Launcher(config, options, route, partial(ensure_keeper, *keeper_args),
@@ -112,14 +131,18 @@ def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
     for name in hosts or ():
         config.host(name)  # an unknown name is refused, listing the declared ones
     live = read_fleet(config.state_dir).live(set(hosts) if hosts else None)
+    if live or config.broker.url:  # draining asks the workers over the broker
+        fleet_broker(config, start=False, workers=live)
     report = DownReport(workers=live)
     report.outcome = stop_workers(config, live, reason="fleet down", timeout=timeout)
     if not hosts and config.providers:
         from mainboard.bridges.providers import adapters_from_config, destroy_all_owned
+        from mainboard.bridges.providers.lifecycle import FLEET
 
+        # Only the fleet's own rentals (and unowned old ones): a job's rental may run a job.
         report.rentals_destroyed = destroy_all_owned(
             config.state_dir, adapters_from_config(config), label_prefix="mainboard-",
-            reason="fleet down")
+            reason="fleet down", owners=(FLEET, None))
     if not read_fleet(config.state_dir).live():
         from mainboard.services.flower import Flower
 

@@ -37,7 +37,6 @@ from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
 DEFAULT_RETIRE_BEFORE_S = 300
-RETIRE_SIGNAL = "INT"  # Celery's warm shutdown; prefork pool children ignore it (TERM kills them)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -82,12 +81,19 @@ def _duration(flag: str, value: str | int | None) -> int | None:
 
 
 def worker_command(python: str, node: str, queues: Sequence[str], concurrency: int,
-                   secret_path: str) -> str:
-    """Shell text: read the broker URL from its 0600 file into the environment, exec Celery."""
+                   secret_path: str, root: str | None = None) -> str:
+    """Shell text: read the broker URL from its 0600 file into the environment, exec Celery.
+
+    ``root`` (the host's workspace root) goes first on the worker's PYTHONPATH, ahead of
+    whatever the host's modules put there, so a run's ``kind = "python"`` integrand module
+    in the workspace is found on every worker.
+    """
     argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker", "-Q", ",".join(queues),
             "-c", str(concurrency), "--pool=prefork", "-n", f"{node}@%h", "--without-mingle",
             "--without-gossip", "--loglevel=INFO", "-I", ",".join(WORKER_MODULES)]
-    return (f"MAINBOARD_BROKER_URL=\"$(cat {shlex.quote(secret_path)})\" && "
+    path = (f"PYTHONPATH={shlex.quote(root)}\"${{PYTHONPATH:+:$PYTHONPATH}}\" && "
+            "export PYTHONPATH && ") if root else ""
+    return (f"{path}MAINBOARD_BROKER_URL=\"$(cat {shlex.quote(secret_path)})\" && "
             f"export MAINBOARD_BROKER_URL && exec {shlex.join(argv)}")
 
 
@@ -98,7 +104,7 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
         cpus=options.concurrency if host.kind in ("slurm", "pbs") else None,
         env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name},
-        workdir=root, retire_signal=RETIRE_SIGNAL)
+        workdir=root)  # retire_signal: JobSpec's default, Celery's warm shutdown
     spec = resolve(spec, host)
     check_policy(spec, host, name)
     if spec.walltime is not None:
@@ -149,19 +155,14 @@ def remote(host: HostConfig) -> bool:
 
 
 def ssh_dict(transport: SshTransport) -> dict[str, Any]:
-    """Connection parameters (no secrets: key and known_hosts are paths) for a receipt."""
-    return {"host": transport.host, "port": transport.port, "user": transport.user,
-            "identity": transport.identity, "trust": transport.trust,
-            "known_hosts": str(transport.known_hosts),
-            "connect_timeout": transport.connect_timeout}
+    """Connection parameters (no secrets: key and known_hosts are paths) for a receipt,
+    with the route (ProxyJump...) already resolved, so another process can rebuild it."""
+    return transport.describe()
 
 
 def ssh_from_dict(params: dict[str, Any], name: str) -> SshTransport:
-    """The transport a receipt's ``ssh_dict`` describes."""
-    return SshTransport(params["host"], port=params["port"], user=params["user"],
-                        identity=params["identity"], trust=params["trust"],
-                        known_hosts=params["known_hosts"],
-                        connect_timeout=params.get("connect_timeout", 10.0), name=name)
+    """The transport a receipt's ``ssh_dict`` describes (older receipts load too)."""
+    return SshTransport.from_description(params, name)
 
 
 def free_remote_port(transport: Transport, python: str) -> int:
@@ -274,7 +275,8 @@ class Launcher:
             with self.phase(target.name, "submit"):
                 write_secret(target.transport, secret, url)
                 queues = [*self.options.queues, host_queue(target.name)]
-                command = worker_command(python, node, queues, self.options.concurrency, secret)
+                command = worker_command(python, node, queues, self.options.concurrency, secret,
+                                         root=target.root)
                 spec = worker_spec(target.name, target.host, self.options, worker_id=worker_id,
                                    command=command, root=target.root)
                 record = target.make_bridge(target.root).submit(spec)

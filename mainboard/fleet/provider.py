@@ -3,15 +3,17 @@
 The rental happens inside a ``RentalGuard``: if anything after it fails (the machine
 never answers, the root cannot be made, provisioning or submitting breaks) the guard
 destroys the rental and records that, so a failed ``fleet up`` costs nothing more. A
-rental that worked stays, recorded in both the rental and the fleet receipts, until
-``fleet down``, ``monitor`` or the keeper's idle check destroys it.
+rental that worked stays, recorded in both the rental receipts (``owner = "fleet"``)
+and the fleet receipts, until ``fleet down`` or the keeper's idle check destroys it:
+jobs on the same host never use it and the monitor never releases it.
 """
 
 from __future__ import annotations
 
 from mainboard.bridges.providers import RentalGuard
-from mainboard.bridges.providers.base import Rental
+from mainboard.bridges.providers.base import ProviderAdapter, Rental
 from mainboard.bridges.providers.bridge import ProviderBridge, known_hosts_for, rental_transport
+from mainboard.bridges.providers.lifecycle import FLEET
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import ConfigError
 from mainboard.fleet.launch import Launcher, Target, ssh_dict
@@ -38,6 +40,11 @@ def idle_timeout_for(config: Config, host: ProviderHost, override: float | None)
     return float(seconds)
 
 
+def fleet_guard(market: ProviderAdapter, config: Config, name: str) -> RentalGuard:
+    """The guard a fleet worker's rental is made in: recorded as the fleet's own."""
+    return RentalGuard(market, config.state_dir, host=name, owner=FLEET)
+
+
 def start_rented(launcher: Launcher, name: str) -> WorkerStarted:
     """Rent for provider host ``name``, then start its worker; any failure destroys the rental."""
     config = launcher.config
@@ -46,7 +53,7 @@ def start_rented(launcher: Launcher, name: str) -> WorkerStarted:
     idle = idle_timeout_for(config, host, launcher.options.idle_timeout)
     market = adapter(config, host)
     identity, public = rental_key(config.state_dir)
-    with RentalGuard(market, config.state_dir, host=name) as guard:
+    with fleet_guard(market, config, name) as guard:
         with launcher.phase(name, "rent"):
             rental = rent_cheapest(guard, config, name, host, public)
         known = known_hosts_for(config.state_dir, host.provider, rental.id)

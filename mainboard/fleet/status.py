@@ -17,12 +17,15 @@ import redis
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config
 from mainboard.errors import MainboardError
+from mainboard.fleet.control import fleet_broker
+from mainboard.fleet.launch import BrokerRoute
 from mainboard.fleet.records import read_fleet
-from mainboard.fleet.workers import broker_route, job_of, poll_jobs, registry_entries
+from mainboard.fleet.workers import job_of, poll_jobs, registry_entries
 from mainboard.receipts import WorkerStarted
 from mainboard.tasks.fleet import HEARTBEAT_S
 
 STALE_AFTER_S = 3 * HEARTBEAT_S
+ALIVE_STATES = frozenset({"online", "starting"})
 
 
 @dataclass(frozen=True)
@@ -50,12 +53,14 @@ class WorkerView:
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    @property
+    def alive(self) -> bool:
+        """Running as far as anyone can tell: answering, or its job runs and beats recently."""
+        return self.state in ALIVE_STATES
 
-def _celery_view(config: Config, timeout: float) -> dict[str, list[str]]:
+
+def _celery_view(route: BrokerRoute, timeout: float) -> dict[str, list[str]]:
     """``{full node name: queues}`` of every worker answering a broadcast within ``timeout``."""
-    route = broker_route(config, start=False)
-    if route is None:
-        return {}
     from mainboard.tasks.app import make_app
 
     app = make_app(broker_url=route.url)
@@ -84,12 +89,17 @@ def _state(job: JobStatus | MainboardError, online: bool, beat: float | None) ->
 
 def fleet_status(config: Config, *, include_stopped: bool = False,
                  timeout: float = 1.0) -> list[WorkerView]:
-    """Every live worker (and, with ``include_stopped``, the stopped ones), oldest first."""
+    """Every live worker (and, with ``include_stopped``, the stopped ones), oldest first.
+
+    The broker must answer (BrokerError in one line otherwise) whenever it is configured
+    or live workers use it; an embedded broker that is not running while no worker
+    expects it is no error: there is nothing to ask.
+    """
     state = read_fleet(config.state_dir)
     live = state.live()
+    route = fleet_broker(config, start=False, workers=live)
     jobs = poll_jobs(config, live)
-    celery = _celery_view(config, timeout) if live else {}
-    route = broker_route(config, start=False)
+    celery = _celery_view(route, timeout) if route and live else {}
     try:
         entries = registry_entries(route, [w.node for w in live]) if route and live else {}
     except redis.RedisError:

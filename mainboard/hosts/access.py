@@ -1,7 +1,10 @@
 """Reaching the hosts of mainboard.toml: run commands and copy files in each host's root.
 
 ``Hosts(config=...).on("gpu-box").run(cmd)`` runs in that host's ``root`` over ssh when the
-host is remote; ssh connections are pooled per (host, port, user) across the process.
+host is remote; ssh connections are pooled per route across the process. An ssh host's
+``host`` may be an alias of ``~/.ssh/config`` (or ``$MAINBOARD_SSH_CONFIG``): keys written
+in mainboard.toml win, the ssh config fills the others (HostName, User, Port,
+IdentityFile, ProxyJump...), as ``ssh alias`` would.
 This is everything the :class:`mainboard.Board` facade does except submitting jobs, so
 the rooms below the facade (jobs, batch, fleet) can reach hosts without importing it.
 """
@@ -12,6 +15,7 @@ import os
 import posixpath
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
@@ -69,13 +73,14 @@ class Host:
         params = self.config.ssh_params()
         if params is None:
             return LocalTransport(self.name)
-        transport = SshTransport.from_params(params, self.name)
         # Relative identity/known_hosts paths mean "next to mainboard.toml", not the cwd.
-        if transport.identity and not os.path.isabs(transport.identity):
-            transport.identity = str(self.board.config.root / transport.identity)
-        if not transport.known_hosts.is_absolute():
-            transport.known_hosts = self.board.config.root / transport.known_hosts
-        return transport
+        base = self.board.config.root
+        if params.identity and not os.path.isabs(params.identity):
+            params = replace(params, identity=str(base / params.identity))
+        if not os.path.isabs(params.known_hosts):
+            params = replace(params, known_hosts=str(base / params.known_hosts))
+        # Keys written in mainboard.toml win; ~/.ssh/config fills the rest (an alias resolves).
+        return SshTransport.from_params(params, self.name, given=self.config.model_fields_set)
 
     @property
     def root(self) -> str:

@@ -1,11 +1,14 @@
-"""Jobs on provider hosts: reach the host's live rental, renting one only to submit work.
+"""Jobs on provider hosts: reach the host's live job rental, renting one only to submit work.
 
 A ``kind = "provider"`` host is a machine only while a rental runs. Submitting a job
-reuses the host's live owned rental (``.mainboard/rentals.ndjson``), else rents the
-cheapest offer within ``max_usd_hr`` inside a ``RentalGuard``, so a rental that never
-answers is destroyed and recorded as such. Asking about work already submitted never
-rents: a host without a live rental is an error then. The monitor releases the rental
-once no job on the host is owed an outcome.
+reuses the host's live rental owned by its jobs (``owner = "jobs"`` in
+``.mainboard/rentals.ndjson``), else rents the cheapest offer within ``max_usd_hr``
+inside a ``RentalGuard``, so a rental that never answers is destroyed and recorded as
+such. A rental ``fleet up`` made for a worker on the same host is never used for jobs:
+the monitor ends job rentals when their jobs are done, and must never take a worker's
+machine with them. Asking about work already submitted never rents: a host without a
+live job rental is an error then (a rental recorded before owners were, ``owner``
+None, is still asked about work it may run, never given new work).
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from pathlib import Path
 from mainboard.bridges.providers import RentalGuard, adapter_for, owned_rentals
 from mainboard.bridges.providers.base import ProviderAdapter, Rental
 from mainboard.bridges.providers.bridge import known_hosts_for, rental_transport
+from mainboard.bridges.providers.lifecycle import JOBS
 from mainboard.bridges.ssh import SshTransport
 from mainboard.config import Config, ProviderHost
-from mainboard.errors import HostError
+from mainboard.errors import HostError, HostUnreachable, ProviderError
 from mainboard.hosts.access import ensure_root
 from mainboard.hosts.mirror import manifest_path
 from mainboard.ids import safe_word
@@ -71,19 +75,26 @@ def rent_cheapest(guard: RentalGuard, config: Config, name: str, host: ProviderH
 
 
 
-def live_rental(market: ProviderAdapter, state_dir: Path, name: str) -> Rental | None:
-    """The newest owned rental of host ``name`` the provider says is running, if any."""
-    for owned in reversed(owned_rentals(state_dir)):
-        if owned.host == name and owned.provider == market.name:
-            rental = market.status(owned.rental_id)
-            if rental.state == "running" and rental.ssh_host and rental.ssh_port:
-                return rental
+def live_rental(market: ProviderAdapter, state_dir: Path, name: str, *,
+                legacy: bool = False) -> Rental | None:
+    """The newest rental of host ``name`` owned by its jobs that the provider says is
+    running, if any; ``legacy`` also accepts one recorded without an owner."""
+    owners: tuple[str | None, ...] = (JOBS, None) if legacy else (JOBS,)
+    found = [r for r in owned_rentals(state_dir, owners)
+             if r.host == name and r.provider == market.name]
+    newest_first = found[::-1]
+    for owned in [r for r in newest_first if r.owner == JOBS] + [
+            r for r in newest_first if r.owner != JOBS]:
+        rental = market.status(owned.rental_id)
+        if rental.state == "running" and rental.ssh_host and rental.ssh_port:
+            return rental
     return None
 
 
 def provider_transport(config: Config, name: str, host: ProviderHost, root: str, *,
                        rent: bool) -> SshTransport:
-    """An ssh transport to host ``name``'s live rental; with ``rent``, one is rented if none.
+    """An ssh transport to host ``name``'s live job rental; with ``rent``, one is rented
+    (owned by the jobs) if none. A fleet worker's rental of the same host is never used.
 
     One process at a time finds-or-rents (``.mainboard/rentals.lock``), so concurrent
     submits share one machine instead of renting two.
@@ -91,13 +102,21 @@ def provider_transport(config: Config, name: str, host: ProviderHost, root: str,
     market = adapter(config, host)
     identity, public = rental_key(config.state_dir)
     with flocked(config.state_dir / LOCK_FILE):
-        rental = live_rental(market, config.state_dir, name)
+        try:
+            rental = live_rental(market, config.state_dir, name, legacy=not rent)
+        except ProviderError as exc:
+            if rent:
+                raise
+            # Unreachable for now, not a verdict: the monitor asks (and pulls) again later,
+            # and never releases a rental whose outputs have not come back.
+            raise HostUnreachable(f"host {name!r}: provider {host.provider!r} cannot say "
+                                  f"where its rental is right now ({exc})") from exc
         if rental is not None:
             return _attach(config, name, host, rental, identity)
         if not rent:
             raise HostError(f"host {name!r}: no live rental on provider {host.provider!r} "
                             "(it was released or destroyed); its jobs cannot be asked about")
-        with RentalGuard(market, config.state_dir, host=name) as guard:
+        with RentalGuard(market, config.state_dir, host=name, owner=JOBS) as guard:
             rental = rent_cheapest(guard, config, name, host, public)
             transport = _attach(config, name, host, rental, identity)
             ensure_root(transport, name, root)  # proves ssh works; a failure destroys it

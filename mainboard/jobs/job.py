@@ -3,7 +3,8 @@
 ``board.on("cluster").submit("python fit.py", walltime="2h", fetch=["out/"])`` checks
 the host's queue policy (on this machine: a refusal sends nothing anywhere), brings the
 host's workspace mirror (and ``data``) up to date, submits through the host's bridge and
-records a ``job.submitted`` receipt (secret-looking env values redacted). A ``Job``
+records a ``job.submitted`` receipt (secret-looking env values redacted);
+``job.logs(follow=True)`` streams its output until it ends. A ``Job``
 holds only its id: every question re-reads the receipts (``mainboard.jobs.store``) or
 asks the host, so a job submitted by one process is waited on, pulled or cancelled by
 any other, e.g. ``mainboard jobs`` or the monitor.
@@ -11,15 +12,17 @@ any other, e.g. ``mainboard jobs`` or the monitor.
 
 from __future__ import annotations
 
+import codecs
 import os
 import posixpath
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from mainboard.bridges import bridge_for
+from mainboard.bridges.base import LOG_CHUNK
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.errors import HostError, MainboardError, WaitTimedOut
 from mainboard.jobs.files import check_paths, fetch_back, ship_data
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
     from mainboard.hosts.access import Host, Hosts
 
 Progress = Callable[[JobStatus], None]
+LogStream = Literal["stdout", "stderr"]
+FOLLOW_INTERVAL_S = 0.5  # seconds between reads of a followed log
 _BRIDGES: weakref.WeakKeyDictionary[Host, dict[str | None, Bridge]] = \
     weakref.WeakKeyDictionary()
 _BRIDGES_LOCK = threading.Lock()
@@ -171,11 +176,51 @@ class Job:
             time.sleep(pause)
             delay = min(delay * 1.5, poll)
 
-    def logs(self, tail: int | None = None,
-             stream: Literal["stdout", "stderr"] = "stdout") -> str:
-        """The job's stdout (or stderr) so far; the last ``tail`` lines when given."""
+    @overload
+    def logs(self, tail: int | None = None, stream: LogStream = "stdout", *,
+             follow: Literal[False] = False, interval: float = FOLLOW_INTERVAL_S) -> str: ...
+
+    @overload
+    def logs(self, tail: int | None = None, stream: LogStream = "stdout", *,
+             follow: Literal[True], interval: float = FOLLOW_INTERVAL_S) -> Iterator[str]: ...
+
+    def logs(self, tail: int | None = None, stream: LogStream = "stdout", *,
+             follow: bool = False, interval: float = FOLLOW_INTERVAL_S) -> str | Iterator[str]:
+        """The job's stdout (or stderr) so far; the last ``tail`` lines when given.
+
+        ``follow=True`` returns an iterator of text chunks instead (like ``tail -f``): what
+        the file holds now (its last ``tail`` lines when given), then new output as it
+        arrives, read every ``interval`` seconds; it ends once the job's state is final and
+        its file is drained. Stop early by breaking out of the loop.
+        """
+        if follow:
+            return self._follow(tail, stream, interval)
         view = self.view()
         return self._bridge(view).logs(view.record(), tail=tail, stream=stream)
+
+    def _follow(self, tail: int | None, stream: LogStream, interval: float) -> Iterator[str]:
+        """Chunks of the log as they come; the host is asked for the job's state only when a
+        read brought nothing new (a chatty job costs one command per interval)."""
+        view = self.view()
+        bridge, record = self._bridge(view), view.record()
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        ended = view.finished
+        data, offset = bridge.read_log(record, stream, tail=tail)
+        while True:
+            if text := decoder.decode(data):
+                yield text
+            if len(data) >= LOG_CHUNK:  # a backlog: read on without waiting
+                data, offset = bridge.read_log(record, stream, offset)
+                continue
+            if ended:  # this read came after the final state was seen: the file is drained
+                break
+            if not data:
+                ended = self.poll().final
+            if not ended:
+                time.sleep(interval)
+            data, offset = bridge.read_log(record, stream, offset)
+        if rest := decoder.decode(b"", final=True):
+            yield rest
 
     def pull(self) -> JobPulled:
         """Copy the job's ``fetch`` paths from its host into the workspace; record what came."""

@@ -11,9 +11,11 @@ per host (hosts in parallel); a host that cannot be reached is one entry in
 
 A pass may be scoped to some job ids (``only``, what ``batch watch`` does): it probes,
 pulls and announces those alone, so every other job is still announced by the next
-plain pass. Rentals follow all jobs either way: a provider host's rental is released
-only when no job on it, in scope or not, is still owed an outcome, and every pass
-tries again until it is (a provider API that was down does not leave it running).
+plain pass. Rentals follow all jobs either way: a provider host's job rental is
+released only when no job on it, in scope or not, is still owed an outcome (so its
+outputs are pulled first), and every pass tries again until it is (a provider API that
+was down does not leave it running). Only rentals the jobs own (``owner = "jobs"``)
+are ever released here: a fleet worker's rental on the same host is never touched.
 """
 
 from __future__ import annotations
@@ -51,19 +53,20 @@ def monitor_log(state_dir: Path) -> Receipts:
 
 
 def release_rentals(config: Config, hosts: Mapping[str, float]) -> tuple[list[str], list[str]]:
-    """Destroy the provider rentals of ``hosts`` (host -> when its last job was submitted)
-    that ran that work: created before it. A rental made later (for new work, or for
-    fleet workers) is not this pass's to end.
+    """Destroy the job rentals of ``hosts`` (host -> when its last job was submitted) that
+    ran that work: owned by the jobs and created before it. A rental made later (for new
+    work) is not this pass's to end, nor ever one a fleet worker owns.
 
     Returns (destroyed rental ids, errors). Does nothing when the provider layer is not
     installed; a rental that cannot be destroyed is an error line, not a failed pass,
-    and is tried again next pass.
+    and is tried again next pass. A rental recorded before owners were (no owner) may be
+    a fleet worker's: it is named in an error line, never destroyed here.
     """
     if not hosts:
         return [], []
     try:
         from mainboard.bridges.providers import adapter_for
-        from mainboard.bridges.providers.lifecycle import destroy_rental, rental_receipts
+        from mainboard.bridges.providers.lifecycle import JOBS, destroy_rental, rental_receipts
     except ImportError:
         return [], []
     log = rental_receipts(config.state_dir)
@@ -78,6 +81,14 @@ def release_rentals(config: Config, hosts: Mapping[str, float]) -> tuple[list[st
     errors = [str(p) for p in problems]
     for created_at, rental in live.values():
         if rental.host not in hosts or created_at > hosts[rental.host]:
+            continue
+        if rental.owner is None:
+            errors.append(f"rental {rental.rental_id} ({rental.provider}, host {rental.host}) "
+                          "was recorded without an owner (before owners were recorded) and may "
+                          "be a fleet worker's, so the monitor leaves it; it may still cost "
+                          "money: end it with `mainboard fleet down` once its work is done")
+            continue
+        if rental.owner != JOBS:
             continue
         provider = config.providers.get(rental.provider)
         try:

@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -26,7 +27,7 @@ from redis.retry import Retry
 
 from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
 from mainboard.daemon import FORBIDDEN_PORTS, HOST, Daemon, fresh_port, port_is_free, write_private
-from mainboard.errors import BrokerError, ConfigError, MissingDependency
+from mainboard.errors import BrokerError, ConfigError, MissingDependency, first_line
 from mainboard.redact import redact_url
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
 REDIS_SERVER_ENV = "MAINBOARD_REDIS_SERVER"
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 15.0
+PING_TIMEOUT_S = 5.0  # connect and answer: a broker that is down is told within seconds
+BROKER_URL_ENV = "MAINBOARD_BROKER_URL"
+_CONNECTING = re.compile(r"^Error -?\d+ connecting to \S+?\. ")  # redis-py's prefix
 
 INSTALL_HINT = (
     "install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis; "
@@ -57,6 +61,64 @@ def find_redis_server() -> str:
         raise MissingDependency(f"redis-server not found on PATH (nor set in {REDIS_SERVER_ENV}): "
                                 f"{INSTALL_HINT}")
     return found
+
+
+def address(url: str) -> str:
+    """``host:port`` of a broker URL (never its password), for messages."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.hostname or '?'}:{parts.port or 6379}"
+    except ValueError:
+        return "the configured broker"
+
+
+def _origin(url: str, config: Config | None) -> tuple[str, str]:
+    """Where ``url`` comes from, and what to do when it does not answer."""
+    if url == os.environ.get(BROKER_URL_ENV, "").strip():
+        return f"${BROKER_URL_ENV}", f"start that Redis, or correct or unset {BROKER_URL_ENV}"
+    if config is not None and url == config.broker.url:
+        return (f"[broker] url of {config.path or 'mainboard.toml'}",
+                "start that Redis, or correct [broker] url (without it the embedded broker "
+                "is used)")
+    if config is not None and url == _embedded_url(config.state_dir):
+        log = EmbeddedBroker(config.state_dir).log_path
+        return "the embedded broker", f"restart it with `mainboard broker up` (log: {log})"
+    return "broker_url", "start that Redis, or pass the URL of one that runs"
+
+
+def _embedded_url(state_dir: Path) -> str | None:
+    """The embedded broker's URL, None when it has never been started."""
+    try:
+        return EmbeddedBroker(state_dir).url()
+    except BrokerError:
+        return None
+
+
+def check_broker(url: str, config: Config | None = None,
+                 timeout: float = PING_TIMEOUT_S) -> None:
+    """Return once the broker at ``url`` answers PING; else BrokerError in one line naming
+    its host:port (never the password), where the URL comes from and what to do."""
+    try:
+        with redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                  retry=Retry(NoBackoff(), 0)) as client:
+            client.ping()
+        return
+    except redis.AuthenticationError as exc:
+        problem, fix = first_line(exc), "correct the password in that URL"
+    except redis.RedisError as exc:  # refused, timed out, unknown host, TLS, ...
+        problem, fix = _CONNECTING.sub("", first_line(exc)).rstrip("."), None
+    origin, how = _origin(url, config)
+    raise BrokerError(f"broker connection failed: {address(url)} ({origin}) does not answer: "
+                      f"{problem}; {fix or how}")
+
+
+def embedded_down(state_dir: Path, workers: int) -> BrokerError:
+    """The embedded broker is not running while ``workers`` fleet workers expect it."""
+    port = EmbeddedBroker(state_dir).status().port
+    count = f"{workers} worker{'s' if workers != 1 else ''}"
+    return BrokerError(f"broker connection failed: {HOST}:{port or '?'} (the embedded broker) "
+                       f"is not running while the fleet has {count} on it; start it with "
+                       "`mainboard broker up`, then run this again")
 
 
 def resolve_broker_url(config: Config) -> str:
