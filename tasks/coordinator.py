@@ -27,7 +27,7 @@ from functools import partial
 from typing import Any
 
 import redis
-from celery import Celery, chain, group
+from celery import Celery, chain
 from celery.canvas import Signature
 
 from mainboard import keys
@@ -203,8 +203,10 @@ class Coordinator:
         base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
         for i in sorted(pending):
             live.sent(i, base)
-        if pending:
-            group(self.chain_for(k, i, sizes[i], base) for i in sorted(pending)).apply_async()
+        # One chain at a time, not a group: a group subscribes the result backend to its id,
+        # and a dangling subscription raises at exit once the broker is gone.
+        for i in sorted(pending):
+            self.chain_for(k, i, sizes[i], base).apply_async()
         started = time.monotonic()
         next_check = started + self.poll_s
         while pending:
