@@ -34,3 +34,43 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderS
     server = start_simulated_provider(tmp_path_factory.mktemp("sim-provider"))
     yield server
     server.stop()
+
+
+# Test files that must share one xdist worker: the machine has one SLURM, one podman
+# store, and the simulated provider's tests count the machine's mbsim-* namespaces.
+SHARED_WORKER = {
+    "slurm": {"tests/test_batch_watch.py", "tests/test_bridges_sched.py",
+              "tests/test_cli_streams.py", "tests/test_fleet_live.py",
+              "tests/test_fleet_retire.py", "tests/test_jobs.py"},
+    "podman": {"tests/test_celery_containers.py", "tests/test_provision.py",
+               "tests/test_tasks_deploy.py"},
+    "sim": {"tests/test_batch.py", "tests/test_fleet_provider.py", "tests/test_jobs_provider.py",
+            "tests/test_monitor.py", "tests/test_providers.py"},
+}
+_GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Two workers (the README test command), scheduled by file: a file's tests stay on one
+    worker (its module fixtures start once), and the files of each SHARED_WORKER group
+    run on one worker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByRoom(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return _GROUP_OF.get(path, path)
+
+    return ByRoom(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep SHARED_WORKER true: a file that starts SLURM or a simulated provider must be in
+    its group, or two workers could start them at once."""
+    for fixture, group in (("slurm_cluster", "slurm"), ("sim", "sim")):
+        missing = sorted({item.nodeid.split("::", 1)[0] for item in items
+                          if isinstance(item, pytest.Function) and fixture in item.fixturenames}
+                         - SHARED_WORKER[group])
+        if missing:
+            raise pytest.UsageError(f"tests/conftest.py: add {missing} to SHARED_WORKER[{group!r}]"
+                                    f" (they use the {fixture} fixture)")

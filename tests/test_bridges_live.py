@@ -100,8 +100,9 @@ def test_job_dir_is_private_but_the_job_keeps_the_usual_umask(local: Bridge) -> 
 
 
 def test_local_cancel_stops_the_whole_job(local: Bridge) -> None:
-    polite = local.submit(command="sleep 300 & sleep 301; wait", name="polite")
-    stubborn = local.submit(command="trap '' TERM; sleep 302", name="stubborn")
+    # Durations no other test uses, so the check below sees only this test's processes.
+    polite = local.submit(command="sleep 300.4711 & sleep 301.4711; wait", name="polite")
+    stubborn = local.submit(command="trap '' TERM; sleep 302.4711", name="stubborn")
     wait_for(local, [polite, stubborn], until="running")
     local.cancel_grace_s = 1  # type: ignore[attr-defined]  # TERM is ignored: KILL after 1 s
     local.cancel([polite, stubborn])
@@ -110,7 +111,8 @@ def test_local_cancel_stops_the_whole_job(local: Bridge) -> None:
     assert found[polite.job_id].exit_code == 143  # the script saw the command end on TERM
     assert (found[stubborn.job_id].state, found[stubborn.job_id].exit_code) == (
         JobState.CANCELLED, None)  # killed: no exit code, but the marker says why
-    left = subprocess.run(["pgrep", "-f", "sleep 30[012]"], capture_output=True, text=True)
+    left = subprocess.run(["pgrep", "-f", r"sleep 30[012]\.4711"], capture_output=True,
+                          text=True)
     assert left.stdout == ""
 
 
