@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from mainboard.integrators.accumulators import Combined, IterationEstimate, RunAccumulator
+from mainboard.integrators.diagnostics import sampler_diagnostics
 from mainboard.integrators.owner import owned, produce_iteration, training_wanted
 from mainboard.integrators.samplers import Sampler, restore_sampler
 from mainboard.integrators.seeding import LatentBatch
@@ -135,7 +136,8 @@ class RunState:
                 "samples": self.samples, "stop": self.stop,
                 "training_samples": self.training_samples,
                 "training_iterations": self.training_iterations, "trained": self.trained,
-                "sampler": self.sampler.snapshot(), "accumulator": self.accumulator.snapshot()}
+                "sampler": self.sampler.snapshot(), "accumulator": self.accumulator.snapshot(),
+                "diagnostics": sampler_diagnostics(self.sampler)}
 
     @classmethod
     def restore(cls, run: Run, data: Mapping[str, Any]) -> RunState:

@@ -273,12 +273,12 @@ class Coordinator:
 
     # ----- the loop -----------------------------------------------------------------------
 
-    def _record(self, began: float, samples_before: int) -> RunResult:
+    def _record(self, began: float, samples_before: int) -> RunResult | None:
         """Snapshot the state after an iteration to Redis and to a receipt line."""
         st, k = self.state, self.state.iteration
         snap = st.snapshot()
-        result = st.result()
-        plain = result.to_dict()
+        result = st.result() if st.accumulator.iterations else None  # None while training
+        plain = result.to_dict() if result is not None else {"estimate": None, "error": None}
         wall = time.perf_counter() - began
         payload = dumps(to_plain(snap))
         self.outage.run(lambda: self.r.set(keys.run_snapshot(self.run_id, k), payload))
@@ -287,7 +287,7 @@ class Coordinator:
                                         snapshot=to_plain(snap), wall_s=self.wall_before + wall))
         self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()}))
-        if self.progress is not None:
+        if self.progress is not None and result is not None:
             self.progress(Progress(self.run_id, k, st.samples, st.run.spec.stop.max_samples,
                                    result.estimate, result.error,
                                    (st.samples - samples_before) / max(wall, 1e-9), wall))
