@@ -29,8 +29,8 @@ from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import IntegrationFailed
 from mainboard.integrators.driver import integrate_local
-from mainboard.integrators.process.pool import default_pool
 from mainboard.integrators.errors import BatchError
+from mainboard.integrators.process.pool import default_pool
 from mainboard.integrators.stages import build_run, prepare_sampler, release_processes
 from mainboard.receipts import RunFailed
 from mainboard.runs.store import RunStore
