@@ -201,3 +201,30 @@ def test_a_materializer_reads_both_latent_batch_spellings() -> None:
     finally:
         proc.close()
     assert a == b and len(a["weights"]) == 4
+
+
+def test_a_restored_owner_continues_the_stream_where_its_snapshot_left_it(
+        tmp_path: Path) -> None:
+    """What a resumed run does when its coordinator died: a new sampler process started from
+    the last iteration's snapshot produces the next batches, and the run ends with the
+    uninterrupted numbers."""
+    from mainboard.integrators.driver import RunState, step
+    from mainboard.integrators.stages import build_run
+
+    whole = integrate_local(owned_run(tmp_path / "whole.log", pause_after=3))
+    log = tmp_path / "split.log"
+    run = build_run(owned_run(log, pause_after=3))
+    first = RunState.start(run)
+    step(first)
+    snapshot = first.snapshot()
+    first.sampler.close()  # the coordinator dies with its sampler process
+    assert snapshot["diagnostics"]["process"] == {"produced": 3, "ingested": 4_500}
+    state = RunState.restore(run, snapshot)
+    try:
+        resumed = integrate_local(run, state=state)
+    finally:
+        state.sampler.close()
+    assert (resumed.estimate, resumed.error, resumed.samples) == \
+        (whole.estimate, whole.error, whole.samples)
+    starts = [e for e in events(log) if e[0] == "start"]
+    assert [int(e[2]) for e in starts] == [0, 3]  # the second process began at batch 3
