@@ -39,7 +39,7 @@ CEXP = {"kind": "python", "target": "tests.process_fixtures.targets:cexp_3x0",
 workspace_fixture, fleet_fixture = module_fixtures(2)
 
 
-def owned_run(log: Path, *, integrand: dict = SIN, max_samples: int = 12_000,
+def owned_run(log: Path, *, integrand: dict = SIN, max_samples: int = 9_000,
               sampler: dict | None = None, **args: Any) -> dict[str, Any]:
     return {"name": "owner", "seed": 3, "domain": {"continuous": 2}, "integrand": integrand,
             "sampler": {"kind": "process", "command": [sys.executable, str(SAMPLER)],
@@ -75,7 +75,7 @@ def test_a_self_seeded_sampler_never_integrates_a_batch_twice(
     result = mainboard.integrate(owned_run(log, pause_after=3), workers=workers - 2,
                                  config=workspace)
     ev = check_exactly_once(log, result.samples)
-    assert result.samples == 12_000 and ["plan", "pause"] in ev  # the sampler's own plan
+    assert result.samples == 9_000 and ["plan", "pause"] in ev  # the sampler's own plan
     assert abs(result.estimate - EXACT) < 4 * result.error
     # its stream is its own, so the run equals the in-process one, bit for bit
     assert (result.estimate, result.error) == (reference.estimate, reference.error)
