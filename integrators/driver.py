@@ -53,7 +53,9 @@ class RunState:
         """Batch sizes of the next iteration; empty once the run has stopped."""
         if self.stop is not None:
             return []
-        return plan_iteration(self.run.spec.stop, self.run.spec.batching, self.samples)
+        sizes = plan_iteration(self.run.spec.stop, self.run.spec.batching, self.samples)
+        self.sampler.plan(sizes)  # before any snapshot of the iteration (VEGAS+ strata)
+        return sizes
 
     def apply(self, result: IterationResult) -> str | None:
         """Fold a merged iteration in: accumulate, adapt the sampler, decide whether to stop."""

@@ -1,0 +1,111 @@
+"""VEGAS+ (``beta``) against the vegas package, and its cost against classic VEGAS.
+
+1. Ridge: the 4-d diagonal ridge of 100 narrow Gaussians (built-in ``ridge``, the vegas
+   package's VEGAS+ showcase). mainboard (beta = 0.75) and vegas.Integrator (defaults: beta =
+   0.75, neval_frac = 0.75) get the same total budget in the same number of iterations, every
+   iteration in the result (no warm-up thrown away on either side). Over R seeds: the median
+   reported error and the RMS of (estimate - exact); ratio mainboard / vegas.
+2. Speed: the 8-d Genz gaussian of bench_vegas.py, wall time of mainboard with beta = 0.75
+   against beta = 0 (classic VEGAS, today's code path), same budget, best of R.
+
+    .venv/bin/python bench/bench_vegasplus.py [--ridge-budget 4e5] [--gauss-budget 2e6]
+                                              [--repeat 5]
+
+Targets (issue 11): ridge error ratio <= 1.25; gaussian wall ratio <= 1.10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import vegas
+
+from mainboard.integrators import genz
+from mainboard.integrators.driver import integrate_local
+from mainboard.integrators.integrands import make_integrand, ridge
+from mainboard.integrators.spec import RidgeSpec
+
+ITERATIONS = 10
+RIDGE_DIM = 4
+
+
+def spec(integrand: dict[str, Any], dim: int, budget: int, seed: int, beta: float
+         ) -> dict[str, Any]:
+    """A local run: ``budget`` samples in ITERATIONS iterations of 4 batches."""
+    per = budget // ITERATIONS
+    size = max(1, per // 4)
+    return {"name": "bench-vegasplus", "seed": seed, "domain": {"continuous": dim},
+            "integrand": integrand, "sampler": {"kind": "vegas", "beta": beta},
+            "stop": {"max_samples": size * 4 * ITERATIONS},
+            "batching": {"batch_size": size, "batches_per_iteration": 4}}
+
+
+def ridge_mainboard(budget: int, seed: int) -> tuple[float, float]:
+    """(estimate, reported error) of the local driver with VEGAS+."""
+    r = integrate_local(spec({"kind": "ridge"}, RIDGE_DIM, budget, seed, 0.75))
+    return float(r.estimate), float(r.error)
+
+
+def ridge_vegas(budget: int, seed: int) -> tuple[float, float]:
+    """(estimate, reported error) of vegas.Integrator with its defaults (VEGAS+ on)."""
+    model = RidgeSpec(kind="ridge")
+    centres = np.linspace(model.low, model.high, model.peaks)
+    np.random.seed(seed)  # vegas draws from gvar.RNG = numpy's global stream
+
+    @vegas.lbatchintegrand
+    def f(x: np.ndarray) -> np.ndarray:
+        return ridge(np.ascontiguousarray(x), centres, model.sigma)
+
+    integ = vegas.Integrator(RIDGE_DIM * [[0.0, 1.0]])
+    result = integ(f, nitn=ITERATIONS, neval=budget // ITERATIONS)
+    return float(result.mean), float(result.sdev)
+
+
+def ridge_figures(budget: int, repeat: int) -> dict[str, tuple[float, float]]:
+    """Per side: (median reported error, RMS actual error) over ``repeat`` seeds."""
+    exact = make_integrand(RidgeSpec(kind="ridge"), RIDGE_DIM).exact
+    out = {}
+    for name, fn in (("mainboard", ridge_mainboard), ("vegas", ridge_vegas)):
+        runs = [fn(budget, seed) for seed in range(1, repeat + 1)]
+        reported = statistics.median(r[1] for r in runs)
+        rms = math.sqrt(statistics.fmean((r[0] - exact) ** 2 for r in runs))
+        out[name] = (reported, rms)
+        print(f"ridge {name:10s} reported error {reported:.3e}  rms error {rms:.3e}")
+    return out
+
+
+def gauss_wall(budget: int, beta: float, repeat: int) -> float:
+    """Best wall time of the 8-d gaussian with ``beta``."""
+    integrand = {"kind": "genz.gaussian", "a": [5.0] * 8, "u": [0.5] * 8}
+    walls = []
+    for seed in range(1, repeat + 1):
+        began = time.perf_counter()
+        integrate_local(spec(integrand, 8, budget, seed, beta))
+        walls.append(time.perf_counter() - began)
+    return min(walls)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ridge-budget", type=float, default=4e5)
+    parser.add_argument("--gauss-budget", type=float, default=2e6)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    figures = ridge_figures(int(args.ridge_budget), args.repeat)
+    (rep_m, rms_m), (rep_v, rms_v) = figures["mainboard"], figures["vegas"]
+    print(f"ridge budget {args.ridge_budget:.3g} in {ITERATIONS} iterations")
+    print(f"ridge reported-error ratio mainboard/vegas = {rep_m / rep_v:.3f}  (target <= 1.25)")
+    print(f"ridge rms-error ratio      mainboard/vegas = {rms_m / rms_v:.3f}")
+    plus = gauss_wall(int(args.gauss_budget), 0.75, args.repeat)
+    classic = gauss_wall(int(args.gauss_budget), 0.0, args.repeat)
+    print(f"gauss-8d wall beta=0.75 {plus:.3f} s  beta=0 {classic:.3f} s  "
+          f"ratio = {plus / classic:.3f}  (target <= 1.10)")
+
+
+if __name__ == "__main__":
+    main()
