@@ -144,7 +144,8 @@ class VegasSampler(Sampler):
 
     ``beta > 0`` adds VEGAS+ adaptive stratification of the map's input cube (see
     :mod:`~mainboard.integrators.strata`) for iterations the owner planned with
-    :meth:`plan`; ``beta = 0``, or no plan, is classic VEGAS.
+    :meth:`plan`; ``beta = 0``, no plan, or a batch the plan does not list (a direct
+    call with other coordinates) is classic VEGAS.
     """
 
     kind = "vegas"
@@ -198,7 +199,7 @@ class VegasSampler(Sampler):
         its stratum's hypercube, weight times N / (H n_h), stratum numbers kept too."""
         rng = latent.rng()
         idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
-        if self.strata is None:
+        if self.strata is None or not self.strata.covers(latent.batch_index, latent.n):
             x, jac, bins = self.tables.draw(rng, latent.n)
             aux = {"bins": bins.T}
         else:
@@ -225,7 +226,7 @@ class VegasSampler(Sampler):
     def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None
                         ) -> Training:
         """Per-stratum sums for the stratified variance and the next allocation."""
-        if self.strata is None:
+        if self.strata is None or "stratum" not in batch.aux:
             return {}
         return batch_statistics(batch.aux["stratum"], wf, finite,
                                 int(np.prod(self.strata.nstrat)))

@@ -80,6 +80,9 @@ def build_run(spec: RunSpec | Mapping[str, Any]) -> Run:
     domain = Domain(spec.domain.continuous, spec.domain.discrete)
     transforms = TransformChain(spec.transforms, domain)
     integrand = make_integrand(spec.integrand, transforms.output_dim, domain.discrete)
+    exact = transforms.exact(spec.integrand.kind, integrand.exact)
+    if exact is not integrand.exact:  # the transformed problem's, or unknown
+        integrand = replace(integrand, exact=exact)
     if integrand.components != component_count(spec.integrand):
         raise ConfigError(f"integrand kind {spec.integrand.kind!r} gives "
                           f"{integrand.components} component(s), its spec says "

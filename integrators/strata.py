@@ -100,9 +100,13 @@ class StrataPlan:
         """First position of each stratum, plus the end (length H + 1)."""
         return np.concatenate([[0], np.cumsum(self.counts)])
 
+    def covers(self, batch_index: int, n: int) -> bool:
+        """Whether the plan has batch ``batch_index`` with ``n`` samples."""
+        return batch_index < len(self.sizes) and self.sizes[batch_index] == n
+
     def share(self, batch_index: int, n: int) -> tuple[int, np.ndarray]:
         """Batch ``batch_index``'s strata: (first stratum, samples in each of its strata)."""
-        if batch_index >= len(self.sizes) or self.sizes[batch_index] != n:
+        if not self.covers(batch_index, n):
             raise ValueError(f"batch {batch_index} of {n} samples is not in the sampler's "
                              f"plan (batch sizes {list(self.sizes)})")
         lo = sum(self.sizes[:batch_index])
