@@ -9,7 +9,7 @@
    against beta = 0 (classic VEGAS, today's code path), same budget, best of R.
 
     .venv/bin/python bench/bench_vegasplus.py [--ridge-budget 4e5] [--gauss-budget 2e6]
-                                              [--repeat 5]
+                                              [--repeat 10] [--ridge-repeat 20]
 
 Targets (issue 11): ridge error ratio <= 1.25; gaussian wall ratio <= 1.10.
 """
@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
-import time
 from typing import Any
 
 import numpy as np
 import vegas
 
-from mainboard.integrators import genz
 from mainboard.integrators.driver import integrate_local
 from mainboard.integrators.integrands import make_integrand, ridge
 from mainboard.integrators.spec import RidgeSpec
@@ -79,32 +78,42 @@ def ridge_figures(budget: int, repeat: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def gauss_wall(budget: int, beta: float, repeat: int) -> float:
-    """Best wall time of the 8-d gaussian with ``beta``."""
+def gauss_times(budget: int, repeat: int) -> dict[float, tuple[float, float, float]]:
+    """Per beta (0.75, 0): best wall time, best user CPU time and median reported error of
+    the 8-d gaussian. Runs alternate A B B A ..., so a busy machine or a cold allocator after
+    the previous run (whichever runs first in a pair is slower) weighs on both alike."""
     integrand = {"kind": "genz.gaussian", "a": [5.0] * 8, "u": [0.5] * 8}
-    walls = []
+    runs: dict[float, list[tuple[float, float, float]]] = {0.75: [], 0.0: []}
     for seed in range(1, repeat + 1):
-        began = time.perf_counter()
-        integrate_local(spec(integrand, 8, budget, seed, beta))
-        walls.append(time.perf_counter() - began)
-    return min(walls)
+        for beta in (0.75, 0.0) if seed % 2 else (0.0, 0.75):
+            before = os.times()
+            result = integrate_local(spec(integrand, 8, budget, seed, beta))
+            after = os.times()
+            runs[beta].append((after.elapsed - before.elapsed, after.user - before.user,
+                               float(result.error)))
+    return {beta: (min(r[0] for r in rows), min(r[1] for r in rows),
+                   statistics.median(r[2] for r in rows)) for beta, rows in runs.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ridge-budget", type=float, default=4e5)
     parser.add_argument("--gauss-budget", type=float, default=2e6)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--ridge-repeat", type=int, default=20)
     args = parser.parse_args()
-    figures = ridge_figures(int(args.ridge_budget), args.repeat)
+    figures = ridge_figures(int(args.ridge_budget), args.ridge_repeat)
     (rep_m, rms_m), (rep_v, rms_v) = figures["mainboard"], figures["vegas"]
     print(f"ridge budget {args.ridge_budget:.3g} in {ITERATIONS} iterations")
     print(f"ridge reported-error ratio mainboard/vegas = {rep_m / rep_v:.3f}  (target <= 1.25)")
     print(f"ridge rms-error ratio      mainboard/vegas = {rms_m / rms_v:.3f}")
-    plus = gauss_wall(int(args.gauss_budget), 0.75, args.repeat)
-    classic = gauss_wall(int(args.gauss_budget), 0.0, args.repeat)
-    print(f"gauss-8d wall beta=0.75 {plus:.3f} s  beta=0 {classic:.3f} s  "
-          f"ratio = {plus / classic:.3f}  (target <= 1.10)")
+    times = gauss_times(int(args.gauss_budget), args.repeat)
+    (wp, up, ep), (wc, uc, ec) = times[0.75], times[0.0]
+    print(f"gauss-8d beta=0.75 wall {wp:.3f} s user {up:.3f} s error {ep:.3e}")
+    print(f"gauss-8d beta=0    wall {wc:.3f} s user {uc:.3f} s error {ec:.3e}")
+    print(f"gauss-8d wall ratio beta=0.75/beta=0 = {wp / wc:.3f}  (target <= 1.10); "
+          f"user-CPU ratio = {up / uc:.3f}; cost at equal error (wall * error^2) = "
+          f"{wp * ep ** 2 / (wc * ec ** 2):.3f}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mainboard.integrators.domain import Batch, Domain
-from mainboard.integrators.grid import ONE_BELOW, GridTables, adapt_edges, uniform_edges
+from mainboard.integrators.grid import GridTables, adapt_edges, uniform_edges
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.strata import StrataPlan, batch_statistics, learn, strata_shape
 
@@ -158,6 +158,8 @@ class VegasSampler(Sampler):
         self.sigf: np.ndarray | None = None  # learned allocation weights, per stratum
         self.sigf_shape: np.ndarray | None = None  # the strata they belong to
         self.strata: StrataPlan | None = None  # this iteration's plan
+        self.bin_corners = np.empty((domain.continuous, 0))  # strata corners * bins, (d, H)
+        self.corner_shape = np.zeros(domain.continuous, dtype=np.int64)  # their nstrat
 
     @property
     def edges(self) -> np.ndarray:
@@ -174,18 +176,21 @@ class VegasSampler(Sampler):
     def plan(self, sizes: Sequence[int]) -> None:
         """Share the next iteration's samples out over the strata (none for beta = 0 or when
         the budget is too small for two strata); learned weights of other strata reset."""
+        current, self.strata = self.strata, None
         if not self.beta or not sizes:
-            self.strata = None
             return
         shape = strata_shape(int(sum(sizes)), self.domain.continuous)
         if int(np.prod(shape)) < 2:
-            self.strata = None
             return
-        current = self.strata
         if (current is not None and current.sizes == tuple(int(s) for s in sizes)
                 and np.array_equal(current.nstrat, shape)):
+            self.strata = current
             return  # planned already (the owner asks again before snapshotting)
         same = self.sigf_shape is not None and np.array_equal(self.sigf_shape, shape)
+        if self.bin_corners.shape[1] != int(np.prod(shape)) or not np.array_equal(
+                self.corner_shape, shape):  # most iterations keep their strata
+            self.bin_corners = StrataPlan.corners_of(shape, self.bins)
+            self.corner_shape = shape
         self.strata = StrataPlan.build(shape, sizes, self.sigf if same else None)
 
     @property
@@ -203,10 +208,10 @@ class VegasSampler(Sampler):
             x, jac, bins = self.tables.draw(rng, latent.n)
             aux = {"bins": bins.T}
         else:
-            stratum, corners, scale, where = self.strata.layout(latent.batch_index, latent.n)
+            stratum = self.strata.layout(latent.batch_index, latent.n)
             x, jac, bins = self.tables.draw(rng, latent.n, into=_Stratify(
-                corners, 1.0 / self.strata.nstrat, where))
-            jac *= scale[where]
+                self.bin_corners, self.bins / self.strata.nstrat, stratum))
+            jac *= self.strata.factors[stratum]
             aux = {"bins": bins.T, "stratum": stratum}
         if factor != 1.0:
             jac *= factor
@@ -267,23 +272,21 @@ def _array(value: Any, dtype: Any) -> np.ndarray | None:
 
 
 class _Stratify:
-    """Fill callback for ``GridTables.draw``: uniform draws moved into each sample's stratum,
-    y = corner + u / nstrat (kept below 1), slice by slice in the grid's own work arrays
-    (no extra slice-sized buffers: they would push the slice out of cache)."""
+    """Fill callback for ``GridTables.draw``: uniform draws moved into each sample's stratum
+    and scaled to bin units at once, N y = N corner + u N / nstrat, slice by slice in the
+    grid's own work array (an extra slice-sized buffer would push the slice out of cache)."""
 
-    def __init__(self, corners: np.ndarray, inv: np.ndarray, where: np.ndarray) -> None:
-        dim, m = corners.shape
-        self.flat, self.inv, self.where = corners.reshape(-1), inv[:, None], where
-        self.offsets = (np.arange(dim, dtype=np.intp) * m)[:, None]
+    def __init__(self, corners: np.ndarray, step: np.ndarray, stratum: np.ndarray) -> None:
+        self.corners, self.step, self.stratum = corners, step[:, None], stratum
 
     def __call__(self, rng: np.random.Generator, part: np.ndarray, sl: slice,
-                 k: np.ndarray, low: np.ndarray) -> None:
-        np.add(self.where[sl], self.offsets, out=k)
-        np.take(self.flat, k, out=low, mode="clip")  # k is in range: no checks needed
+                 low: np.ndarray) -> None:
+        stratum = self.stratum[sl]
+        for j, row in enumerate(self.corners):
+            np.take(row, stratum, out=low[j], mode="clip")  # in range: no checks needed
         rng.random(out=part)
-        part *= self.inv
+        part *= self.step
         part += low
-        np.minimum(part, ONE_BELOW, out=part)
 
 
 SamplerFactory = Callable[..., Sampler]

@@ -39,8 +39,8 @@ from mainboard.integrators.samplers import (
     restore_sampler,
 )
 from mainboard.integrators.seeding import LatentBatch
-from mainboard.integrators.strata import stratified_variance
 from mainboard.integrators.spec import RunSpec, component_count, parse_run
+from mainboard.integrators.strata import stratified_variance
 from mainboard.integrators.transforms import TransformChain
 
 

@@ -57,7 +57,9 @@ def strata_shape(total: int, dim: int) -> np.ndarray:
 
 def allocate(sigf: np.ndarray | None, total: int, strata: int) -> np.ndarray:
     """Samples per stratum, summing exactly to ``total``: an even floor (at least 2) plus the
-    rest in proportion to ``sigf`` (None or all zero: evenly), rounded by largest remainder."""
+    rest in proportion to ``sigf`` (None or all zero: evenly), rounded down, the few samples
+    rounding leaves spread evenly over the strata (any allocation keeps the estimate
+    unbiased; this one costs O(H), not a sort)."""
     floor = max(2, int((1.0 - ADAPTIVE_FRACTION) * total / strata))
     floor = min(floor, total // strata)
     rest = total - floor * strata
@@ -68,9 +70,8 @@ def allocate(sigf: np.ndarray | None, total: int, strata: int) -> np.ndarray:
     whole = np.floor(share)
     counts = whole.astype(np.int64) + floor
     left = total - int(counts.sum())
-    if left > 0:  # stable order: the same counts on every machine
-        order = np.argsort(-(share - whole), kind="stable")[:left]
-        counts[order] += 1
+    if left > 0:  # fewer than one per stratum: 0 <= left < strata
+        counts[np.arange(left) * strata // left] += 1
     return counts
 
 
@@ -116,29 +117,22 @@ class StrataPlan:
         edges = np.clip(self.starts[first:last + 1], lo, hi)
         return first, np.diff(edges)
 
-    @cached_property
-    def corners(self) -> np.ndarray:
-        """Lower corner of every stratum in the unit cube, (d, H); row-major numbering."""
-        ids = np.arange(int(np.prod(self.nstrat)))
-        out = np.array(np.unravel_index(ids, tuple(self.nstrat)), dtype=np.float64)
-        out *= (1.0 / self.nstrat)[:, None]
-        return out
+    @staticmethod
+    def corners_of(nstrat: np.ndarray, scale: float = 1.0) -> np.ndarray:
+        """Lower corner of every stratum, (d, H) (row-major numbering), times ``scale``."""
+        axes = [np.arange(int(k), dtype=np.float64) * (scale / int(k)) for k in nstrat]
+        grids = np.meshgrid(*axes, indexing="ij")
+        return np.stack([g.reshape(-1) for g in grids]) if grids else np.empty((0, 1))
 
     @cached_property
     def factors(self) -> np.ndarray:
         """Weight factor of a sample in each stratum, N / (H n_h)."""
         return self.total / (float(self.counts.size) * self.counts)
 
-    def layout(self, batch_index: int, n: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per-sample stratum numbers (n,) int32, and per local stratum the lower corners
-        (d, m), the weight factors (m,) and the local index of every sample (n,)."""
+    def layout(self, batch_index: int, n: int) -> np.ndarray:
+        """The stratum number of each sample of batch ``batch_index`` (n,), ascending."""
         first, local = self.share(batch_index, n)
-        span = slice(first, first + local.size)
-        where = np.repeat(np.arange(local.size, dtype=np.intp), local)
-        stratum = np.empty(n, dtype=np.int32)
-        np.add(where, first, out=stratum, casting="unsafe")
-        return stratum, np.ascontiguousarray(self.corners[:, span]), self.factors[span], where
+        return np.repeat(np.arange(first, first + local.size, dtype=np.intp), local)
 
 
 def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | None,

@@ -49,7 +49,7 @@ def test_plan_shares_every_position_out_once_and_survives_a_snapshot() -> None:
     plan = StrataPlan.build(shape, [15_000, 15_000, 10_000], sigf)
     got = np.zeros(sigf.size, dtype=np.int64)
     for b, n in enumerate(plan.sizes):
-        stratum = plan.layout(b, n)[0]
+        stratum = plan.layout(b, n)
         assert np.all(np.diff(stratum) >= 0) and stratum.size == n
         got += np.bincount(stratum, minlength=sigf.size)
     assert np.array_equal(got, plan.counts)
