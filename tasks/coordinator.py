@@ -50,6 +50,7 @@ from mainboard.tasks import BATCH_QUEUE, STAGE_PREFIX
 from mainboard.tasks.codec import dumps, loads
 from mainboard.tasks.liveness import Deaths, Liveness, LostBatch, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
+from mainboard.tasks.steering import Halt, Steering, shadow_name
 
 POLL_S = 0.25
 OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
@@ -169,15 +170,19 @@ class Coordinator:
             ["materialize", *(["transform"] if spec.transforms else []), "evaluate",
              "accumulate"])
         self.stage_names = ["sample", *names]
+        self.steer = Steering(r, store, run_id)
 
     # ----- dispatch -----------------------------------------------------------------------
 
     def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
         """The per-batch chain: sample | materialize | [transform] | evaluate | accumulate."""
         opts = {"queue": BATCH_QUEUE, "ignore_result": True}
+        name = self.state.run.spec.name
         first = self.app.signature(STAGE_PREFIX + "sample", args=(self.run_id, k, batch, n,
-                                                                  attempt), immutable=True, **opts)
-        rest = [self.app.signature(STAGE_PREFIX + name, **opts) for name in self.stage_names[1:]]
+                                                                  attempt), immutable=True,
+                                   shadow=shadow_name("sample", name, k + 1, batch), **opts)
+        rest = [self.app.signature(STAGE_PREFIX + stage, shadow=shadow_name(stage, name, k + 1, batch),
+                                   **opts) for stage in self.stage_names[1:]]
         return chain(first, *rest)
 
     # ----- one iteration ------------------------------------------------------------------
@@ -205,22 +210,29 @@ class Coordinator:
             live.sent(i, base)
         # One chain at a time, not a group: a group subscribes the result backend to its id,
         # and a dangling subscription raises at exit once the broker is gone.
+        self.steer.mark("dispatch")
         for i in sorted(pending):
             self.chain_for(k, i, sizes[i], base).apply_async()
         started = time.monotonic()
         next_check = started + self.poll_s
-        while pending:
+        while pending - self.steer.parked or (pending and not self.steer.halting):
             item = self.r.blpop([done_key], timeout=self.poll_s)
             entry = item[1] if item else None
             while entry is not None:
                 if entry.startswith(b"e:"):
                     raise self._fail(k, entry)
-                pending.discard(int(entry))
-                live.finished(int(entry))
+                if entry.startswith(b"p:"):  # not sampled: the run pauses or stops
+                    self.steer.parked.add(int(entry[2:]))
+                else:
+                    pending.discard(int(entry))
+                    live.finished(int(entry))
                 entry = self.r.lpop(done_key)
             if pending and time.monotonic() >= next_check:
                 self._watch(k, sizes, live, started, base)
                 next_check = time.monotonic() + self.poll_s
+        if pending:  # halted with batches never sampled: their stored siblings stay
+            raise Halt(self.steer.halting or "pause", len(sizes) - len(pending))
+        self.steer.mark("complete")
         raw = self.r.hmget(results_key, [str(i) for i in range(len(sizes))])
         try:
             return merge_results([BatchResult.from_dict(loads(x)) for x in raw if x is not None],
@@ -249,8 +261,13 @@ class Coordinator:
             resend = live.update(claimed, progress)
         except LostBatch as exc:
             raise IntegrationFailed(f"run {self.run_id}: iteration {k}: {exc}") from exc
-        for batch, _reason in resend:
+        self.steer.poll()
+        for batch, reason in resend:
+            if self.steer.halting:  # lost while halting: left for the resume, not re-sent
+                self.steer.parked.add(batch)
+                continue
             attempt = base + live.next_number(batch)
+            self.steer.resent(k + 1, batch, attempt, reason)
             live.sent(batch, attempt)
             self.chain_for(k, batch, sizes[batch], attempt).apply_async()
 
@@ -267,7 +284,8 @@ class Coordinator:
         self.outage.run(lambda: self.r.set(keys.run_snapshot(self.run_id, k), payload))
         self.store.record(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
                                         estimate=plain["estimate"], error=plain["error"],
-                                        snapshot=to_plain(snap), wall_s=self.wall_before + wall))
+                                        snapshot=to_plain(snap), wall_s=self.wall_before + wall,
+                                        batches=self.steer.batches, times=self.steer.times()))
         self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()}))
         if self.progress is not None:
@@ -318,6 +336,7 @@ class Coordinator:
         publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"))
         self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "coordinator": self.lease.token, "updated": time.time()})
+        self.r.hdel(keys.run_state(self.run_id), "control")
         self._published = self.outage.count
 
     def _iteration(self, k: int, sizes: list[int], sampler: bytes) -> IterationResult:
@@ -347,11 +366,14 @@ class Coordinator:
             began, before = time.perf_counter(), self.state.samples
             while sizes := self.state.next_batches():
                 k = self.state.iteration
+                self.outage.run(self.steer.boundary)
                 with self._sampler_work(f"the sampler before iteration {k}", "snapshot"):
                     sampler = dumps(self.state.sampler.snapshot())
+                self.steer.begin(len(sizes))
                 merged = self.outage.run(partial(self._iteration, k, sizes, sampler))
                 with self._sampler_work(f"the sampler after iteration {k}", "adapt"):
                     self.state.apply(merged)
+                    self.steer.mark("adapt")
                     self._record(began, before)
                 self.outage.run(partial(self.r.delete, *iteration_keys(self.run_id, k)))
             result = replace(self.state.result(
@@ -359,6 +381,12 @@ class Coordinator:
             self.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
             self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status",
                                                 "finished"))
+            return result
+        except Halt as halt:
+            result = replace(self.state.result(
+                wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id,
+                stop_reason=halt.status)
+            self.steer.halted(halt, self.state.iteration, result)
             return result
         except IntegrationFailed as exc:
             self.store.record(RunFailed(run_id=self.run_id, error=str(exc), iteration=k,
