@@ -148,6 +148,9 @@ class JobSubmitted(Payload):
     data: list[str] = Field(default_factory=list)
     fetch: list[str] = Field(default_factory=list)
     submitted_at: float
+    # unix [start, end] of the steps before the job existed: "sync" (mirror and data),
+    # "submit" (the bridge's submit); `mainboard jobs trace` draws them
+    phases: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class JobStateChanged(Payload):
@@ -181,6 +184,7 @@ class JobPulled(Payload):
     bytes: int = 0
     in_place: bool = False  # the job ran in the workspace itself: nothing needed copying
     error: str = ""        # why nothing came back (the host could not pack or send it)
+    started_at: float | None = None  # when the pull began (the line's time is its end)
 
 
 class MonitorPass(Payload):

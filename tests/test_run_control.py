@@ -203,3 +203,28 @@ def test_ambiguous_names_list_the_ids_and_prefixes_work(tmp_path: Path) -> None:
     assert len(twin.stderr.strip().splitlines()) == 1
     assert run_cli(config, "runs", "show", "aaaa2", "--json").returncode == 0
     assert run_cli(config, "runs", "show", "aaaa").returncode == 2
+
+
+def test_jobs_trace_draws_sync_submit_queue_run_and_pull(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from mainboard.board import Board
+    from mainboard.bridges.jobstate import JobState
+    from mainboard.cli import cli as main
+
+    config = tmp_path / "mainboard.toml"
+    config.write_text('[workspace]\nname = "traced"\n')
+    with Board(config) as board:
+        job = board.on("local").submit("sleep 0.3; echo made > out.txt", fetch=["out.txt"])
+        assert job.wait(timeout=30, poll=0.1) is JobState.COMPLETED
+        job.pull()
+    out = tmp_path / "job-trace.json"
+    done = CliRunner().invoke(main, ["--config", str(config), "jobs", "trace", job.id[-6:],
+                                     "-o", str(out), "--json"])
+    assert done.exit_code == 0, done.output
+    phases = json.loads(done.output)["phases"]
+    assert list(phases) == ["sync", "submit", "queue wait", "run", "pull"]
+    assert phases["run"] >= 0.25 and all(v >= 0 for v in phases.values())
+    doc = json.loads(out.read_text())
+    slices = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    assert [e["name"] for e in slices] == list(phases) and len({e["tid"] for e in slices}) == 1
