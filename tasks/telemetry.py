@@ -39,7 +39,7 @@ def worker_kind(node: str) -> str:
     if env:
         return env
     first = node.partition("@")[0].partition("-")[0]
-    return first if first in ("local", "ssh", "slurm", "pbs", "cloud") else "local"
+    return first if first in ("local", "ssh", "slurm", "pbs", "provider") else "local"
 
 
 class Shipper:

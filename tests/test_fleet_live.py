@@ -89,7 +89,9 @@ def test_up_reports_each_worker_and_its_route(fleet: Fleet) -> None:
 def test_a_task_sent_to_the_hosts_queue_runs_on_that_hosts_worker(fleet: Fleet,
                                                                    host: str) -> None:
     found = probe(fleet.ws, host)
-    assert found["host"] == host and found["node"].startswith(f"mb-{host}-")
+    kind = {"local": "local", "lo": "ssh", "ns": "ssh", "cluster": "slurm", "pbs": "pbs"}[host]
+    assert found["host"] == host  # Flower's name: <kind>-<host>-<job id>@<machine>
+    assert found["node"].partition("@")[0] == f"{kind}-{host}-{found['job_id']}"
     if host == "ns":  # it really ran inside the namespace, which has no route to our Redis
         assert found["hostname"] == NS_HOSTNAME
         no_route = fleet.ns.run([HOST_PYTHON, "-c", "import socket; socket.create_connection("
