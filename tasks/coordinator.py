@@ -389,6 +389,7 @@ class Coordinator:
             self.steer.halted(halt, self.state.iteration, result)
             return result
         except IntegrationFailed as exc:
+            self.steer.log("error", str(exc), k + 1, exc.batch)
             self.store.record(RunFailed(run_id=self.run_id, error=str(exc), iteration=k,
                                         batch=exc.batch, stage=exc.stage))
             with contextlib.suppress(*BROKER_ERRORS):

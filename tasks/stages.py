@@ -75,7 +75,8 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
         raise  # the broker, not the batch: never recorded as the batch's failure; re-sent
     except Exception as exc:
         ctx.store_error(exc)
-        log.error("stage %s failed: %s: %s", stage, type(exc).__name__, exc)
+        log.error("stage %s failed: %s: %s", getattr(exc, "stage", None) or stage,
+                  type(exc).__name__, exc)
         raise
     finally:
         if began:
