@@ -30,6 +30,7 @@ FLUSH_S = 0.2
 BUFFER = 100_000  # lines or spans held while the broker is away; the oldest go first
 HOST_ENV, JOB_ENV, KIND_ENV = "MAINBOARD_FLEET_HOST", "MAINBOARD_JOB_ID", "MAINBOARD_HOST_KIND"
 _SpanRow = tuple[str, str, int, int, int, int, float, float]
+_NOT_ABOUT_RUNS = ("mainboard.fleet",)  # the worker's own heartbeat, not the batch in hand
 
 
 def worker_kind(node: str) -> str:
@@ -138,7 +139,8 @@ class RunLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         ship = _shipper
-        if ship is None or ship.pid != os.getpid() or ship.current is None:
+        if (ship is None or ship.pid != os.getpid() or ship.current is None
+                or record.name.startswith(_NOT_ABOUT_RUNS)):
             return
         run, it, b, stage = ship.current
         try:

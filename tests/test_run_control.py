@@ -225,6 +225,16 @@ def test_ambiguous_names_list_the_ids_and_prefixes_work(tmp_path: Path) -> None:
     prefix = invoke(ws, "runs", "show", "aaaa")
     assert prefix.returncode == 2 and "ambiguous" in prefix.stderr
 
+    # no broker running: logs say where they live and how to start it, in one line
+    down = invoke(ws, "runs", "logs", "aaaa1")
+    assert down.returncode == 1 and "mainboard broker up" in down.stderr
+    assert len(down.stderr.strip().splitlines()) == 1
+    assert invoke(ws, "runs", "pause", "aaaa1").returncode == 2  # nothing can be running
+    gone = invoke(ws, "runs", "remove", "aaaa1", "--yes")
+    assert gone.returncode == 0 and not (tmp_path / ".mainboard" / "runs" / "aaaa1111").exists()
+    assert json.loads(invoke(ws, "runs", "show", "twin", "--json").stdout)["run_id"] == \
+        "aaaa2222"  # the name is unique again
+
 
 def test_jobs_trace_draws_sync_submit_queue_run_and_pull(tmp_path: Path) -> None:
     from click.testing import CliRunner
