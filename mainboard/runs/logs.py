@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -111,7 +111,8 @@ def read_logs(r: redis.Redis, run_id: str, *, level: str | None = None,
               limit: int | None = None) -> list[LogLine]:
     """The run's log lines at ``level`` or above, merged in time order (the last ``limit``)."""
     floor = level_number(level) if level else 0
-    raw = r.xrange(keys.run_logs(run_id))
+    key = keys.run_logs(run_id)  # the newest ``limit`` entries suffice when nothing is filtered
+    raw = r.xrevrange(key, count=limit) if limit and not floor else r.xrange(key)
     lines = [LogLine.from_entry(i, f) for i, f in raw]
     lines = [x for x in lines if LEVELS.get(x.level, logging.INFO) >= floor]
     lines.sort(key=lambda x: (x.ts, x.id))
@@ -125,7 +126,8 @@ def last_id(r: redis.Redis, run_id: str) -> str:
 
 
 def follow_logs(r: redis.Redis, run_id: str, *, level: str | None = None,
-                after: str = "0-0", live: Any = None, block_ms: int = 500,
+                after: str = "0-0", live: Callable[[], bool] | None = None,
+                block_ms: int = 500,
                 quiet_s: float = 1.0) -> Iterator[LogLine]:
     """Lines as they arrive after the stream id ``after`` (arrival order).
 
