@@ -179,7 +179,7 @@ def test_down_drains_one_host_then_everything_and_leaves_nothing_running(fleet: 
     rows = status(fleet.ws)
     assert batch_consumers(fleet.ws) > 0  # what `integrate` asks before starting local workers
     one = cli(fleet.ws, "fleet", "down", "--on", "pbs", "--timeout", "30")
-    assert one.returncode == 0 and one.stdout.startswith("pbs: worker mb-pbs-"), one.stdout
+    assert one.returncode == 0 and one.stdout.startswith("pbs: worker pbs-pbs-"), one.stdout
     assert {r["host"] for r in status(fleet.ws)} == set(HOSTS) - {"pbs"}
     done = cli(fleet.ws, "fleet", "down", "--timeout", "30")
     assert done.returncode == 0, done.stderr
