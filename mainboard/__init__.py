@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Board", "Result", "__version__", "integrate"]
+__all__ = ["Board", "Result", "__version__", "integrate", "run"]
 
 if TYPE_CHECKING:
     from mainboard.board import Board
+    from mainboard.runs.handle import run
     from mainboard.tasks.runner import Result, integrate
 
 
@@ -19,6 +20,10 @@ def __getattr__(name: str) -> Any:
         from mainboard.board import Board
 
         return Board
+    if name == "run":  # a run of the workspace: logs, timeline, workers, pause, stop
+        from mainboard.runs.handle import run
+
+        return run
     if name in ("integrate", "Result"):  # numpy and Celery load only when integrating
         from mainboard.tasks import runner
 

@@ -143,6 +143,14 @@ class IntegrationFailed(MainboardError):
         self.batch, self.stage = batch, stage
 
 
+class RunNotRunning(UserError):
+    """Pause or stop was asked of a run that no coordinator drives right now."""
+
+
+class RunIsRunning(UserError):
+    """Removing a run was refused: a coordinator drives it right now."""
+
+
 class QueuePolicyError(UserError):
     """A job asks more than its queue allows (or names an unknown queue): refused before submit."""
 

@@ -16,6 +16,9 @@ Layout (the Redis type of each key is in its builder's docstring)::
     mainboard:run:<run>:it:<k>:outstanding          zset   batch index -> deadline (unix s)
     mainboard:run:<run>:it:<k>:holders              hash   batch index -> worker hostname
     mainboard:run:<run>:lease                       string coordinator holding the run (TTL)
+    mainboard:run:<run>:logs                        stream lines workers logged about the run
+    mainboard:run:<run>:spans                       stream one entry per stage of each batch
+    mainboard:run:<run>:workers                     hash   worker -> host, kind, job id, clock
     mainboard:run:<run>:it:<k>:sampler              string sampler snapshot batches of k use
     mainboard:run:<run>:it:<k>:errors               hash   batch index -> error record
     mainboard:run:<run>:it:<k>:progress             hash   "<batch>:<attempt>" -> stages done
@@ -51,6 +54,10 @@ def _iteration(iteration: int) -> int:
     return iteration
 
 
+RUN_STATUSES = ("running", "paused", "stopped", "finished", "failed")
+RUN_CONTROLS = ("pause", "stop")
+
+
 def runs_index() -> str:
     """zset of every run id, scored by creation time (unix seconds): `runs list`."""
     return f"{PREFIX}runs"
@@ -62,13 +69,32 @@ def run_definition(run_id: str) -> str:
 
 
 def run_state(run_id: str) -> str:
-    """hash: the run's live state (status, current iteration, samples, coordinator)."""
+    """hash: the run's live state (status, current iteration, samples, coordinator).
+
+    ``status`` is one of ``RUN_STATUSES``; ``control`` (``pause`` or ``stop``) is a request
+    the coordinator honours at the next batch boundary (``mainboard runs pause|stop``).
+    """
     return f"{PREFIX}run:{_run(run_id)}:state"
 
 
 def run_snapshot(run_id: str, iteration: int) -> str:
     """string: sampler and accumulator state after iteration ``iteration`` (resume, clone)."""
     return f"{PREFIX}run:{_run(run_id)}:snapshot:{_iteration(iteration)}"
+
+
+def run_logs(run_id: str) -> str:
+    """stream (capped near 100k entries): every line a worker logged about the run."""
+    return f"{PREFIX}run:{_run(run_id)}:logs"
+
+
+def run_spans(run_id: str) -> str:
+    """stream (capped): one entry per stage of each batch (stage, worker, start, duration)."""
+    return f"{PREFIX}run:{_run(run_id)}:spans"
+
+
+def run_workers(run_id: str) -> str:
+    """hash: worker name -> JSON {host, kind, job_id, offset}: who worked on the run."""
+    return f"{PREFIX}run:{_run(run_id)}:workers"
 
 
 def run_pattern(run_id: str) -> str:

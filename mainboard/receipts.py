@@ -84,6 +84,10 @@ class IterationDone(Payload):
     error: Any
     snapshot: dict[str, Any] = Field(default_factory=dict)
     wall_s: float | None = None  # coordinator time spent on the run so far, all executions
+    batches: int | None = None  # batches the iteration was cut into
+    # unix times of the iteration's phases (the run timeline): "dispatch" (first batch
+    # sent), "complete" (last batch merged), "adapt" (sampler adapted); snapshot = this line
+    times: dict[str, float] = Field(default_factory=dict)
 
 
 class RunFinished(Payload):
@@ -144,6 +148,9 @@ class JobSubmitted(Payload):
     data: list[str] = Field(default_factory=list)
     fetch: list[str] = Field(default_factory=list)
     submitted_at: float
+    # unix [start, end] of the steps before the job existed: "sync" (mirror and data),
+    # "submit" (the bridge's submit); `mainboard jobs trace` draws them
+    phases: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class JobStateChanged(Payload):
@@ -177,6 +184,7 @@ class JobPulled(Payload):
     bytes: int = 0
     in_place: bool = False  # the job ran in the workspace itself: nothing needed copying
     error: str = ""        # why nothing came back (the host could not pack or send it)
+    started_at: float | None = None  # when the pull began (the line's time is its end)
 
 
 class MonitorPass(Payload):
@@ -399,4 +407,40 @@ class BatchFinished(Payload):
 
 
 for _model in (BatchCreated, BatchDispatched, BatchDispatchFailed, BatchAnnounced, BatchFinished):
+    register(_model)
+
+
+# -- run control and timeline (mainboard.runs): lines in the run's receipts file -------------
+
+class BatchResent(Payload):
+    """The coordinator sent a batch again (its worker died, it was lost, or it straggled)."""
+
+    topic: ClassVar[str] = "run.resent"
+    run_id: str
+    iteration: int
+    batch: int
+    attempt: int
+    reason: str = ""
+
+
+class RunPaused(Payload):
+    """``runs pause``: dispatching stopped at a batch boundary, in-flight batches merged;
+    ``runs resume`` continues from the snapshot after ``iteration``."""
+
+    topic: ClassVar[str] = "run.paused"
+    run_id: str
+    iteration: int
+    stored: int = 0  # batches of the next iteration already stored (kept for the resume)
+
+
+class RunStopped(Payload):
+    """``runs stop``: the run ended early (as a pause would) with its partial result."""
+
+    topic: ClassVar[str] = "run.stopped"
+    run_id: str
+    iteration: int
+    result: dict[str, Any]
+
+
+for _model in (BatchResent, RunPaused, RunStopped):
     register(_model)

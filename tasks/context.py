@@ -36,7 +36,7 @@ from mainboard.tasks import codec
 CLAIM_TTL_MS = 3000  # a claim not refreshed for this long means its worker is gone
 HEARTBEAT_S = 1.0
 JANITOR_S = 1.0  # how often a worker process checks whether runs with live processes ended
-ENDED = (b"finished", b"failed")
+ENDED = (b"finished", b"failed", b"paused", b"stopped")
 _CACHE_SIZE = 4
 log = logging.getLogger(__name__)
 
@@ -303,6 +303,15 @@ class StageContext:
             raise Skip(f"{ref}: already stored once; duplicate delivery skipped")
         self.run = load_run(self.r, ref.run)
         self.sampler = load_sampler(self.r, self.run, ref)
+
+    def hold(self) -> None:
+        """Before sampling: a run asked to pause or stop samples nothing new; the batch is
+        parked (``p:<batch>`` on the done list tells the coordinator) and skipped."""
+        ref = self.ref
+        if self.r.hget(keys.run_state(ref.run), "control") is None:
+            return
+        self.r.lpush(keys.iteration_done(ref.run, ref.iteration), f"p:{ref.batch}")
+        raise Skip(f"{ref}: the run pauses or stops; batch left for the resume")
 
     def processes(self) -> contextlib.AbstractContextManager[None]:
         """The run scope of external processes for this batch (a no-op for in-process runs)."""

@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
@@ -39,8 +36,7 @@ from celery import Celery, chain
 from celery.canvas import Signature
 
 from mainboard import keys
-from mainboard.daemon import pid_alive
-from mainboard.errors import IntegrationFailed, UserError
+from mainboard.errors import IntegrationFailed
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.errors import BatchError, MergeError
 from mainboard.integrators.owner import owned
@@ -58,24 +54,15 @@ from mainboard.runs.store import RunStore
 from mainboard.tasks import BATCH_QUEUE, STAGE_PREFIX
 from mainboard.tasks.codec import dumps, loads
 from mainboard.tasks.context import BatchRef
+from mainboard.tasks.lease import Lease
 from mainboard.tasks.liveness import Deaths, Liveness, LostBatch, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
+from mainboard.tasks.steering import Halt, Steering, shadow_name
 
 POLL_S = 0.25
 OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
 IDLE_WARNING_S = 30.0
 log = logging.getLogger(__name__)
-LEASE_TTL_S = 10
-_REFRESH = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-if not holder then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 1 end
-return 0
-"""
-_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then " \
-           "return redis.call('DEL', KEYS[1]) end return 0"
-
-
 @dataclass(frozen=True)
 class Progress:
     """What a progress display needs after each iteration."""
@@ -88,45 +75,6 @@ class Progress:
     error: Any
     samples_per_s: float
     wall_s: float
-
-
-class Lease:
-    """One coordinator per run: a TTL key naming host and pid, refreshed while it works."""
-
-    def __init__(self, r: redis.Redis, run_id: str) -> None:
-        self.r, self.run_id, self.key = r, run_id, keys.run_lease(run_id)
-        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.held = False
-
-    def acquire(self) -> None:
-        """Take the lease; a dead holder on this host is taken over, a live one refused."""
-        for _ in range(3):
-            if self.r.set(self.key, self.token, nx=True, ex=LEASE_TTL_S):
-                self.held = True
-                return
-            raw = self.r.get(self.key)
-            if raw is None:
-                continue
-            host, _, rest = raw.decode().partition(":")
-            pid = int(rest.partition(":")[0] or 0)
-            if host == socket.gethostname() and not pid_alive(pid):
-                self.r.register_script(_RELEASE)(keys=[self.key], args=[raw])
-                continue
-            raise UserError(f"run {self.run_id} is being coordinated by pid {pid} on {host}; "
-                            f"wait for it to finish (its lease lapses {LEASE_TTL_S}s after it "
-                            "stops), then `mainboard runs resume`")
-        raise UserError(f"could not take the lease of run {self.run_id}; try again")
-
-    def refresh(self) -> None:
-        """Extend (or, if it lapsed unclaimed, retake) the lease; another holder is fatal."""
-        if not self.r.register_script(_REFRESH)(keys=[self.key], args=[self.token, LEASE_TTL_S]):
-            raise IntegrationFailed(f"run {self.run_id}: lost the coordinator lease "
-                                    "(another coordinator took the run over)")
-
-    def release(self) -> None:
-        """Give the lease back (only if still ours)."""
-        self.r.register_script(_RELEASE)(keys=[self.key], args=[self.token])
-        self.held = False
 
 
 def publish_run(r: redis.Redis, run_id: str, spec: dict[str, Any]) -> None:
@@ -180,21 +128,28 @@ class Coordinator:
              "accumulate"])
         self.stage_names = ["sample", *names]
         self.latents: list[dict[str, Any]] | None = None  # an owned sampler's batches of k
+        self.steer = Steering(r, store, run_id)
 
     # ----- dispatch -----------------------------------------------------------------------
 
     def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
         """The per-batch chain: sample | materialize | [transform] | evaluate | accumulate."""
         opts = {"queue": BATCH_QUEUE, "ignore_result": True}
-        rest = [self.app.signature(STAGE_PREFIX + name, **opts) for name in self.stage_names[1:]]
+        name = self.state.run.spec.name
+        rest = [self.app.signature(STAGE_PREFIX + stage,
+                                   shadow=shadow_name(stage, name, k + 1, batch), **opts)
+                for stage in self.stage_names[1:]]
         if self.latents is not None:  # produced here by the owner: the points travel along
             message = {"ref": BatchRef(self.run_id, k, batch, n, attempt).to_dict(),
                        "latent": self.latents[batch]}
             first = self.app.signature(STAGE_PREFIX + self.stage_names[1], args=(message,),
-                                       immutable=True, **opts)
+                                       immutable=True,
+                                       shadow=shadow_name(self.stage_names[1], name, k + 1,
+                                                          batch), **opts)
             return chain(first, *rest[1:])
         first = self.app.signature(STAGE_PREFIX + "sample", args=(self.run_id, k, batch, n,
-                                                                  attempt), immutable=True, **opts)
+                                                                  attempt), immutable=True,
+                                   shadow=shadow_name("sample", name, k + 1, batch), **opts)
         return chain(first, *rest)
 
     # ----- one iteration ------------------------------------------------------------------
@@ -222,22 +177,29 @@ class Coordinator:
             live.sent(i, base)
         # One chain at a time, not a group: a group subscribes the result backend to its id,
         # and a dangling subscription raises at exit once the broker is gone.
+        self.steer.mark("dispatch")
         for i in sorted(pending):
             self.chain_for(k, i, sizes[i], base).apply_async()
         started = time.monotonic()
         next_check = started + self.poll_s
-        while pending:
+        while pending - self.steer.parked or (pending and not self.steer.halting):
             item = self.r.blpop([done_key], timeout=self.poll_s)
             entry = item[1] if item else None
             while entry is not None:
                 if entry.startswith(b"e:"):
                     raise self._fail(k, entry)
-                pending.discard(int(entry))
-                live.finished(int(entry))
+                if entry.startswith(b"p:"):  # not sampled: the run pauses or stops
+                    self.steer.parked.add(int(entry[2:]))
+                else:
+                    pending.discard(int(entry))
+                    live.finished(int(entry))
                 entry = self.r.lpop(done_key)
             if pending and time.monotonic() >= next_check:
                 self._watch(k, sizes, live, started, base)
                 next_check = time.monotonic() + self.poll_s
+        if pending:  # halted with batches never sampled: their stored siblings stay
+            raise Halt(self.steer.halting or "pause", len(sizes) - len(pending))
+        self.steer.mark("complete")
         raw = self.r.hmget(results_key, [str(i) for i in range(len(sizes))])
         try:
             return merge_results([BatchResult.from_dict(loads(x)) for x in raw if x is not None],
@@ -266,8 +228,13 @@ class Coordinator:
             resend = live.update(claimed, progress)
         except LostBatch as exc:
             raise IntegrationFailed(f"run {self.run_id}: iteration {k}: {exc}") from exc
-        for batch, _reason in resend:
+        self.steer.poll()
+        for batch, reason in resend:
+            if self.steer.halting:  # lost while halting: left for the resume, not re-sent
+                self.steer.parked.add(batch)
+                continue
             attempt = base + live.next_number(batch)
+            self.steer.resent(k + 1, batch, attempt, reason)
             live.sent(batch, attempt)
             self.chain_for(k, batch, sizes[batch], attempt).apply_async()
 
@@ -284,7 +251,8 @@ class Coordinator:
         self.outage.run(lambda: self.r.set(keys.run_snapshot(self.run_id, k), payload))
         self.store.record(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
                                         estimate=plain["estimate"], error=plain["error"],
-                                        snapshot=to_plain(snap), wall_s=self.wall_before + wall))
+                                        snapshot=to_plain(snap), wall_s=self.wall_before + wall,
+                                        batches=self.steer.batches, times=self.steer.times()))
         self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()}))
         if self.progress is not None and result is not None:
@@ -335,6 +303,7 @@ class Coordinator:
         publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"))
         self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "coordinator": self.lease.token, "updated": time.time()})
+        self.r.hdel(keys.run_state(self.run_id), "control")
         self._published = self.outage.count
 
     def _iteration(self, k: int, sizes: list[int], sampler: bytes) -> IterationResult:
@@ -372,11 +341,14 @@ class Coordinator:
                     break
                 self.latents = None if self.state.latents is None else \
                     [latent.to_dict() for latent in self.state.latents]
+                self.outage.run(self.steer.boundary)
                 with self._sampler_work(f"the sampler before iteration {k}", "snapshot"):
                     sampler = dumps(self.state.sampler.snapshot())
+                self.steer.begin(len(sizes))
                 merged = self.outage.run(partial(self._iteration, k, sizes, sampler))
                 with self._sampler_work(f"the sampler after iteration {k}", "adapt"):
                     self.state.apply(merged)
+                    self.steer.mark("adapt")
                     self._record(began, before)
                 self.outage.run(partial(self.r.delete, *iteration_keys(self.run_id, k)))
             result = replace(self.state.result(
@@ -385,7 +357,14 @@ class Coordinator:
             self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status",
                                                 "finished"))
             return result
+        except Halt as halt:
+            result = replace(self.state.result(
+                wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id,
+                stop_reason=halt.status)
+            self.steer.halted(halt, self.state.iteration, result)
+            return result
         except IntegrationFailed as exc:
+            self.steer.log("error", str(exc), k + 1, exc.batch)
             self.store.record(RunFailed(run_id=self.run_id, error=str(exc), iteration=k,
                                         batch=exc.batch, stage=exc.stage))
             with contextlib.suppress(*BROKER_ERRORS):
@@ -397,4 +376,4 @@ class Coordinator:
                 self.lease.release()
 
 
-__all__ = ["Coordinator", "Lease", "Progress", "clear_run", "iteration_keys", "publish_run"]
+__all__ = ["Coordinator", "Progress", "clear_run", "iteration_keys", "publish_run"]

@@ -27,7 +27,8 @@ from mainboard.integrators.stop import stop_reason
 from mainboard.receipts import RunCreated, RunResumed
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
 from mainboard.services.broker import BROKER_URL_ENV, EmbeddedBroker, check_broker
-from mainboard.tasks.coordinator import Coordinator, Lease, Progress
+from mainboard.tasks.coordinator import Coordinator, Progress
+from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS, where
 from mainboard.tasks.paths import use_import_roots
 from mainboard.tasks.workers import LocalWorkers, fleet_size, no_fleet, require_fleet

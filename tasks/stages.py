@@ -18,6 +18,8 @@ ends (see :mod:`mainboard.tasks.context`) and when the worker process shuts down
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import Any
@@ -35,11 +37,12 @@ from mainboard.integrators.owner import owned
 from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
-from mainboard.tasks import STAGE_PREFIX
+from mainboard.tasks import STAGE_PREFIX, telemetry
 from mainboard.tasks.context import BatchRef, Skip, StageContext, release_all
 from mainboard.tasks.routing import BatchTask
 
 Message = dict[str, Any]
+log = logging.getLogger("mainboard.tasks.stages")
 
 
 def _stage_task(name: str) -> Callable[[Callable[..., Any]], Any]:
@@ -58,11 +61,17 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
     one is noticed because later batches overtake it (see :mod:`mainboard.tasks.liveness`).
     """
     ctx = StageContext(task.app.conf.broker_url, ref, stage, task.request.hostname)
+    ship = telemetry.enter(ctx.url, task.request.hostname or ctx.holder, ref.run,
+                           ref.iteration + 1, ref.batch, stage)
+    began, clock = time.time(), time.perf_counter()
     try:
         ctx.load(check_stored=claim)  # an instant stage leaves the check to the next one
+        if stage == "sample":
+            ctx.hold()
         with ctx.claim() if claim else nullcontext(), ctx.processes():
             out = body(ctx)
     except Skip as skip:
+        began = 0.0  # nothing ran: no span
         if task.request.chain:
             raise Ignore(str(skip)) from None
         return ctx.forward(stored=False, skipped=str(skip))
@@ -70,7 +79,13 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
         raise  # the broker, not the batch: never recorded as the batch's failure; re-sent
     except Exception as exc:
         ctx.store_error(exc)
+        log.error("stage %s failed: %s: %s", getattr(exc, "stage", None) or stage,
+                  type(exc).__name__, exc)
         raise
+    finally:
+        if began:
+            telemetry.span(ship, stage, ref.run, ref.iteration + 1, ref.batch, ref.n,
+                           ref.attempt, began, time.perf_counter() - clock)
     if not final:
         ctx.advance()
     return out
@@ -80,8 +95,10 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
 @worker_shutdown.connect(dispatch_uid="mainboard.release_processes.worker")
 def _release_at_shutdown(**_: Any) -> None:
     """A pool child (prefork) or the worker itself (solo) is exiting: end its processes
-    with the full close -> grace -> SIGTERM -> SIGKILL sequence, never orphaning one."""
+    with the full close -> grace -> SIGTERM -> SIGKILL sequence, never orphaning one; ship
+    the run logs and spans still buffered."""
     release_all()
+    telemetry.shutdown()
 
 
 def _ref(message: Mapping[str, Any]) -> BatchRef:

@@ -62,7 +62,7 @@ class LocalWorkers:
     """``count`` batch workers on this machine, logs under ``log_dir``."""
 
     def __init__(self, count: int, broker_url: str, log_dir: Path, *,
-                 queue: str = BATCH_QUEUE, prefix: str = "mb",
+                 queue: str = BATCH_QUEUE, prefix: str = "local",
                  env: Mapping[str, str] | None = None) -> None:
         self.count, self.broker_url, self.queue = count, broker_url, queue
         self.extra_env = dict(env or {})

@@ -176,7 +176,7 @@ def up_ok(ws: Path, *args: str, env: Mapping[str, str] | None = None) -> list[st
 
 
 def nodes_of(rows: list[dict[str, Any]]) -> list[str]:
-    """Node prefixes (``mb-host-id``) of status rows, to look for their processes."""
+    """Node names before the ``@`` (``kind-host-jobid``) of status rows, to look for their processes."""
     return [str(r["node"]).partition("@")[0] for r in rows]
 
 

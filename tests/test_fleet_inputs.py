@@ -112,7 +112,9 @@ def test_failing_hosts_get_one_line_each_and_the_rest_comes_up(tmp_path: Path,
         assert (ws / hostile_root).is_dir()
         assert probe(ws, "local")["host"] == "local"
         found = probe(ws, hostile)
-        assert found["host"] == hostile and found["node"].startswith(node_prefix(hostile, ""))
+        assert found["host"] == hostile  # named <kind>-<host>-<job id>@<machine> (Flower)
+        assert found["node"].partition("@")[0] == f"{node_prefix('local', hostile)}-" \
+            f"{found['job_id']}"
         assert not mark.exists()
         rows = wait_until(lambda: (r := status(ws)) and len(r) == 2 and r, 30, "two workers")
         assert {r["host"] for r in rows} == {"local", hostile}
@@ -145,6 +147,12 @@ def test_worker_command_keeps_the_url_out_of_argv_and_quotes_everything(tmp_path
         "mainboard.tasks.integrate" in argv
     assert not any("pw" in a for a in argv)
     assert Path(f"{out}.env").read_text() == "redis://:pw@127.0.0.1:7001/0"
+    # in a job, the node name ends with the scheduler's id, read when the job runs
+    text = worker_command(str(python), "slurm-h'pc $(x)", ["q1"], 1, str(secret), job_suffix=True)
+    subprocess.run(["/bin/bash", "-c", text], check=True, env={
+        "OUT": str(out), "PATH": "/usr/bin:/bin", "MAINBOARD_JOB_ID": "12345"})
+    argv = out.read_text().splitlines()
+    assert argv[argv.index("-n") + 1] == "slurm-h'pc $(x)-12345@%h"
 
 
 def test_a_tunnel_url_keeps_password_scheme_and_database() -> None:

@@ -91,7 +91,7 @@ def test_an_integration_run_completes_on_the_namespaced_worker(ns_fleet: NsFleet
 
     down = cli(ws, "fleet", "down", "--timeout", "30")
     assert down.returncode == 0, down.stderr
-    assert down.stdout.startswith("ns: worker mb-ns-") and down.stdout.strip().endswith(
+    assert down.stdout.startswith("ns: worker ssh-ns-") and down.stdout.strip().endswith(
         "completed"), down.stdout
     assert_nothing_left(ws, nodes_of(rows))
     assert status(ws) == []

@@ -89,7 +89,9 @@ def test_up_reports_each_worker_and_its_route(fleet: Fleet) -> None:
 def test_a_task_sent_to_the_hosts_queue_runs_on_that_hosts_worker(fleet: Fleet,
                                                                    host: str) -> None:
     found = probe(fleet.ws, host)
-    assert found["host"] == host and found["node"].startswith(f"mb-{host}-")
+    kind = {"local": "local", "lo": "ssh", "ns": "ssh", "cluster": "slurm", "pbs": "pbs"}[host]
+    assert found["host"] == host  # Flower's name: <kind>-<host>-<job id>@<machine>
+    assert found["node"].partition("@")[0] == f"{kind}-{host}-{found['job_id']}"
     if host == "ns":  # it really ran inside the namespace, which has no route to our Redis
         assert found["hostname"] == NS_HOSTNAME
         no_route = fleet.ns.run([HOST_PYTHON, "-c", "import socket; socket.create_connection("
@@ -177,7 +179,7 @@ def test_down_drains_one_host_then_everything_and_leaves_nothing_running(fleet: 
     rows = status(fleet.ws)
     assert batch_consumers(fleet.ws) > 0  # what `integrate` asks before starting local workers
     one = cli(fleet.ws, "fleet", "down", "--on", "pbs", "--timeout", "30")
-    assert one.returncode == 0 and one.stdout.startswith("pbs: worker mb-pbs-"), one.stdout
+    assert one.returncode == 0 and one.stdout.startswith("pbs: worker pbs-pbs-"), one.stdout
     assert {r["host"] for r in status(fleet.ws)} == set(HOSTS) - {"pbs"}
     done = cli(fleet.ws, "fleet", "down", "--timeout", "30")
     assert done.returncode == 0, done.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,15 @@ def test_bad_integrand_fails_the_run_and_the_worker_survives(
     receipt = RunStore(workspace.state_dir).receipts(load_spec(bad).run_id())
     failed = receipt.last(RunFailed.topic)
     assert isinstance(failed, RunFailed) and failed.stage == stage and failed.batch == 0
+    # the worker's error line and the coordinator's are in the run's log (`runs logs`)
+    handle = mainboard.run(load_spec(bad).run_id(), workspace)
+    deadline = time.monotonic() + 10
+    while len(errors := [x for x in handle.logs(level="error") if x.batch == 0]) < 2:
+        assert time.monotonic() < deadline, [x.text() for x in handle.logs()]
+        time.sleep(0.1)
+    assert {x.worker.partition("-")[0] for x in errors} >= {"fleet", "coordinator"}
+    assert any(f"stage {stage} failed" in x.message and re.search(cause, x.message)
+               for x in errors if x.worker != "coordinator"), errors
 
     assert fleet.procs[0].poll() is None  # the worker is alive and serves the next run
     good = mainboard.integrate(spec(GAUSS_4D, name="after-bad"), workers=0, config=workspace)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -161,3 +162,31 @@ def cancel(ctx: click.Context, job: str, as_json: bool) -> None:
                           "state": state.value})
         return
     click.echo(f"{handle.id}: {state.value}")
+
+
+@jobs.command("trace")
+@click.argument("job")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the trace (Trace Event Format JSON).")
+@_JSON
+@click.pass_context
+def trace(ctx: click.Context, job: str, output: Path, as_json: bool) -> None:
+    """Write the job's phases (sync, submit, queue wait, run, pull) as a Chrome/Perfetto
+    trace, the same format as `mainboard runs trace`."""
+    from mainboard.jobs.job import Job
+    from mainboard.jobs.trace import job_phases
+    from mainboard.runs.trace import TraceSpan, chrome_trace, write_trace
+
+    with common.board(ctx) as board:
+        handle = Job(board, job)
+        view = handle.view()
+        phases = job_phases(handle.store, handle.id)
+    spans = [TraceSpan(view.host, f"{view.name} ({handle.id})", p.name, p.start,
+                       p.end - p.start, {"job": handle.id}) for p in phases]
+    write_trace(chrome_trace(spans, {"job": handle.id, "host": view.host}), output)
+    if as_json:
+        common.echo_json({"id": handle.id, "output": str(output),
+                          "phases": {p.name: round(p.end - p.start, 6) for p in phases}})
+        return
+    click.echo(f"wrote {output}: " + ", ".join(f"{p.name} {p.end - p.start:.3f}s"
+                                                for p in phases))

@@ -43,7 +43,8 @@ def _value(summary: dict[str, Any]) -> str:
 
 @click.group("runs")
 def runs() -> None:
-    """Integration runs of this workspace: list, show, resume, clone."""
+    """Integration runs of this workspace: list, show, resume, clone, logs, pause, stop,
+    remove, trace."""
 
 
 @runs.command("list")
@@ -83,12 +84,21 @@ def _detail(h: RunHistory) -> dict[str, Any]:
 
 @runs.command("show")
 @click.argument("run")
+@click.option("--timeline", "with_timeline", is_flag=True,
+              help="Also each iteration's dispatch, completion, re-sends, adaptation and "
+                   "snapshot, and every pause, resume and stop, with times.")
 @_JSON
 @click.pass_context
-def show(ctx: click.Context, run: str, as_json: bool) -> None:
+def show(ctx: click.Context, run: str, with_timeline: bool, as_json: bool) -> None:
     """One run: definition, status, every iteration's cumulative estimate."""
+    from mainboard.runs.timeline import timeline
+
     store, _ = _store(ctx)
-    data = _detail(store.find(run))
+    history = store.find(run)
+    data = _detail(history)
+    events = timeline(store, history.run_id) if with_timeline else []
+    if with_timeline:
+        data["timeline"] = [e.to_dict() for e in events]
     if as_json:
         common.echo_json(data)
         return
@@ -109,6 +119,13 @@ def show(ctx: click.Context, run: str, as_json: bool) -> None:
                                        if row["training_samples"] else "")
                    + (f"  [{diagnostics_text(row['diagnostics'])}]"
                       if row["diagnostics"] else ""))
+    if with_timeline:
+        click.echo("timeline")
+    origin = events[0].time if events else 0.0
+    for e in events:
+        it = "" if e.iteration is None else f"it {e.iteration}"
+        click.echo(f"  {_when(e.time)}  +{e.time - origin:9.3f}s  {e.kind:9}  {it:7}  "
+                   f"{e.detail}".rstrip())
 
 
 @runs.command("resume")

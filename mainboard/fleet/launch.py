@@ -81,20 +81,26 @@ def _duration(flag: str, value: str | int | None) -> int | None:
 
 
 def worker_command(python: str, node: str, queues: Sequence[str], concurrency: int,
-                   secret_path: str, root: str | None = None) -> str:
+                   secret_path: str, root: str | None = None, *, job_suffix: bool = False
+                   ) -> str:
     """Shell text: read the broker URL from its 0600 file into the environment, exec Celery.
+
+    ``job_suffix``: the node is ``<node>-$MAINBOARD_JOB_ID@<machine>``, the scheduler's job
+    id known only once the job runs (``slurm-hpc-12345@node07`` in Flower's list).
 
     ``root`` (the host's workspace root) goes first on the worker's PYTHONPATH, ahead of
     whatever the host's modules put there, so a run's ``kind = "python"`` integrand module
     in the workspace is found on every worker.
     """
     argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker", "-Q", ",".join(queues),
-            "-c", str(concurrency), "--pool=prefork", "-n", f"{node}@%h", "--without-mingle",
+            "-c", str(concurrency), "--pool=prefork", "--without-mingle",
             "--without-gossip", "--loglevel=INFO", "-I", ",".join(WORKER_MODULES)]
+    name = (f'{shlex.quote(node)}-"$MAINBOARD_JOB_ID"@%h' if job_suffix
+            else shlex.quote(f"{node}@%h"))
     path = (f"PYTHONPATH={shlex.quote(root)}\"${{PYTHONPATH:+:$PYTHONPATH}}\" && "
             "export PYTHONPATH && ") if root else ""
     return (f"{path}MAINBOARD_BROKER_URL=\"$(cat {shlex.quote(secret_path)})\" && "
-            f"export MAINBOARD_BROKER_URL && exec {shlex.join(argv)}")
+            f"export MAINBOARD_BROKER_URL && exec {shlex.join(argv)} -n {name}")
 
 
 def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: str,
@@ -103,7 +109,8 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
     spec = JobSpec.from_params(
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
         cpus=options.concurrency if host.kind in ("slurm", "pbs") else None,
-        env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name},
+        env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name,
+             "MAINBOARD_HOST_KIND": host.kind},
         workdir=root)  # retire_signal: JobSpec's default, Celery's warm shutdown
     spec = resolve(spec, host)
     check_policy(spec, host, name)
@@ -263,7 +270,7 @@ class Launcher:
     def start(self, target: Target, idle_timeout: float | None = None) -> WorkerStarted:
         """Provision, route, write the secret and submit the worker job on ``target``."""
         worker_id = secrets.token_hex(3)
-        node = node_prefix(target.name, worker_id)
+        node = node_prefix(target.host.kind, target.name)
         secret = posixpath.join(target.root, ".mainboard", "fleet", f"{worker_id}.broker")
         tunnelled = False
         try:
@@ -276,10 +283,11 @@ class Launcher:
                 write_secret(target.transport, secret, url)
                 queues = [*self.options.queues, host_queue(target.name)]
                 command = worker_command(python, node, queues, self.options.concurrency, secret,
-                                         root=target.root)
+                                         root=target.root, job_suffix=True)
                 spec = worker_spec(target.name, target.host, self.options, worker_id=worker_id,
                                    command=command, root=target.root)
                 record = target.make_bridge(target.root).submit(spec)
+            node = f"{node}-{record.job_id}"  # as the worker names itself (job_suffix)
         except BaseException as exc:
             if tunnelled:
                 self.receipts.append(WorkerStopped(worker_id=worker_id, host=target.name,

@@ -19,7 +19,6 @@ from mainboard.receipts import Receipts, WorkerStarted, WorkerStopped, WorkerTun
 
 FLEET_FILE = "fleet.ndjson"
 HOST_QUEUE_PREFIX = "mainboard.host."
-NODE_PREFIX = "mb"
 _QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
 
@@ -33,9 +32,10 @@ def host_queue(host: str) -> str:
     return HOST_QUEUE_PREFIX + safe_word(host, 120)
 
 
-def node_prefix(host: str, worker_id: str) -> str:
-    """The Celery node name before the ``@`` (``%h``, the machine's name, follows it)."""
-    return f"{NODE_PREFIX}-{safe_word(host)}-{worker_id}"
+def node_prefix(kind: str, host: str) -> str:
+    """The Celery node name before ``-<job id>@<machine>`` (``slurm-hpc``): what Flower's
+    list shows is the host kind, the host and the scheduler's job id on that machine."""
+    return f"{kind}-{safe_word(host)}"
 
 
 def check_queue(name: str) -> str:

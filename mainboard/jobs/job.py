@@ -98,7 +98,9 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
              "env": env or {}, **params}
     bridge = bridge_of(handle)
     spec = bridge.prepare(**{k: v for k, v in asked.items() if v is not None})
+    began = time.time()
     ship_data(handle, bridge, data_paths, sync=sync)
+    shipped = time.time()
     record = bridge.submit(spec)
     with _BRIDGES_LOCK:  # later polls name the job's absolute root: reuse this bridge for it
         _BRIDGES[handle].setdefault(bridge.root, bridge)
@@ -107,7 +109,8 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
     store_of(board).submitted(JobSubmitted(
         id=record.uid, host=record.host, kind=record.kind, job_id=record.job_id,
         name=record.name, job_dir=record.job_dir, root=bridge.root, spec=recorded,
-        data=data_paths, fetch=fetch_paths, submitted_at=record.submitted_at))
+        data=data_paths, fetch=fetch_paths, submitted_at=record.submitted_at,
+        phases={"sync": [began, shipped], "submit": [shipped, time.time()]}))
     return Job(board, record.uid)
 
 
@@ -245,15 +248,17 @@ def pull_view(board: Hosts, view: JobView) -> JobPulled:
     failure is recorded in the line's ``error`` so the job is not retried forever.
     """
     s = view.submitted
+    began = time.time()
     try:
         handle: Host = board.on(s.host)  # a host no longer declared: recorded, not raised
         got = fetch_back(handle, bridge_of(handle, s.root), s.root, s.job_dir, s.fetch)
         payload = JobPulled(id=s.id, paths=got.paths, missing=got.missing, bytes=got.bytes,
-                            in_place=got.in_place)
+                            in_place=got.in_place, started_at=began)
     except HostError:
         raise
     except (MainboardError, OSError) as exc:
-        payload = JobPulled(id=s.id, paths=[], missing=list(s.fetch), error=str(exc)[:500])
+        payload = JobPulled(id=s.id, paths=[], missing=list(s.fetch), error=str(exc)[:500],
+                            started_at=began)
     store_of(board).pulled(payload)
     return payload
 

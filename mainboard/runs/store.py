@@ -24,7 +24,9 @@ from mainboard.receipts import (
     RunCreated,
     RunFailed,
     RunFinished,
+    RunPaused,
     RunResumed,
+    RunStopped,
 )
 from mainboard.store import ReceiptStore
 
@@ -52,14 +54,21 @@ class RunHistory:
     resumed: list[RunResumed] = field(default_factory=list)
     finished: RunFinished | None = None
     failed: RunFailed | None = None
+    paused: RunPaused | None = None
+    stopped: RunStopped | None = None
     updated: float = 0.0
 
     @property
     def status(self) -> str:
-        """finished, failed, or unfinished (running now, or interrupted: resume it)."""
+        """finished, failed, stopped, paused (``runs pause``), or unfinished (running now,
+        or interrupted: resume it)."""
         if self.finished is not None:
             return "finished"
-        return "failed" if self.failed is not None else "unfinished"
+        if self.failed is not None:
+            return "failed"
+        if self.stopped is not None:
+            return "stopped"
+        return "paused" if self.paused is not None else "unfinished"
 
     @property
     def last_snapshot(self) -> tuple[int, dict[str, Any] | None]:
@@ -126,7 +135,11 @@ class RunStore(ReceiptStore[RunHistory]):
                 current.resumed.append(item)
                 current.iterations = [i for i in current.iterations
                                       if i.iteration <= item.from_iteration]
-                current.failed = None
+                current.failed = current.paused = current.stopped = None
+            elif isinstance(item, RunPaused):
+                current.paused = item
+            elif isinstance(item, RunStopped):
+                current.stopped = item
             elif isinstance(item, RunFinished):
                 current.finished = item
             elif isinstance(item, RunFailed):

@@ -1,0 +1,134 @@
+"""The coordinator's side of run control and of the run timeline.
+
+Why apart from the coordinator: pause and stop touch every phase of an iteration (the
+boundary before dispatch, parked batches, re-sends, the final receipt), and the
+timeline's times are taken at the same places; keeping that bookkeeping here leaves the
+coordinator's loop as it was, with a call at each phase.
+
+Pause and stop (``mainboard runs pause|stop`` set ``control`` in the run's state hash):
+workers park batches they have not sampled yet (``p:<batch>`` on the done list), the
+coordinator stops re-sending, waits for the batches in flight, and ends the run as
+``paused`` (resumable: stored batch results of the cut iteration are kept in Redis, so the
+resume computes only the rest and the numbers are those of an uninterrupted run) or
+``stopped`` (with its partial result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from typing import Any
+
+import redis
+
+from mainboard import keys
+from mainboard.integrators.plain import to_plain
+from mainboard.receipts import BatchResent, RunPaused, RunStopped
+from mainboard.runs.logs import LogLine, append_logs
+from mainboard.runs.spans import clock_offset, register_worker
+from mainboard.runs.store import RunStore
+from mainboard.tasks.outage import BROKER_ERRORS
+
+COORDINATOR = "coordinator"
+
+
+def shadow_name(stage: str, run_name: str, iteration: int, batch: int) -> str:
+    """The name Flower and the worker logs show for one stage task of one batch."""
+    return f"integrate.{stage}[run={run_name} it={iteration} b={batch}]"
+
+
+class Halt(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """The run pauses or stops at this batch boundary (``stored`` batches of the iteration
+    in hand are kept)."""
+
+    def __init__(self, control: str, stored: int) -> None:
+        super().__init__(control)
+        self.control, self.stored = control, stored
+        self.status = "paused" if control == "pause" else "stopped"
+
+
+class Steering:
+    """Control requests, parked batches and phase times of one coordinator's run."""
+
+    def __init__(self, r: redis.Redis, store: RunStore, run_id: str) -> None:
+        self.r, self.store, self.run_id = r, store, run_id
+        self.halting: str | None = None
+        self.parked: set[int] = set()
+        self.batches = 0
+        self._times: dict[str, float] = {}
+        self._offset: float | None = None
+        self.host = socket.gethostname()
+
+    def begin(self, batches: int) -> None:
+        """A new iteration of ``batches`` batches (the first registers the coordinator's
+        host and clock offset beside the workers', for the trace)."""
+        self.parked, self.batches, self._times = set(), batches, {}
+        if self._offset is None:
+            with contextlib.suppress(*BROKER_ERRORS):
+                self._offset = clock_offset(self.r)
+                register_worker(self.r, self.run_id, COORDINATOR, {
+                    "host": self.host, "kind": COORDINATOR, "pid": os.getpid(), "job_id": "",
+                    "offset": self._offset})
+
+    def mark(self, phase: str) -> None:
+        """The time ``phase`` (dispatch, complete, adapt) first happened this iteration."""
+        self._times.setdefault(phase, time.time())
+
+    def times(self) -> dict[str, float]:
+        """The phase times of the iteration in hand (for its receipt line)."""
+        return dict(self._times)
+
+    def poll(self) -> None:
+        """Read a pause or stop request (once seen, it holds for the rest of this run)."""
+        if self.halting:
+            return
+        raw = self.r.hget(keys.run_state(self.run_id), "control")
+        control = raw.decode() if raw else None
+        if control in keys.RUN_CONTROLS:
+            self.halting = control
+            self.log("info", f"{control} requested: no new batch is sampled; waiting for "
+                             "the batches in flight")
+
+    def boundary(self) -> None:
+        """Between iterations: halt now when asked to."""
+        self.poll()
+        if self.halting:
+            raise Halt(self.halting, 0)
+
+    def resent(self, iteration: int, batch: int, attempt: int, reason: str) -> None:
+        """A batch goes out again: a receipt line (timeline) and a log line."""
+        self.store.record(BatchResent(run_id=self.run_id, iteration=iteration, batch=batch,
+                                      attempt=attempt, reason=reason))
+        self.log("warn", f"batch re-sent as attempt {attempt}: {reason}", iteration, batch)
+
+    def halted(self, halt: Halt, iteration: int, result: Any) -> None:
+        """Record the pause or stop (receipt, state hash, log line)."""
+        if halt.status == "paused":
+            self.store.record(RunPaused(run_id=self.run_id, iteration=iteration,
+                                        stored=halt.stored))
+        else:
+            self.store.record(RunStopped(run_id=self.run_id, iteration=iteration,
+                                         result=to_plain(result.to_dict())))
+        with contextlib.suppress(*BROKER_ERRORS):
+            with self.r.pipeline(transaction=True) as pipe:
+                pipe.hset(keys.run_state(self.run_id), mapping={"status": halt.status,
+                                                                "updated": time.time()})
+                pipe.hdel(keys.run_state(self.run_id), "control")
+                pipe.execute()
+        self.log("info", f"run {halt.status} after iteration {iteration}"
+                 + (f" ({halt.stored} batches of the next one kept)" if halt.stored else ""))
+
+    def log(self, level: str, message: str, iteration: int | None = None,
+            batch: int | None = None) -> None:
+        """A line in the run's log from the coordinator (lost quietly if the broker is away)."""
+        with contextlib.suppress(*BROKER_ERRORS):
+            if self._offset is None:
+                self._offset = clock_offset(self.r)
+            append_logs(self.r, self.run_id, [LogLine(
+                time.time() + self._offset, level, COORDINATOR, self.host, message,
+                iteration, batch)])
+
+
+__all__ = ["COORDINATOR", "Halt", "Steering", "shadow_name"]
