@@ -10,7 +10,8 @@ __all__ = ["Board", "Result", "__version__", "integrate"]
 
 if TYPE_CHECKING:
     from mainboard.board import Board
-    from mainboard.tasks.runner import Result, integrate
+    from mainboard.fleet.sync import integrate
+    from mainboard.tasks.runner import Result
 
 
 def __getattr__(name: str) -> Any:
@@ -19,8 +20,12 @@ def __getattr__(name: str) -> Any:
         from mainboard.board import Board
 
         return Board
-    if name in ("integrate", "Result"):  # numpy and Celery load only when integrating
+    if name == "integrate":  # numpy and Celery load only when integrating
+        from mainboard.fleet import sync  # the runner's, the fleet's hosts synced first
+
+        return sync.integrate
+    if name == "Result":
         from mainboard.tasks import runner
 
-        return getattr(runner, name)
+        return runner.Result
     raise AttributeError(f"module 'mainboard' has no attribute {name!r}")
