@@ -5,8 +5,9 @@ one run, and Python imports a module once. A ``kind = "python"`` integrand whose
 lives in the workspace (next to the run file or in the workspace root, see
 :mod:`mainboard.tasks.paths`) would keep the first version forever, even after the mirror
 brought the edited file to a fleet host. So every module loaded from an import root is
-remembered with its file's (mtime, size); :func:`refresh` forgets the ones whose file
-changed, or that the run's roots now find elsewhere, before a run is built, and
+remembered with its file's (mtime, size); before a run is built, :func:`refresh` forgets
+them all once one file changed (one may hold names imported from another), and a target
+module that the run's roots now find in another file, and
 :func:`changed` (a few ``stat`` calls) tells the worker's run cache to build again.
 Modules outside the roots (mainboard, numpy, site-packages) are never touched.
 Pure standard library.
@@ -73,10 +74,10 @@ def changed() -> bool:
 
 
 def refresh(targets: Iterable[str], roots: Sequence[str]) -> None:
-    """Before building a run: forget workspace modules whose files changed, and target
-    modules that ``roots`` (the run's import roots, first wins) now find in another file."""
-    for name, (path, stamp) in list(_SEEN.items()):
-        if _stamp(path) != stamp:
+    """Before building a run: forget every workspace module once one file changed, and
+    target modules that ``roots`` (the run's import roots, first wins) find elsewhere now."""
+    if changed():  # all of them: an unchanged module may hold names from an edited one
+        for name in list(_SEEN):
             _forget(name)
     for target in targets:
         top = target.partition(":")[0].partition(".")[0]
