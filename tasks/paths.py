@@ -11,9 +11,10 @@ started afterwards get the same directories on their ``PYTHONPATH``
 A fleet worker works in its host's synced copy of the workspace (``$MAINBOARD_WORKSPACE``,
 the host's root, which the coordinator mirrors before a run). The coordinator publishes
 the run's :func:`places` (workspace root, import roots, working directory, all as seen
-here) and each worker maps them onto its own copy (:func:`localize`): the import roots,
-and the ``cwd`` and absolute workspace paths in ``command`` of every ``kind = "process"``
-table. A local worker's copy is the workspace itself, so nothing changes for it.
+here) and each fleet worker maps them onto its own copy (:func:`localize`): the import
+roots, and the ``cwd`` and absolute workspace paths in ``command`` of every
+``kind = "process"`` table. Any other worker (local, or deployed by hand) keeps the spec
+as it is and adds the import roots that exist where it runs.
 Pure standard library: importing this connects nowhere.
 """
 
@@ -78,9 +79,9 @@ def places(run_file: str | os.PathLike[str] | None,
 class Localized:
     """Maps the coordinator's workspace paths onto this worker's copy at ``here``."""
 
-    def __init__(self, record: Mapping[str, Any], here: str | None = None) -> None:
+    def __init__(self, record: Mapping[str, Any], here: str) -> None:
         self.there = str(record["workspace"]).rstrip("/") or "/"
-        self.here = (here or os.environ.get(WORKSPACE_ENV) or self.there).rstrip("/") or "/"
+        self.here = here.rstrip("/") or "/"
         self.record = record
 
     def path(self, path: str) -> str:
@@ -127,10 +128,17 @@ class Localized:
 
 def localize(spec: Mapping[str, Any], record: Mapping[str, Any] | None,
              here: str | None = None) -> tuple[Any, list[str]]:
-    """(spec with process paths in this copy, import roots here) for a published run;
-    a run published without places is left as it is, with no extra roots."""
+    """(spec with process paths in this copy, import roots here) for a published run.
+
+    Only a fleet worker (``$MAINBOARD_WORKSPACE`` or ``here`` set) moves paths; any other
+    worker keeps the spec as it is (its cwd is the coordinator's, or its own when deployed
+    by hand) and gets the run's import roots that exist on its machine. A run published
+    without places is left as it is, with no extra roots."""
     if not record:
         return spec, []
+    here = here or os.environ.get(WORKSPACE_ENV)
+    if not here:  # not a fleet worker: a local one, or one deployed by hand elsewhere
+        return spec, [r for r in record.get("roots", []) if os.path.isdir(r)]
     found = Localized(record, here)
     return found.spec(spec), found.roots
 

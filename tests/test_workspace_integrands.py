@@ -1,9 +1,9 @@
 """Integrands that live in the workspace, on local workers (issue 11, part 6).
 
 A ``kind = "python"`` module next to the run file (importing a helper from the workspace
-root) and a process evaluator script in the workspace run without PYTHONPATH: the
-coordinator publishes where the run's files are and each worker maps that onto its copy
-of the workspace (``tasks.paths``). A worker that outlives a run picks up an edited module
+root) runs without PYTHONPATH: the coordinator publishes where the run's files are and
+each worker maps that onto its copy of the workspace (``tasks.paths``; process integrands
+in the workspace on a fleet host: tests/test_fleet_integrate.py). A worker that outlives a run picks up an edited module
 in the next run, even one with the same run id (``tasks.modules``). A fleet host that
 cannot be synced refuses the run in one line, before anything starts.
 """
@@ -29,7 +29,9 @@ from tests.workspace_integrands import assert_close, set_scale, write_files
 TAG = "wsint_local"
 
 
-def test_localize_moves_workspace_paths_into_the_workers_copy(tmp_path: Path) -> None:
+def test_localize_moves_workspace_paths_into_the_workers_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MAINBOARD_WORKSPACE", raising=False)
     ws = tmp_path / "w s'$(x)"
     record = {"workspace": str(ws), "cwd": "/elsewhere",
               "roots": [str(ws / "runs dir"), str(ws), "/outside"]}
@@ -45,10 +47,13 @@ def test_localize_moves_workspace_paths_into_the_workers_copy(tmp_path: Path) ->
     assert moved["sampler"]["cwd"] == "/host/root/sub"
     assert moved["sampler"]["materializer"]["command"] == [f"{ws}x/m"]  # not inside: kept
     assert moved["transforms"][0]["cwd"] == "/host/root/tr" and moved["stop"] == spec["stop"]
-    # a local worker's copy IS the workspace: the coordinator's cwd stays its cwd
+    # a fleet worker rooted in the workspace itself: the coordinator's cwd stays its cwd
     same, _ = localize(spec, record, here=str(ws))
     assert same["integrand"]["cwd"] == "/elsewhere"
     assert same["integrand"]["command"][1] == f"{ws}/procs/e.py"
+    # any other worker: the spec as it is, the roots that exist on its machine
+    (ws / "runs dir").mkdir(parents=True)
+    assert localize(spec, record) == (spec, [str(ws / "runs dir"), str(ws)])
     assert localize(spec, None) == (spec, [])
 
 
@@ -75,7 +80,7 @@ def test_workspace_integrands_run_on_a_worker_that_outlives_the_runs(
         tmp_path: Path, redis_server: RedisServer) -> None:
     ws = tmp_path / "ws"
     config = write_workspace(ws, redis_server)
-    py_run, proc_run = write_files(ws, TAG, sys.executable, [str(ws / "procs" / f"{TAG}_proc.py")])
+    py_run, _ = write_files(ws, TAG, sys.executable, ["unused.py"])
     # one worker for both runs, started before them, whose import path holds neither the
     # workspace nor the run file's folder (only the repo: the pytest cwd)
     worker = start_fleet(1, redis_server, tmp_path / "logs")
@@ -84,9 +89,6 @@ def test_workspace_integrands_run_on_a_worker_that_outlives_the_runs(
         set_scale(ws, TAG, 3.0)  # same run file, same run id: only the module changed
         again = mainboard.integrate(py_run, workers=0, config=config)
         assert_close(again, 3.0)
-        result = mainboard.integrate(proc_run, workers=0, config=config)
-        assert_close(result, 1.0)
-        assert result.exact == 1.0
     finally:
         worker.stop()
 
