@@ -2,10 +2,10 @@
 
 A ``kind = "python"`` module next to the run file (importing a helper from the workspace
 root) runs without PYTHONPATH: the coordinator publishes where the run's files are and
-each worker maps that onto its copy of the workspace (``tasks.paths``; process integrands
-in the workspace on a fleet host: tests/test_fleet_integrate.py). A worker that outlives a run picks up an edited module
-in the next run, even one with the same run id (``tasks.modules``). A fleet host that
-cannot be synced refuses the run in one line, before anything starts.
+each worker maps that onto its copy of the workspace (``tasks.paths``). An edited
+workspace module is imported afresh (``tasks.modules``). A fleet host that cannot be
+synced refuses the run in one line, before anything starts. Process integrands in the
+workspace, and edits between runs on a long-lived worker: tests/test_fleet_integrate.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from mainboard.tasks.paths import localize
 from tests.batch_helpers import invoke
 from tests.integration import start_fleet, write_workspace
 from tests.services import RedisServer, free_port
-from tests.workspace_integrands import assert_close, set_scale, write_files
+from tests.workspace_integrands import assert_close, write_files
 
 TAG = "wsint_local"
 
@@ -76,19 +76,18 @@ def test_an_edited_workspace_module_is_imported_afresh(tmp_path: Path,
     assert not modules.changed() and "numpy" not in modules._SEEN
 
 
-def test_workspace_integrands_run_on_a_worker_that_outlives_the_runs(
+def test_a_module_next_to_the_run_file_runs_on_a_worker_without_it_on_its_path(
         tmp_path: Path, redis_server: RedisServer) -> None:
     ws = tmp_path / "ws"
     config = write_workspace(ws, redis_server)
     py_run, _ = write_files(ws, TAG, sys.executable, ["unused.py"])
-    # one worker for both runs, started before them, whose import path holds neither the
-    # workspace nor the run file's folder (only the repo: the pytest cwd)
+    # a worker started before the run, whose import path holds neither the workspace nor
+    # the run file's folder (only the repo: the pytest cwd)
     worker = start_fleet(1, redis_server, tmp_path / "logs")
     try:
         assert_close(mainboard.integrate(py_run, workers=0, config=config), 1.0)
-        set_scale(ws, TAG, 3.0)  # same run file, same run id: only the module changed
-        again = mainboard.integrate(py_run, workers=0, config=config)
-        assert_close(again, 3.0)
+        # an edit between runs on a long-lived worker: tests/test_fleet_integrate.py (the
+        # same worker code, over sshd) and test_an_edited_workspace_module_is_imported_afresh
     finally:
         worker.stop()
 
