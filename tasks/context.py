@@ -176,9 +176,8 @@ def load_run(r: redis.Redis, run_id: str) -> Run:
     # The run's files as this worker's copy of the workspace holds them (tasks.paths).
     spec, roots = localize(codec.loads(raw), json.loads(places) if places else None)
     add_roots(roots)
-    modules.refresh(modules.python_targets(spec), roots)
-    built = build_run(spec)
-    modules.remember(roots)
+    with modules.fresh(spec, roots):
+        built = build_run(spec)
     return _remember(st.runs, run_id, built)
 
 

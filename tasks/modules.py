@@ -15,11 +15,12 @@ Pure standard library.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.machinery
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 Stamp = tuple[int, int]
@@ -91,18 +92,32 @@ def refresh(targets: Iterable[str], roots: Sequence[str]) -> None:
     importlib.invalidate_caches()
 
 
-def remember(roots: Sequence[str]) -> None:
-    """Stamp every loaded module whose file lies under ``roots`` (call after a build)."""
+def remember(roots: Sequence[str], before: Iterable[str] = ()) -> None:
+    """Stamp the modules loaded since ``before`` (names in sys.modules then) whose files
+    lie under ``roots``: what a run's build imported from the workspace."""
     prefixes = [os.path.realpath(r).rstrip(os.sep) + os.sep for r in roots]
     if not prefixes:
         return
+    old = set(before)
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if name in _SEEN or not isinstance(path, str) or not _user_module(name, path, prefixes):
+        if name in _SEEN or name in old or not isinstance(path, str) \
+                or not _user_module(name, path, prefixes):
             continue
         stamp = _stamp(path)
         if stamp is not None:
             _SEEN[name] = (path, stamp)
 
 
-__all__ = ["changed", "python_targets", "refresh", "remember"]
+@contextlib.contextmanager
+def fresh(spec: Mapping[str, Any], roots: Sequence[str]) -> Iterator[None]:
+    """Around building a run from ``spec`` (a run-file dict): :func:`refresh` before, and
+    :func:`remember` what the build imported from ``roots`` after. Modules loaded before
+    (the caller's own, a test suite's) are never stamped, so never forgotten."""
+    refresh(python_targets(spec), roots)
+    before = set(sys.modules)
+    yield
+    remember(roots, before)
+
+
+__all__ = ["changed", "fresh", "python_targets", "refresh", "remember"]

@@ -147,10 +147,8 @@ def _restore(spec: RunSpec, snapshot: Mapping[str, Any] | None, *, fresh_stop: b
              ) -> RunState:
     """The run state a snapshot describes (the initial state for None); workspace modules
     edited since an earlier run in this process are imported afresh (tasks.modules)."""
-    roots = remembered()
-    modules.refresh(modules.python_targets(spec.model_dump(mode="json")), roots)
-    built = build_run(spec)
-    modules.remember(roots)
+    with modules.fresh(spec.model_dump(mode="json"), remembered()):
+        built = build_run(spec)
     if snapshot is None:
         return RunState.start(built)
     state = RunState.restore(built, {**snapshot, "run_id": spec.run_id()})

@@ -63,17 +63,18 @@ def test_an_edited_workspace_module_is_imported_afresh(tmp_path: Path,
 
     (tmp_path / "wsint_fresh.py").write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    roots = [str(tmp_path)]
-    modules.refresh(["wsint_fresh:VALUE"], roots)
-    assert importlib.import_module("wsint_fresh").VALUE == 1
-    modules.remember(roots)
+    roots, spec = [str(tmp_path)], {"integrand": {"kind": "python", "target": "wsint_fresh:f"}}
+    (tmp_path / "wsint_before.py").write_text("")
+    importlib.import_module("wsint_before")  # loaded before any build: never stamped
+    with modules.fresh(spec, roots):
+        assert importlib.import_module("wsint_fresh").VALUE == 1
     assert not modules.changed()
     (tmp_path / "wsint_fresh.py").write_text("VALUE = 22\n")  # other size: seen at once
     assert modules.changed()
-    modules.refresh(["wsint_fresh:VALUE"], roots)
-    assert importlib.import_module("wsint_fresh").VALUE == 22
-    modules.remember(roots)
-    assert not modules.changed() and "numpy" not in modules._SEEN
+    with modules.fresh(spec, roots):
+        assert importlib.import_module("wsint_fresh").VALUE == 22
+    assert not modules.changed()
+    assert "wsint_fresh" in modules._SEEN and "wsint_before" not in modules._SEEN
 
 
 def test_a_module_next_to_the_run_file_runs_on_a_worker_without_it_on_its_path(
