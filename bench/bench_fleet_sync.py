@@ -21,20 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.services
 
+from bench_ssh import _interleaved, _row  # noqa: E402 - this folder: the same report rows
+
 from mainboard.board import Board  # noqa: E402
 from mainboard.config import load_config  # noqa: E402
 from mainboard.fleet.sync import sync_fleet  # noqa: E402
 from mainboard.receipts import WorkerStarted  # noqa: E402
 from tests.services import start_sshd  # noqa: E402
-
-
-def _p90(values: list[float]) -> float:
-    return statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]
-
-
-def _row(label: str, values: list[float]) -> str:
-    return (f"{label:<36} median {statistics.median(values) * 1e3:8.1f} ms   "
-            f"p90 {_p90(values) * 1e3:8.1f} ms   (n={len(values)})")
 
 
 def _workspace(ws: Path, files: int) -> None:
@@ -89,12 +82,7 @@ def main() -> None:
                 "sync_fleet, one file edited": one_file,
                 "peer: pooled run('true')": lambda: box.run("true", check=True),
             }
-            times: dict[str, list[float]] = {label: [] for label in calls}
-            for _ in range(args.n):
-                for label, call in calls.items():
-                    start = time.perf_counter()
-                    call()
-                    times[label].append(time.perf_counter() - start)
+            times = _interleaved(calls, args.n)
         print(f"loopback sshd 127.0.0.1:{server.port}; workspace of {args.files} files "
               f"({first.report.raw_bytes} bytes); first full sync {full * 1e3:.0f} ms")
         for label, values in times.items():

@@ -19,20 +19,18 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
-
-import redis
+from typing import TYPE_CHECKING, Any
 
 from mainboard.config import Config
 from mainboard.errors import FleetSyncError, MainboardError, UserError, first_line
-from mainboard.fleet.launch import BrokerRoute, ssh_from_dict
 from mainboard.fleet.records import read_fleet
-from mainboard.fleet.status import STALE_AFTER_S
-from mainboard.fleet.workers import broker_route, registry_entries
-from mainboard.hosts.access import Hosts
-from mainboard.hosts.mirror import Mirror, SyncReport
 from mainboard.receipts import WorkerStarted
 from mainboard.tasks import BATCH_QUEUE, runner
+
+if TYPE_CHECKING:  # ssh (paramiko) loads only when a fleet has workers to sync
+    from mainboard.fleet.launch import BrokerRoute
+    from mainboard.hosts.access import Hosts
+    from mainboard.hosts.mirror import Mirror, SyncReport
 
 PARALLEL_HOSTS = 8
 log = logging.getLogger("mainboard.fleet")
@@ -48,10 +46,20 @@ class HostSync:
     seconds: float
 
 
+def _batch_workers(config: Config) -> list[WorkerStarted]:
+    """Fleet workers started, not stopped, consuming the batch queue (receipts only)."""
+    return [w for w in read_fleet(config.state_dir).live() if BATCH_QUEUE in w.queues]
+
+
 def evaluating(config: Config, route: BrokerRoute) -> list[WorkerStarted]:
     """Live fleet workers that consume the batch queue and have not gone silent (a worker
     that never beat yet is still starting: it will take batches too)."""
-    live = [w for w in read_fleet(config.state_dir).live() if BATCH_QUEUE in w.queues]
+    import redis
+
+    from mainboard.fleet.status import STALE_AFTER_S
+    from mainboard.fleet.workers import registry_entries
+
+    live = _batch_workers(config)
     if not live:
         return []
     try:
@@ -73,6 +81,9 @@ def _same_place(declared: str, recorded: str) -> bool:
 def mirror_of(config: Config, hosts: Hosts, worker: WorkerStarted) -> Mirror:
     """The mirror a worker's host root is synced with: the one jobs share (same manifest)
     when mainboard.toml still names that root, else the root the worker was started in."""
+    from mainboard.fleet.launch import ssh_from_dict
+    from mainboard.hosts.mirror import Mirror
+
     if worker.rental and worker.ssh:
         return Mirror(config, worker.host, ssh_from_dict(worker.ssh, worker.host), worker.root,
                       env=config.host(worker.host).env)
@@ -104,11 +115,17 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
     every evaluating fleet worker), hosts in parallel; FleetSyncError names the first
     host that failed. No fleet (or no broker running) is nothing to do."""
     if workers is None:
+        if not _batch_workers(config):  # no fleet: nothing to import, nobody to ask
+            return []
+        from mainboard.fleet.workers import broker_route
+
         route = broker_route(config, start=False)
         workers = evaluating(config, route) if route is not None else []
     targets = {(w.host, w.root): w for w in workers}
     if not targets:
         return []
+    from mainboard.hosts.access import Hosts
+
     with Hosts(config=config) as hosts, \
             ThreadPoolExecutor(min(PARALLEL_HOSTS, len(targets))) as pool:
         futures = [pool.submit(_sync_one, config, hosts, w) for w in targets.values()]
