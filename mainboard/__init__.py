@@ -10,8 +10,9 @@ __all__ = ["Board", "Result", "__version__", "integrate", "run"]
 
 if TYPE_CHECKING:
     from mainboard.board import Board
+    from mainboard.fleet.sync import integrate
     from mainboard.runs.handle import run
-    from mainboard.tasks.runner import Result, integrate
+    from mainboard.tasks.runner import Result
 
 
 def __getattr__(name: str) -> Any:
@@ -24,8 +25,12 @@ def __getattr__(name: str) -> Any:
         from mainboard.runs.handle import run
 
         return run
-    if name in ("integrate", "Result"):  # numpy and Celery load only when integrating
+    if name == "integrate":  # numpy and Celery load only when integrating
+        from mainboard.fleet import sync  # the runner's, the fleet's hosts synced first
+
+        return sync.integrate
+    if name == "Result":
         from mainboard.tasks import runner
 
-        return getattr(runner, name)
+        return runner.Result
     raise AttributeError(f"module 'mainboard' has no attribute {name!r}")

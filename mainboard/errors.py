@@ -175,6 +175,10 @@ class MirrorError(HostError):
     """Syncing the workspace mirror to a host failed; its manifest was left unchanged."""
 
 
+class FleetSyncError(HostError):
+    """A fleet host could not be given the workspace before a run (the run did not start)."""
+
+
 class TunnelError(HostError):
     """A reverse ssh tunnel to a host could not be opened (remote port refused, no answer)."""
 

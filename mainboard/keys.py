@@ -68,6 +68,11 @@ def run_definition(run_id: str) -> str:
     return f"{PREFIX}run:{_run(run_id)}"
 
 
+def run_places(run_id: str) -> str:
+    """string: where the run's files are as its coordinator sees them (JSON; workers map it)."""
+    return f"{PREFIX}run:{_run(run_id)}:places"
+
+
 def run_state(run_id: str) -> str:
     """hash: the run's live state (status, current iteration, samples, coordinator).
 

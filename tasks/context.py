@@ -17,6 +17,7 @@ janitor thread ends a run's processes once the run's status says it finished or 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -31,7 +32,8 @@ import redis
 from mainboard import keys
 from mainboard.integrators.samplers import Sampler, restore_sampler
 from mainboard.integrators.stages import Run, build_run, release_processes
-from mainboard.tasks import codec
+from mainboard.tasks import codec, modules
+from mainboard.tasks.paths import add_roots, localize
 
 CLAIM_TTL_MS = 3000  # a claim not refreshed for this long means its worker is gone
 HEARTBEAT_S = 1.0
@@ -159,13 +161,24 @@ def _drop_samplers(run_id: str, before: int | None = None) -> None:
 def load_run(r: redis.Redis, run_id: str) -> Run:
     """The run's spec objects, from Redis on first use (a run id never changes meaning)."""
     st = _local()
+    if modules.changed():  # a workspace module was edited (synced): build runs again
+        with st.cache_lock:
+            st.runs.clear()
     if run_id in st.runs:
         st.runs.move_to_end(run_id)
         return st.runs[run_id]
-    raw = r.get(keys.run_definition(run_id))
+    with r.pipeline(transaction=False) as pipe:
+        pipe.get(keys.run_definition(run_id))
+        pipe.get(keys.run_places(run_id))
+        raw, places = pipe.execute()
     if raw is None:
         raise Skip(f"run {run_id} is not defined in this broker (deleted?); batch skipped")
-    return _remember(st.runs, run_id, build_run(codec.loads(raw)))
+    # The run's files as this worker's copy of the workspace holds them (tasks.paths).
+    spec, roots = localize(codec.loads(raw), json.loads(places) if places else None)
+    add_roots(roots)
+    with modules.fresh(spec, roots):
+        built = build_run(spec)
+    return _remember(st.runs, run_id, built)
 
 
 def load_sampler(r: redis.Redis, run: Run, ref: BatchRef) -> Sampler:

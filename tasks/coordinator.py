@@ -24,6 +24,7 @@ coordinator's process), so it is produced again.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -77,10 +78,14 @@ class Progress:
     wall_s: float
 
 
-def publish_run(r: redis.Redis, run_id: str, spec: dict[str, Any]) -> None:
-    """Store the run definition where workers look it up, and index the run."""
+def publish_run(r: redis.Redis, run_id: str, spec: dict[str, Any],
+                places: dict[str, Any] | None = None) -> None:
+    """Store the run definition where workers look it up (with ``places``, where its
+    files are: see tasks.paths), and index the run."""
     with r.pipeline(transaction=True) as pipe:
         pipe.set(keys.run_definition(run_id), dumps(spec))
+        if places:
+            pipe.set(keys.run_places(run_id), json.dumps(places))
         pipe.zadd(keys.runs_index(), {run_id: time.time()}, nx=True)
         pipe.execute()
 
@@ -111,8 +116,10 @@ class Coordinator:
                  poll_s: float = POLL_S, wall_before: float = 0.0,
                  health: Callable[[], None] | None = None,
                  exited: Callable[[], int] | None = None, lease: Lease | None = None,
-                 broker: str = "the broker", outage_budget: float = DEFAULT_BUDGET_S) -> None:
+                 broker: str = "the broker", outage_budget: float = DEFAULT_BUDGET_S,
+                 places: dict[str, Any] | None = None) -> None:
         self.app, self.r, self.store, self.run_id, self.state = app, r, store, run_id, state
+        self.places = places  # where the run's files are (tasks.paths.places), for workers
         self.progress, self.poll_s = progress, poll_s
         self.wall_before = wall_before  # time earlier executions of a resumed run took
         self.health = health  # raises when the workers this run depends on are gone
@@ -300,7 +307,8 @@ class Coordinator:
     def _publish(self) -> None:
         """The run's definition and state where workers and viewers look (again after an
         outage: a restarted broker may have lost its last second of writes)."""
-        publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"))
+        publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"),
+                    self.places)
         self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "coordinator": self.lease.token, "updated": time.time()})
         self.r.hdel(keys.run_state(self.run_id), "control")

@@ -27,15 +27,17 @@ from mainboard.integrators.stop import stop_reason
 from mainboard.receipts import RunCreated, RunResumed
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
 from mainboard.services.broker import BROKER_URL_ENV, EmbeddedBroker, check_broker
+from mainboard.tasks import modules
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS, where
-from mainboard.tasks.paths import use_import_roots
+from mainboard.tasks.paths import places, remembered, use_import_roots
 from mainboard.tasks.workers import LocalWorkers, fleet_size, no_fleet, require_fleet
 
 Result = RunResult
 RunLike = RunSpec | Mapping[str, Any] | str | Path
 ProgressFn = Callable[[Progress], None]
+Prepare = Callable[[Config], object]  # e.g. mainboard.fleet.sync.sync_fleet
 
 
 def load_spec(run: RunLike) -> RunSpec:
@@ -70,6 +72,7 @@ class Session:
     lease: Lease
     broker: str  # host:port, for messages
     outage_s: float
+    places: dict[str, Any] | None = None  # where the run's files are (tasks.paths.places)
 
     def coordinator(self, state: RunState, progress: ProgressFn | None,
                     wall_before: float = 0.0) -> Coordinator:
@@ -78,7 +81,8 @@ class Session:
                            progress=progress, wall_before=wall_before,
                            health=self.workers.check if self.workers else None,
                            exited=self.workers.exited if self.workers else None,
-                           lease=self.lease, broker=self.broker, outage_budget=self.outage_s)
+                           lease=self.lease, broker=self.broker, outage_budget=self.outage_s,
+                           places=self.places)
 
 
 def _embedded_idle(cfg: Config, broker_url: str | None) -> bool:
@@ -90,7 +94,8 @@ def _embedded_idle(cfg: Config, broker_url: str | None) -> bool:
 
 @contextmanager
 def session(run_id: str, config: Config | None = None, broker_url: str | None = None,
-            workers: int | None = None) -> Iterator[Session]:
+            workers: int | None = None, *, prepare: Prepare | None = None,
+            run_file: str | Path | None = None) -> Iterator[Session]:
     """Broker, app, the run's lease and workers for one run; all let go on the way out.
 
     The broker must answer first (BrokerError in one line naming its host:port and the
@@ -99,6 +104,9 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     the batch queue, else one local worker per core; ``workers=N`` starts N local workers;
     ``workers=0`` uses the fleet only: it never starts the embedded broker, and with no
     fleet worker answering within ``FLEET_WAIT_S`` it is refused (``no_fleet``).
+    ``prepare(config)`` runs once the lease is held, before any worker starts or any batch
+    is sent: the fleet layer syncs the workspace to its hosts there (``run_file`` says
+    where the run's own modules are, for the workers).
     """
     from mainboard.tasks.app import make_app, resolve_url
 
@@ -119,12 +127,14 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
         lease.acquire()
         if workers == 0:
             require_fleet(app, where(url))
+        if prepare is not None:
+            prepare(cfg)
         count = workers if workers is not None else (
             0 if fleet_size(app) else default_workers())
         if count:
             local = LocalWorkers(count, url, cfg.state_dir / "workers").start()
         yield Session(app, r, RunStore(cfg.state_dir), local, lease, where(url),
-                      float(cfg.broker.outage))
+                      float(cfg.broker.outage), places(run_file, cfg.root))
     finally:
         if local is not None:
             local.stop()
@@ -136,8 +146,10 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
 
 def _restore(spec: RunSpec, snapshot: Mapping[str, Any] | None, *, fresh_stop: bool
              ) -> RunState:
-    """The run state a snapshot describes (the initial state for None)."""
-    built = build_run(spec)
+    """The run state a snapshot describes (the initial state for None); workspace modules
+    edited since an earlier run in this process are imported afresh (tasks.modules)."""
+    with modules.fresh(spec.model_dump(mode="json"), remembered()):
+        built = build_run(spec)
     if snapshot is None:
         return RunState.start(built)
     state = RunState.restore(built, {**snapshot, "run_id": spec.run_id()})
@@ -167,16 +179,22 @@ def _resume(s: Session, history: RunHistory, progress: ProgressFn | None) -> Run
 
 def integrate(run: RunLike, workers: int | None = None, *, config: Config | None = None,
               broker_url: str | None = None, progress: ProgressFn | None = None,
-              resume: bool = False) -> RunResult:
-    """Integrate ``run`` on workers; ``resume=True`` continues an earlier execution of it."""
-    use_import_roots(run if isinstance(run, str | Path) else None,
-                     config.root if config is not None else None)
+              resume: bool = False, prepare: Prepare | None = None,
+              run_file: str | Path | None = None) -> RunResult:
+    """Integrate ``run`` on workers; ``resume=True`` continues an earlier execution of it.
+
+    ``run_file`` names the RUN.toml a RunSpec came from (its folder is an import root);
+    ``prepare`` see :func:`session` (``mainboard.integrate`` syncs the fleet's hosts).
+    """
+    run_file = run if isinstance(run, str | Path) else run_file
+    use_import_roots(run_file, config.root if config is not None else None)
     spec = load_spec(run)
     run_id = spec.run_id()
     # Built before anything starts: an integrand that cannot be imported or built is a
     # user error, refused while no broker, worker or receipt exists yet.
     fresh = None if resume else _restore(spec, None, fresh_stop=False)
-    with session(run_id, config, broker_url, workers) as s:
+    with session(run_id, config, broker_url, workers, prepare=prepare,
+                 run_file=run_file) as s:
         history = s.store.history(run_id) if resume else None
         if history is not None:
             return _resume(s, history, progress)
@@ -187,13 +205,14 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
 
 
 def resume(what: str, workers: int | None = None, *, config: Config | None = None,
-           broker_url: str | None = None, progress: ProgressFn | None = None) -> RunResult:
+           broker_url: str | None = None, progress: ProgressFn | None = None,
+           prepare: Prepare | None = None) -> RunResult:
     """Continue run ``what`` (id, id prefix or name) from its last snapshot."""
     cfg = config if config is not None else load_config()
     history = RunStore(cfg.state_dir).find(what)
     if history.status == "finished":
         return _finished_result(history)
-    with session(history.run_id, cfg, broker_url, workers) as s:
+    with session(history.run_id, cfg, broker_url, workers, prepare=prepare) as s:
         # Re-read under the lease: a coordinator that held it a moment ago may have
         # finished the run or written more iterations since.
         current = s.store.history(history.run_id) or history
@@ -203,7 +222,7 @@ def resume(what: str, workers: int | None = None, *, config: Config | None = Non
 def clone(what: str, from_iteration: int, workers: int | None = None, *,
           max_samples: int | None = None, max_iterations: int | None = None,
           config: Config | None = None, broker_url: str | None = None,
-          progress: ProgressFn | None = None) -> RunResult:
+          progress: ProgressFn | None = None, prepare: Prepare | None = None) -> RunResult:
     """Branch a new run (new id) from run ``what``'s snapshot after ``from_iteration``."""
     cfg = config if config is not None else load_config()
     parent = RunStore(cfg.state_dir).find(what)
@@ -216,7 +235,7 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
     spec = parse_run(data, file=f"<clone of {parent.run_id}>")
     run_id = clone_id(spec.run_id(), parent.run_id, from_iteration)
     state = _restore(spec, snapshot, fresh_stop=True)
-    with session(run_id, cfg, broker_url, workers) as s:
+    with session(run_id, cfg, broker_url, workers, prepare=prepare) as s:
         s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json"), parent=parent.run_id,
                                   from_iteration=from_iteration, snapshot=snapshot))

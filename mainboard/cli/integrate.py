@@ -32,9 +32,9 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
     away mid-run for longer than [broker] outage (resume with `mainboard runs resume`).
     """
     from mainboard.cli.runview import ProgressBar, emit
+    from mainboard.fleet.sync import integrate as run_integration
     from mainboard.integrators.spec import load_run_file, parse_run
     from mainboard.tasks.paths import use_import_roots
-    from mainboard.tasks.runner import integrate as run_integration
 
     config = common.load(ctx)
     use_import_roots(run_file, config.root)  # a module next to the run file, or in the workspace
@@ -44,5 +44,6 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
         data["stop"]["max_samples"] = max_samples
         spec = parse_run(data, file=run_file)
     with ProgressBar(spec.name, spec.stop.max_samples, stop=spec.stop) as bar:
-        result = run_integration(spec, workers, config=config, progress=bar.update)
+        result = run_integration(spec, workers, config=config, progress=bar.update,
+                                 run_file=run_file)
     emit(result, as_json)

@@ -34,6 +34,7 @@ from mainboard.hosts.access import TAG, ensure_root, tagged
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerTunnel
 from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
+from mainboard.tasks.paths import WORKSPACE_ENV
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
 DEFAULT_RETIRE_BEFORE_S = 300
@@ -110,7 +111,8 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
         cpus=options.concurrency if host.kind in ("slurm", "pbs") else None,
         env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name,
-             "MAINBOARD_HOST_KIND": host.kind},
+             "MAINBOARD_HOST_KIND": host.kind,
+             **({WORKSPACE_ENV: root} if root else {})},  # its copy of the workspace
         workdir=root)  # retire_signal: JobSpec's default, Celery's warm shutdown
     spec = resolve(spec, host)
     check_policy(spec, host, name)
