@@ -254,6 +254,7 @@ def test_deaths_are_noticed_from_exited_local_workers_and_stale_fleet_heartbeats
                     clock=lambda: now[0])
     try:
         assert not deaths.poll()  # first look: both beat within 15 s
+        assert deaths.alive == 2
         now[0] = 1012.0  # mb-a last beat 17 s ago: its heartbeat stopped
         assert deaths.poll()
         assert not deaths.poll()  # known once
@@ -261,3 +262,31 @@ def test_deaths_are_noticed_from_exited_local_workers_and_stale_fleet_heartbeats
         assert deaths.poll()
     finally:
         r.zrem(keys.workers_index(), "mb-a@h", "mb-b@h")
+
+
+@pytest.mark.parametrize("when", [15.1, 60.0, 600.0, 3600.0])
+def test_a_lost_hand_off_is_resent_within_60_s_even_if_no_claim_was_ever_seen(
+        when: float) -> None:
+    """Issue 19: a batch whose stage finished but whose next-stage message was lost (broker
+    restart between ack and publish) was never re-sent while no poll had seen a claim."""
+    clock = Clock()
+    timing = Timing()
+    live = Liveness(timing, clock=clock)
+    live.sent(4, 0)
+    start = clock.now
+    assert live.update({(4, 0): False}, {(4, 0): 2}) == []  # handed on, never seen claimed
+    assert timing.moved and timing.workers >= 1  # a finished stage proves a worker exists
+    clock.now = start + when
+    assert [b for b, _ in live.update({(4, 0): False}, {(4, 0): 2})] == [4]
+
+
+def test_heartbeating_fleet_workers_make_the_queue_deadline_apply() -> None:
+    clock = Clock()
+    timing = Timing()
+    live = Liveness(timing, clock=clock)
+    live.sent(0, 0)
+    clock.now += QUEUE_FLOOR_S + 1
+    assert live.update({}, {}) == []  # no worker anywhere: waiting is right, not re-sending
+    live.workers_alive(2)
+    assert [b for b, _ in live.update({}, {})] == [0]
+    assert not timing.moved  # the run's idle warning still says no batch started
