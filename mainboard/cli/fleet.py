@@ -2,7 +2,7 @@
 
     mainboard fleet up [--on HOST ...] [--workers N] [--queues Q,...] [--walltime T] [--json]
     mainboard fleet status [--json] [--all]
-    mainboard fleet down [--on HOST ...] [--json]
+    mainboard fleet down [--on HOST ...] [--force] [--json]
 
 Heavy imports (Celery, paramiko, redis) happen inside the commands, so other verbs
 start fast. A host that fails during `up` gets one line on stderr and exit code 1;
@@ -114,7 +114,7 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
     """Each worker: host, job, state, queues, concurrency, tasks done, last heartbeat.
 
     Exit 0 when a worker is alive (online or starting) or none is expected; 3 when the
-    fleet has workers but none is alive (all queued, unresponsive, unknown or ended),
+    fleet has workers but none is alive (all queued, lost, unknown or ended),
     like `systemctl status` (the table or JSON list is printed for both); 1 when the
     broker does not answer (one line on stderr, nothing on stdout).
     """
@@ -144,15 +144,20 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
               help="Only this host's workers (repeatable; default: all).")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to let workers finish their task before cancelling the job.")
+@click.option("--force", is_flag=True,
+              help="Forget workers whose host cannot be reached (one line each says what may "
+                   "still run there and how to end it); exit 0.")
 @common.json_option("Print one JSON object (shape above).")
 @click.pass_context
-def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, as_json: bool) -> None:
+def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, force: bool,
+         as_json: bool) -> None:
     """Drain workers (warm shutdown), cancel their jobs, destroy rentals.
 
     Draining needs the broker: when it does not answer (a configured [broker] url, or
     the embedded broker the workers use), nothing is stopped and the one line on
     stderr says how to bring it back (exit 1). Exit 1 too when a worker could not be
-    stopped (its outcome starts with "error").
+    stopped (its outcome starts with "error"); with --force an unreachable host's
+    worker is forgotten instead (outcome "forgotten: ...", one warning line, exit 0).
 
     \b
     --json prints one object:
@@ -162,18 +167,26 @@ def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, as_json: bo
     """
     from mainboard.fleet.control import fleet_down
 
-    report = fleet_down(common.load(ctx), hosts or None, timeout=timeout)
+    report = fleet_down(common.load(ctx), hosts or None, timeout=timeout, force=force)
     outcomes = {w.worker_id: report.outcome.get(w.worker_id, "unknown") for w in report.workers}
+    for outcome in outcomes.values():
+        if outcome.startswith("forgotten: "):
+            click.echo(f"mainboard: warning: {outcome.removeprefix('forgotten: ')}", err=True)
     if as_json:
         common.echo_json({"workers": [{**_worker(w), "outcome": outcomes[w.worker_id]}
                                       for w in report.workers],
                           "rentals_destroyed": report.rentals_destroyed})
     else:
         for worker in report.workers:
-            click.echo(f"{worker.host}: worker {worker.node} {outcomes[worker.worker_id]}")
+            said = outcomes[worker.worker_id]
+            said = "forgotten" if said.startswith("forgotten: ") else said  # hint: stderr
+            click.echo(f"{worker.host}: worker {worker.node} {said}")
         for rental in report.rentals_destroyed:
             click.echo(f"rental {rental} destroyed")
         if not report.workers:
             click.echo("no fleet workers were running")
     if any(outcome.startswith("error") for outcome in outcomes.values()):
+        if not force and any("cannot reach" in o or "unreachable" in o for o in outcomes.values()):
+            click.echo("mainboard: hint: `mainboard fleet down --force` forgets workers on "
+                       "hosts that cannot be reached", err=True)
         sys.exit(1)

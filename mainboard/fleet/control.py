@@ -126,15 +126,21 @@ class DownReport:
 
 
 def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
-               timeout: float = DRAIN_TIMEOUT_S) -> DownReport:
-    """Drain and stop the workers (of ``hosts``, or all); the last one out stops Flower."""
+               timeout: float = DRAIN_TIMEOUT_S, force: bool = False) -> DownReport:
+    """Drain and stop the workers (of ``hosts``, or all); the last one out stops Flower.
+
+    ``force`` forgets workers on hosts that cannot be reached (see ``stop_workers``).
+    """
     for name in hosts or ():
         config.host(name)  # an unknown name is refused, listing the declared ones
-    live = read_fleet(config.state_dir).live(set(hosts) if hosts else None)
+    fleet = read_fleet(config.state_dir)
+    live = fleet.live(set(hosts) if hosts else None)
     if live or config.broker.url:  # draining asks the workers over the broker
         fleet_broker(config, start=False, workers=live)
     report = DownReport(workers=live)
-    report.outcome = stop_workers(config, live, reason="fleet down", timeout=timeout)
+    lost = frozenset(fleet.lost) if force else frozenset()
+    report.outcome = stop_workers(config, live, reason="fleet down", timeout=timeout,
+                                  force=force, skip=lost)
     if not hosts and config.providers:
         from mainboard.bridges.providers import adapters_from_config, destroy_all_owned
         from mainboard.bridges.providers.lifecycle import FLEET

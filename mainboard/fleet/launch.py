@@ -34,6 +34,7 @@ from mainboard.hosts.access import TAG, ensure_root, tagged
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerTunnel
 from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
+from mainboard.tasks.fleet import RETIRE_ENV
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
 DEFAULT_RETIRE_BEFORE_S = 300
@@ -113,8 +114,17 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
                 f"host {name!r}: --retire-before {format_walltime(options.retire_before)} is not "
                 f"shorter than the walltime {format_walltime(spec.walltime)}; valid: a "
                 "retire-before below the walltime (the worker must have time to work)")
-        spec = JobSpec.model_validate({**spec.model_dump(), "retire_before": options.retire_before})
+        retire, env = options.retire_before, dict(spec.env)
+        if host.kind == "slurm":  # the worker retires by its own clock; the signal is a backstop
+            env[RETIRE_ENV], retire = str(retire), signal_backstop(retire)
+        spec = JobSpec.model_validate({**spec.model_dump(), "retire_before": retire, "env": env})
     return spec
+
+
+def signal_backstop(retire_before: int) -> int:
+    """Seconds before walltime for SLURM's ``--signal``, which fires up to 60 s early: later
+    than the worker's own retirement (``mainboard.tasks.fleet``), so only a backstop."""
+    return retire_before - 60 if retire_before >= 120 else max(1, retire_before // 2)
 
 
 def plan(config: Config, names: Sequence[str], options: UpOptions) -> list[str]:

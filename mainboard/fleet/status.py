@@ -10,13 +10,13 @@ hide the others: its rows say why.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import redis
 
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config
-from mainboard.errors import MainboardError
+from mainboard.errors import HostError, MainboardError
 from mainboard.fleet.control import fleet_broker
 from mainboard.fleet.launch import BrokerRoute
 from mainboard.fleet.records import read_fleet
@@ -37,7 +37,7 @@ class WorkerView:
     kind: str
     node: str
     job_id: str
-    state: str                  # queued, starting, online, unresponsive, or the job's final state
+    state: str                  # queued, starting, online, lost, or completed (retired)
     job_state: str
     queues: list[str]
     concurrency: int
@@ -74,16 +74,20 @@ def _celery_view(route: BrokerRoute, timeout: float) -> dict[str, list[str]]:
 
 
 def _state(job: JobStatus | MainboardError, online: bool, beat: float | None) -> str:
+    """A worker that ended on its own (retired) is ``completed``; one whose job was taken
+    (preempted, scancel, node failure, killed at walltime) or whose heartbeat stopped for
+    STALE_AFTER_S is ``lost``: not ``starting``, which is only a job running that never beat."""
     if isinstance(job, MainboardError):
         return "unknown"
     if job.final:
-        return job.state.value
+        return job.state.value if job.state.value == "completed" else "lost"
     if job.state.value == "pending":
         return "queued"
     if online:
         return "online"
-    if beat is not None and time.time() - beat > STALE_AFTER_S:
-        return "unresponsive"
+    if job.native.upper().startswith("COMPLETING") \
+            or beat is not None and time.time() - beat > STALE_AFTER_S:
+        return "lost"
     return "starting"
 
 
@@ -98,13 +102,16 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
     state = read_fleet(config.state_dir)
     live = state.live()
     route = fleet_broker(config, start=False, workers=live)
-    jobs = poll_jobs(config, live)
+    # A host the keeper gave up on is not asked again: status answers without waiting on it.
+    jobs = {**poll_jobs(config, [w for w in live if w.worker_id not in state.lost]),
+            **{i: HostError(lost.reason) for i, lost in state.lost.items()}}
     celery = _celery_view(route, timeout) if route and live else {}
     try:
         entries = registry_entries(route, [w.node for w in live]) if route and live else {}
     except redis.RedisError:
         entries = {}
     rows = [_row(w, jobs[w.worker_id], celery, entries.get(w.node, {})) for w in live]
+    rows = [replace(r, state="lost") if r.worker_id in state.lost else r for r in rows]
     if include_stopped:
         for worker_id, stop in state.stopped.items():
             worker = state.started.get(worker_id)
