@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from mainboard.bridges.tunnel import TunnelStatus
 from mainboard.errors import TunnelError
 from mainboard.fleet.records import read_fleet
 from mainboard.redact import install_log_redaction
@@ -111,6 +112,15 @@ def stop_keeper(state_dir: Path, timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+def status_row(held: TunnelStatus | None, error: str | None) -> dict[str, object]:
+    """One worker's line of tunnels.json: an error only while unhealthy (a reconnected
+    tunnel's last error is history, not news)."""
+    healthy = bool(held and held.healthy)
+    return {"healthy": healthy, "remote_port": held.remote_port if held else None,
+            "reconnects": held.reconnects if held else 0,
+            "error": None if healthy else error or (held.last_error if held else None)}
+
+
 class Keeper:
     """The loop: tunnels as the receipts ask, idle rentals destroyed, exit when idle."""
 
@@ -180,11 +190,7 @@ class Keeper:
 
     def write_status(self, wanted: dict[str, object]) -> None:
         held = self.tunnels.status()
-        data = {w: {"healthy": bool(held[w].healthy) if w in held else False,
-                    "remote_port": held[w].remote_port if w in held else None,
-                    "reconnects": held[w].reconnects if w in held else 0,
-                    "error": self.errors.get(w) or (held[w].last_error if w in held else None)}
-                for w in wanted}
+        data = {w: status_row(held.get(w), self.errors.get(w)) for w in wanted}
         tmp = self.paths["status"].with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(self.paths["status"])
