@@ -4,6 +4,7 @@ against its allocation's end (SLURM's signal a backstop), a dead ssh host leavin
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -11,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.bridges.tunnel import TunnelStatus
 from mainboard.config.models import SlurmHost
 from mainboard.fleet.keeper import LOST_AFTER_ENV, status_row
 from mainboard.fleet.launch import UpOptions, signal_backstop, worker_spec
 from mainboard.fleet.records import read_fleet
+from mainboard.fleet.status import STALE_AFTER_S, _state
 from mainboard.tasks.fleet import RETIRE_ENV, parse_end, retire_delay
 from tests.fleet_helpers import (
     cli,
@@ -72,6 +75,9 @@ def test_a_dead_ssh_host_is_marked_lost_not_dialled_and_leaves_with_force(
         worker = read_fleet(ws / ".mainboard").live()[0]
         node = worker.node
         assert worker.broker_via == "tunnel"
+        again = cli(ws, "fleet", "up", "--on", "doomed", "--no-flower", "--json", env=env)
+        assert again.returncode == 0 and json.loads(again.stdout)["started"] == [], again.stderr
+        assert "doomed: 1 allocation(s) already live" in again.stderr  # a target, not a pile
         _kill_host(server)  # the host dies: no sshd, every session of it gone
         lost = wait_until(lambda: read_fleet(ws / ".mainboard").lost, 60, "the worker lost")
         assert worker.worker_id in lost and "unreachable" in lost[worker.worker_id].reason
@@ -126,3 +132,21 @@ def test_a_healthy_tunnel_carries_no_stale_error_in_tunnels_json() -> None:
     assert status_row(down, None)["error"] == "connection refused"
     assert status_row(None, "cannot reach h") == {"healthy": False, "remote_port": None,
                                                   "reconnects": 0, "error": "cannot reach h"}
+
+
+def test_a_preempted_or_cancelled_worker_is_shown_lost_not_starting() -> None:
+    """squeue shows a scancelled/preempted job COMPLETING for a while (RUNNING to us): with
+    its worker no longer answering that is lost; so is a job that ended other than by
+    retiring, and a worker whose heartbeat stopped; starting is a job that never beat."""
+    now = time.time()
+    completing = JobStatus(JobState.RUNNING, "COMPLETING")
+    assert _state(completing, online=False, beat=now) == "lost"
+    for final in (JobState.CANCELLED, JobState.PREEMPTED, JobState.TIMEOUT, JobState.FAILED):
+        assert _state(JobStatus(final, final.value.upper()), online=False, beat=now) == "lost"
+    running = JobStatus(JobState.RUNNING, "RUNNING")
+    assert _state(running, online=False, beat=now - STALE_AFTER_S - 1) == "lost"
+    assert _state(running, online=False, beat=None) == "starting"
+    assert _state(running, online=True, beat=now) == "online"
+    assert _state(JobStatus(JobState.COMPLETED, "COMPLETED"), online=False, beat=now) \
+        == "completed"  # retired on schedule
+    assert STALE_AFTER_S <= 30  # lost within 30 s of the last heartbeat

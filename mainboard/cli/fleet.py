@@ -1,6 +1,7 @@
 """CLI verb `fleet`: Celery workers on your hosts — `up`, `status`, `down`.
 
-    mainboard fleet up [--on HOST ...] [--workers N] [--queues Q,...] [--walltime T] [--json]
+    mainboard fleet up [--on HOST ... | --pool NAME ...] [--jobs N] [--workers N] [--queues Q,...]
+                       [--walltime T] [--json]
     mainboard fleet status [--json] [--all]
     mainboard fleet down [--on HOST ...] [--force] [--json]
 
@@ -43,8 +44,14 @@ def fleet() -> None:
 
 @fleet.command()
 @click.option("--on", "hosts", multiple=True, metavar="HOST",
-              help="Host to start a worker on (repeatable; default: every declared host "
+              help="Host to start a worker on, a one-off pool (repeatable: twice means 2 "
+                   "allocations; default: every [fleet.pools.NAME], else every declared host "
                    "except provider hosts).")
+@click.option("--pool", "pools", multiple=True, metavar="NAME",
+              help="Only this [fleet.pools.NAME] (repeatable; default: all pools).")
+@click.option("--jobs", type=int, default=None, metavar="N",
+              help="Allocations per pool (a target: what already runs counts; default: the "
+                   "pool's jobs, or 1).")
 @click.option("--workers", type=int, default=1, show_default=True,
               help="Worker processes (Celery concurrency) on each host.")
 @click.option("--queues", default=None, metavar="Q,...",
@@ -60,10 +67,13 @@ def fleet() -> None:
 @click.option("--no-flower", is_flag=True, help="Do not start Flower with the fleet.")
 @common.json_option("Print one JSON object (shape above).")
 @click.pass_context
-def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | None,
+def up(ctx: click.Context, hosts: tuple[str, ...], pools: tuple[str, ...], jobs: int | None,
+       workers: int, queues: str | None,
        walltime: str | None, retire_before: str, idle_timeout: str | None,
        no_flower: bool, as_json: bool) -> None:
-    """Start the broker if needed, then one worker on each host.
+    """Start the broker if needed, then bring each pool to its count of allocations.
+
+    A repeated `fleet up` starts only what is missing (stderr says what already runs).
 
     Exit 0 when every host came up, 1 when one failed (one line each on stderr; the
     others still come up) or the broker does not answer, 2 for bad options.
@@ -72,19 +82,22 @@ def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | N
     --json prints one object:
       {"started": [{"host", "worker_id", "node", "job_id", "queues", "concurrency",
                     "broker_via", "rental_id"}, ...],
-       "failed": {HOST: "one line", ...}, "flower_url": URL|null, "flower_error": str|null}
+       "failed": {HOST: "one line", ...}, "kept": {POOL: allocations already live},
+       "flower_url": URL|null, "flower_error": str|null}
     """
     from mainboard.fleet.control import fleet_up
     from mainboard.fleet.launch import UpOptions
 
     options = UpOptions.parse(workers=workers, queues=queues, walltime=walltime,
                               retire_before=retire_before, idle_timeout=idle_timeout)
-    report = fleet_up(common.load(ctx), hosts or None, options, flower=not no_flower)
+    report = fleet_up(common.load(ctx), hosts or None, options, flower=not no_flower,
+                      pools=pools, jobs=jobs)
     flower_error = redact_text(report.flower_error) if report.flower_error else None
     failed = {host: redact_text(line) for host, line in report.failed.items()}
     if as_json:
         common.echo_json({"started": [_worker(w) for w in report.started], "failed": failed,
-                          "flower_url": report.flower_url, "flower_error": flower_error})
+                          "kept": report.kept, "flower_url": report.flower_url,
+                          "flower_error": flower_error})
     else:
         for worker in report.started:
             via = "via tunnel" if worker.broker_via == "tunnel" else "direct"
@@ -94,6 +107,10 @@ def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | N
         if report.flower_url:
             click.echo(f"flower: {report.flower_url} (user mainboard, password in "
                        ".mainboard/flower.secret)")
+    for pool, kept in report.kept.items():
+        if kept:
+            click.echo(f"mainboard: {pool}: {kept} allocation(s) already live, counted toward "
+                       "its target (raise it with --jobs N)", err=True)
     if flower_error:  # errors of hosts and daemons may quote a broker URL
         click.echo(f"mainboard: warning: flower did not start: {flower_error}", err=True)
     for line in failed.values():

@@ -18,12 +18,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
+from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import CommandFailed, MainboardError
 from mainboard.fleet.keeper import ensure_keeper, stop_keeper, wait_tunnel
 from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions, plan
+from mainboard.fleet.pools import plan_pools
 from mainboard.fleet.records import read_fleet
-from mainboard.fleet.workers import DRAIN_TIMEOUT_S, broker_route, host_transport, stop_workers
+from mainboard.fleet.workers import (
+    DRAIN_TIMEOUT_S,
+    broker_route,
+    host_transport,
+    poll_jobs,
+    stop_workers,
+)
 from mainboard.receipts import WorkerStarted
 from mainboard.services.broker import check_broker, embedded_down
 
@@ -37,6 +45,7 @@ class UpReport:
 
     started: list[WorkerStarted] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    kept: dict[str, int] = field(default_factory=dict)  # pool -> allocations already live
     flower_url: str | None = None
     flower_error: str | None = None
 
@@ -85,27 +94,36 @@ def fleet_broker(config: Config, *, start: bool,
 
 def fleet_up(config: Config, hosts: Sequence[str] | None = None,
              options: UpOptions | None = None, *, flower: bool = True,
-             timings: dict[str, dict[str, float]] | None = None) -> UpReport:
-    """Start one worker per host; refusals raise before any traffic, host failures are listed."""
+             timings: dict[str, dict[str, float]] | None = None,
+             pools: Sequence[str] = (), jobs: int | None = None) -> UpReport:
+    """Bring each pool to its count (see :mod:`mainboard.fleet.pools`); refusals raise
+    before any traffic, host failures are listed."""
     options = options or UpOptions()
-    names = plan(config, list(hosts) if hosts else default_hosts(config), options)
+    plans = plan_pools(config, options, hosts=hosts or (), pools=pools, jobs=jobs,
+                       default_hosts=default_hosts(config))
+    for pool in plans:
+        plan(config, [pool.host], pool.options)
     route = fleet_broker(config, start=True)
     assert route is not None
-    keeper_args = (config.root, config.path, config.state_dir)
-    launcher = Launcher(config, options, route, partial(ensure_keeper, *keeper_args),
-                        partial(wait_tunnel, *keeper_args))
-    if timings is not None:
-        launcher.timings = timings  # per host and phase, for `bench/bench_fleet.py`
     report = UpReport()
-    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
-        futures = {name: pool.submit(_up_one, launcher, name) for name in names}
-    for name, future in futures.items():
-        try:
-            report.started.append(future.result())
-        except MainboardError as exc:
-            text = one_line(exc)
-            report.failed[name] = text if text.startswith(f"host {name!r}") \
-                else f"host {name!r}: {text}"
+    work: list[tuple[Launcher, str]] = []
+    live = read_fleet(config.state_dir).live()
+    for pool in plans:
+        report.kept[pool.name] = kept = len(unfinished(config, pool.members(live)))
+        launcher = _launcher(config, pool.options, route, timings)
+        launcher.pool = pool.name if pool.declared else None
+        work += [(launcher, pool.host)] * max(0, pool.target - kept)
+    if work:
+        with ThreadPoolExecutor(max_workers=min(8, len(work))) as threads:
+            futures = [(host, threads.submit(_up_one, launcher, host))
+                       for launcher, host in work]
+        for name, future in futures:
+            try:
+                report.started.append(future.result())
+            except MainboardError as exc:
+                text = one_line(exc)
+                report.failed[name] = text if text.startswith(f"host {name!r}") \
+                    else f"host {name!r}: {text}"
     if flower and report.started:
         from mainboard.services.flower import Flower
 
@@ -114,6 +132,25 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
         except MainboardError as exc:
             report.flower_error = str(exc)
     return report
+
+
+def _launcher(config: Config, options: UpOptions, route: BrokerRoute,
+              timings: dict[str, dict[str, float]] | None) -> Launcher:
+    keeper_args = (config.root, config.path, config.state_dir)
+    launcher = Launcher(config, options, route, partial(ensure_keeper, *keeper_args),
+                        partial(wait_tunnel, *keeper_args))
+    if timings is not None:
+        launcher.timings = timings  # per host and phase, for `bench/bench_fleet.py`
+    return launcher
+
+
+def unfinished(config: Config, workers: Sequence[WorkerStarted]) -> list[WorkerStarted]:
+    """Workers whose job has not ended (a host that cannot be asked: counted as running)."""
+    if not workers:
+        return []
+    found = poll_jobs(config, workers)
+    return [w for w in workers if not (isinstance(s := found[w.worker_id], JobStatus)
+                                       and s.final)]
 
 
 @dataclass

@@ -50,6 +50,10 @@ class UpOptions:
     walltime: int | None = None
     retire_before: int = DEFAULT_RETIRE_BEFORE_S
     idle_timeout: float | None = None
+    cpus: int | None = None       # per allocation (default: one per worker process)
+    mem_gb: float | None = None
+    gpus: int | None = None
+    nodes: int = 1
 
     @classmethod
     def parse(cls, *, workers: int = 1, queues: str | Sequence[str] | None = None,
@@ -103,7 +107,8 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
     """The job that runs one worker on ``name``, with host defaults and queue policy applied."""
     spec = JobSpec.from_params(
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
-        cpus=options.concurrency if host.kind in ("slurm", "pbs") else None,
+        cpus=options.cpus or (options.concurrency if host.kind in ("slurm", "pbs") else None),
+        mem_gb=options.mem_gb, gpus=options.gpus, nodes=options.nodes,
         env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name},
         workdir=root)  # retire_signal: JobSpec's default, Celery's warm shutdown
     spec = resolve(spec, host)
@@ -222,6 +227,7 @@ class Launcher:
         self.receipts = fleet_receipts(config.state_dir)
         self._ensure_keeper, self._wait_tunnel = ensure_keeper, wait_tunnel
         self.timings: dict[str, dict[str, float]] = {}  # host -> phase -> seconds (bench)
+        self.pool: str | None = None  # the [fleet.pools.NAME] its workers belong to
 
     @contextlib.contextmanager
     def phase(self, host: str, name: str) -> Iterator[None]:
@@ -302,6 +308,6 @@ class Launcher:
             job=record.model_dump(mode="json"), root=target.root, python=python,
             broker_via=via, secret_path=secret, tunnel_port=port,
             ssh=target.ssh if target.rental else None, rental=target.rental,
-            idle_timeout_s=idle_timeout)
+            idle_timeout_s=idle_timeout, pool=self.pool)
         self.receipts.append(started)
         return started
