@@ -4,6 +4,7 @@
                        [--walltime T] [--json]
     mainboard fleet status [--json] [--all]
     mainboard fleet down [--on HOST ...] [--force] [--json]
+    mainboard fleet resume-pool NAME
 
 Heavy imports (Celery, paramiko, redis) happen inside the commands, so other verbs
 start fast. A host that fails during `up` gets one line on stderr and exit code 1;
@@ -207,3 +208,14 @@ def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, force: bool
             click.echo("mainboard: hint: `mainboard fleet down --force` forgets workers on "
                        "hosts that cannot be reached", err=True)
         sys.exit(1)
+
+
+@fleet.command("resume-pool")
+@click.argument("name")
+@click.pass_context
+def resume_pool(ctx: click.Context, name: str) -> None:
+    """Let a pool paused after failed submissions submit again (exit 2: no such pool)."""
+    from mainboard.fleet.control import resume_pool as resume
+
+    resume(common.load(ctx), name)
+    click.echo(f"pool {name}: resumed; the fleet keeper submits again when work waits")

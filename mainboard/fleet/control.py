@@ -20,11 +20,11 @@ from functools import partial
 
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, ProviderHost
-from mainboard.errors import CommandFailed, MainboardError
+from mainboard.errors import CommandFailed, MainboardError, UserError
 from mainboard.fleet.keeper import ensure_keeper, stop_keeper, wait_tunnel
 from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions, plan
 from mainboard.fleet.pools import plan_pools
-from mainboard.fleet.records import read_fleet
+from mainboard.fleet.records import fleet_receipts, read_fleet
 from mainboard.fleet.workers import (
     DRAIN_TIMEOUT_S,
     broker_route,
@@ -32,10 +32,11 @@ from mainboard.fleet.workers import (
     poll_jobs,
     stop_workers,
 )
-from mainboard.receipts import WorkerStarted
+from mainboard.receipts import FleetScale, WorkerStarted
 from mainboard.services.broker import check_broker, embedded_down
 
 __all__ = ["DownReport", "UpOptions", "UpReport", "fleet_broker", "fleet_down", "fleet_up",
+           "resume_pool", "start_one",
            "stop_workers"]
 
 
@@ -66,7 +67,8 @@ def default_hosts(config: Config) -> list[str]:
     return declared or ["local"]
 
 
-def _up_one(launcher: Launcher, name: str) -> WorkerStarted:
+def start_one(launcher: Launcher, name: str) -> WorkerStarted:
+    """One allocation on host ``name`` (a rental first on a provider host)."""
     config = launcher.config
     if isinstance(config.host(name), ProviderHost):
         from mainboard.fleet.provider import start_rented
@@ -106,6 +108,12 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
     route = fleet_broker(config, start=True)
     assert route is not None
     report = UpReport()
+    scaled = [p for p in plans if p.declared and config.fleet.pools[p.name].autoscaled]
+    for pool in scaled:  # the keeper follows the work from here on
+        fleet_receipts(config.state_dir).append(FleetScale(
+            pool=pool.name, action="start", reason="fleet up", target=pool.target))
+    if scaled:
+        ensure_keeper(config.root, config.path, config.state_dir)
     work: list[tuple[Launcher, str]] = []
     live = read_fleet(config.state_dir).live()
     for pool in plans:
@@ -115,7 +123,7 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
         work += [(launcher, pool.host)] * max(0, pool.target - kept)
     if work:
         with ThreadPoolExecutor(max_workers=min(8, len(work))) as threads:
-            futures = [(host, threads.submit(_up_one, launcher, host))
+            futures = [(host, threads.submit(start_one, launcher, host))
                        for launcher, host in work]
         for name, future in futures:
             try:
@@ -175,6 +183,12 @@ def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
     if live or config.broker.url:  # draining asks the workers over the broker
         fleet_broker(config, start=False, workers=live)
     report = DownReport(workers=live)
+    if not hosts:
+        from mainboard.fleet.autoscale import pool_active
+
+        for name in [n for n in config.fleet.pools if pool_active(fleet, n)]:
+            fleet_receipts(config.state_dir).append(FleetScale(
+                pool=name, action="stop", reason="fleet down"))  # before: no new submission
     lost = frozenset(fleet.lost) if force else frozenset()
     report.outcome = stop_workers(config, live, reason="fleet down", timeout=timeout,
                                   force=force, skip=lost)
@@ -192,3 +206,13 @@ def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
         stop_keeper(config.state_dir)
         Flower(config.state_dir).down()
     return report
+
+
+def resume_pool(config: Config, name: str) -> None:
+    """Let a paused pool submit again (the failure count starts over)."""
+    if name not in config.fleet.pools:
+        have = ", ".join(config.fleet.pools) or "none ([fleet.pools.NAME] tables)"
+        raise UserError(f"pool {name!r} is not declared; declared pools: {have}")
+    fleet_receipts(config.state_dir).append(FleetScale(pool=name, action="resume",
+                                                       reason="fleet resume-pool"))
+    ensure_keeper(config.root, config.path, config.state_dir)

@@ -136,6 +136,10 @@ class Keeper:
         self.down_since: dict[str, float] = {}  # worker id -> first failure of this outage
         self.lost_after = float(os.environ.get(LOST_AFTER_ENV) or LOST_AFTER_S)
         self.next_try: dict[str, float] = {}
+        from mainboard.fleet.autoscale import Autoscaler
+
+        self.scaler = Autoscaler(self.config) if any(
+            p.autoscaled for p in self.config.fleet.pools.values()) else None
         self.stop = threading.Event()
         self._transports: dict[str, object] = {}
 
@@ -209,9 +213,16 @@ class Keeper:
         return True
 
     def run(self) -> None:
+        from mainboard.fleet.autoscale import SCALE_TICK_ENV, SCALE_TICK_S, run_autoscaler
+
+        if self.scaler is not None:
+            every = float(os.environ.get(SCALE_TICK_ENV) or SCALE_TICK_S)
+            threading.Thread(target=run_autoscaler, args=(self.scaler, self.stop, every),
+                             name="autoscale", daemon=True).start()
         last_idle_check, idle_since = 0.0, None
         while not self.stop.wait(TICK_S):
             busy = self.sync_tunnels()
+            busy = busy or (self.scaler is not None and self.scaler.active())
             if time.monotonic() - last_idle_check >= IDLE_CHECK_S:
                 last_idle_check = time.monotonic()
                 try:
