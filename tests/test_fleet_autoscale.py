@@ -1,36 +1,45 @@
-"""Live tier: the fleet keeper autoscales a pool of local workers (issue 19).
+"""Live tier: the fleet keeper autoscales two pools of one fleet (issue 19).
 
-`fleet up --pool auto` starts nothing (min_jobs 0: no allocation before work); tasks put
-in the pool's queue make the keeper submit workers (at most max_jobs, one pending at a
-time); once the queue is drained and the workers idled past idle_timeout they retire
-(warm shutdown) and the pool is back to zero. Every decision is a `fleet.scale` receipt
-with its reason.
+`auto` (local workers): `fleet up` starts nothing (min_jobs 0: no allocation before
+work); tasks in its queue make the keeper submit a worker (max_jobs 1); once the queue
+is drained and the worker idled past idle_timeout it retires (warm shutdown) and the
+pool is back to zero. `doomed` (a host that refuses connections): 3 failed submissions,
+then the pool is paused with one line and nothing more is submitted until
+`fleet resume-pool`. Every decision is a `fleet.scale` receipt with its reason.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from mainboard.errors import UserError
 from mainboard.fleet.autoscale import SCALE_TICK_ENV
+from mainboard.fleet.control import resume_pool
 from mainboard.fleet.records import read_fleet
-from tests.fleet_helpers import cli, config, stop_broker, wait_until, workspace
+from tests.fleet_helpers import cli, config, stop_broker, table, wait_until, workspace
+from tests.services import free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 
-POOL = """
+POOLS = """
 [fleet.pools.auto]
 host = "local"
 queues = ["t19.auto"]
+max-jobs = 1
+idle-timeout = 1
+
+[fleet.pools.doomed]
+host = "gone"
+queues = ["t19.doomed"]
 max-jobs = 2
-backlog = 1
-idle-timeout = 2
 """
 
 
-def _send(ws: Path, n: int) -> list:
+def _send(ws: Path, queue: str, n: int) -> list:
     from mainboard.fleet.workers import broker_route
     from mainboard.tasks.app import make_app
     from mainboard.tasks.fleet import PROBE_TASK
@@ -38,32 +47,53 @@ def _send(ws: Path, n: int) -> list:
     route = broker_route(config(ws), start=False)
     assert route is not None
     app = make_app(broker_url=route.url)
-    return [app.send_task(PROBE_TASK, kwargs={"sleep_s": 1.0}, queue="t19.auto")
-            for _ in range(n)]
+    return [app.send_task(PROBE_TASK, kwargs={"sleep_s": 0.5}, queue=queue) for _ in range(n)]
 
 
-def test_a_pool_scales_up_with_queued_work_and_back_to_zero_when_idle(tmp_path: Path) -> None:
-    ws = workspace(tmp_path / "ws", POOL)
-    env = {SCALE_TICK_ENV: "0.5"}
+def _events(ws: Path, pool: str) -> list:
+    return [e for e in read_fleet(ws / ".mainboard").scale if e.pool == pool]
+
+
+def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failures(
+        tmp_path: Path) -> None:
+    ws = workspace(tmp_path / "ws", table("hosts.gone", kind="ssh", host="127.0.0.1",
+                                          port=free_port(), user="nobody"), POOLS)
+    env = {SCALE_TICK_ENV: "0.2"}
+    down = None
     try:
-        up = cli(ws, "fleet", "up", "--pool", "auto", "--no-flower", "--json", env=env)
+        up = cli(ws, "fleet", "up", "--no-flower", "--json", env=env)
         assert up.returncode == 0, up.stderr
         assert json.loads(up.stdout)["started"] == []  # no work yet: no allocation
-        results = _send(ws, 4)
+        _send(ws, "t19.doomed", 1)[0].app.close()
+        results = _send(ws, "t19.auto", 3)
         try:
             ran = [r.get(timeout=120) for r in results]
         finally:
             results[0].app.close()
         assert {r["worker_id"] for r in ran} <= set(read_fleet(ws / ".mainboard").started)
-        wait_until(lambda: not [w for w in read_fleet(ws / ".mainboard").live()
-                                if w.pool == "auto"], 90, "the pool back to zero")
-        events = read_fleet(ws / ".mainboard").scale
-        actions = [e.action for e in events]
-        assert actions[0] == "start" and "submit" in actions and "retire" in actions, actions
-        submits = [e for e in events if e.action == "submit"]
-        assert 1 <= len(submits) <= 2 and all("task(s) queued" in e.reason for e in submits)
-        assert all(e.reason for e in events)
-        assert "submit_failed" not in actions
+        wait_until(lambda: _events(ws, "auto")[-1].action == "retire", 90,
+                   "the auto pool retiring its idle worker")
+        auto = _events(ws, "auto")
+        assert [e.action for e in auto] == ["start", "submit", "retire"], auto
+        assert "3 task(s) queued" in auto[1].reason and "idle past idle_timeout" in auto[2].reason
+
+        actions = [e.action for e in _events(ws, "doomed")]
+        assert actions == ["start", "submit_failed", "submit_failed", "submit_failed", "pause"]
+        pause = _events(ws, "doomed")[-1]
+        assert "mainboard fleet resume-pool doomed" in pause.reason and "\n" not in pause.reason
+        assert all("gone: cannot reach" in e.reason for e in _events(ws, "doomed")[1:4])
+        time.sleep(1.0)  # five more ticks: nothing more is submitted while paused
+        assert len(_events(ws, "doomed")) == 5
+        resume_pool(config(ws), "doomed")  # what `fleet resume-pool doomed` does
+        wait_until(lambda: _events(ws, "doomed")[-1].action == "submit_failed", 30,
+                   "a new submission after resume-pool")
+        with pytest.raises(UserError, match="pool 'nope' is not declared; declared pools: "
+                                            "auto, doomed"):
+            resume_pool(config(ws), "nope")
+        down = cli(ws, "fleet", "down")
+        assert down.returncode == 0, down.stderr
+        assert not read_fleet(ws / ".mainboard").live()  # back to zero allocations
     finally:
-        cli(ws, "fleet", "down")
+        if down is None:
+            cli(ws, "fleet", "down")
         stop_broker(ws)

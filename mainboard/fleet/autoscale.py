@@ -165,7 +165,6 @@ class Autoscaler:
         self.said.pop(name, None)
         if decision.action == "pause":
             self.record(name, view, decision)
-            log.warning("pool %s paused: %s", name, decision.reason)
         elif decision.action in ("cancel", "retire"):
             self.record(name, view, decision)
             stop_workers(self.config, [members[i] for i in decision.worker_ids],
