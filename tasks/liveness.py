@@ -36,6 +36,8 @@ FIFO_GRACE_S = 3.0  # how long a later batch may have moved before an unmoved on
 STRAGGLER_FLOOR_S = 10.0
 STRAGGLER_FACTOR = 5.0
 MAX_ATTEMPTS = 6
+MAX_KILLS = 3  # a batch whose running worker died this often is what kills them
+KILLED = "its worker stopped heartbeating"
 EWMA = 0.3
 
 AttemptKey = tuple[int, int]  # (batch index, attempt number)
@@ -148,7 +150,7 @@ class Liveness:
             elif done > a.progress:  # a stage finished; the next one waits in the queue
                 a.state, a.since = "queued", now
             elif a.state == "running":  # claim expired without progress: its worker died
-                a.state, a.since, a.why = "dead", now, "its worker stopped heartbeating"
+                a.state, a.since, a.why = "dead", now, KILLED
             a.progress = max(a.progress, done)
             if a.state == "running" or a.progress:
                 self._moved(a, now)
@@ -187,6 +189,11 @@ class Liveness:
                 reason = "straggler: running far longer than usual"
             else:
                 continue
+            kills = sum(a.why == KILLED for a in group)
+            if kills >= MAX_KILLS:
+                raise LostBatch(f"batch {batch} killed its worker {kills} times (each died "
+                                "while running it; a preemption between batches does not "
+                                "count); it fails the run: check what it computes")
             if len(group) >= self.max_attempts:
                 raise LostBatch(f"batch {batch} was lost {len(group)} times ({reason}); "
                                 "the workers running it keep dying: check their logs")

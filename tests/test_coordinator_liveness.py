@@ -290,3 +290,29 @@ def test_heartbeating_fleet_workers_make_the_queue_deadline_apply() -> None:
     live.workers_alive(2)
     assert [b for b, _ in live.update({}, {})] == [0]
     assert not timing.moved  # the run's idle warning still says no batch started
+
+
+def test_a_batch_that_kills_its_worker_3_times_fails_the_run_naming_it() -> None:
+    clock = Clock()
+    live = Liveness(Timing(), clock=clock)  # MAX_ATTEMPTS (6) is not what stops it
+    for attempt in range(2):
+        live.sent(7, attempt)
+        live.update({(7, attempt): True}, {})
+        clock.now += 1
+        assert [b for b, _ in live.update({(7, attempt): False}, {})] == [7]
+    live.sent(7, 2)
+    live.update({(7, 2): True}, {})
+    clock.now += 1
+    with pytest.raises(LostBatch, match="batch 7 killed its worker 3 times"):
+        live.update({(7, 2): False}, {})
+
+
+def test_workers_lost_between_batches_do_not_count_against_a_batch() -> None:
+    """Preemption of an idle worker: queued attempts are re-sent, never failing the run."""
+    clock = Clock()
+    live = Liveness(Timing(batch_s=0.1, workers=2), clock=clock)
+    for attempt in range(5):
+        live.sent(3, attempt)
+        live.worker_died()
+        clock.now += DEATH_FLOOR_S + 1
+        assert [b for b, _ in live.update({}, {})] == [3]

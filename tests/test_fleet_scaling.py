@@ -76,3 +76,12 @@ def test_a_provider_pool_stays_within_max_usd_hr_and_budget_usd() -> None:
     assert (d.action, d.count) == ("submit", 1)  # $5 + $3.60 fits, $5 + $7.20 does not
     (d,) = decide(PoolView("gpu", budget, queue_depth=50, usd_hr=3.60, spent_usd=7.0))
     assert d.action == "hold" and "budget_usd 10" in d.reason
+
+
+def test_a_fixed_pool_keeps_its_count_replacing_the_lost_and_never_shrinks() -> None:
+    fixed = PoolConfig.model_validate({"host": "hpc", "jobs": 3})
+    (d,) = decide(PoolView("cpu", fixed, running(2, active=0, idle_s=9999)))
+    assert (d.action, d.count, d.target) == ("submit", 1, 3)  # one was lost: replaced
+    assert decide(PoolView("cpu", fixed, running(3, active=0, idle_s=9999))) == []
+    assert decide(PoolView("cpu", fixed, running(5, active=0, idle_s=9999), jobs=5)) == []
+    assert decide(PoolView("cpu", fixed, [*running(1), *pending(1)], jobs=1)) == []

@@ -35,9 +35,11 @@ from mainboard.fleet.workers import (
     stop_workers,
 )
 from mainboard.receipts import FleetScale, WorkerStarted, WorkerStopped
+from mainboard.tasks.fleet import HEARTBEAT_S
 
 SCALE_TICK_ENV = "MAINBOARD_SCALE_TICK_S"  # tests shorten it
 SCALE_TICK_S = 5.0
+LOST_AFTER_S = 3 * HEARTBEAT_S  # as `fleet status` says lost: replaced from then on
 log = logging.getLogger("mainboard.fleet.autoscale")
 
 
@@ -54,6 +56,12 @@ def pool_active(state: FleetState, name: str) -> bool:
 def pool_paused(state: FleetState, name: str) -> bool:
     marks = [s.action for s in pool_events(state, name) if s.action in ("pause", "resume")]
     return bool(marks) and marks[-1] == "pause"
+
+
+def asked(state: FleetState, name: str) -> int | None:
+    """The target the last ``fleet up`` gave the pool."""
+    starts = [s for s in pool_events(state, name) if s.action == "start"]
+    return starts[-1].target if starts else None
 
 
 def failures(state: FleetState, name: str) -> int:
@@ -77,11 +85,11 @@ class Autoscaler:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.pools = {n: p for n, p in config.fleet.pools.items() if p.autoscaled}
+        self.pools = dict(config.fleet.pools)  # fixed pools too: their dead get replaced
         self.said: dict[str, str] = {}  # pool -> last hold reason (written once, not per tick)
 
     def active(self) -> bool:
-        """Any autoscaled pool started and not stopped: the keeper must stay."""
+        """Any pool started and not stopped: the keeper must stay."""
         state = read_fleet(self.config.state_dir)
         return any(pool_active(state, n) for n in self.pools)
 
@@ -112,6 +120,11 @@ class Autoscaler:
                     reason=f"its job ended: {status.state.value}"))
                 continue
             entry = entries.get(worker.node, {})
+            beat = float(entry["beat"]) if entry.get("beat") else None
+            if beat is not None and now - beat > LOST_AFTER_S:  # node death, partition...
+                stop_workers(self.config, [worker], timeout=5.0,
+                             reason=f"lost: no heartbeat for {now - beat:.0f} s")
+                continue
             last = entry.get("last_task") or entry.get("started")
             pend = isinstance(status, JobStatus) and status.state.value == "pending"
             allocs.append(Alloc(worker.worker_id, "pending" if pend or not entry else "running",
@@ -123,7 +136,7 @@ class Autoscaler:
         price = host.max_usd_hr if isinstance(host, ProviderHost) else None
         view = PoolView(name, pool, allocs, queue_depth=depth,
                         failures=failures(state, name), usd_hr=price,
-                        spent_usd=self.spent(name, price))
+                        spent_usd=self.spent(name, price), jobs=asked(state, name))
         return view, {w.worker_id: w for w in members}
 
     def spent(self, name: str, price: float | None) -> float:

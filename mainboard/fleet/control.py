@@ -108,12 +108,6 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
     route = fleet_broker(config, start=True)
     assert route is not None
     report = UpReport()
-    scaled = [p for p in plans if p.declared and config.fleet.pools[p.name].autoscaled]
-    for pool in scaled:  # the keeper follows the work from here on
-        fleet_receipts(config.state_dir).append(FleetScale(
-            pool=pool.name, action="start", reason="fleet up", target=pool.target))
-    if scaled:
-        ensure_keeper(config.root, config.path, config.state_dir)
     work: list[tuple[Launcher, str]] = []
     live = read_fleet(config.state_dir).live()
     for pool in plans:
@@ -132,6 +126,12 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
                 text = one_line(exc)
                 report.failed[name] = text if text.startswith(f"host {name!r}") \
                     else f"host {name!r}: {text}"
+    kept = [p for p in plans if p.declared]
+    for pool in kept:  # after our own submissions, so the keeper never doubles them
+        fleet_receipts(config.state_dir).append(FleetScale(
+            pool=pool.name, action="start", reason="fleet up", target=pool.target))
+    if kept:  # the keeper keeps them: replacing the dead, following the work
+        ensure_keeper(config.root, config.path, config.state_dir)
     if flower and report.started:
         from mainboard.services.flower import Flower
 

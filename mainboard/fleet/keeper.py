@@ -138,8 +138,7 @@ class Keeper:
         self.next_try: dict[str, float] = {}
         from mainboard.fleet.autoscale import Autoscaler
 
-        self.scaler = Autoscaler(self.config) if any(
-            p.autoscaled for p in self.config.fleet.pools.values()) else None
+        self.scaler = Autoscaler(self.config) if self.config.fleet.pools else None
         self.stop = threading.Event()
         self._transports: dict[str, object] = {}
 

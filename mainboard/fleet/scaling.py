@@ -9,6 +9,8 @@ views. The rules, in order:
 - the target is the work (tasks waiting in the pool's queues plus tasks in hand, or the
   runs' outstanding batches if more) over the processes of one allocation, rounded up,
   within ``min_jobs`` and ``max_jobs``;
+- a fixed pool (no ``max_jobs``) keeps ``jobs`` allocations: a worker lost (its job
+  ended, its heartbeat stopped) is replaced;
 - below target: submit, at most ``backlog`` allocations pending at once, never past
   ``max_usd_hr`` (price x allocations) nor ``budget_usd`` (spent + this allocation's
   walltime at its price);
@@ -50,6 +52,7 @@ class PoolView:
     paused: bool = False
     usd_hr: float | None = None  # the price of one allocation (provider pools)
     spent_usd: float = 0.0
+    jobs: int | None = None   # what `fleet up` asked (--jobs), for a fixed pool
 
     def count(self, state: str) -> int:
         return sum(a.state == state for a in self.allocs)
@@ -67,8 +70,11 @@ class Decision:
 
 
 def target(view: PoolView) -> int:
-    """How many allocations the work calls for, within the pool's bounds."""
+    """How many allocations the work calls for, within the pool's bounds (a pool without
+    ``max_jobs`` is not autoscaled: its target is ``jobs``, kept up as workers die)."""
     pool = view.pool
+    if not pool.autoscaled:
+        return pool.jobs if view.jobs is None else view.jobs
     per = max(1, pool.workers * pool.nodes)
     work = max(view.queue_depth + sum(a.active for a in view.allocs), view.outstanding)
     want = math.ceil(work / per)
@@ -115,8 +121,8 @@ def decide(view: PoolView) -> list[Decision]:
                              count=n, target=goal)]
         why = why or f"backlog {view.pool.backlog}: {pending} allocation(s) pending already"
         return [Decision("hold", f"{work}, target {goal}; not submitting: {why}", target=goal)]
-    if goal >= current:
-        return []
+    if goal >= current or not view.pool.autoscaled:
+        return []  # a fixed pool's workers stay until `fleet down`
     surplus = current - goal
     out: list[Decision] = []
     waiting = [a.worker_id for a in view.allocs if a.state == "pending"][:surplus]
