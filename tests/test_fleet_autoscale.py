@@ -11,7 +11,6 @@ then the pool is paused with one line and nothing more is submitted until
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -82,8 +81,14 @@ def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failu
         pause = _events(ws, "doomed")[-1]
         assert "mainboard fleet resume-pool doomed" in pause.reason and "\n" not in pause.reason
         assert all("gone: cannot reach" in e.reason for e in _events(ws, "doomed")[1:4])
-        time.sleep(1.0)  # five more ticks: nothing more is submitted while paused
-        assert len(_events(ws, "doomed")) == 5
+        pools = cli(ws, "fleet", "status", "--pools", "--json")
+        assert pools.returncode == 0, pools.stderr
+        rows = {r["pool"]: r for r in json.loads(pools.stdout)}
+        assert rows["doomed"]["paused"] and rows["doomed"]["queue_depth"] == 1
+        assert rows["doomed"]["target"] == 1 and rows["doomed"]["pending"] == 0
+        assert rows["auto"]["queue_depth"] == 0 and rows["auto"]["autoscaled"]
+        assert set(rows["auto"]) >= {"target", "pending", "running", "idle", "lost"}
+        assert len(_events(ws, "doomed")) == 5  # nothing more is submitted while paused
         resume_pool(config(ws), "doomed")  # what `fleet resume-pool doomed` does
         wait_until(lambda: _events(ws, "doomed")[-1].action == "submit_failed", 30,
                    "a new submission after resume-pool")

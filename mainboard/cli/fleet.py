@@ -2,7 +2,7 @@
 
     mainboard fleet up [--on HOST ... | --pool NAME ...] [--jobs N] [--workers N] [--queues Q,...]
                        [--walltime T] [--json]
-    mainboard fleet status [--json] [--all]
+    mainboard fleet status [--json] [--all | --pools]
     mainboard fleet down [--on HOST ...] [--force] [--json]
     mainboard fleet resume-pool NAME
 
@@ -127,8 +127,11 @@ def _age(ts: float | None) -> str:
 @fleet.command()
 @common.json_option("One JSON list of workers.")
 @click.option("--all", "include_stopped", is_flag=True, help="Include stopped workers.")
+@click.option("--pools", "by_pool", is_flag=True,
+              help="One row per [fleet.pools.NAME]: target, pending, running, idle, lost, "
+                   "queue depth (--json: a list of objects with those keys).")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
+def status(ctx: click.Context, as_json: bool, include_stopped: bool, by_pool: bool) -> None:
     """Each worker: host, job, state, queues, concurrency, tasks done, last heartbeat.
 
     Exit 0 when a worker is alive (online or starting) or none is expected; 3 when the
@@ -136,8 +139,11 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
     like `systemctl status` (the table or JSON list is printed for both); 1 when the
     broker does not answer (one line on stderr, nothing on stdout).
     """
-    from mainboard.fleet.status import fleet_status
+    from mainboard.fleet.status import fleet_status, pool_status
 
+    if by_pool:
+        _pools(pool_status(common.load(ctx)), as_json)
+        return
     rows = fleet_status(common.load(ctx), include_stopped=include_stopped)
     live = [r for r in rows if not r.stopped]
     code = STATUS_DOWN if live and not any(r.alive for r in live) else 0
@@ -155,6 +161,22 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     sys.exit(code)
+
+
+def _pools(rows: list[dict[str, object]], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        click.echo("no pools declared (add [fleet.pools.NAME] to mainboard.toml)")
+        return
+    keys = ("pool", "host", "target", "pending", "running", "idle", "lost", "queue_depth")
+    table = [tuple(k.upper().replace("_", " ") for k in keys)] + [
+        tuple(str(r[k]) + (" (paused)" if k == "pool" and r["paused"] else "") for k in keys)
+        for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(keys))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 @fleet.command()

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import partial
 
 import redis
@@ -26,7 +27,7 @@ from mainboard.errors import MainboardError
 from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions
 from mainboard.fleet.pools import pool_options
 from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
-from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide
+from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, target
 from mainboard.fleet.workers import (
     broker_route,
     poll_jobs,
@@ -80,6 +81,17 @@ def queue_depth(client: redis.Redis, queues: Sequence[str]) -> int:
     return sum(int(client.llen(keys.celery_queue(q))) for q in queues)
 
 
+@dataclass
+class Look:
+    """One look at a pool: the policy's view, and what must be recorded before acting."""
+
+    members: dict[str, WorkerStarted]
+    view: PoolView = field(default_factory=lambda: PoolView("", PoolConfig(host="local")))
+    ended: list[tuple[WorkerStarted, str]] = field(default_factory=list)  # job over: state
+    stale: list[tuple[WorkerStarted, float]] = field(default_factory=list)  # silent for s
+    lost: int = 0
+
+
 class Autoscaler:
     """Follows the work for every autoscaled pool of one workspace (one keeper thread)."""
 
@@ -105,25 +117,23 @@ class Autoscaler:
                 except (MainboardError, redis.RedisError) as exc:
                     log.warning("pool %s: %s", name, exc)
 
-    def view(self, name: str, pool: PoolConfig, state: FleetState, url: str
-             ) -> tuple[PoolView, dict[str, WorkerStarted]]:
+    def look(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> Look:
+        """The pool as it is now; nothing is changed (``fleet status --pools`` asks too)."""
         members = [w for w in state.live() if w.pool == name and w.worker_id not in state.lost]
         found = poll_jobs(self.config, members)
-        allocs: list[Alloc] = []
+        look = Look(members={w.worker_id: w for w in members})
         entries = registry_entries(BrokerRoute(url), [w.node for w in members]) if members else {}
         now = time.time()
+        allocs: list[Alloc] = []
         for worker in members:
             status = found[worker.worker_id]
             if isinstance(status, JobStatus) and status.final:  # ended (retired, lost): gone
-                fleet_receipts(self.config.state_dir).append(WorkerStopped(
-                    worker_id=worker.worker_id, host=worker.host, state=status.state.value,
-                    reason=f"its job ended: {status.state.value}"))
+                look.ended.append((worker, status.state.value))
                 continue
             entry = entries.get(worker.node, {})
             beat = float(entry["beat"]) if entry.get("beat") else None
             if beat is not None and now - beat > LOST_AFTER_S:  # node death, partition...
-                stop_workers(self.config, [worker], timeout=5.0,
-                             reason=f"lost: no heartbeat for {now - beat:.0f} s")
+                look.stale.append((worker, now - beat))
                 continue
             last = entry.get("last_task") or entry.get("started")
             pend = isinstance(status, JobStatus) and status.state.value == "pending"
@@ -134,10 +144,29 @@ class Autoscaler:
             depth = queue_depth(client, pool.queues)
         host = self.config.host(pool.host)
         price = host.max_usd_hr if isinstance(host, ProviderHost) else None
-        view = PoolView(name, pool, allocs, queue_depth=depth,
-                        failures=failures(state, name), usd_hr=price,
-                        spent_usd=self.spent(name, price), jobs=asked(state, name))
-        return view, {w.worker_id: w for w in members}
+        look.view = PoolView(name, pool, allocs, queue_depth=depth,
+                             failures=failures(state, name), usd_hr=price,
+                             spent_usd=self.spent(name, price), jobs=asked(state, name),
+                             paused=pool_paused(state, name))
+        look.lost = sum(s != "completed" for _, s in look.ended) + len(look.stale) + sum(
+            1 for i in state.lost if i in state.started and i not in state.stopped
+            and state.started[i].pool == name)
+        return look
+
+    def summary(self, state: FleetState, url: str) -> list[dict[str, object]]:
+        """Per pool: target, pending, running, idle, lost, queue depth (``fleet status``)."""
+        rows = []
+        for name, pool in self.pools.items():
+            look = self.look(name, pool, state, url)
+            view = look.view
+            rows.append({"pool": name, "host": pool.host, "autoscaled": pool.autoscaled,
+                         "active": pool_active(state, name), "paused": view.paused,
+                         "target": target(view), "pending": view.count("pending"),
+                         "running": view.count("running"),
+                         "idle": sum(a.state == "running" and a.active == 0
+                                     for a in view.allocs),
+                         "lost": look.lost, "queue_depth": view.queue_depth})
+        return rows
 
     def spent(self, name: str, price: float | None) -> float:
         """What the pool's allocations cost so far, at most: each at the pool's price from
@@ -155,9 +184,16 @@ class Autoscaler:
         return sum(price * (ended.get(i, now) - t) / 3600 for i, t in began.items())
 
     def scale(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> None:
-        view, members = self.view(name, pool, state, url)
-        for decision in decide(view):
-            self.act(name, pool, view, decision, members)
+        look = self.look(name, pool, state, url)
+        for worker, final in look.ended:
+            fleet_receipts(self.config.state_dir).append(WorkerStopped(
+                worker_id=worker.worker_id, host=worker.host, state=final,
+                reason=f"its job ended: {final}"))
+        for worker, silent in look.stale:
+            stop_workers(self.config, [worker], timeout=5.0,
+                         reason=f"lost: no heartbeat for {silent:.0f} s")
+        for decision in decide(look.view):
+            self.act(name, pool, look.view, decision, look.members)
 
     def record(self, name: str, view: PoolView, decision: Decision, action: str | None = None,
                reason: str | None = None, ids: Sequence[str] = ()) -> None:

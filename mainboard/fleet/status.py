@@ -146,3 +146,17 @@ def _stopped_row(worker: WorkerStarted, final: str, reason: str) -> WorkerView:
         last_heartbeat=None, online=False, broker_via=worker.broker_via,
         rental_id=worker.rental["rental_id"] if worker.rental else None, stopped=True,
         reason=reason)
+
+
+def pool_status(config: Config) -> list[dict[str, object]]:
+    """Per declared pool: target, pending, running, idle, lost and queue depth (the broker
+    must answer; an embedded broker not running means every count is zero)."""
+    from mainboard.fleet.autoscale import Autoscaler
+
+    state = read_fleet(config.state_dir)
+    route = fleet_broker(config, start=False, workers=state.live())
+    if route is None:
+        return [{"pool": n, "host": p.host, "autoscaled": p.autoscaled, "active": False,
+                 "paused": False, "target": 0, "pending": 0, "running": 0, "idle": 0,
+                 "lost": 0, "queue_depth": 0} for n, p in config.fleet.pools.items()]
+    return Autoscaler(config).summary(state, route.url)
