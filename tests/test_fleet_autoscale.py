@@ -73,8 +73,9 @@ def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failu
         wait_until(lambda: _events(ws, "auto")[-1].action == "retire", 90,
                    "the auto pool retiring its idle worker")
         auto = _events(ws, "auto")
-        assert [e.action for e in auto] == ["start", "submit", "retire"], auto
-        assert "3 task(s) queued" in auto[1].reason and "idle past idle_timeout" in auto[2].reason
+        assert [e.action for e in auto] == ["start", "submit", "running", "retire"], auto
+        assert "3 task(s) queued" in auto[1].reason and "idle past idle_timeout" in auto[3].reason
+        assert auto[2].wait_s is not None and auto[2].wait_s >= 0  # its queue wait, learned
 
         actions = [e.action for e in _events(ws, "doomed")]
         assert actions == ["start", "submit_failed", "submit_failed", "submit_failed", "pause"]

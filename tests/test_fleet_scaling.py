@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mainboard.config import PoolConfig
-from mainboard.fleet.scaling import PAUSE_AFTER, Alloc, PoolView, decide, target
+from mainboard.fleet.scaling import PAUSE_AFTER, Alloc, PoolView, decide, lead_time, target
 
 
 def pool(**keys: object) -> PoolConfig:
@@ -85,3 +85,23 @@ def test_a_fixed_pool_keeps_its_count_replacing_the_lost_and_never_shrinks() -> 
     assert decide(PoolView("cpu", fixed, running(3, active=0, idle_s=9999))) == []
     assert decide(PoolView("cpu", fixed, running(5, active=0, idle_s=9999), jobs=5)) == []
     assert decide(PoolView("cpu", fixed, [*running(1), *pending(1)], jobs=1)) == []
+
+
+def test_a_worker_near_its_walltime_is_replaced_early_enough_to_overlap() -> None:
+    """Its replacement is submitted once the worker retires within the pool's lead time
+    (the slowest recent queue wait, with margin), so it runs before the old one drains."""
+    lead = lead_time([20.0, 30.0])
+    assert lead == 30.0 * 1.5 + 5
+    fixed = PoolConfig.model_validate({"host": "hpc", "jobs": 1})
+    busy = [Alloc("old", "running", active=1, idle_s=0, left_s=lead + 10)]
+    assert decide(PoolView("cpu", fixed, busy, lead_s=lead)) == []  # not yet
+    busy = [Alloc("old", "running", active=1, idle_s=0, left_s=lead - 1)]
+    (d,) = decide(PoolView("cpu", fixed, busy, lead_s=lead))
+    assert (d.action, d.count) == ("submit", 1)
+    both = [*busy, Alloc("new", "pending")]
+    assert decide(PoolView("cpu", fixed, both, lead_s=lead)) == []  # one replacement only
+    (d,) = decide(PoolView("cpu", pool(), busy, queue_depth=0, lead_s=lead))
+    assert d.action == "submit"  # autoscaled: its task in hand still needs a worker after it
+    idle = [Alloc("old", "running", active=0, idle_s=5, left_s=lead - 1)]
+    assert decide(PoolView("cpu", pool(), idle, lead_s=lead)) == []  # no work: no successor
+    assert lead_time([]) == 60.0

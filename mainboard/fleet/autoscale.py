@@ -24,10 +24,10 @@ from mainboard import keys
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, PoolConfig, ProviderHost
 from mainboard.errors import MainboardError
-from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions
+from mainboard.fleet.launch import DEFAULT_RETIRE_BEFORE_S, BrokerRoute, Launcher, UpOptions
 from mainboard.fleet.pools import pool_options
 from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
-from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, target
+from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, lead_time, target
 from mainboard.fleet.workers import (
     broker_route,
     poll_jobs,
@@ -81,6 +81,17 @@ def queue_depth(client: redis.Redis, queues: Sequence[str]) -> int:
     return sum(int(client.llen(keys.celery_queue(q))) for q in queues)
 
 
+def _left(worker: WorkerStarted, pool: PoolConfig, began: float | None, now: float
+          ) -> float | None:
+    """Seconds until the worker retires before its walltime (None: no walltime known)."""
+    spec = worker.job.get("spec") or {}
+    walltime = spec.get("walltime")
+    if began is None or not walltime:
+        return None
+    retire = pool.retire_before or DEFAULT_RETIRE_BEFORE_S
+    return began + float(walltime) - min(float(retire), float(walltime)) - now
+
+
 @dataclass
 class Look:
     """One look at a pool: the policy's view, and what must be recorded before acting."""
@@ -89,6 +100,7 @@ class Look:
     view: PoolView = field(default_factory=lambda: PoolView("", PoolConfig(host="local")))
     ended: list[tuple[WorkerStarted, str]] = field(default_factory=list)  # job over: state
     stale: list[tuple[WorkerStarted, float]] = field(default_factory=list)  # silent for s
+    began: list[tuple[WorkerStarted, float]] = field(default_factory=list)  # newly running
     lost: int = 0
 
 
@@ -125,6 +137,8 @@ class Autoscaler:
         entries = registry_entries(BrokerRoute(url), [w.node for w in members]) if members else {}
         now = time.time()
         allocs: list[Alloc] = []
+        waits = [e for e in pool_events(state, name) if e.action == "running"]
+        seen = {i for e in waits for i in e.worker_ids}
         for worker in members:
             status = found[worker.worker_id]
             if isinstance(status, JobStatus) and status.final:  # ended (retired, lost): gone
@@ -137,9 +151,13 @@ class Autoscaler:
                 continue
             last = entry.get("last_task") or entry.get("started")
             pend = isinstance(status, JobStatus) and status.state.value == "pending"
+            began = float(entry["started"]) if entry.get("started") else None
+            if began is not None and worker.worker_id not in seen:
+                look.began.append((worker, began - float(worker.job.get("submitted_at") or began)))
             allocs.append(Alloc(worker.worker_id, "pending" if pend or not entry else "running",
                                 int(entry.get("active") or 0),
-                                now - float(last) if last else None))
+                                now - float(last) if last else None,
+                                _left(worker, pool, began, now)))
         with registry(BrokerRoute(url)) as client:
             depth = queue_depth(client, pool.queues)
         host = self.config.host(pool.host)
@@ -147,7 +165,9 @@ class Autoscaler:
         look.view = PoolView(name, pool, allocs, queue_depth=depth,
                              failures=failures(state, name), usd_hr=price,
                              spent_usd=self.spent(name, price), jobs=asked(state, name),
-                             paused=pool_paused(state, name))
+                             paused=pool_paused(state, name),
+                             lead_s=lead_time([e.wait_s for e in waits if e.wait_s is not None]
+                                              + [w for _, w in look.began]))
         look.lost = sum(s != "completed" for _, s in look.ended) + len(look.stale) + sum(
             1 for i in state.lost if i in state.started and i not in state.stopped
             and state.started[i].pool == name)
@@ -189,6 +209,10 @@ class Autoscaler:
             fleet_receipts(self.config.state_dir).append(WorkerStopped(
                 worker_id=worker.worker_id, host=worker.host, state=final,
                 reason=f"its job ended: {final}"))
+        for worker, wait in look.began:  # the queue waits replacements are timed by
+            fleet_receipts(self.config.state_dir).append(FleetScale(
+                pool=name, action="running", worker_ids=[worker.worker_id], wait_s=wait,
+                reason=f"running {wait:.1f} s after its submission"))
         for worker, silent in look.stale:
             stop_workers(self.config, [worker], timeout=5.0,
                          reason=f"lost: no heartbeat for {silent:.0f} s")

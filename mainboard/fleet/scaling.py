@@ -11,6 +11,8 @@ views. The rules, in order:
   within ``min_jobs`` and ``max_jobs``;
 - a fixed pool (no ``max_jobs``) keeps ``jobs`` allocations: a worker lost (its job
   ended, its heartbeat stopped) is replaced;
+- an allocation that retires (walltime) within the pool's lead time no longer counts:
+  its replacement is submitted early enough to be running before it drains;
 - below target: submit, at most ``backlog`` allocations pending at once, never past
   ``max_usd_hr`` (price x allocations) nor ``budget_usd`` (spent + this allocation's
   walltime at its price);
@@ -27,6 +29,15 @@ from dataclasses import dataclass, field
 from mainboard.config import PoolConfig
 
 PAUSE_AFTER = 3
+DEFAULT_LEAD_S = 60.0  # until the pool's own allocations have shown their queue wait
+LEAD_MARGIN = 1.5
+
+
+def lead_time(waits: list[float]) -> float:
+    """How early to submit a replacement: the slowest recent queue wait (submission to
+    running) of the pool's own allocations, with margin."""
+    recent = waits[-5:]
+    return max(recent) * LEAD_MARGIN + 5.0 if recent else DEFAULT_LEAD_S
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,7 @@ class Alloc:
     state: str                # "pending" (in the scheduler's queue) or "running"
     active: int = 0           # tasks in hand
     idle_s: float | None = None  # seconds since its last task (or its start); None: unknown
+    left_s: float | None = None  # seconds until it retires before its walltime; None: no end
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,11 @@ class PoolView:
     usd_hr: float | None = None  # the price of one allocation (provider pools)
     spent_usd: float = 0.0
     jobs: int | None = None   # what `fleet up` asked (--jobs), for a fixed pool
+    lead_s: float = DEFAULT_LEAD_S  # submission to running, learned from this pool
+
+    def retiring(self, alloc: Alloc) -> bool:
+        """Its replacement must be submitted now to be running before it drains."""
+        return alloc.left_s is not None and alloc.left_s <= self.lead_s
 
     def count(self, state: str) -> int:
         return sum(a.state == state for a in self.allocs)
@@ -110,7 +127,8 @@ def decide(view: PoolView) -> list[Decision]:
         return [Decision("pause", f"{view.failures} submissions in a row failed; "
                          f"paused (retry with `mainboard fleet resume-pool {view.name}`)")]
     goal = target(view)
-    pending, current = view.count("pending"), len(view.allocs)
+    staying = [a for a in view.allocs if not view.retiring(a)]  # the retiring are replaced
+    pending, current = view.count("pending"), len(staying)
     work = f"{view.queue_depth} task(s) queued, {sum(a.active for a in view.allocs)} in hand"
     if goal > current:
         room = view.pool.backlog - pending
@@ -125,14 +143,14 @@ def decide(view: PoolView) -> list[Decision]:
         return []  # a fixed pool's workers stay until `fleet down`
     surplus = current - goal
     out: list[Decision] = []
-    waiting = [a.worker_id for a in view.allocs if a.state == "pending"][:surplus]
+    waiting = [a.worker_id for a in staying if a.state == "pending"][:surplus]
     if waiting:
         out.append(Decision("cancel", f"{work}: target {goal}, {len(waiting)} pending "
                             "allocation(s) no longer needed", count=len(waiting),
                             worker_ids=tuple(waiting), target=goal))
         surplus -= len(waiting)
     timeout = view.pool.idle_timeout
-    idle = [a.worker_id for a in view.allocs if a.state == "running" and a.active == 0
+    idle = [a.worker_id for a in staying if a.state == "running" and a.active == 0
             and a.idle_s is not None and a.idle_s >= timeout][:surplus]
     if idle:
         out.append(Decision("retire", f"{work}: target {goal}, idle past idle_timeout "
@@ -141,4 +159,4 @@ def decide(view: PoolView) -> list[Decision]:
     return out
 
 
-__all__ = ["PAUSE_AFTER", "Alloc", "Decision", "PoolView", "decide", "target"]
+__all__ = ["PAUSE_AFTER", "Alloc", "Decision", "PoolView", "decide", "lead_time", "target"]
