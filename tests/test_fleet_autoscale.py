@@ -11,6 +11,9 @@ then the pool is paused with one line and nothing more is submitted until
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,11 @@ host = "local"
 queues = ["t19.auto"]
 max-jobs = 1
 idle-timeout = 1
+
+[fleet.pools.steady]
+host = "local"
+queues = ["t19.steady"]
+jobs = 1
 
 [fleet.pools.doomed]
 host = "gone"
@@ -54,7 +62,7 @@ def _events(ws: Path, pool: str) -> list:
 
 
 def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failures(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = workspace(tmp_path / "ws", table("hosts.gone", kind="ssh", host="127.0.0.1",
                                           port=free_port(), user="nobody"), POOLS)
     env = {SCALE_TICK_ENV: "0.2"}
@@ -62,7 +70,8 @@ def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failu
     try:
         up = cli(ws, "fleet", "up", "--no-flower", "--json", env=env)
         assert up.returncode == 0, up.stderr
-        assert json.loads(up.stdout)["started"] == []  # no work yet: no allocation
+        started = json.loads(up.stdout)["started"]  # steady's one; auto: no work, none
+        assert [w["host"] for w in started] == ["local"] and "mb-local-" in started[0]["node"]
         _send(ws, "t19.doomed", 1)[0].app.close()
         results = _send(ws, "t19.auto", 3)
         try:
@@ -94,8 +103,9 @@ def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failu
         wait_until(lambda: _events(ws, "doomed")[-1].action == "submit_failed", 30,
                    "a new submission after resume-pool")
         with pytest.raises(UserError, match="pool 'nope' is not declared; declared pools: "
-                                            "auto, doomed"):
+                                            "auto, steady, doomed"):
             resume_pool(config(ws), "nope")
+        _keeper_killed_then_worker_killed(ws, monkeypatch)
         down = cli(ws, "fleet", "down")
         assert down.returncode == 0, down.stderr
         assert not read_fleet(ws / ".mainboard").live()  # back to zero allocations
@@ -103,3 +113,40 @@ def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failu
         if down is None:
             cli(ws, "fleet", "down")
         stop_broker(ws)
+
+
+def _keeper_killed_then_worker_killed(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`steady` (jobs 1): started once by `fleet up`, never doubled by the keeper; the keeper
+    SIGKILLed and restarted finds the same allocation and submits nothing; its worker
+    SIGKILLed is replaced (the new one online: the recovery time is printed)."""
+    from mainboard.fleet.keeper import ensure_keeper, keeper_pid
+    from mainboard.fleet.workers import broker_route, registry_entries
+
+    state = ws / ".mainboard"
+    (first,) = [w for w in read_fleet(state).live() if w.pool == "steady"]
+    pid = keeper_pid(state)
+    assert pid and pid > 0
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: keeper_pid(state) is None, 10, "the keeper gone")
+    monkeypatch.setenv(SCALE_TICK_ENV, "0.2")
+    ensure_keeper(ws, ws / "mainboard.toml", state)
+    route = broker_route(config(ws), start=False)
+    entry = wait_until(lambda: registry_entries(route, [first.node]).get(first.node), 60,
+                       "the steady worker registered")
+    time.sleep(1.0)  # five ticks of the restarted keeper
+    assert [w.worker_id for w in read_fleet(state).live() if w.pool == "steady"] == \
+        [first.worker_id]
+    assert not [e for e in _events(ws, "steady") if e.action == "submit"]
+    os.kill(int(entry["pid"]), signal.SIGKILL)  # our own worker, by its pid
+    began = time.monotonic()
+
+    def replacement() -> object:
+        new = [w for w in read_fleet(state).live() if w.pool == "steady"
+               and w.worker_id != first.worker_id]
+        return new and registry_entries(route, [new[0].node]).get(new[0].node)
+
+    wait_until(replacement, 60, "a replacement worker online")
+    print(f"\nsteady worker SIGKILLed -> replacement online in {time.monotonic() - began:.1f} s")
+    assert first.worker_id in read_fleet(state).stopped
+    (submit,) = [e for e in _events(ws, "steady") if e.action == "submit"]
+    assert "0 allocation(s), target 1" in submit.reason
