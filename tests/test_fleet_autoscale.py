@@ -62,7 +62,7 @@ def _events(ws: Path, pool: str) -> list:
 
 
 def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failures(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     ws = workspace(tmp_path / "ws", table("hosts.gone", kind="ssh", host="127.0.0.1",
                                           port=free_port(), user="nobody"), POOLS)
     env = {SCALE_TICK_ENV: "0.2"}
@@ -105,7 +105,7 @@ def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failu
         with pytest.raises(UserError, match="pool 'nope' is not declared; declared pools: "
                                             "auto, steady, doomed"):
             resume_pool(config(ws), "nope")
-        _keeper_killed_then_worker_killed(ws, monkeypatch)
+        _keeper_killed_then_worker_killed(ws)
         down = cli(ws, "fleet", "down")
         assert down.returncode == 0, down.stderr
         assert not read_fleet(ws / ".mainboard").live()  # back to zero allocations
@@ -115,11 +115,12 @@ def test_pools_scale_up_with_work_back_to_zero_when_idle_and_pause_after_3_failu
         stop_broker(ws)
 
 
-def _keeper_killed_then_worker_killed(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _keeper_killed_then_worker_killed(ws: Path) -> None:
     """`steady` (jobs 1): started once by `fleet up`, never doubled by the keeper; the keeper
-    SIGKILLed and restarted finds the same allocation and submits nothing; its worker
+    SIGKILLed is started again by `fleet status`, finds the same allocation and submits
+    nothing; its worker
     SIGKILLed is replaced (the new one online: the recovery time is printed)."""
-    from mainboard.fleet.keeper import ensure_keeper, keeper_pid
+    from mainboard.fleet.keeper import keeper_pid
     from mainboard.fleet.workers import broker_route, registry_entries
 
     state = ws / ".mainboard"
@@ -128,8 +129,11 @@ def _keeper_killed_then_worker_killed(ws: Path, monkeypatch: pytest.MonkeyPatch)
     assert pid and pid > 0
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: keeper_pid(state) is None, 10, "the keeper gone")
-    monkeypatch.setenv(SCALE_TICK_ENV, "0.2")
-    ensure_keeper(ws, ws / "mainboard.toml", state)
+    revived = cli(ws, "fleet", "status", "--json", env={SCALE_TICK_ENV: "0.2"})
+    assert revived.returncode == 0, revived.stderr  # it starts the keeper again
+    assert [r["worker_id"] for r in json.loads(revived.stdout)
+            if r["worker_id"] == first.worker_id] == [first.worker_id]
+    assert keeper_pid(state)
     route = broker_route(config(ws), start=False)
     entry = wait_until(lambda: registry_entries(route, [first.node]).get(first.node), 60,
                        "the steady worker registered")

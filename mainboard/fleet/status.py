@@ -19,7 +19,7 @@ from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError
 from mainboard.fleet.control import fleet_broker
 from mainboard.fleet.launch import BrokerRoute
-from mainboard.fleet.records import read_fleet
+from mainboard.fleet.records import FleetState, read_fleet
 from mainboard.fleet.workers import job_of, poll_jobs, registry_entries
 from mainboard.receipts import WorkerStarted
 from mainboard.tasks.fleet import HEARTBEAT_S
@@ -91,6 +91,17 @@ def _state(job: JobStatus | MainboardError, online: bool, beat: float | None) ->
     return "starting"
 
 
+def revive_keeper(config: Config, state: FleetState) -> None:
+    """A keeper that died (SIGKILL, reboot) while pools were up is started again: it
+    rebuilds everything from the receipts and submits nothing twice."""
+    from mainboard.fleet.autoscale import pool_active
+    from mainboard.fleet.keeper import ensure_keeper, keeper_pid
+
+    if any(pool_active(state, n) for n in config.fleet.pools) \
+            and keeper_pid(config.state_dir) is None:
+        ensure_keeper(config.root, config.path, config.state_dir)
+
+
 def fleet_status(config: Config, *, include_stopped: bool = False,
                  timeout: float = 1.0) -> list[WorkerView]:
     """Every live worker (and, with ``include_stopped``, the stopped ones), oldest first.
@@ -102,6 +113,7 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
     state = read_fleet(config.state_dir)
     live = state.live()
     route = fleet_broker(config, start=False, workers=live)
+    revive_keeper(config, state)
     # A host the keeper gave up on is not asked again: status answers without waiting on it.
     jobs = {**poll_jobs(config, [w for w in live if w.worker_id not in state.lost]),
             **{i: HostError(lost.reason) for i, lost in state.lost.items()}}
