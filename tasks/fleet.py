@@ -25,7 +25,13 @@ from typing import Any
 
 import redis
 from celery import shared_task
-from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+)
 
 from mainboard import keys
 
@@ -34,6 +40,7 @@ BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then
 PROBE_TASK = "mainboard.fleet.probe"
 WORKER_ENV = "MAINBOARD_FLEET_WORKER"
 HOST_ENV = "MAINBOARD_FLEET_HOST"
+GPU_ENV = "MAINBOARD_GPU_PIN"  # set for GPU pools: one device per worker process
 RETIRE_ENV = "MAINBOARD_RETIRE_BEFORE"  # seconds before the allocation ends (SLURM workers)
 END_RECHECK_S = 60.0
 log = logging.getLogger("mainboard.fleet")
@@ -147,6 +154,32 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     if job_id and retire:
         threading.Thread(target=_retire_on_clock, args=(job_id, float(retire)),
                          name="fleet-retire", daemon=True).start()
+
+
+def pinned_device(visible: str, index: int) -> str:
+    """The one device of pool process ``index`` among the allocation's ``visible`` ones
+    (``CUDA_VISIBLE_DEVICES`` as the scheduler set it): never shared between processes."""
+    devices = [d for d in visible.split(",") if d.strip()]
+    if not devices:
+        return ""
+    if index >= len(devices):
+        raise RuntimeError(f"worker process {index} has no GPU of its own: the allocation "
+                           f"has {len(devices)} ({visible}); use at most that many workers")
+    return devices[index]
+
+
+@worker_process_init.connect
+def _pin_gpu(**_: Any) -> None:
+    """Each pool process sees one GPU (its index among the allocation's devices)."""
+    if not os.environ.get(GPU_ENV):
+        return
+    from billiard.process import current_process
+
+    index = int(getattr(current_process(), "index", 0) or 0)
+    device = pinned_device(os.environ.get("CUDA_VISIBLE_DEVICES", ""), index)
+    if device:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+        log.info("worker process %d pinned to GPU %s", index, device)
 
 
 @worker_shutdown.connect

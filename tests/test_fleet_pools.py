@@ -107,3 +107,17 @@ def test_fleet_up_with_an_unknown_pool_exits_2_and_starts_nothing(tmp_path: Path
         "declared pools: cpu"]
     assert not (ws / ".mainboard" / "fleet.ndjson").exists()
     assert not processes_matching(str(ws))
+
+
+def test_gpu_pools_pin_one_device_per_worker_process_never_shared() -> None:
+    from mainboard.tasks.fleet import GPU_ENV, pinned_device
+
+    assert [pinned_device("2,3", i) for i in range(2)] == ["2", "3"]  # as SLURM set them
+    with pytest.raises(RuntimeError, match="worker process 2 has no GPU of its own"):
+        pinned_device("2,3", 2)
+    assert pinned_device("", 0) == ""
+    config = loads_config(POOLS)
+    (gpu,) = plan_pools(config, UpOptions(), pools=["gpu"])
+    assert worker_spec("hpc", config.host("hpc"), gpu.options, worker_id="w").env[GPU_ENV] == "1"
+    with pytest.raises(ConfigError, match="workers 2 would share 1 GPU"):
+        loads_config('[fleet.pools.g]\nhost = "local"\ngpus = 1\nworkers = 2\n')

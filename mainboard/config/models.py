@@ -266,6 +266,10 @@ class PoolConfig(ConfigModel):
         if self.max_jobs is not None and self.min_jobs > self.max_jobs:
             raise custom_error(f"min-jobs {self.min_jobs} is above max-jobs {self.max_jobs}",
                                "min-jobs <= max-jobs", ("min-jobs",), value=self.min_jobs)
+        if self.gpus and self.workers > self.gpus:
+            raise custom_error(f"workers {self.workers} would share {self.gpus} GPU(s): each "
+                               "worker process gets one of its own", f"workers <= gpus "
+                               f"({self.gpus})", ("workers",), value=self.workers)
         return self
 
     @property

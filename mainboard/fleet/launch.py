@@ -34,7 +34,7 @@ from mainboard.hosts.access import TAG, ensure_root, tagged
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerTunnel
 from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
-from mainboard.tasks.fleet import RETIRE_ENV
+from mainboard.tasks.fleet import GPU_ENV, RETIRE_ENV
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
 DEFAULT_RETIRE_BEFORE_S = 300
@@ -109,7 +109,8 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
         cpus=options.cpus or (options.concurrency if host.kind in ("slurm", "pbs") else None),
         mem_gb=options.mem_gb, gpus=options.gpus, nodes=options.nodes,
-        env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name},
+        env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name,
+             **({GPU_ENV: "1"} if options.gpus else {})},
         workdir=root)  # retire_signal: JobSpec's default, Celery's warm shutdown
     spec = resolve(spec, host)
     check_policy(spec, host, name)
