@@ -183,10 +183,10 @@ def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
     if live or config.broker.url:  # draining asks the workers over the broker
         fleet_broker(config, start=False, workers=live)
     report = DownReport(workers=live)
-    if not hosts:
-        from mainboard.fleet.autoscale import pool_active
+    from mainboard.fleet.autoscale import pool_active
 
-        for name in [n for n in config.fleet.pools if pool_active(fleet, n)]:
+    for name, pool in config.fleet.pools.items():  # a pool on a host going down stops too
+        if pool_active(fleet, name) and (not hosts or pool.host in hosts):
             fleet_receipts(config.state_dir).append(FleetScale(
                 pool=name, action="stop", reason="fleet down"))  # before: no new submission
     lost = frozenset(fleet.lost) if force else frozenset()
