@@ -165,3 +165,9 @@ def batch_claim(run_id: str, iteration: int, batch_index: int, attempt: int) -> 
     """string with a short TTL refreshed by a heartbeat: the worker running that attempt now."""
     return (f"{_it(run_id, iteration)}:claim:{_index('batch index', batch_index)}:"
             f"{_index('attempt', attempt)}")
+
+
+def celery_queue(name: str) -> str:
+    """list: the messages waiting in Celery queue ``name`` (kombu keeps each queue as a
+    list under its name, behind ``CELERY_PREFIX``)."""
+    return f"{CELERY_PREFIX}{name}"

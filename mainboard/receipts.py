@@ -233,6 +233,32 @@ class WorkerStarted(Payload):
     ssh: dict[str, Any] | None = None     # how to reach a rented machine (provider hosts)
     rental: dict[str, str] | None = None  # {"provider", "rental_id"}
     idle_timeout_s: float | None = None
+    pool: str | None = None               # the [fleet.pools.NAME] it belongs to
+
+
+class WorkerLost(Payload):
+    """The fleet keeper gave up reaching a worker's host (its tunnel retry budget ran out):
+    no longer dialled; ``fleet down --force`` forgets it."""
+
+    topic: ClassVar[str] = "worker.lost"
+    worker_id: str
+    host: str
+    reason: str
+
+
+class FleetScale(Payload):
+    """One decision of the fleet's autoscaler for one pool, with its reason (``action``:
+    submit, submit_failed, retire, pause, resume, hold)."""
+
+    topic: ClassVar[str] = "fleet.scale"
+    pool: str
+    action: str
+    reason: str
+    count: int = 0
+    worker_ids: list[str] = Field(default_factory=list)
+    target: int | None = None
+    queue_depth: int | None = None
+    wait_s: float | None = None           # submit to running, for replacement lead times
 
 
 class WorkerStopped(Payload):
@@ -249,7 +275,7 @@ TOPICS: dict[str, type[Payload]] = {
     cls.topic: cls for cls in (RunCreated, RunResumed, IterationDone, RunFinished, RunFailed,
                                 RentalCreated, RentalDestroyed, JobSubmitted, JobStateChanged,
                                 JobFinished, JobPulled, MonitorPass, WorkerTunnel,
-                                WorkerStarted, WorkerStopped)
+                                WorkerStarted, WorkerStopped, WorkerLost, FleetScale)
 }
 
 

@@ -222,19 +222,21 @@ class Coordinator:
         self.lease.refresh()
         if self.health is not None:
             self.health()
-        if (self.timing.workers == 0 and not self.warned_idle
-                and time.monotonic() - started > IDLE_WARNING_S):
-            self.warned_idle = True
-            log.warning("run %s: no worker has started a batch after %.0f s; is any worker "
-                        "consuming the %s queue? (celery -A mainboard.tasks.app worker -Q %s)",
-                        self.run_id, IDLE_WARNING_S, BATCH_QUEUE, BATCH_QUEUE)
         if self.deaths.poll():
             live.worker_died()
+        live.workers_alive(self.deaths.alive)
         claimed, progress = observe(self.r, self.run_id, k, live.watched())
         try:
             resend = live.update(claimed, progress)
         except LostBatch as exc:
             raise IntegrationFailed(f"run {self.run_id}: iteration {k}: {exc}") from exc
+        # Only when nothing ever moved: a stage that finished proves a worker exists.
+        if (not self.timing.moved and not self.warned_idle
+                and time.monotonic() - started > IDLE_WARNING_S):
+            self.warned_idle = True
+            log.warning("run %s: no worker has started a batch after %.0f s; is any worker "
+                        "consuming the %s queue? (celery -A mainboard.tasks.app worker -Q %s)",
+                        self.run_id, IDLE_WARNING_S, BATCH_QUEUE, BATCH_QUEUE)
         self.steer.poll()
         for batch, reason in resend:
             if self.steer.halting:  # lost while halting: left for the resume, not re-sent

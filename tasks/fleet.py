@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -23,7 +25,13 @@ from typing import Any
 
 import redis
 from celery import shared_task
-from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+)
 
 from mainboard import keys
 
@@ -32,6 +40,9 @@ BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then
 PROBE_TASK = "mainboard.fleet.probe"
 WORKER_ENV = "MAINBOARD_FLEET_WORKER"
 HOST_ENV = "MAINBOARD_FLEET_HOST"
+GPU_ENV = "MAINBOARD_GPU_PIN"  # set for GPU pools: one device per worker process
+RETIRE_ENV = "MAINBOARD_RETIRE_BEFORE"  # seconds before the allocation ends (SLURM workers)
+END_RECHECK_S = 60.0
 log = logging.getLogger("mainboard.fleet")
 
 _client: tuple[int, redis.Redis] | None = None
@@ -86,6 +97,48 @@ def _retire_on_sigint(worker: Any) -> None:
     install_worker_term_handler(worker, sig="SIGINT")
 
 
+def parse_end(text: str) -> float | None:
+    """``squeue -o %e`` (local time, ``2026-12-03T10:40:12``) as epoch seconds; None when
+    the job has no end (``N/A``, ``Unknown``, empty)."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def allocation_end(job_id: str) -> float | None:
+    """When this SLURM allocation ends, asked of squeue (22.05 has no end-time variable)."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%e"], capture_output=True,
+                             text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_end(out.splitlines()[0] if out.strip() else "")
+
+
+def retire_delay(end: float, retire_before: float, now: float) -> float:
+    """Seconds until the worker must stop taking tasks (0: now)."""
+    return max(0.0, end - retire_before - now)
+
+
+def _retire_on_clock(job_id: str, retire_before: float) -> None:
+    """Warm shutdown ``retire_before`` seconds before the allocation's end, by this host's
+    clock: SLURM's ``--signal`` fires up to 60 s early, so it is only the backstop. The end is
+    asked again every minute (an operator may extend the allocation)."""
+    while not _stop.is_set():
+        end = allocation_end(job_id)
+        if end is None:
+            log.warning("retire clock: no end time for job %s; SLURM's signal retires it", job_id)
+            return
+        delay = retire_delay(end, retire_before, time.time())
+        if delay <= 0:
+            log.info("retiring: allocation %s ends at %s, %.0f s from now", job_id,
+                     time.strftime("%H:%M:%S", time.localtime(end)), end - time.time())
+            os.kill(os.getpid(), signal.SIGINT)  # the warm shutdown installed below
+            return
+        _stop.wait(min(delay, END_RECHECK_S))
+
+
 @worker_ready.connect
 def _on_ready(sender: Any = None, **_: Any) -> None:
     worker_id = _fleet_worker()
@@ -97,6 +150,36 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
          started=time.time(), tasks_done=0, active=0, job_id=os.environ.get("MAINBOARD_JOB_ID", ""))
     threading.Thread(target=_beat_forever, args=(node,), name="fleet-heartbeat",
                      daemon=True).start()
+    job_id, retire = os.environ.get("SLURM_JOB_ID"), os.environ.get(RETIRE_ENV)
+    if job_id and retire:
+        threading.Thread(target=_retire_on_clock, args=(job_id, float(retire)),
+                         name="fleet-retire", daemon=True).start()
+
+
+def pinned_device(visible: str, index: int) -> str:
+    """The one device of pool process ``index`` among the allocation's ``visible`` ones
+    (``CUDA_VISIBLE_DEVICES`` as the scheduler set it): never shared between processes."""
+    devices = [d for d in visible.split(",") if d.strip()]
+    if not devices:
+        return ""
+    if index >= len(devices):
+        raise RuntimeError(f"worker process {index} has no GPU of its own: the allocation "
+                           f"has {len(devices)} ({visible}); use at most that many workers")
+    return devices[index]
+
+
+@worker_process_init.connect
+def _pin_gpu(**_: Any) -> None:
+    """Each pool process sees one GPU (its index among the allocation's devices)."""
+    if not os.environ.get(GPU_ENV):
+        return
+    from billiard.process import current_process
+
+    index = int(getattr(current_process(), "index", 0) or 0)
+    device = pinned_device(os.environ.get("CUDA_VISIBLE_DEVICES", ""), index)
+    if device:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+        log.info("worker process %d pinned to GPU %s", index, device)
 
 
 @worker_shutdown.connect

@@ -36,6 +36,8 @@ FIFO_GRACE_S = 3.0  # how long a later batch may have moved before an unmoved on
 STRAGGLER_FLOOR_S = 10.0
 STRAGGLER_FACTOR = 5.0
 MAX_ATTEMPTS = 6
+MAX_KILLS = 3  # a batch whose running worker died this often is what kills them
+KILLED = "its worker stopped heartbeating"
 EWMA = 0.3
 
 AttemptKey = tuple[int, int]  # (batch index, attempt number)
@@ -51,6 +53,7 @@ class Timing:
 
     batch_s: float | None = None
     workers: int = 0
+    moved: bool = False  # any batch of the run ever seen claimed or past a stage
 
     def record(self, seconds: float) -> None:
         """Fold one finished batch's duration (first claim to result) into the average."""
@@ -147,13 +150,19 @@ class Liveness:
             elif done > a.progress:  # a stage finished; the next one waits in the queue
                 a.state, a.since = "queued", now
             elif a.state == "running":  # claim expired without progress: its worker died
-                a.state, a.since, a.why = "dead", now, "its worker stopped heartbeating"
+                a.state, a.since, a.why = "dead", now, KILLED
             a.progress = max(a.progress, done)
             if a.state == "running" or a.progress:
                 self._moved(a, now)
         running = sum(a.state == "running" for a in self.watched())
-        self.timing.workers = max(self.timing.workers, running)
+        # A stage that finished was run by a worker, even if no poll ever saw its claim.
+        self.timing.moved = self.timing.moved or bool(self.marks)
+        self.timing.workers = max(self.timing.workers, running, int(self.timing.moved))
         return self._decide(now)
+
+    def workers_alive(self, count: int) -> None:
+        """Fleet workers seen heartbeating: the queue deadline applies once any exists."""
+        self.timing.workers = max(self.timing.workers, count)
 
     def _decide(self, now: float) -> list[tuple[int, str]]:
         queued = sum(a.state == "queued" for a in self.watched())
@@ -170,7 +179,7 @@ class Liveness:
                 elif self.death is not None and a.since <= self.death \
                         and now - a.since > after_death:
                     a.state, a.why = "dead", "not started, and a worker died meanwhile"
-                elif self.timing.workers > 0 and now - a.since > deadline:
+                elif (self.timing.workers > 0 or a.moved) and now - a.since > deadline:
                     a.state, a.why = "dead", f"not started within {deadline:.0f} s"
             live = [a for a in group if a.state != "dead"]
             if not live:
@@ -180,6 +189,11 @@ class Liveness:
                 reason = "straggler: running far longer than usual"
             else:
                 continue
+            kills = sum(a.why == KILLED for a in group)
+            if kills >= MAX_KILLS:
+                raise LostBatch(f"batch {batch} killed its worker {kills} times (each died "
+                                "while running it; a preemption between batches does not "
+                                "count); it fails the run: check what it computes")
             if len(group) >= self.max_attempts:
                 raise LostBatch(f"batch {batch} was lost {len(group)} times ({reason}); "
                                 "the workers running it keep dying: check their logs")
@@ -199,6 +213,11 @@ class Deaths:
         self._exited = exited() if exited else 0
         self._fresh: set[bytes] | None = None
         self._next = 0.0
+
+    @property
+    def alive(self) -> int:
+        """How many fleet workers beat within ``stale_s`` at the last poll."""
+        return len(self._fresh or ())
 
     def poll(self) -> bool:
         """True when a death became known since the last call (checked at most every_s)."""

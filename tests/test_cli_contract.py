@@ -245,7 +245,7 @@ def test_json_of_fleet_up_fleet_down_and_submit(live: Path) -> None:
     up, _ = mb(live, "fleet", "up", "--on", "local", "--no-flower", "--json")
     assert up.returncode == 0, up.stderr
     started = json.loads(up.stdout)
-    assert set(started) == {"started", "failed", "flower_url", "flower_error"}
+    assert set(started) == {"started", "failed", "kept", "flower_url", "flower_error"}
     assert started["failed"] == {} and started["flower_url"] is None
     worker = started["started"][0]
     assert set(worker) == {"host", "worker_id", "node", "job_id", "queues", "concurrency",

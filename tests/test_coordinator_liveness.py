@@ -254,6 +254,7 @@ def test_deaths_are_noticed_from_exited_local_workers_and_stale_fleet_heartbeats
                     clock=lambda: now[0])
     try:
         assert not deaths.poll()  # first look: both beat within 15 s
+        assert deaths.alive >= 2  # (the session's Redis may hold other tests' workers too)
         now[0] = 1012.0  # mb-a last beat 17 s ago: its heartbeat stopped
         assert deaths.poll()
         assert not deaths.poll()  # known once
@@ -261,3 +262,57 @@ def test_deaths_are_noticed_from_exited_local_workers_and_stale_fleet_heartbeats
         assert deaths.poll()
     finally:
         r.zrem(keys.workers_index(), "mb-a@h", "mb-b@h")
+
+
+@pytest.mark.parametrize("when", [15.1, 60.0, 600.0, 3600.0])
+def test_a_lost_hand_off_is_resent_within_60_s_even_if_no_claim_was_ever_seen(
+        when: float) -> None:
+    """Issue 19: a batch whose stage finished but whose next-stage message was lost (broker
+    restart between ack and publish) was never re-sent while no poll had seen a claim."""
+    clock = Clock()
+    timing = Timing()
+    live = Liveness(timing, clock=clock)
+    live.sent(4, 0)
+    start = clock.now
+    assert live.update({(4, 0): False}, {(4, 0): 2}) == []  # handed on, never seen claimed
+    assert timing.moved and timing.workers >= 1  # a finished stage proves a worker exists
+    clock.now = start + when
+    assert [b for b, _ in live.update({(4, 0): False}, {(4, 0): 2})] == [4]
+
+
+def test_heartbeating_fleet_workers_make_the_queue_deadline_apply() -> None:
+    clock = Clock()
+    timing = Timing()
+    live = Liveness(timing, clock=clock)
+    live.sent(0, 0)
+    clock.now += QUEUE_FLOOR_S + 1
+    assert live.update({}, {}) == []  # no worker anywhere: waiting is right, not re-sending
+    live.workers_alive(2)
+    assert [b for b, _ in live.update({}, {})] == [0]
+    assert not timing.moved  # the run's idle warning still says no batch started
+
+
+def test_a_batch_that_kills_its_worker_3_times_fails_the_run_naming_it() -> None:
+    clock = Clock()
+    live = Liveness(Timing(), clock=clock)  # MAX_ATTEMPTS (6) is not what stops it
+    for attempt in range(2):
+        live.sent(7, attempt)
+        live.update({(7, attempt): True}, {})
+        clock.now += 1
+        assert [b for b, _ in live.update({(7, attempt): False}, {})] == [7]
+    live.sent(7, 2)
+    live.update({(7, 2): True}, {})
+    clock.now += 1
+    with pytest.raises(LostBatch, match="batch 7 killed its worker 3 times"):
+        live.update({(7, 2): False}, {})
+
+
+def test_workers_lost_between_batches_do_not_count_against_a_batch() -> None:
+    """Preemption of an idle worker: queued attempts are re-sent, never failing the run."""
+    clock = Clock()
+    live = Liveness(Timing(batch_s=0.1, workers=2), clock=clock)
+    for attempt in range(5):
+        live.sent(3, attempt)
+        live.worker_died()
+        clock.now += DEATH_FLOOR_S + 1
+        assert [b for b, _ in live.update({}, {})] == [3]

@@ -1,14 +1,15 @@
 """Live tier: a worker inside a SLURM allocation retires before its walltime.
 
-Walltime 2 minutes, retire-before 60 s: SLURM signals the job script 30 to 60 s in
-(``--signal=B:INT@60``; slurmctld checks every 30 s and sends a warning up to that much
-early), the script passes it to Celery (warm shutdown), the worker
+Walltime 2 minutes, retire-before 60 s: the worker reads its allocation's end from squeue
+and retires by its own clock 60 s before it (issue 19: SLURM's ``--signal`` fires up to
+60 s early, once before the run began, so it is only a backstop at 30 s), the worker
 stops taking tasks, finishes the one in hand, and exits; the job ends COMPLETED, never
 TIMEOUT, and the task's result arrives.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -60,7 +61,7 @@ def _logs(job_dir: Path) -> str:
 def _retire(ws: Path, tmp_path: Path, slurm: SlurmCluster) -> None:
     worker = read_fleet(ws / ".mainboard").live()[0]
     job_dir = Path(worker.job["job_dir"])
-    assert "#SBATCH --signal=B:INT@60" in (job_dir / "job.sh").read_text()
+    assert "#SBATCH --signal=B:INT@30" in (job_dir / "job.sh").read_text()  # the backstop
     rows = wait_until(lambda: (r := status(ws)) and r[0]["online"] and r, 60, "worker online")
     started = time.monotonic()
     release = tmp_path / "release"
@@ -69,6 +70,9 @@ def _retire(ws: Path, tmp_path: Path, slurm: SlurmCluster) -> None:
         wait_until(lambda: "Warm shutdown" in _logs(job_dir), 90,
                    "the worker starting its retirement")
         assert not result.ready(), "the task must still be in flight when retirement starts"
+        said = re.search(r"retiring: allocation \S+ ends at \S+, (\d+) s from now",
+                         _logs(job_dir))
+        assert said and 50 <= int(said.group(1)) <= 60, _logs(job_dir)[-2000:]  # not early
         release.touch()
         found = result.get(timeout=60)
     finally:

@@ -1,8 +1,10 @@
 """CLI verb `fleet`: Celery workers on your hosts — `up`, `status`, `down`.
 
-    mainboard fleet up [--on HOST ...] [--workers N] [--queues Q,...] [--walltime T] [--json]
-    mainboard fleet status [--json] [--all]
-    mainboard fleet down [--on HOST ...] [--json]
+    mainboard fleet up [--on HOST ... | --pool NAME ...] [--jobs N] [--workers N] [--queues Q,...]
+                       [--walltime T] [--json]
+    mainboard fleet status [--json] [--all | --pools]
+    mainboard fleet down [--on HOST ...] [--force] [--json]
+    mainboard fleet resume-pool NAME
 
 Heavy imports (Celery, paramiko, redis) happen inside the commands, so other verbs
 start fast. A host that fails during `up` gets one line on stderr and exit code 1;
@@ -43,8 +45,14 @@ def fleet() -> None:
 
 @fleet.command()
 @click.option("--on", "hosts", multiple=True, metavar="HOST",
-              help="Host to start a worker on (repeatable; default: every declared host "
+              help="Host to start a worker on, a one-off pool (repeatable: twice means 2 "
+                   "allocations; default: every [fleet.pools.NAME], else every declared host "
                    "except provider hosts).")
+@click.option("--pool", "pools", multiple=True, metavar="NAME",
+              help="Only this [fleet.pools.NAME] (repeatable; default: all pools).")
+@click.option("--jobs", type=int, default=None, metavar="N",
+              help="Allocations per pool (a target: what already runs counts; default: the "
+                   "pool's jobs, or 1).")
 @click.option("--workers", type=int, default=1, show_default=True,
               help="Worker processes (Celery concurrency) on each host.")
 @click.option("--queues", default=None, metavar="Q,...",
@@ -60,10 +68,13 @@ def fleet() -> None:
 @click.option("--no-flower", is_flag=True, help="Do not start Flower with the fleet.")
 @common.json_option("Print one JSON object (shape above).")
 @click.pass_context
-def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | None,
+def up(ctx: click.Context, hosts: tuple[str, ...], pools: tuple[str, ...], jobs: int | None,
+       workers: int, queues: str | None,
        walltime: str | None, retire_before: str, idle_timeout: str | None,
        no_flower: bool, as_json: bool) -> None:
-    """Start the broker if needed, then one worker on each host.
+    """Start the broker if needed, then bring each pool to its count of allocations.
+
+    A repeated `fleet up` starts only what is missing (stderr says what already runs).
 
     Exit 0 when every host came up, 1 when one failed (one line each on stderr; the
     others still come up) or the broker does not answer, 2 for bad options.
@@ -72,19 +83,22 @@ def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | N
     --json prints one object:
       {"started": [{"host", "worker_id", "node", "job_id", "queues", "concurrency",
                     "broker_via", "rental_id"}, ...],
-       "failed": {HOST: "one line", ...}, "flower_url": URL|null, "flower_error": str|null}
+       "failed": {HOST: "one line", ...}, "kept": {POOL: allocations already live},
+       "flower_url": URL|null, "flower_error": str|null}
     """
     from mainboard.fleet.control import fleet_up
     from mainboard.fleet.launch import UpOptions
 
     options = UpOptions.parse(workers=workers, queues=queues, walltime=walltime,
                               retire_before=retire_before, idle_timeout=idle_timeout)
-    report = fleet_up(common.load(ctx), hosts or None, options, flower=not no_flower)
+    report = fleet_up(common.load(ctx), hosts or None, options, flower=not no_flower,
+                      pools=pools, jobs=jobs)
     flower_error = redact_text(report.flower_error) if report.flower_error else None
     failed = {host: redact_text(line) for host, line in report.failed.items()}
     if as_json:
         common.echo_json({"started": [_worker(w) for w in report.started], "failed": failed,
-                          "flower_url": report.flower_url, "flower_error": flower_error})
+                          "kept": report.kept, "flower_url": report.flower_url,
+                          "flower_error": flower_error})
     else:
         for worker in report.started:
             via = "via tunnel" if worker.broker_via == "tunnel" else "direct"
@@ -94,6 +108,10 @@ def up(ctx: click.Context, hosts: tuple[str, ...], workers: int, queues: str | N
         if report.flower_url:
             click.echo(f"flower: {report.flower_url} (user mainboard, password in "
                        ".mainboard/flower.secret)")
+    for pool, kept in report.kept.items():
+        if kept:
+            click.echo(f"mainboard: {pool}: {kept} allocation(s) already live, counted toward "
+                       "its target (raise it with --jobs N)", err=True)
     if flower_error:  # errors of hosts and daemons may quote a broker URL
         click.echo(f"mainboard: warning: flower did not start: {flower_error}", err=True)
     for line in failed.values():
@@ -109,17 +127,23 @@ def _age(ts: float | None) -> str:
 @fleet.command()
 @common.json_option("One JSON list of workers.")
 @click.option("--all", "include_stopped", is_flag=True, help="Include stopped workers.")
+@click.option("--pools", "by_pool", is_flag=True,
+              help="One row per [fleet.pools.NAME]: target, pending, running, idle, lost, "
+                   "queue depth (--json: a list of objects with those keys).")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
+def status(ctx: click.Context, as_json: bool, include_stopped: bool, by_pool: bool) -> None:
     """Each worker: host, job, state, queues, concurrency, tasks done, last heartbeat.
 
     Exit 0 when a worker is alive (online or starting) or none is expected; 3 when the
-    fleet has workers but none is alive (all queued, unresponsive, unknown or ended),
+    fleet has workers but none is alive (all queued, lost, unknown or ended),
     like `systemctl status` (the table or JSON list is printed for both); 1 when the
     broker does not answer (one line on stderr, nothing on stdout).
     """
-    from mainboard.fleet.status import fleet_status
+    from mainboard.fleet.status import fleet_status, pool_status
 
+    if by_pool:
+        _pools(pool_status(common.load(ctx)), as_json)
+        return
     rows = fleet_status(common.load(ctx), include_stopped=include_stopped)
     live = [r for r in rows if not r.stopped]
     code = STATUS_DOWN if live and not any(r.alive for r in live) else 0
@@ -139,20 +163,41 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool) -> None:
     sys.exit(code)
 
 
+def _pools(rows: list[dict[str, object]], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        click.echo("no pools declared (add [fleet.pools.NAME] to mainboard.toml)")
+        return
+    keys = ("pool", "host", "target", "pending", "running", "idle", "lost", "queue_depth")
+    table = [tuple(k.upper().replace("_", " ") for k in keys)] + [
+        tuple(str(r[k]) + (" (paused)" if k == "pool" and r["paused"] else "") for k in keys)
+        for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(keys))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
 @fleet.command()
 @click.option("--on", "hosts", multiple=True, metavar="HOST",
               help="Only this host's workers (repeatable; default: all).")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds to let workers finish their task before cancelling the job.")
+@click.option("--force", is_flag=True,
+              help="Forget workers whose host cannot be reached (one line each says what may "
+                   "still run there and how to end it); exit 0.")
 @common.json_option("Print one JSON object (shape above).")
 @click.pass_context
-def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, as_json: bool) -> None:
+def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, force: bool,
+         as_json: bool) -> None:
     """Drain workers (warm shutdown), cancel their jobs, destroy rentals.
 
     Draining needs the broker: when it does not answer (a configured [broker] url, or
     the embedded broker the workers use), nothing is stopped and the one line on
     stderr says how to bring it back (exit 1). Exit 1 too when a worker could not be
-    stopped (its outcome starts with "error").
+    stopped (its outcome starts with "error"); with --force an unreachable host's
+    worker is forgotten instead (outcome "forgotten: ...", one warning line, exit 0).
 
     \b
     --json prints one object:
@@ -162,18 +207,37 @@ def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, as_json: bo
     """
     from mainboard.fleet.control import fleet_down
 
-    report = fleet_down(common.load(ctx), hosts or None, timeout=timeout)
+    report = fleet_down(common.load(ctx), hosts or None, timeout=timeout, force=force)
     outcomes = {w.worker_id: report.outcome.get(w.worker_id, "unknown") for w in report.workers}
+    for outcome in outcomes.values():
+        if outcome.startswith("forgotten: "):
+            click.echo(f"mainboard: warning: {outcome.removeprefix('forgotten: ')}", err=True)
     if as_json:
         common.echo_json({"workers": [{**_worker(w), "outcome": outcomes[w.worker_id]}
                                       for w in report.workers],
                           "rentals_destroyed": report.rentals_destroyed})
     else:
         for worker in report.workers:
-            click.echo(f"{worker.host}: worker {worker.node} {outcomes[worker.worker_id]}")
+            said = outcomes[worker.worker_id]
+            said = "forgotten" if said.startswith("forgotten: ") else said  # hint: stderr
+            click.echo(f"{worker.host}: worker {worker.node} {said}")
         for rental in report.rentals_destroyed:
             click.echo(f"rental {rental} destroyed")
         if not report.workers:
             click.echo("no fleet workers were running")
     if any(outcome.startswith("error") for outcome in outcomes.values()):
+        if not force and any("cannot reach" in o or "unreachable" in o for o in outcomes.values()):
+            click.echo("mainboard: hint: `mainboard fleet down --force` forgets workers on "
+                       "hosts that cannot be reached", err=True)
         sys.exit(1)
+
+
+@fleet.command("resume-pool")
+@click.argument("name")
+@click.pass_context
+def resume_pool(ctx: click.Context, name: str) -> None:
+    """Let a pool paused after failed submissions submit again (exit 2: no such pool)."""
+    from mainboard.fleet.control import resume_pool as resume
+
+    resume(common.load(ctx), name)
+    click.echo(f"pool {name}: resumed; the fleet keeper submits again when work waits")

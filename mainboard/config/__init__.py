@@ -30,10 +30,12 @@ from mainboard.config.models import (
     BrokerConfig,
     Config,
     ContainerConfig,
+    FleetConfig,
     HostConfig,
     JobDefaults,
     LocalHost,
     PbsHost,
+    PoolConfig,
     ProviderConfig,
     ProviderHost,
     PythonConfig,
@@ -47,7 +49,8 @@ from mainboard.errors import ConfigError, ConfigNotFound
 
 __all__ = [
     "CONFIG_NAME", "CONNECTION_KEYS", "DURATION_FORMS", "HOST_KINDS", "BrokerConfig", "Config", "ContainerConfig",
-    "HostConfig", "JobDefaults", "LocalHost", "NotPositive", "PbsHost", "ProviderConfig", "ProviderHost",
+    "FleetConfig", "HostConfig", "JobDefaults", "LocalHost", "NotPositive", "PbsHost", "PoolConfig",
+    "ProviderConfig", "ProviderHost",
     "PythonConfig", "QueuePolicy", "SlurmHost", "SshHost", "SshParams", "WorkspaceConfig",
     "describe_keys", "find_config", "load_config", "loads_config", "parse_duration",
     "positive_duration",

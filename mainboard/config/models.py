@@ -231,6 +231,59 @@ class ProviderHost(_HostBase):
     python: str = "python3"
 
 
+_QUEUE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"
+
+
+class PoolConfig(ConfigModel):
+    """[fleet.pools.NAME]: allocations of one host that consume the same queues.
+
+    ``jobs`` allocations start with ``fleet up``; with ``max_jobs`` set the fleet keeper
+    autoscales between ``min_jobs`` and ``max_jobs`` from the queues' depth, at most
+    ``backlog`` allocations waiting in the scheduler at once, releasing workers idle past
+    ``idle_timeout``; a provider pool also stays within ``max_usd_hr`` and ``budget_usd``.
+    """
+
+    host: str
+    queues: list[Annotated[str, Field(pattern=_QUEUE_NAME)]] = Field(
+        default_factory=lambda: ["mainboard.batches"], min_length=1)
+    workers: int = Field(1, ge=1, description="worker processes per node, an integer >= 1")
+    cpus: int | None = Field(None, ge=1, description="an integer >= 1")
+    mem_gb: float | None = Field(None, gt=0, description="a number of GB greater than 0")
+    gpus: int | None = Field(None, ge=0, description="an integer >= 0")
+    nodes: int = Field(1, ge=1, description="an integer >= 1")
+    walltime: PositiveDuration | None = None
+    retire_before: PositiveDuration | None = None
+    jobs: int = Field(1, ge=0, description="an integer >= 0")
+    min_jobs: int = Field(0, ge=0, description="an integer >= 0")
+    max_jobs: int | None = Field(None, ge=0, description="an integer >= 0")
+    backlog: int = Field(1, ge=1, description="an integer >= 1")
+    idle_timeout: PositiveDuration = 600
+    max_usd_hr: float | None = Field(None, gt=0, description="US dollars per hour, > 0")
+    budget_usd: float | None = Field(None, gt=0, description="US dollars, > 0")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolConfig:
+        if self.max_jobs is not None and self.min_jobs > self.max_jobs:
+            raise custom_error(f"min-jobs {self.min_jobs} is above max-jobs {self.max_jobs}",
+                               "min-jobs <= max-jobs", ("min-jobs",), value=self.min_jobs)
+        if self.gpus and self.workers > self.gpus:
+            raise custom_error(f"workers {self.workers} would share {self.gpus} GPU(s): each "
+                               "worker process gets one of its own", f"workers <= gpus "
+                               f"({self.gpus})", ("workers",), value=self.workers)
+        return self
+
+    @property
+    def autoscaled(self) -> bool:
+        """The keeper follows the work between min_jobs and max_jobs."""
+        return self.max_jobs is not None
+
+
+class FleetConfig(ConfigModel):
+    """[fleet]: the pools ``fleet up`` starts (``[fleet.pools.NAME]``)."""
+
+    pools: dict[str, PoolConfig] = Field(default_factory=dict)
+
+
 HostConfig = Annotated[LocalHost | SshHost | SlurmHost | PbsHost | ProviderHost,
                        Field(discriminator="kind")]
 HOST_MODELS: dict[str, type[_HostBase]] = {
@@ -251,10 +304,17 @@ class Config(ConfigModel):
     containers: dict[str, ContainerConfig] = Field(default_factory=dict)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     hosts: dict[str, HostConfig] = Field(default_factory=dict)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
 
     @model_validator(mode="after")
     def _references(self) -> Config:
-        """Hosts may only name declared containers/providers; "local" is this machine."""
+        """Hosts may only name declared containers/providers; "local" is this machine;
+        pools only declared hosts."""
+        for name, pool in self.fleet.pools.items():
+            if pool.host != "local" and pool.host not in self.hosts:
+                raise custom_error(f"host {pool.host!r} is not declared",
+                                   _declared("hosts", self.hosts) + ", or local",
+                                   ("fleet", "pools", name, "host"), value=pool.host)
         for name, host in self.hosts.items():
             if name == "local" and host.kind != "local":
                 raise custom_error('the host name "local" is reserved for this machine',

@@ -18,16 +18,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
+from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, ProviderHost
-from mainboard.errors import CommandFailed, MainboardError
+from mainboard.errors import CommandFailed, MainboardError, UserError
 from mainboard.fleet.keeper import ensure_keeper, stop_keeper, wait_tunnel
 from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions, plan
-from mainboard.fleet.records import read_fleet
-from mainboard.fleet.workers import DRAIN_TIMEOUT_S, broker_route, host_transport, stop_workers
-from mainboard.receipts import WorkerStarted
+from mainboard.fleet.pools import plan_pools
+from mainboard.fleet.records import fleet_receipts, read_fleet
+from mainboard.fleet.workers import (
+    DRAIN_TIMEOUT_S,
+    broker_route,
+    host_transport,
+    poll_jobs,
+    stop_workers,
+)
+from mainboard.receipts import FleetScale, WorkerStarted
 from mainboard.services.broker import check_broker, embedded_down
 
 __all__ = ["DownReport", "UpOptions", "UpReport", "fleet_broker", "fleet_down", "fleet_up",
+           "resume_pool", "start_one",
            "stop_workers"]
 
 
@@ -37,6 +46,7 @@ class UpReport:
 
     started: list[WorkerStarted] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    kept: dict[str, int] = field(default_factory=dict)  # pool -> allocations already live
     flower_url: str | None = None
     flower_error: str | None = None
 
@@ -57,7 +67,8 @@ def default_hosts(config: Config) -> list[str]:
     return declared or ["local"]
 
 
-def _up_one(launcher: Launcher, name: str) -> WorkerStarted:
+def start_one(launcher: Launcher, name: str) -> WorkerStarted:
+    """One allocation on host ``name`` (a rental first on a provider host)."""
     config = launcher.config
     if isinstance(config.host(name), ProviderHost):
         from mainboard.fleet.provider import start_rented
@@ -85,27 +96,42 @@ def fleet_broker(config: Config, *, start: bool,
 
 def fleet_up(config: Config, hosts: Sequence[str] | None = None,
              options: UpOptions | None = None, *, flower: bool = True,
-             timings: dict[str, dict[str, float]] | None = None) -> UpReport:
-    """Start one worker per host; refusals raise before any traffic, host failures are listed."""
+             timings: dict[str, dict[str, float]] | None = None,
+             pools: Sequence[str] = (), jobs: int | None = None) -> UpReport:
+    """Bring each pool to its count (see :mod:`mainboard.fleet.pools`); refusals raise
+    before any traffic, host failures are listed."""
     options = options or UpOptions()
-    names = plan(config, list(hosts) if hosts else default_hosts(config), options)
+    plans = plan_pools(config, options, hosts=hosts or (), pools=pools, jobs=jobs,
+                       default_hosts=default_hosts(config))
+    for pool in plans:
+        plan(config, [pool.host], pool.options)
     route = fleet_broker(config, start=True)
     assert route is not None
-    keeper_args = (config.root, config.path, config.state_dir)
-    launcher = Launcher(config, options, route, partial(ensure_keeper, *keeper_args),
-                        partial(wait_tunnel, *keeper_args))
-    if timings is not None:
-        launcher.timings = timings  # per host and phase, for `bench/bench_fleet.py`
     report = UpReport()
-    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
-        futures = {name: pool.submit(_up_one, launcher, name) for name in names}
-    for name, future in futures.items():
-        try:
-            report.started.append(future.result())
-        except MainboardError as exc:
-            text = one_line(exc)
-            report.failed[name] = text if text.startswith(f"host {name!r}") \
-                else f"host {name!r}: {text}"
+    work: list[tuple[Launcher, str]] = []
+    live = read_fleet(config.state_dir).live()
+    for pool in plans:
+        report.kept[pool.name] = kept = len(unfinished(config, pool.members(live)))
+        launcher = _launcher(config, pool.options, route, timings)
+        launcher.pool = pool.name if pool.declared else None
+        work += [(launcher, pool.host)] * max(0, pool.target - kept)
+    if work:
+        with ThreadPoolExecutor(max_workers=min(8, len(work))) as threads:
+            futures = [(host, threads.submit(start_one, launcher, host))
+                       for launcher, host in work]
+        for name, future in futures:
+            try:
+                report.started.append(future.result())
+            except MainboardError as exc:
+                text = one_line(exc)
+                report.failed[name] = text if text.startswith(f"host {name!r}") \
+                    else f"host {name!r}: {text}"
+    kept = [p for p in plans if p.declared]
+    for pool in kept:  # after our own submissions, so the keeper never doubles them
+        fleet_receipts(config.state_dir).append(FleetScale(
+            pool=pool.name, action="start", reason="fleet up", target=pool.target))
+    if kept:  # the keeper keeps them: replacing the dead, following the work
+        ensure_keeper(config.root, config.path, config.state_dir)
     if flower and report.started:
         from mainboard.services.flower import Flower
 
@@ -114,6 +140,25 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
         except MainboardError as exc:
             report.flower_error = str(exc)
     return report
+
+
+def _launcher(config: Config, options: UpOptions, route: BrokerRoute,
+              timings: dict[str, dict[str, float]] | None) -> Launcher:
+    keeper_args = (config.root, config.path, config.state_dir)
+    launcher = Launcher(config, options, route, partial(ensure_keeper, *keeper_args),
+                        partial(wait_tunnel, *keeper_args))
+    if timings is not None:
+        launcher.timings = timings  # per host and phase, for `bench/bench_fleet.py`
+    return launcher
+
+
+def unfinished(config: Config, workers: Sequence[WorkerStarted]) -> list[WorkerStarted]:
+    """Workers whose job has not ended (a host that cannot be asked: counted as running)."""
+    if not workers:
+        return []
+    found = poll_jobs(config, workers)
+    return [w for w in workers if not (isinstance(s := found[w.worker_id], JobStatus)
+                                       and s.final)]
 
 
 @dataclass
@@ -126,15 +171,27 @@ class DownReport:
 
 
 def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
-               timeout: float = DRAIN_TIMEOUT_S) -> DownReport:
-    """Drain and stop the workers (of ``hosts``, or all); the last one out stops Flower."""
+               timeout: float = DRAIN_TIMEOUT_S, force: bool = False) -> DownReport:
+    """Drain and stop the workers (of ``hosts``, or all); the last one out stops Flower.
+
+    ``force`` forgets workers on hosts that cannot be reached (see ``stop_workers``).
+    """
     for name in hosts or ():
         config.host(name)  # an unknown name is refused, listing the declared ones
-    live = read_fleet(config.state_dir).live(set(hosts) if hosts else None)
+    fleet = read_fleet(config.state_dir)
+    live = fleet.live(set(hosts) if hosts else None)
     if live or config.broker.url:  # draining asks the workers over the broker
         fleet_broker(config, start=False, workers=live)
     report = DownReport(workers=live)
-    report.outcome = stop_workers(config, live, reason="fleet down", timeout=timeout)
+    from mainboard.fleet.autoscale import pool_active
+
+    for name, pool in config.fleet.pools.items():  # a pool on a host going down stops too
+        if pool_active(fleet, name) and (not hosts or pool.host in hosts):
+            fleet_receipts(config.state_dir).append(FleetScale(
+                pool=name, action="stop", reason="fleet down"))  # before: no new submission
+    lost = frozenset(fleet.lost) if force else frozenset()
+    report.outcome = stop_workers(config, live, reason="fleet down", timeout=timeout,
+                                  force=force, skip=lost)
     if not hosts and config.providers:
         from mainboard.bridges.providers import adapters_from_config, destroy_all_owned
         from mainboard.bridges.providers.lifecycle import FLEET
@@ -149,3 +206,13 @@ def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
         stop_keeper(config.state_dir)
         Flower(config.state_dir).down()
     return report
+
+
+def resume_pool(config: Config, name: str) -> None:
+    """Let a paused pool submit again (the failure count starts over)."""
+    if name not in config.fleet.pools:
+        have = ", ".join(config.fleet.pools) or "none ([fleet.pools.NAME] tables)"
+        raise UserError(f"pool {name!r} is not declared; declared pools: {have}")
+    fleet_receipts(config.state_dir).append(FleetScale(pool=name, action="resume",
+                                                       reason="fleet resume-pool"))
+    ensure_keeper(config.root, config.path, config.state_dir)

@@ -26,12 +26,15 @@ import threading
 import time
 from pathlib import Path
 
+from mainboard.bridges.tunnel import TunnelStatus
 from mainboard.errors import TunnelError
 from mainboard.fleet.records import read_fleet
 from mainboard.redact import install_log_redaction
 from mainboard.statedir import fleet_dir
 
 TICK_S = 0.5
+LOST_AFTER_ENV = "MAINBOARD_TUNNEL_LOST_AFTER_S"  # the retry budget (tests shorten it)
+LOST_AFTER_S = 120.0  # a host unreachable this long is marked lost and no longer dialled
 IDLE_CHECK_S = 5.0
 LINGER_S = 5.0  # nothing to hold for this long: exit
 log = logging.getLogger("mainboard.fleet.keeper")
@@ -109,6 +112,15 @@ def stop_keeper(state_dir: Path, timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+def status_row(held: TunnelStatus | None, error: str | None) -> dict[str, object]:
+    """One worker's line of tunnels.json: an error only while unhealthy (a reconnected
+    tunnel's last error is history, not news)."""
+    healthy = bool(held and held.healthy)
+    return {"healthy": healthy, "remote_port": held.remote_port if held else None,
+            "reconnects": held.reconnects if held else 0,
+            "error": None if healthy else error or (held.last_error if held else None)}
+
+
 class Keeper:
     """The loop: tunnels as the receipts ask, idle rentals destroyed, exit when idle."""
 
@@ -121,6 +133,12 @@ class Keeper:
         self.paths = _paths(self.state_dir)
         self.tunnels = TunnelManager()
         self.errors: dict[str, str] = {}
+        self.down_since: dict[str, float] = {}  # worker id -> first failure of this outage
+        self.lost_after = float(os.environ.get(LOST_AFTER_ENV) or LOST_AFTER_S)
+        self.next_try: dict[str, float] = {}
+        from mainboard.fleet.autoscale import Autoscaler
+
+        self.scaler = Autoscaler(self.config) if self.config.fleet.pools else None
         self.stop = threading.Event()
         self._transports: dict[str, object] = {}
 
@@ -133,10 +151,19 @@ class Keeper:
             if worker_id not in wanted:
                 self.tunnels.close(worker_id)
                 self.errors.pop(worker_id, None)
+        now = time.monotonic()
         for worker_id, want in wanted.items():
             current = self.tunnels.get(worker_id)
-            if current is not None and not current.stopped:
+            if current is not None and current.healthy:
+                self.down_since.pop(worker_id, None)
+                self.errors.pop(worker_id, None)  # a stale error next to healthy misleads
                 continue
+            since = self.down_since.setdefault(worker_id, now)
+            if now - since >= self.lost_after:
+                self.give_up(worker_id, want.host, current)
+                continue
+            if current is not None and not current.stopped or now < self.next_try.get(worker_id, 0):
+                continue  # the tunnel reconnects by itself, or we back off
             ssh = ssh_from_dict(want.ssh, want.host)
             self._transports[worker_id] = ssh
             try:
@@ -146,17 +173,27 @@ class Keeper:
                 self.errors.pop(worker_id, None)
             except Exception as exc:  # noqa: BLE001 - recorded for `fleet up` to report
                 self.errors[worker_id] = str(exc)
+                self.next_try[worker_id] = now + min(10.0, 0.5 * 2 ** len(self.errors))
                 log.warning("tunnel for worker %s on %s: %s", worker_id, want.host, exc)
         self.write_status(wanted)
         return bool(wanted)
 
+    def give_up(self, worker_id: str, host: str, tunnel: object | None) -> None:
+        """The retry budget ran out: record the worker lost and stop dialling its host."""
+        from mainboard.fleet.records import fleet_receipts
+        from mainboard.receipts import WorkerLost
+
+        why = self.errors.get(worker_id) or getattr(tunnel, "last_error", None) or "no answer"
+        reason = f"host {host!r} unreachable for {self.lost_after:.0f} s: {why}"
+        log.warning("worker %s marked lost: %s", worker_id, reason)
+        fleet_receipts(self.state_dir).append(WorkerLost(worker_id=worker_id, host=host,
+                                                         reason=reason))
+        self.tunnels.close(worker_id)
+        self.down_since.pop(worker_id, None)
+
     def write_status(self, wanted: dict[str, object]) -> None:
         held = self.tunnels.status()
-        data = {w: {"healthy": bool(held[w].healthy) if w in held else False,
-                    "remote_port": held[w].remote_port if w in held else None,
-                    "reconnects": held[w].reconnects if w in held else 0,
-                    "error": self.errors.get(w) or (held[w].last_error if w in held else None)}
-                for w in wanted}
+        data = {w: status_row(held.get(w), self.errors.get(w)) for w in wanted}
         tmp = self.paths["status"].with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(self.paths["status"])
@@ -175,9 +212,16 @@ class Keeper:
         return True
 
     def run(self) -> None:
+        from mainboard.fleet.autoscale import SCALE_TICK_ENV, SCALE_TICK_S, run_autoscaler
+
+        if self.scaler is not None:
+            every = float(os.environ.get(SCALE_TICK_ENV) or SCALE_TICK_S)
+            threading.Thread(target=run_autoscaler, args=(self.scaler, self.stop, every),
+                             name="autoscale", daemon=True).start()
         last_idle_check, idle_since = 0.0, None
         while not self.stop.wait(TICK_S):
             busy = self.sync_tunnels()
+            busy = busy or (self.scaler is not None and self.scaler.active())
             if time.monotonic() - last_idle_check >= IDLE_CHECK_S:
                 last_idle_check = time.monotonic()
                 try:

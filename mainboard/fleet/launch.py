@@ -34,6 +34,7 @@ from mainboard.hosts.access import TAG, ensure_root, tagged
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerTunnel
 from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
+from mainboard.tasks.fleet import GPU_ENV, RETIRE_ENV
 from mainboard.tasks.paths import WORKSPACE_ENV
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
@@ -50,6 +51,10 @@ class UpOptions:
     walltime: int | None = None
     retire_before: int = DEFAULT_RETIRE_BEFORE_S
     idle_timeout: float | None = None
+    cpus: int | None = None       # per allocation (default: one per worker process)
+    mem_gb: float | None = None
+    gpus: int | None = None
+    nodes: int = 1
 
     @classmethod
     def parse(cls, *, workers: int = 1, queues: str | Sequence[str] | None = None,
@@ -109,9 +114,11 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
     """The job that runs one worker on ``name``, with host defaults and queue policy applied."""
     spec = JobSpec.from_params(
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
-        cpus=options.concurrency if host.kind in ("slurm", "pbs") else None,
+        cpus=options.cpus or (options.concurrency if host.kind in ("slurm", "pbs") else None),
+        mem_gb=options.mem_gb, gpus=options.gpus, nodes=options.nodes,
         env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name,
              "MAINBOARD_HOST_KIND": host.kind,
+             **({GPU_ENV: "1"} if options.gpus else {}),
              **({WORKSPACE_ENV: root} if root else {})},  # its copy of the workspace
         workdir=root)  # retire_signal: JobSpec's default, Celery's warm shutdown
     spec = resolve(spec, host)
@@ -122,8 +129,17 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
                 f"host {name!r}: --retire-before {format_walltime(options.retire_before)} is not "
                 f"shorter than the walltime {format_walltime(spec.walltime)}; valid: a "
                 "retire-before below the walltime (the worker must have time to work)")
-        spec = JobSpec.model_validate({**spec.model_dump(), "retire_before": options.retire_before})
+        retire, env = options.retire_before, dict(spec.env)
+        if host.kind == "slurm":  # the worker retires by its own clock; the signal is a backstop
+            env[RETIRE_ENV], retire = str(retire), signal_backstop(retire)
+        spec = JobSpec.model_validate({**spec.model_dump(), "retire_before": retire, "env": env})
     return spec
+
+
+def signal_backstop(retire_before: int) -> int:
+    """Seconds before walltime for SLURM's ``--signal``, which fires up to 60 s early: later
+    than the worker's own retirement (``mainboard.tasks.fleet``), so only a backstop."""
+    return retire_before - 60 if retire_before >= 120 else max(1, retire_before // 2)
 
 
 def plan(config: Config, names: Sequence[str], options: UpOptions) -> list[str]:
@@ -221,6 +237,7 @@ class Launcher:
         self.receipts = fleet_receipts(config.state_dir)
         self._ensure_keeper, self._wait_tunnel = ensure_keeper, wait_tunnel
         self.timings: dict[str, dict[str, float]] = {}  # host -> phase -> seconds (bench)
+        self.pool: str | None = None  # the [fleet.pools.NAME] its workers belong to
 
     @contextlib.contextmanager
     def phase(self, host: str, name: str) -> Iterator[None]:
@@ -302,6 +319,6 @@ class Launcher:
             job=record.model_dump(mode="json"), root=target.root, python=python,
             broker_via=via, secret_path=secret, tunnel_port=port,
             ssh=target.ssh if target.rental else None, rental=target.rental,
-            idle_timeout_s=idle_timeout)
+            idle_timeout_s=idle_timeout, pool=self.pool)
         self.receipts.append(started)
         return started

@@ -15,7 +15,14 @@ from pathlib import Path
 
 from mainboard.errors import UserError
 from mainboard.ids import safe_word
-from mainboard.receipts import Receipts, WorkerStarted, WorkerStopped, WorkerTunnel
+from mainboard.receipts import (
+    FleetScale,
+    Receipts,
+    WorkerLost,
+    WorkerStarted,
+    WorkerStopped,
+    WorkerTunnel,
+)
 
 FLEET_FILE = "fleet.ndjson"
 HOST_QUEUE_PREFIX = "mainboard.host."
@@ -53,6 +60,8 @@ class FleetState:
     started: dict[str, WorkerStarted] = field(default_factory=dict)
     tunnels: dict[str, WorkerTunnel] = field(default_factory=dict)
     stopped: dict[str, WorkerStopped] = field(default_factory=dict)
+    lost: dict[str, WorkerLost] = field(default_factory=dict)
+    scale: list[FleetScale] = field(default_factory=list)
 
     def live(self, hosts: set[str] | None = None) -> list[WorkerStarted]:
         """Workers started and not yet stopped (optionally only on ``hosts``), oldest first."""
@@ -60,8 +69,9 @@ class FleetState:
                 and (hosts is None or w.host in hosts)]
 
     def live_tunnels(self) -> list[WorkerTunnel]:
-        """Tunnels whose worker is not stopped (including one being started right now)."""
-        return [t for i, t in self.tunnels.items() if i not in self.stopped]
+        """Tunnels to keep: worker not stopped (maybe being started right now), host not lost."""
+        return [t for i, t in self.tunnels.items() if i not in self.stopped
+                and i not in self.lost]
 
 
 def read_fleet(state_dir: Path) -> FleetState:
@@ -74,4 +84,8 @@ def read_fleet(state_dir: Path) -> FleetState:
             state.tunnels[payload.worker_id] = payload
         elif isinstance(payload, WorkerStopped):
             state.stopped[payload.worker_id] = payload
+        elif isinstance(payload, WorkerLost):
+            state.lost[payload.worker_id] = payload
+        elif isinstance(payload, FleetScale):
+            state.scale.append(payload)
     return state

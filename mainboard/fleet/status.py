@@ -10,16 +10,16 @@ hide the others: its rows say why.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import redis
 
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config
-from mainboard.errors import MainboardError
+from mainboard.errors import HostError, MainboardError
 from mainboard.fleet.control import fleet_broker
 from mainboard.fleet.launch import BrokerRoute
-from mainboard.fleet.records import read_fleet
+from mainboard.fleet.records import FleetState, read_fleet
 from mainboard.fleet.workers import job_of, poll_jobs, registry_entries
 from mainboard.receipts import WorkerStarted
 from mainboard.tasks.fleet import HEARTBEAT_S
@@ -37,7 +37,7 @@ class WorkerView:
     kind: str
     node: str
     job_id: str
-    state: str                  # queued, starting, online, unresponsive, or the job's final state
+    state: str                  # queued, starting, online, lost, or completed (retired)
     job_state: str
     queues: list[str]
     concurrency: int
@@ -74,17 +74,32 @@ def _celery_view(route: BrokerRoute, timeout: float) -> dict[str, list[str]]:
 
 
 def _state(job: JobStatus | MainboardError, online: bool, beat: float | None) -> str:
+    """A worker that ended on its own (retired) is ``completed``; one whose job was taken
+    (preempted, scancel, node failure, killed at walltime) or whose heartbeat stopped for
+    STALE_AFTER_S is ``lost``: not ``starting``, which is only a job running that never beat."""
     if isinstance(job, MainboardError):
         return "unknown"
     if job.final:
-        return job.state.value
+        return job.state.value if job.state.value == "completed" else "lost"
     if job.state.value == "pending":
         return "queued"
     if online:
         return "online"
-    if beat is not None and time.time() - beat > STALE_AFTER_S:
-        return "unresponsive"
+    if job.native.upper().startswith("COMPLETING") \
+            or beat is not None and time.time() - beat > STALE_AFTER_S:
+        return "lost"
     return "starting"
+
+
+def revive_keeper(config: Config, state: FleetState) -> None:
+    """A keeper that died (SIGKILL, reboot) while pools were up is started again: it
+    rebuilds everything from the receipts and submits nothing twice."""
+    from mainboard.fleet.autoscale import pool_active
+    from mainboard.fleet.keeper import ensure_keeper, keeper_pid
+
+    if any(pool_active(state, n) for n in config.fleet.pools) \
+            and keeper_pid(config.state_dir) is None:
+        ensure_keeper(config.root, config.path, config.state_dir)
 
 
 def fleet_status(config: Config, *, include_stopped: bool = False,
@@ -98,13 +113,17 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
     state = read_fleet(config.state_dir)
     live = state.live()
     route = fleet_broker(config, start=False, workers=live)
-    jobs = poll_jobs(config, live)
+    revive_keeper(config, state)
+    # A host the keeper gave up on is not asked again: status answers without waiting on it.
+    jobs = {**poll_jobs(config, [w for w in live if w.worker_id not in state.lost]),
+            **{i: HostError(lost.reason) for i, lost in state.lost.items()}}
     celery = _celery_view(route, timeout) if route and live else {}
     try:
         entries = registry_entries(route, [w.node for w in live]) if route and live else {}
     except redis.RedisError:
         entries = {}
     rows = [_row(w, jobs[w.worker_id], celery, entries.get(w.node, {})) for w in live]
+    rows = [replace(r, state="lost") if r.worker_id in state.lost else r for r in rows]
     if include_stopped:
         for worker_id, stop in state.stopped.items():
             worker = state.started.get(worker_id)
@@ -139,3 +158,17 @@ def _stopped_row(worker: WorkerStarted, final: str, reason: str) -> WorkerView:
         last_heartbeat=None, online=False, broker_via=worker.broker_via,
         rental_id=worker.rental["rental_id"] if worker.rental else None, stopped=True,
         reason=reason)
+
+
+def pool_status(config: Config) -> list[dict[str, object]]:
+    """Per declared pool: target, pending, running, idle, lost and queue depth (the broker
+    must answer; an embedded broker not running means every count is zero)."""
+    from mainboard.fleet.autoscale import Autoscaler
+
+    state = read_fleet(config.state_dir)
+    route = fleet_broker(config, start=False, workers=state.live())
+    if route is None:
+        return [{"pool": n, "host": p.host, "autoscaled": p.autoscaled, "active": False,
+                 "paused": False, "target": 0, "pending": 0, "running": 0, "idle": 0,
+                 "lost": 0, "queue_depth": 0} for n, p in config.fleet.pools.items()]
+    return Autoscaler(config).summary(state, route.url)

@@ -9,6 +9,7 @@ Everything here works from receipts, so a new process can stop what another star
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from mainboard.bridges.base import Bridge, JobRecord
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.bridges.transport import Transport
 from mainboard.config import Config, ProviderHost
-from mainboard.errors import MainboardError
+from mainboard.errors import HostError, MainboardError, first_line
 from mainboard.fleet.launch import (
     BrokerRoute,
     remove_secret,
@@ -169,10 +170,32 @@ def _destroy_rental(config: Config, worker: WorkerStarted, reason: str) -> None:
                    worker.rental["rental_id"], reason)
 
 
+def cleanup_hint(worker: WorkerStarted) -> str:
+    """What may still run on an unreachable host, and the command that ends it there."""
+    job = job_of(worker).job_id
+    if worker.rental:
+        how = f"destroy rental {worker.rental['rental_id']} in the provider's console"
+    elif worker.kind == "slurm":
+        how = f"scancel {shlex.quote(job)}"
+    elif worker.kind == "pbs":
+        how = f"qdel {shlex.quote(job)}"
+    else:
+        how = shlex.join(["pkill", "-f", worker.node])
+    return (f"worker {worker.node} (job {job}) may still run on {worker.host!r}; once it is "
+            f"reachable, end it there with: {how}")
+
+
 def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: str,
-                 timeout: float = DRAIN_TIMEOUT_S) -> dict[str, str]:
-    """Drain, then cancel what is still running, destroy rentals, record; worker id -> outcome."""
-    workers = list(workers)
+                 timeout: float = DRAIN_TIMEOUT_S, force: bool = False,
+                 skip: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Drain, then cancel what is still running, destroy rentals, record; worker id -> outcome.
+
+    With ``force``, a worker whose host cannot be asked (or in ``skip``: marked lost) is
+    forgotten: recorded stopped, its outcome ``forgotten: <what may still run and how to
+    end it>``, so a dead host can leave the fleet.
+    """
+    gone = [w for w in workers if w.worker_id in skip]
+    workers = [w for w in workers if w.worker_id not in skip]
     found = poll_jobs(config, workers)
     _cancel(config, _unfinished(workers, found, "pending"))  # never started: nothing to drain
     drain(broker_route(config, start=False), _unfinished(workers, found))
@@ -182,8 +205,15 @@ def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: st
     if late:
         found.update(_wait_final(config, late, CANCEL_WAIT_S))
     outcome: dict[str, str] = {}
-    for worker in workers:
+    found.update({w.worker_id: HostError(f"host {w.host!r} marked lost") for w in gone})
+    for worker in [*workers, *gone]:
         status = found[worker.worker_id]
+        if force and isinstance(status, MainboardError) and not worker.rental:
+            fleet_receipts(config.state_dir).append(WorkerStopped(
+                worker_id=worker.worker_id, host=worker.host, state="unknown",
+                reason=f"{reason} --force: {first_line(str(status))}"))
+            outcome[worker.worker_id] = f"forgotten: {cleanup_hint(worker)}"
+            continue
         problem = str(status) if isinstance(status, MainboardError) else None
         if not problem:
             with contextlib.suppress(MainboardError):

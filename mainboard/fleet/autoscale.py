@@ -1,0 +1,279 @@
+"""The autoscaler at work: the fleet keeper's thread that follows each pool's queues.
+
+Every ``SCALE_TICK_S`` it looks at each autoscaled pool that ``fleet up`` started (and
+``fleet down`` did not stop): its allocations (the fleet receipts, asked of the
+scheduler or provider; the worker registry for tasks in hand and idle time) and the
+depth of its queues in Redis. The policy (:mod:`mainboard.fleet.scaling`) says what to
+do; each decision is carried out here and written as a ``fleet.scale`` receipt with
+its reason. Everything it knows is in receipts, so a keeper killed and restarted picks
+up the same allocations and the same failure count, and submits nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import redis
+
+from mainboard import keys
+from mainboard.bridges.jobstate import JobStatus
+from mainboard.config import Config, PoolConfig, ProviderHost
+from mainboard.errors import MainboardError
+from mainboard.fleet.launch import DEFAULT_RETIRE_BEFORE_S, BrokerRoute, Launcher, UpOptions
+from mainboard.fleet.pools import pool_options
+from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
+from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, lead_time, target
+from mainboard.fleet.workers import (
+    broker_route,
+    poll_jobs,
+    registry,
+    registry_entries,
+    stop_workers,
+)
+from mainboard.receipts import FleetScale, WorkerStarted, WorkerStopped
+from mainboard.tasks.fleet import HEARTBEAT_S
+
+SCALE_TICK_ENV = "MAINBOARD_SCALE_TICK_S"  # tests shorten it
+SCALE_TICK_S = 5.0
+LOST_AFTER_S = 3 * HEARTBEAT_S  # as `fleet status` says lost: replaced from then on
+log = logging.getLogger("mainboard.fleet.autoscale")
+
+
+def pool_events(state: FleetState, name: str) -> list[FleetScale]:
+    return [s for s in state.scale if s.pool == name]
+
+
+def pool_active(state: FleetState, name: str) -> bool:
+    """Started by ``fleet up`` and not stopped by ``fleet down`` since."""
+    marks = [s.action for s in pool_events(state, name) if s.action in ("start", "stop")]
+    return bool(marks) and marks[-1] == "start"
+
+
+def pool_paused(state: FleetState, name: str) -> bool:
+    marks = [s.action for s in pool_events(state, name) if s.action in ("pause", "resume")]
+    return bool(marks) and marks[-1] == "pause"
+
+
+def asked(state: FleetState, name: str) -> int | None:
+    """The target the last ``fleet up`` gave the pool."""
+    starts = [s for s in pool_events(state, name) if s.action == "start"]
+    return starts[-1].target if starts else None
+
+
+def failures(state: FleetState, name: str) -> int:
+    """Failed submissions in a row (a success, a resume or a new ``fleet up`` resets it)."""
+    count = 0
+    for event in pool_events(state, name):
+        if event.action == "submit_failed":
+            count += 1
+        elif event.action in ("submit", "resume", "start"):
+            count = 0
+    return count
+
+
+def queue_depth(client: redis.Redis, queues: Sequence[str]) -> int:
+    """Messages waiting in the pool's queues."""
+    return sum(int(client.llen(keys.celery_queue(q))) for q in queues)
+
+
+def _left(worker: WorkerStarted, pool: PoolConfig, began: float | None, now: float
+          ) -> float | None:
+    """Seconds until the worker retires before its walltime (None: no walltime known)."""
+    spec = worker.job.get("spec") or {}
+    walltime = spec.get("walltime")
+    if began is None or not walltime:
+        return None
+    retire = pool.retire_before or DEFAULT_RETIRE_BEFORE_S
+    return began + float(walltime) - min(float(retire), float(walltime)) - now
+
+
+@dataclass
+class Look:
+    """One look at a pool: the policy's view, and what must be recorded before acting."""
+
+    members: dict[str, WorkerStarted]
+    view: PoolView = field(default_factory=lambda: PoolView("", PoolConfig(host="local")))
+    ended: list[tuple[WorkerStarted, str]] = field(default_factory=list)  # job over: state
+    stale: list[tuple[WorkerStarted, float]] = field(default_factory=list)  # silent for s
+    began: list[tuple[WorkerStarted, float]] = field(default_factory=list)  # newly running
+    lost: int = 0
+
+
+class Autoscaler:
+    """Follows the work for every autoscaled pool of one workspace (one keeper thread)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.pools = dict(config.fleet.pools)  # fixed pools too: their dead get replaced
+        self.said: dict[str, str] = {}  # pool -> last hold reason (written once, not per tick)
+
+    def active(self) -> bool:
+        """Any pool started and not stopped: the keeper must stay."""
+        state = read_fleet(self.config.state_dir)
+        return any(pool_active(state, n) for n in self.pools)
+
+    def tick(self) -> None:
+        state = read_fleet(self.config.state_dir)
+        route = broker_route(self.config, start=False)
+        if route is None:
+            return
+        for name, pool in self.pools.items():
+            if pool_active(state, name) and not pool_paused(state, name):
+                try:
+                    self.scale(name, pool, state, route.url)
+                except (MainboardError, redis.RedisError) as exc:
+                    log.warning("pool %s: %s", name, exc)
+
+    def look(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> Look:
+        """The pool as it is now; nothing is changed (``fleet status --pools`` asks too)."""
+        members = [w for w in state.live() if w.pool == name and w.worker_id not in state.lost]
+        found = poll_jobs(self.config, members)
+        look = Look(members={w.worker_id: w for w in members})
+        entries = registry_entries(BrokerRoute(url), [w.node for w in members]) if members else {}
+        now = time.time()
+        allocs: list[Alloc] = []
+        waits = [e for e in pool_events(state, name) if e.action == "running"]
+        seen = {i for e in waits for i in e.worker_ids}
+        for worker in members:
+            status = found[worker.worker_id]
+            if isinstance(status, JobStatus) and status.final:  # ended (retired, lost): gone
+                look.ended.append((worker, status.state.value))
+                continue
+            entry = entries.get(worker.node, {})
+            beat = float(entry["beat"]) if entry.get("beat") else None
+            if beat is not None and now - beat > LOST_AFTER_S:  # node death, partition...
+                look.stale.append((worker, now - beat))
+                continue
+            last = entry.get("last_task") or entry.get("started")
+            pend = isinstance(status, JobStatus) and status.state.value == "pending"
+            began = float(entry["started"]) if entry.get("started") else None
+            if began is not None and worker.worker_id not in seen:
+                look.began.append((worker, began - float(worker.job.get("submitted_at") or began)))
+            allocs.append(Alloc(worker.worker_id, "pending" if pend or not entry else "running",
+                                int(entry.get("active") or 0),
+                                now - float(last) if last else None,
+                                _left(worker, pool, began, now)))
+        with registry(BrokerRoute(url)) as client:
+            depth = queue_depth(client, pool.queues)
+        host = self.config.host(pool.host)
+        price = host.max_usd_hr if isinstance(host, ProviderHost) else None
+        look.view = PoolView(name, pool, allocs, queue_depth=depth,
+                             failures=failures(state, name), usd_hr=price,
+                             spent_usd=self.spent(name, price), jobs=asked(state, name),
+                             paused=pool_paused(state, name),
+                             lead_s=lead_time([e.wait_s for e in waits if e.wait_s is not None]
+                                              + [w for _, w in look.began]))
+        look.lost = sum(s != "completed" for _, s in look.ended) + len(look.stale) + sum(
+            1 for i in state.lost if i in state.started and i not in state.stopped
+            and state.started[i].pool == name)
+        return look
+
+    def summary(self, state: FleetState, url: str) -> list[dict[str, object]]:
+        """Per pool: target, pending, running, idle, lost, queue depth (``fleet status``)."""
+        rows = []
+        for name, pool in self.pools.items():
+            look = self.look(name, pool, state, url)
+            view = look.view
+            rows.append({"pool": name, "host": pool.host, "autoscaled": pool.autoscaled,
+                         "active": pool_active(state, name), "paused": view.paused,
+                         "target": target(view), "pending": view.count("pending"),
+                         "running": view.count("running"),
+                         "idle": sum(a.state == "running" and a.active == 0
+                                     for a in view.allocs),
+                         "lost": look.lost, "queue_depth": view.queue_depth})
+        return rows
+
+    def spent(self, name: str, price: float | None) -> float:
+        """What the pool's allocations cost so far, at most: each at the pool's price from
+        its submission to its stop receipt (or now)."""
+        if not price:
+            return 0.0
+        began: dict[str, float] = {}
+        ended: dict[str, float] = {}
+        for ts, payload in fleet_receipts(self.config.state_dir).read_timed():
+            if isinstance(payload, WorkerStarted) and payload.pool == name:
+                began[payload.worker_id] = ts
+            elif isinstance(payload, WorkerStopped):
+                ended[payload.worker_id] = ts
+        now = time.time()
+        return sum(price * (ended.get(i, now) - t) / 3600 for i, t in began.items())
+
+    def scale(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> None:
+        look = self.look(name, pool, state, url)
+        for worker, final in look.ended:
+            fleet_receipts(self.config.state_dir).append(WorkerStopped(
+                worker_id=worker.worker_id, host=worker.host, state=final,
+                reason=f"its job ended: {final}"))
+        for worker, wait in look.began:  # the queue waits replacements are timed by
+            fleet_receipts(self.config.state_dir).append(FleetScale(
+                pool=name, action="running", worker_ids=[worker.worker_id], wait_s=wait,
+                reason=f"running {wait:.1f} s after its submission"))
+        for worker, silent in look.stale:
+            stop_workers(self.config, [worker], timeout=5.0,
+                         reason=f"lost: no heartbeat for {silent:.0f} s")
+        for decision in decide(look.view):
+            self.act(name, pool, look.view, decision, look.members)
+
+    def record(self, name: str, view: PoolView, decision: Decision, action: str | None = None,
+               reason: str | None = None, ids: Sequence[str] = ()) -> None:
+        event = FleetScale(pool=name, action=action or decision.action,
+                           reason=reason or decision.reason, count=len(ids) or decision.count,
+                           worker_ids=list(ids or decision.worker_ids), target=decision.target,
+                           queue_depth=view.queue_depth)
+        fleet_receipts(self.config.state_dir).append(event)
+        log.info("pool %s: %s %s: %s", name, event.action, event.count, event.reason)
+
+    def act(self, name: str, pool: PoolConfig, view: PoolView, decision: Decision,
+            members: dict[str, WorkerStarted]) -> None:
+        if decision.action == "hold":
+            if self.said.get(name) != decision.reason:
+                self.said[name] = decision.reason
+                self.record(name, view, decision)
+            return
+        self.said.pop(name, None)
+        if decision.action == "pause":
+            self.record(name, view, decision)
+        elif decision.action in ("cancel", "retire"):
+            self.record(name, view, decision)
+            stop_workers(self.config, [members[i] for i in decision.worker_ids],
+                         reason=f"autoscale {decision.action}: {decision.reason}")
+        elif decision.action == "submit":
+            self.submit(name, pool, view, decision)
+
+    def submit(self, name: str, pool: PoolConfig, view: PoolView, decision: Decision) -> None:
+        from mainboard.fleet.control import one_line, start_one
+        from mainboard.fleet.keeper import ensure_keeper, wait_tunnel
+
+        route = broker_route(self.config, start=False)
+        assert route is not None
+        args = (self.config.root, self.config.path, self.config.state_dir)
+        launcher = Launcher(self.config, pool_options(pool, UpOptions()), route,
+                            partial(ensure_keeper, *args), partial(wait_tunnel, *args))
+        launcher.pool = name
+        for _ in range(decision.count):
+            began = time.monotonic()
+            try:
+                started = start_one(launcher, pool.host)
+            except MainboardError as exc:
+                self.record(name, view, decision, "submit_failed", one_line(exc))
+                return
+            self.record(name, view, decision, ids=[started.worker_id],
+                        reason=f"{decision.reason} (submitted in "
+                               f"{time.monotonic() - began:.1f} s)")
+
+
+def run_autoscaler(scaler: Autoscaler, stop: threading.Event, every: float) -> None:
+    """The keeper's thread: one look every ``every`` seconds until ``stop``."""
+    while not stop.wait(every):
+        try:
+            scaler.tick()
+        except Exception as exc:  # noqa: BLE001 - the keeper must keep its tunnels
+            log.warning("autoscale tick failed: %s", exc)
+
+
+__all__ = ["Autoscaler", "failures", "pool_active", "pool_paused", "run_autoscaler"]

@@ -1,0 +1,162 @@
+"""The autoscaler's policy, pure: from one look at a pool, what to do and why.
+
+No clock, no Redis, no scheduler in here (the keeper's ``autoscale`` module gathers a
+``PoolView`` and carries out the ``Decision``s), so every rule is tested with made-up
+views. The rules, in order:
+
+- a paused pool does nothing until ``fleet resume-pool``; ``PAUSE_AFTER`` consecutive
+  failed submissions pause it (one line saying why) instead of flooding the scheduler;
+- the target is the work (tasks waiting in the pool's queues plus tasks in hand, or the
+  runs' outstanding batches if more) over the processes of one allocation, rounded up,
+  within ``min_jobs`` and ``max_jobs``;
+- a fixed pool (no ``max_jobs``) keeps ``jobs`` allocations: a worker lost (its job
+  ended, its heartbeat stopped) is replaced;
+- an allocation that retires (walltime) within the pool's lead time no longer counts:
+  its replacement is submitted early enough to be running before it drains;
+- below target: submit, at most ``backlog`` allocations pending at once, never past
+  ``max_usd_hr`` (price x allocations) nor ``budget_usd`` (spent + this allocation's
+  walltime at its price);
+- above target: cancel allocations still pending (they hold nothing), then retire workers
+  idle past ``idle_timeout`` (warm shutdown). A worker with a task in hand is never
+  retired, whatever the target.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from mainboard.config import PoolConfig
+
+PAUSE_AFTER = 3
+DEFAULT_LEAD_S = 60.0  # until the pool's own allocations have shown their queue wait
+LEAD_MARGIN = 1.5
+
+
+def lead_time(waits: list[float]) -> float:
+    """How early to submit a replacement: the slowest recent queue wait (submission to
+    running) of the pool's own allocations, with margin."""
+    recent = waits[-5:]
+    return max(recent) * LEAD_MARGIN + 5.0 if recent else DEFAULT_LEAD_S
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """One allocation of the pool as last seen."""
+
+    worker_id: str
+    state: str                # "pending" (in the scheduler's queue) or "running"
+    active: int = 0           # tasks in hand
+    idle_s: float | None = None  # seconds since its last task (or its start); None: unknown
+    left_s: float | None = None  # seconds until it retires before its walltime; None: no end
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """Everything the policy needs about one pool, gathered by the keeper."""
+
+    name: str
+    pool: PoolConfig
+    allocs: list[Alloc] = field(default_factory=list)
+    queue_depth: int = 0      # messages waiting in the pool's queues
+    outstanding: int = 0      # batches the runs' coordinators still wait for
+    failures: int = 0         # consecutive failed submissions
+    paused: bool = False
+    usd_hr: float | None = None  # the price of one allocation (provider pools)
+    spent_usd: float = 0.0
+    jobs: int | None = None   # what `fleet up` asked (--jobs), for a fixed pool
+    lead_s: float = DEFAULT_LEAD_S  # submission to running, learned from this pool
+
+    def retiring(self, alloc: Alloc) -> bool:
+        """Its replacement must be submitted now to be running before it drains."""
+        return alloc.left_s is not None and alloc.left_s <= self.lead_s
+
+    def count(self, state: str) -> int:
+        return sum(a.state == state for a in self.allocs)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One action for the keeper, with the reason its receipt line carries."""
+
+    action: str               # submit, cancel, retire, pause, hold
+    reason: str
+    count: int = 0
+    worker_ids: tuple[str, ...] = ()
+    target: int = 0
+
+
+def target(view: PoolView) -> int:
+    """How many allocations the work calls for, within the pool's bounds (a pool without
+    ``max_jobs`` is not autoscaled: its target is ``jobs``, kept up as workers die)."""
+    pool = view.pool
+    if not pool.autoscaled:
+        return pool.jobs if view.jobs is None else view.jobs
+    per = max(1, pool.workers * pool.nodes)
+    work = max(view.queue_depth + sum(a.active for a in view.allocs), view.outstanding)
+    want = math.ceil(work / per)
+    upper = pool.max_jobs if pool.max_jobs is not None else want
+    return max(pool.min_jobs, min(want, upper))
+
+
+def _affordable(view: PoolView, wanted: int) -> tuple[int, str]:
+    """How many of ``wanted`` new allocations the price limits allow, and why not more."""
+    price, pool = view.usd_hr, view.pool
+    if not price:
+        return wanted, ""
+    n, why = wanted, ""
+    if pool.max_usd_hr is not None:
+        room = math.floor(pool.max_usd_hr / price + 1e-9) - len(view.allocs)
+        if room < n:
+            n, why = max(0, room), (f"max_usd_hr {pool.max_usd_hr:g}: {len(view.allocs)} "
+                                    f"allocation(s) at ${price:g}/h already")
+    if pool.budget_usd is not None:
+        hours = (pool.walltime or 3600) / 3600
+        room = math.floor((pool.budget_usd - view.spent_usd) / (price * hours) + 1e-9)
+        if room < n:
+            n, why = max(0, room), (f"budget_usd {pool.budget_usd:g}: ${view.spent_usd:.2f} "
+                                    f"spent, one more costs up to ${price * hours:.2f}")
+    return n, why
+
+
+def decide(view: PoolView) -> list[Decision]:
+    """What to do with one pool now (an empty list: nothing)."""
+    if view.paused:
+        return []
+    if view.failures >= PAUSE_AFTER:
+        return [Decision("pause", f"{view.failures} submissions in a row failed; "
+                         f"paused (retry with `mainboard fleet resume-pool {view.name}`)")]
+    goal = target(view)
+    staying = [a for a in view.allocs if not view.retiring(a)]  # the retiring are replaced
+    pending, current = view.count("pending"), len(staying)
+    work = f"{view.queue_depth} task(s) queued, {sum(a.active for a in view.allocs)} in hand"
+    if goal > current:
+        room = view.pool.backlog - pending
+        wanted = min(goal - current, max(0, room))
+        n, why = _affordable(view, wanted)
+        if n > 0:
+            return [Decision("submit", f"{work}: {current} allocation(s), target {goal}",
+                             count=n, target=goal)]
+        why = why or f"backlog {view.pool.backlog}: {pending} allocation(s) pending already"
+        return [Decision("hold", f"{work}, target {goal}; not submitting: {why}", target=goal)]
+    if goal >= current or not view.pool.autoscaled:
+        return []  # a fixed pool's workers stay until `fleet down`
+    surplus = current - goal
+    out: list[Decision] = []
+    waiting = [a.worker_id for a in staying if a.state == "pending"][:surplus]
+    if waiting:
+        out.append(Decision("cancel", f"{work}: target {goal}, {len(waiting)} pending "
+                            "allocation(s) no longer needed", count=len(waiting),
+                            worker_ids=tuple(waiting), target=goal))
+        surplus -= len(waiting)
+    timeout = view.pool.idle_timeout
+    idle = [a.worker_id for a in staying if a.state == "running" and a.active == 0
+            and a.idle_s is not None and a.idle_s >= timeout][:surplus]
+    if idle:
+        out.append(Decision("retire", f"{work}: target {goal}, idle past idle_timeout "
+                            f"{timeout} s", count=len(idle), worker_ids=tuple(idle),
+                            target=goal))
+    return out
+
+
+__all__ = ["PAUSE_AFTER", "Alloc", "Decision", "PoolView", "decide", "lead_time", "target"]

@@ -1,0 +1,107 @@
+"""The autoscaler's policy (issue 19), pure: made-up pool views, no clock, no scheduler."""
+
+from __future__ import annotations
+
+from mainboard.config import PoolConfig
+from mainboard.fleet.scaling import PAUSE_AFTER, Alloc, PoolView, decide, lead_time, target
+
+
+def pool(**keys: object) -> PoolConfig:
+    return PoolConfig.model_validate({"host": "hpc", "max_jobs": 4, "backlog": 2,
+                                      "idle_timeout": 60, **keys})
+
+
+def running(n: int, active: int = 1, idle_s: float = 0.0, start: int = 0) -> list[Alloc]:
+    return [Alloc(f"r{i}", "running", active, idle_s) for i in range(start, start + n)]
+
+
+def pending(n: int) -> list[Alloc]:
+    return [Alloc(f"p{i}", "pending") for i in range(n)]
+
+
+def test_work_waiting_submits_within_max_jobs_and_backlog() -> None:
+    (d,) = decide(PoolView("cpu", pool(), queue_depth=200))
+    assert (d.action, d.count, d.target) == ("submit", 2, 4)  # backlog 2 of max_jobs 4
+    (d,) = decide(PoolView("cpu", pool(), pending(2), queue_depth=200))
+    assert d.action == "hold" and "backlog 2: 2 allocation(s) pending" in d.reason
+    assert decide(PoolView("cpu", pool(), [*running(3), *pending(1)], queue_depth=200)) == []
+    # 4 = max_jobs: never more running + pending
+    (d,) = decide(PoolView("cpu", pool(), running(3), queue_depth=200))
+    assert (d.action, d.count) == ("submit", 1)
+    assert "200 task(s) queued" in d.reason
+
+
+def test_the_target_is_the_work_over_one_allocations_processes() -> None:
+    assert target(PoolView("cpu", pool(workers=4), queue_depth=5)) == 2
+    assert target(PoolView("cpu", pool(workers=2, nodes=2), queue_depth=5)) == 2
+    assert target(PoolView("cpu", pool(min_jobs=1))) == 1
+    assert target(PoolView("cpu", pool(), outstanding=3)) == 3  # coordinators still wait
+    assert target(PoolView("cpu", pool(), running(2, active=1))) == 2  # busy: kept
+
+
+def test_idle_workers_past_idle_timeout_retire_to_zero_and_busy_ones_never() -> None:
+    idle = running(2, active=0, idle_s=61)
+    (d,) = decide(PoolView("cpu", pool(), idle))
+    assert (d.action, d.worker_ids) == ("retire", ("r0", "r1"))
+    assert decide(PoolView("cpu", pool(), running(2, active=0, idle_s=59))) == []  # not yet
+    busy = running(1, active=1, start=5)
+    (d,) = decide(PoolView("cpu", pool(), [*idle, *busy]))
+    assert d.worker_ids == ("r0", "r1")  # r5 has a task in hand: target 1 is it
+    (d,) = decide(PoolView("cpu", pool(min_jobs=1), idle))
+    assert d.worker_ids == ("r0",)  # min_jobs stays
+
+
+def test_pending_allocations_no_longer_needed_are_cancelled_first() -> None:
+    (d,) = decide(PoolView("cpu", pool(), [*running(1, active=1), *pending(2)], queue_depth=0))
+    assert (d.action, d.worker_ids) == ("cancel", ("p0", "p1"))
+
+
+def test_three_failed_submissions_pause_the_pool_with_one_line() -> None:
+    assert decide(PoolView("cpu", pool(), queue_depth=9, failures=PAUSE_AFTER - 1))[0].action \
+        == "submit"
+    (d,) = decide(PoolView("cpu", pool(), queue_depth=9, failures=PAUSE_AFTER))
+    assert d.action == "pause" and "mainboard fleet resume-pool cpu" in d.reason
+    assert "\n" not in d.reason
+    assert decide(PoolView("cpu", pool(), queue_depth=9, failures=3, paused=True)) == []
+
+
+def test_a_provider_pool_stays_within_max_usd_hr_and_budget_usd() -> None:
+    priced = pool(max_usd_hr=4, walltime="1h")
+    (d,) = decide(PoolView("gpu", priced, queue_depth=50, usd_hr=3.60))
+    assert (d.action, d.count) == ("submit", 1)  # a second would be $7.20/h
+    (d,) = decide(PoolView("gpu", priced, running(1), queue_depth=50, usd_hr=3.60))
+    assert d.action == "hold" and "max_usd_hr 4" in d.reason
+    budget = pool(budget_usd=10, walltime="1h")
+    (d,) = decide(PoolView("gpu", budget, queue_depth=50, usd_hr=3.60, spent_usd=5.0))
+    assert (d.action, d.count) == ("submit", 1)  # $5 + $3.60 fits, $5 + $7.20 does not
+    (d,) = decide(PoolView("gpu", budget, queue_depth=50, usd_hr=3.60, spent_usd=7.0))
+    assert d.action == "hold" and "budget_usd 10" in d.reason
+
+
+def test_a_fixed_pool_keeps_its_count_replacing_the_lost_and_never_shrinks() -> None:
+    fixed = PoolConfig.model_validate({"host": "hpc", "jobs": 3})
+    (d,) = decide(PoolView("cpu", fixed, running(2, active=0, idle_s=9999)))
+    assert (d.action, d.count, d.target) == ("submit", 1, 3)  # one was lost: replaced
+    assert decide(PoolView("cpu", fixed, running(3, active=0, idle_s=9999))) == []
+    assert decide(PoolView("cpu", fixed, running(5, active=0, idle_s=9999), jobs=5)) == []
+    assert decide(PoolView("cpu", fixed, [*running(1), *pending(1)], jobs=1)) == []
+
+
+def test_a_worker_near_its_walltime_is_replaced_early_enough_to_overlap() -> None:
+    """Its replacement is submitted once the worker retires within the pool's lead time
+    (the slowest recent queue wait, with margin), so it runs before the old one drains."""
+    lead = lead_time([20.0, 30.0])
+    assert lead == 30.0 * 1.5 + 5
+    fixed = PoolConfig.model_validate({"host": "hpc", "jobs": 1})
+    busy = [Alloc("old", "running", active=1, idle_s=0, left_s=lead + 10)]
+    assert decide(PoolView("cpu", fixed, busy, lead_s=lead)) == []  # not yet
+    busy = [Alloc("old", "running", active=1, idle_s=0, left_s=lead - 1)]
+    (d,) = decide(PoolView("cpu", fixed, busy, lead_s=lead))
+    assert (d.action, d.count) == ("submit", 1)
+    both = [*busy, Alloc("new", "pending")]
+    assert decide(PoolView("cpu", fixed, both, lead_s=lead)) == []  # one replacement only
+    (d,) = decide(PoolView("cpu", pool(), busy, queue_depth=0, lead_s=lead))
+    assert d.action == "submit"  # autoscaled: its task in hand still needs a worker after it
+    idle = [Alloc("old", "running", active=0, idle_s=5, left_s=lead - 1)]
+    assert decide(PoolView("cpu", pool(), idle, lead_s=lead)) == []  # no work: no successor
+    assert lead_time([]) == 60.0
