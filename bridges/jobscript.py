@@ -109,10 +109,18 @@ class JobPaths:
         return self._file("cancelled")
 
 
+def module_block(modules: Sequence[str]) -> str:
+    """Bash text that finds the ``module`` command (sourcing the usual init files) and loads
+    each module, quoted; ``set -u`` is lifted around it because init files trip on it."""
+    return _MODULES.format(inits=" ".join(_MODULE_INITS),
+                           loads="\n".join(f"module load {shlex.quote(m)}" for m in modules))
+
+
 def _runner(spec: JobSpec, container: ContainerConfig | None, workdir: str, root: str,
             env_names: Sequence[str]) -> str:
     """The command line that runs the job's command (bash outside, sh inside a container)."""
-    prefix = container_prefix(container, [root], workdir=workdir, env_names=env_names) \
+    names = [*env_names, "PATH"] if spec.path else list(env_names)  # podman: the env's bin
+    prefix = container_prefix(container, [root], workdir=workdir, env_names=names) \
         if container else []
     if isinstance(spec.command, list):
         argv = [*prefix, *spec.command]
@@ -148,8 +156,7 @@ def render(spec: JobSpec, paths: JobPaths, *, headers: Sequence[str], workdir: s
              "# mainboard job script, rendered by mainboard.bridges; edits are not kept.",
              _PROLOGUE.format(job_dir=q(paths.job_dir), signals=" ".join(_FORWARDED))]
     if modules:
-        parts.append(_MODULES.format(inits=" ".join(_MODULE_INITS),
-                                     loads="\n".join(f"module load {q(m)}" for m in modules)))
+        parts.append(module_block(modules))
     parts += [f"export {name}={value}" for name, value in exports.items()]
     if spec.path:
         parts.append(f"export PATH={':'.join(q(p) for p in spec.path)}:\"$PATH\"")

@@ -144,6 +144,7 @@ class JobSubmitted(Payload):
     data: list[str] = Field(default_factory=list)
     fetch: list[str] = Field(default_factory=list)
     submitted_at: float
+    env_key: str | None = None  # the provisioned environment it ran in (None: none declared)
 
 
 class JobStateChanged(Payload):
@@ -400,3 +401,18 @@ class BatchFinished(Payload):
 
 for _model in (BatchCreated, BatchDispatched, BatchDispatchFailed, BatchAnnounced, BatchFinished):
     register(_model)
+
+
+@register
+class EnvProvisioned(Payload):
+    """An environment was built on a host (``.mainboard/envs.ndjson``); its wall time is the
+    setup cost estimates learn (a reused environment writes nothing)."""
+
+    topic: ClassVar[str] = "env.provisioned"
+    host: str
+    kind: str
+    key: str
+    seconds: float
+    actions: list[str]
+    python_version: str
+    purpose: str  # "job" or "worker"
