@@ -125,8 +125,18 @@ def _runner(spec: JobSpec, container: ContainerConfig | None, workdir: str, root
     if isinstance(spec.command, list):
         argv = [*prefix, *spec.command]
     else:
-        argv = [*prefix, "/bin/sh" if container else "/bin/bash", "-c", spec.command]
+        argv = [*prefix, "/bin/sh" if container else "/bin/bash", "-c",
+                _path_first(spec.path) + spec.command]
     return shlex.join(argv)
+
+
+def _path_first(path: Sequence[str]) -> str:
+    """``spec.path`` put in front again inside ``bash -c``: bash started under sshd reads
+    ~/.bashrc even when not interactive, and an rc that prepends its own PATH (pyenv,
+    conda) would otherwise shadow the job's environment."""
+    if not path:
+        return ""
+    return f"export PATH={':'.join(shlex.quote(p) for p in path)}:\"$PATH\"\n"
 
 
 def _watchdogs(spec: JobSpec, walltime: bool, retire: bool) -> list[str]:

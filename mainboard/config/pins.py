@@ -24,6 +24,7 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 TOOL_FORM = "letters, digits, '.', '_', '+' or '-', starting with a letter or digit"
 SPEC_FORM = ('a version specifier such as ">=3.11", "==4.2.*", ">=2.9,<3" ("*" or "" for '
              'any version), or a source note such as "apt:redis-server"')
+REQ_FORM = 'name = "version spec", e.g. torch = ">=2.9", six = "1.16.0", numpy = "*"'
 _VERSION_IN_TEXT = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+)")
 _BARE_VERSION = re.compile(r"\d+(?:\.\d+)*(?:\.\*)?")
 _SPEC_START = re.compile(r"\s*(?:[<>=!~]|\d)")
@@ -62,11 +63,11 @@ def check_deps_table(value: Any) -> Any:
     return value
 
 
-def _parse(spec: str, loc: tuple[str | int, ...]) -> SpecifierSet:
+def _parse(spec: str, loc: tuple[str | int, ...], valid: str = SPEC_FORM) -> SpecifierSet:
     try:
         return specifier(spec)
     except InvalidSpecifier:
-        raise custom_error("not a valid version specifier", SPEC_FORM, loc, value=spec) from None
+        raise custom_error("not a valid version specifier", valid, loc, value=spec) from None
 
 
 def requirement_list(value: Any) -> Any:
@@ -76,10 +77,9 @@ def requirement_list(value: Any) -> Any:
     out: list[str] = []
     for name, spec in value.items():
         if not isinstance(spec, str):
-            raise custom_error("wrong type: expected a quoted version specifier",
-                               'e.g. torch = ">=2.9", six = "1.16.0", numpy = "*"', (name,),
-                               value=spec)
-        parsed = _parse(spec, (name,))
+            raise custom_error("wrong type: expected a quoted version specifier", REQ_FORM,
+                               (name,), value=spec)
+        parsed = _parse(spec, (name,), REQ_FORM)
         out.append(f"{name}{parsed}" if str(parsed) else name)
     return out
 
