@@ -136,7 +136,7 @@ def _path_first(path: Sequence[str]) -> str:
     conda) would otherwise shadow the job's environment."""
     if not path:
         return ""
-    return f"export PATH={':'.join(shlex.quote(p) for p in path)}:\"$PATH\"\n"
+    return f"export PATH={':'.join(shlex.quote(p) for p in path)}:\"$PATH\"; "
 
 
 def _watchdogs(spec: JobSpec, walltime: bool, retire: bool) -> list[str]:

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from mainboard.board import Board
+from mainboard.cli.columns import columns, read_columns
 from mainboard.config import load_config
-from mainboard.hosts.compute import AGENT_KEYS, ComputeRow, agent_lines, list_compute, read_agent
+from mainboard.hosts.compute import AGENT_KEYS, ComputeRow, list_compute
 from mainboard.hosts.facts import probe_facts
 from tests.boards import ssh_host, write_config
 from tests.services import SshServer, free_port, start_sshd
@@ -212,10 +213,10 @@ def test_cli_outputs_agree_and_never_show_the_key(fleet: Path, rows: dict[str, C
     starts = [lines[0].index(key) for key in AGENT_KEYS]  # aligned: every column starts there
     for line in lines[1:]:
         assert all(line[at - 2:at] == "  " and line[at] != " " for at in starts[1:]), line
-    for got, row in zip(read_agent(lines), listed, strict=True):
+    for got, row in zip(read_columns(lines), listed, strict=True):
         assert got == {key: None if row[key] is None else " ".join(str(row[key]).split())
                        for key in AGENT_KEYS}
-    assert agent_lines([ComputeRow.model_validate(r) for r in listed]) == lines
+    assert columns(AGENT_KEYS, [ComputeRow.model_validate(r).model_dump() for r in listed]) == lines
     for name, row in rows.items():
         assert name in human.stdout and row.access in human.stdout
     assert "CREDENTIALS" in human.stdout and "missing (set $MB_TEST_RUNPOD_KEY)" in human.stdout

@@ -438,8 +438,9 @@ def test_simulated_compute_quotes_cheapest_fitting_offer_and_credit(
         sim: SimulatedProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`mainboard compute` asks the provider's API (here the simulation): the cheapest offer
     that fits each provider host, the account's credit, and never shows the key."""
+    from mainboard.cli.columns import read_columns
     from mainboard.config import load_config
-    from mainboard.hosts.compute import list_compute, quote, read_agent
+    from mainboard.hosts.compute import list_compute, quote
     from tests.boards import write_config
     from tests.workspace import run_cli, toml_tables
 
@@ -467,7 +468,7 @@ def test_simulated_compute_quotes_cheapest_fitting_offer_and_credit(
     assert quote(load_config(config), "sim", gpu="SIM RTX 4090", max_usd_hr=0.5).offer.id == "9001"
     agent = run_cli(config, "compute", "--agent", env={KEY_ENV: sim.api_key})
     assert agent.returncode == 0 and sim.api_key not in agent.stdout + agent.stderr
-    listed = {r["name"]: r for r in read_agent(agent.stdout.splitlines())}
+    listed = {r["name"]: r for r in read_columns(agent.stdout.splitlines())}
     assert (listed["sim"]["usd_hr"], listed["sim"]["kind"]) == ("0.4", "simulated")
     assert float(listed["sim"]["credit_usd"] or 0) == pytest.approx(sim.credit(), abs=0.01)
     monkeypatch.delenv(KEY_ENV)

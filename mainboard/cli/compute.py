@@ -59,7 +59,8 @@ def compute(ctx: click.Context, as_json: bool, agent: bool, timeout: float) -> N
     listing ends within about --timeout seconds, a silent host being one row.
     """
     # Imported late: `mainboard --help` stays fast and never needs paramiko.
-    from mainboard.hosts.compute import agent_lines, list_compute
+    from mainboard.cli.columns import columns
+    from mainboard.hosts.compute import AGENT_KEYS, list_compute
 
     if as_json and agent:
         raise click.UsageError("--json and --agent are alternatives; give one")
@@ -68,7 +69,7 @@ def compute(ctx: click.Context, as_json: bool, agent: bool, timeout: float) -> N
     if as_json:
         click.echo(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
     elif agent:
-        for line in agent_lines(rows):
+        for line in columns(AGENT_KEYS, [row.model_dump() for row in rows]):
             click.echo(line)
     else:
         console = Console()

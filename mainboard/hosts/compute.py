@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shlex
 import shutil
 import time
@@ -248,10 +247,10 @@ def quote(config: Config, name: str, *, gpu: str | None = None,
 
 
 def offer_text(offer: Offer | None) -> str:
-    """``cheapest 1x SIM RTX 4090 (24 GB) offer 9001``, or nothing."""
+    """``cheapest 1x SIM RTX 4090 (25 GB) offer 9001``, or nothing."""
     if offer is None:
         return ""
-    return f"cheapest {offer.gpu_count}x {offer.gpu} ({offer.vram_gb:g} GB) offer {offer.id}"
+    return f"cheapest {offer.gpu_count}x {offer.gpu} ({offer.vram_gb:.0f} GB) offer {offer.id}"
 
 
 def list_compute(config: Config, timeout: float = 5.0) -> list[ComputeRow]:
@@ -289,7 +288,7 @@ def list_compute(config: Config, timeout: float = 5.0) -> list[ComputeRow]:
     for name, host in hosts.items():
         text, probed_at = _hardware(config, name, host)
         found = priced.get(("host", name))
-        if found is not None and (found.offer or found.error):
+        if found is not None and states[name].access == "ready" and (found.offer or found.error):
             text = f"{text}; {offer_text(found.offer) or found.error}"
         rows.append(ComputeRow(name=name, type="host", kind=host.kind, access=states[name].access,
                                reason=states[name].reason, summary=text, probed_at=probed_at,
@@ -325,31 +324,4 @@ def _priced(future: Future[Quote], provider: str, timeout: float) -> Quote:
     return Quote(provider, error=_short(error)) if error else future.result()
 
 
-AGENT_KEYS = ("name", "kind", "access", "detail", "usd_hr", "credit_usd")
-AGENT_GAP = "  "  # columns are split on two or more spaces; no value holds two in a row
-
-
-def _cell(value: object) -> str:
-    """One column value: ``-`` when empty, numbers plain, whitespace runs made single."""
-    if value is None or value == "":
-        return "-"
-    if isinstance(value, float):
-        return format(round(value, 4), "g")
-    return " ".join(str(value).split()) or "-"
-
-
-def agent_lines(rows: list[ComputeRow]) -> list[str]:
-    """A header line and one aligned line per row (columns ``AGENT_KEYS``); split each line
-    on two or more spaces to read it back (``read_agent``)."""
-    table = [list(AGENT_KEYS)] + [[_cell(getattr(row, key)) for key in AGENT_KEYS]
-                                  for row in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(AGENT_KEYS))]
-    return [AGENT_GAP.join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)
-                           ).rstrip() for line in table]
-
-
-def read_agent(lines: list[str]) -> list[dict[str, str | None]]:
-    """Rows back from ``agent_lines`` output (``-`` read as None)."""
-    header = re.split(r"\s{2,}", lines[0].strip())
-    return [{key: (None if cell == "-" else cell) for key, cell in
-             zip(header, re.split(r"\s{2,}", line.strip()), strict=True)} for line in lines[1:]]
+AGENT_KEYS = ("name", "kind", "access", "detail", "usd_hr", "credit_usd")  # `compute --agent`
