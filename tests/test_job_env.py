@@ -125,7 +125,14 @@ def test_unmet_pin_refuses_submit_in_one_line_and_compute_says_so(
         r'">=99"; set `python = \.\.\.` \(or `modules`\) for hosts\.edge, or change \[deps\] '
         f"in {re.escape(str(config))}", error[0]), error
     version = error[0].split()[4]
-    assert not (tmp_path / "started").exists() and not (root / ".mainboard").exists()
+    fleet = tmp_path / "fleet.toml"  # a batch: the target's jobs are refused, none sent
+    fleet.write_text(f'[[jobs]]\ntarget = "edge"\ncommand = "touch {tmp_path}/started"\n')
+    with Board(config) as board:
+        view = run_batch(board, fleet)
+    (failed,) = view.failed.values()
+    assert failed.outcome == "refused" and 'does not satisfy [deps] python = ">=99"' in \
+        failed.reason and not view.dispatched
+    assert not (tmp_path / "started").exists() and not (root / ".mainboard" / "jobs").exists()
     assert not (tmp_path / ".mainboard" / "jobs").exists()
     root.mkdir()
     listed = invoke(config, "compute", "--json")

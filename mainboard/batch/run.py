@@ -193,26 +193,26 @@ class _Dispatcher:
                                         outcome=outcome, reason=reason))
 
     def target(self, target: str, jobs: list[BatchJob]) -> None:
-        """Mirror the workspace to ``target`` and prepare its environment (pins, deps) once,
+        """Prepare ``target``'s environment (pins, deps) and mirror the workspace to it once,
         then submit its jobs in fleet order."""
         from mainboard.hosts.mirror import Mirror
-        from mainboard.jobs.environment import JobEnvironment, prepare_environment
+        from mainboard.jobs.environment import JobEnvironment, declared, prepare_environment
         from mainboard.jobs.job import bridge_of, submit
 
         handle = self.board.on(target)
         down: tuple[str, str] | None = None
         environment: JobEnvironment | None = None
         synced = handle.config.kind != "provider"  # a rental is mirrored by its submit
-        if synced:
+        try:  # first: a host missing a [deps] pin gets nothing, not even the mirror
+            if declared(self.board.config):
+                environment = prepare_environment(handle, bridge_of(handle))
+        except (MainboardError, OSError) as exc:
+            down = (failure_outcome(exc), _reason(exc))
+        if synced and down is None:
             try:
                 Mirror.of(handle).sync()
             except (MainboardError, OSError) as exc:
                 down = (failure_outcome(exc), f"mirroring the workspace failed: {_reason(exc)}")
-        if down is None:
-            try:
-                environment = prepare_environment(handle, bridge_of(handle))
-            except (MainboardError, OSError) as exc:
-                down = (failure_outcome(exc), _reason(exc))
         for job in jobs:
             if down is not None:
                 self.fail(job, *down)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from mainboard.bridges.pins import require_pins
 from mainboard.bridges.provision import provision_host
+from mainboard.config import Config
+from mainboard.config.pins import pins
 
 if TYPE_CHECKING:
     from mainboard.bridges.base import Bridge
@@ -39,6 +41,11 @@ class JobEnvironment:
             return {}
         return {"path": [posixpath.join(self.env_dir, "bin"), *path],
                 "env": {"VIRTUAL_ENV": self.env_dir, **env}}
+
+
+def declared(config: Config) -> bool:
+    """Whether jobs need anything prepared: a [deps] pin or [python.deps]."""
+    return bool(pins(config.deps) or config.python.deps)
 
 
 def prepare_environment(handle: Host, bridge: Bridge) -> JobEnvironment:
