@@ -109,16 +109,34 @@ class JobPaths:
         return self._file("cancelled")
 
 
+def module_block(modules: Sequence[str]) -> str:
+    """Bash text that finds the ``module`` command (sourcing the usual init files) and loads
+    each module, quoted; ``set -u`` is lifted around it because init files trip on it."""
+    return _MODULES.format(inits=" ".join(_MODULE_INITS),
+                           loads="\n".join(f"module load {shlex.quote(m)}" for m in modules))
+
+
 def _runner(spec: JobSpec, container: ContainerConfig | None, workdir: str, root: str,
             env_names: Sequence[str]) -> str:
     """The command line that runs the job's command (bash outside, sh inside a container)."""
-    prefix = container_prefix(container, [root], workdir=workdir, env_names=env_names) \
+    names = [*env_names, "PATH"] if spec.path else list(env_names)  # podman: the env's bin
+    prefix = container_prefix(container, [root], workdir=workdir, env_names=names) \
         if container else []
     if isinstance(spec.command, list):
         argv = [*prefix, *spec.command]
     else:
-        argv = [*prefix, "/bin/sh" if container else "/bin/bash", "-c", spec.command]
+        argv = [*prefix, "/bin/sh" if container else "/bin/bash", "-c",
+                _path_first(spec.path) + spec.command]
     return shlex.join(argv)
+
+
+def _path_first(path: Sequence[str]) -> str:
+    """``spec.path`` put in front again inside ``bash -c``: bash started under sshd reads
+    ~/.bashrc even when not interactive, and an rc that prepends its own PATH (pyenv,
+    conda) would otherwise shadow the job's environment."""
+    if not path:
+        return ""
+    return f"export PATH={':'.join(shlex.quote(p) for p in path)}:\"$PATH\"; "
 
 
 def _watchdogs(spec: JobSpec, walltime: bool, retire: bool) -> list[str]:
@@ -148,8 +166,7 @@ def render(spec: JobSpec, paths: JobPaths, *, headers: Sequence[str], workdir: s
              "# mainboard job script, rendered by mainboard.bridges; edits are not kept.",
              _PROLOGUE.format(job_dir=q(paths.job_dir), signals=" ".join(_FORWARDED))]
     if modules:
-        parts.append(_MODULES.format(inits=" ".join(_MODULE_INITS),
-                                     loads="\n".join(f"module load {q(m)}" for m in modules)))
+        parts.append(module_block(modules))
     parts += [f"export {name}={value}" for name, value in exports.items()]
     if spec.path:
         parts.append(f"export PATH={':'.join(q(p) for p in spec.path)}:\"$PATH\"")

@@ -21,18 +21,21 @@ import json
 import posixpath
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mainboard.config import Config, ContainerConfig, HostConfig
 from mainboard.errors import CommandFailed, ConfigError, HostError, UserError
+from mainboard.receipts import EnvProvisioned, Receipts
 
 from .project import Project, local_project
 from .transport import StreamSink, Transport
 
 PROVISION_TIMEOUT_S = 1800.0
+ENVS_FILE = "envs.ndjson"
 _DRIVER = Path(__file__).with_name("provision_driver.py")
 _TAG = "mb-provision:"
 # PEP 508 name, optional [extras], then nothing or a version/marker/URL part.
@@ -191,17 +194,21 @@ class _Driver:
 def provision(transport: Transport, *, root: str, python: str = "python3",
               deps: Sequence[str] = (), project: Project | None = None,
               env: Mapping[str, str] | None = None, container: ContainerConfig | None = None,
-              stream: bool | StreamSink = False) -> ProvisionedEnv:
+              stream: bool | StreamSink = False,
+              requires: Callable[[str], None] | None = None) -> ProvisionedEnv:
     """Make sure the environment for (deps, project, python[, image]) exists under ``root``.
 
     One round trip when it does. Otherwise the project's wheel is uploaded and the host
     builds the env under a lock (a concurrent caller with the same set waits, then reuses
     it). ``env`` (the host's ``env`` table) reaches every command there, e.g.
-    ``UV_INDEX_URL`` for a private index or ``UV_CACHE_DIR``.
+    ``UV_INDEX_URL`` for a private index or ``UV_CACHE_DIR``. ``requires`` sees the base
+    python's version before anything is installed and may refuse it (a ``[deps]`` pin).
     """
     manifest = build_manifest(deps, project, container)
     driver = _Driver(transport, root, python, env or {}, container)
     found = driver("check", manifest)
+    if requires is not None:
+        requires(str(found["python_version"]))
     if not found["ready"]:
         upload = None
         wheel = project.wheel() if project is not None else None
@@ -224,19 +231,35 @@ def _default_root(config: Config, host: HostConfig) -> str:
     return str(config.root / Path(host.root).expanduser()) if host.root else str(config.root)
 
 
+def env_receipts(state_dir: Path) -> Receipts:
+    """``.mainboard/envs.ndjson``: one ``env.provisioned`` line per environment built."""
+    return Receipts(Path(state_dir) / ENVS_FILE)
+
+
 def provision_host(config: Config, name: str, transport: Transport, *, root: str | None = None,
                    stream: bool | StreamSink = False, project: Project | None = None,
-                   with_project: bool = True) -> ProvisionedEnv:
+                   with_project: bool = True, purpose: str = "worker") -> ProvisionedEnv:
     """Provision host ``name`` of ``config``: its python, root, env and container, the
     workspace's ``[python.deps]`` and mainboard itself (``project``, default: this source
-    tree's snapshot; ``with_project=False`` leaves it out)."""
+    tree's snapshot; ``with_project=False`` leaves it out). A ``[deps]`` python pin is
+    checked against the base python before anything is installed; a build is timed into
+    ``env_receipts`` (``purpose``: job or worker)."""
+    from mainboard.bridges.pins import require_env_python
+
     host = config.host(name)
     source = str(config.path or "mainboard.toml")
     deps = check_deps(config.python.deps, file=source, key="python.deps")
     container_name = getattr(host, "container", None)
     container = config.containers[container_name] if container_name else None
-    return provision(transport, root=root or _default_root(config, host),
-                     python=getattr(host, "python", "python3"), deps=deps,
-                     project=(project or local_project(config.state_dir)) if with_project
-                     else None,
-                     env=host.env, container=container, stream=stream)
+    started = time.monotonic()
+    built = provision(transport, root=root or _default_root(config, host),
+                      python=getattr(host, "python", "python3"), deps=deps,
+                      project=(project or local_project(config.state_dir)) if with_project
+                      else None, env=host.env, container=container, stream=stream,
+                      requires=lambda version: require_env_python(config, name, version))
+    if built.installed:
+        env_receipts(config.state_dir).append(EnvProvisioned(
+            host=name, kind=host.kind, key=built.key, seconds=time.monotonic() - started,
+            actions=list(built.actions), python_version=built.python_version,
+            purpose=purpose))
+    return built

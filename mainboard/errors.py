@@ -116,6 +116,10 @@ class MissingDependency(UserError):
     """A program mainboard needs is not installed: the message says how to install it."""
 
 
+class PinNotMet(UserError):
+    """A host's python or tool does not satisfy a ``[deps]`` pin: refused before submitting."""
+
+
 class FactsError(MainboardError):
     """The hardware probe failed or returned data that does not match the facts schema."""
 

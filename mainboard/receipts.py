@@ -151,6 +151,7 @@ class JobSubmitted(Payload):
     # unix [start, end] of the steps before the job existed: "sync" (mirror and data),
     # "submit" (the bridge's submit); `mainboard jobs trace` draws them
     phases: dict[str, list[float]] = Field(default_factory=dict)
+    env_key: str | None = None  # the provisioned environment it ran in (None: none declared)
 
 
 class JobStateChanged(Payload):
@@ -470,3 +471,18 @@ class RunStopped(Payload):
 
 for _model in (BatchResent, RunPaused, RunStopped):
     register(_model)
+
+
+@register
+class EnvProvisioned(Payload):
+    """An environment was built on a host (``.mainboard/envs.ndjson``); its wall time is the
+    setup cost estimates learn (a reused environment writes nothing)."""
+
+    topic: ClassVar[str] = "env.provisioned"
+    host: str
+    kind: str
+    key: str
+    seconds: float
+    actions: list[str]
+    python_version: str
+    purpose: str  # "job" or "worker"

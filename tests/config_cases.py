@@ -10,7 +10,7 @@ from mainboard.errors import ConfigError, ExpressionError
 UNSET = "MB_TEST_SURELY_UNSET_VARIABLE"
 EXPR_HINT = "names attempt, walltime_s, num_cpus; functions min(), max(), ceil(), floor()"
 KINDS = "local, ssh, slurm, pbs, provider"
-SSH_KEYS = "host (required), root (default: '~/mainboard')"
+PROVIDER_KEYS = "provider (required), root (default: '~/mainboard')"
 HOST_NAME = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 ADDRESS = "a host name or IP address: letters, digits, '.', '-', ':'"
 USER = "a user name: letters, digits, '.', '_', '-', '@', not starting with '-'"
@@ -165,8 +165,26 @@ BAD: dict[str, Bad] = {
                                 "hosts.c.queues.q.mem-ceiling-gb", "greater than 0", 5),
     "bad-runtime": Bad(toml("[containers.x]", 'image = "x.sif"', 'runtime = "docker"'),
                        "containers.x.runtime", "'apptainer', 'singularity' or 'podman'", 3),
-    "missing-required-host-field": Bad(toml("[hosts.box]", 'kind = "ssh"', "port = 2222"),
-                                       "hosts.box.host", SSH_KEYS, 1),
+    "missing-required-host-field": Bad(toml("[hosts.g]", 'kind = "provider"', "gpu = \"H100\""),
+                                       "hosts.g.provider", PROVIDER_KEYS, 1),
+    # [deps] pins, [python.deps] and modules as tables (issue 14)
+    "python-pin-not-a-specifier": Bad(toml("[deps]", 'python = "three"'), "deps.python",
+                                      "a version specifier such as", 2),
+    "tool-pin-malformed": Bad(toml("[deps]", 'singularity = ">=4..2"'), "deps.singularity",
+                              "a version specifier such as", 2),
+    "tool-pin-not-a-string": Bad(toml("[deps]", "singularity = 4"), "deps.singularity",
+                                 "a version specifier such as", 2),
+    "tool-name-hostile": Bad(toml("[deps]", '"x; touch y" = ">=1"'), 'deps."x; touch y"',
+                             "letters, digits", 2),
+    "python-deps-table-bad-spec": Bad(toml("[python.deps]", 'six = "1.16.0"',
+                                           'torch = "=>2.9"'), "python.deps.torch",
+                                      'torch = ">=2.9"', 3),
+    "python-deps-table-number": Bad(toml("[python.deps]", "torch = 2.9"), "python.deps.torch",
+                                    'torch = ">=2.9"', 2),
+    "modules-table-number": Bad(toml(*SLURM, "modules = { singularity = 4.2 }"),
+                                "hosts.c.modules.singularity", '"4.2.1"', 3),
+    "modules-option-like": Bad(toml(*SLURM, 'modules = ["-f x"]'), "hosts.c.modules.0",
+                               'not starting with "-"', 3),
     "slurm-ssh-login-without-host": Bad(toml(*SLURM, 'login = "ssh"'), "hosts.c.host",
                                         'login = "local"', 1),
     # host means "submit through that login node": an explicit local login beside it is refused

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mainboard.bridges.providers.simulated import cleanup_all
+from mainboard.bridges.providers.simulated import balance_of, cleanup_all
 from tests.services import free_port, require, unavailable, wait_port
 
 
@@ -48,6 +48,11 @@ class SimulatedProviderServer:
         """The simulation's record of a rental's namespace, veth and sshd pid."""
         state = json.loads((self.state / "state.json").read_text())
         return state["rentals"][str(rental_id)]["sandbox"]
+
+    def credit(self) -> float:
+        """The simulation's own books: starting credit minus what its rentals cost so far
+        (what its vast-shaped ``GET /api/v0/users/current`` answers as ``credit``)."""
+        return balance_of(json.loads((self.state / "state.json").read_text()))
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")

@@ -121,7 +121,9 @@ def test_hostile_name_command_env_path_and_root_stay_single_words(kind: str) -> 
         f"_mb_dir={ROOT}/.mainboard/jobs/{UID}"
     assert shlex.split(line_with(script, "cd -- ")) == ["cd", "--", f"{ROOT}/sub/{HOSTILE}"]
     runner = shlex.split(line_with(script, "/bin/bash -c "))
-    assert runner == ["/bin/bash", "-c", HOSTILE, "<", "/dev/null", "&"]
+    # the path goes first again inside bash -c (an rc file read under sshd may reorder PATH)
+    first = f"export PATH={shlex.quote(f'/opt/{HOSTILE}/bin')}:\"$PATH\"; "
+    assert runner == ["/bin/bash", "-c", first + HOSTILE, "<", "/dev/null", "&"]
     path_line = line_with(script, "export PATH=")
     assert path_line.endswith(':"$PATH"')
     assert shlex.split(path_line.removesuffix(':"$PATH"'))[1] == f"PATH=/opt/{HOSTILE}/bin"

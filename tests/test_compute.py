@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from mainboard.board import Board
+from mainboard.cli.columns import columns, read_columns
 from mainboard.config import load_config
-from mainboard.hosts.compute import AGENT_KEYS, ComputeRow, agent_lines, list_compute
+from mainboard.hosts.compute import AGENT_KEYS, ComputeRow, list_compute
 from mainboard.hosts.facts import probe_facts
 from tests.boards import ssh_host, write_config
 from tests.services import SshServer, free_port, start_sshd
@@ -58,7 +59,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer) -> I
         "pb": {"kind": "pbs"},
         "rent": {"kind": "provider", "provider": "vast", "gpu": "H100", "max-usd-hr": 3.5},
     }, extra=toml_tables({
-        "providers.vast": {"kind": "vast", "api-key-env": "MB_TEST_VAST_KEY"},
+        # a closed loopback port: the key is never sent off this machine, the API is "down"
+        "providers.vast": {"kind": "vast", "api-key-env": "MB_TEST_VAST_KEY",
+                           "api-url": f"http://127.0.0.1:{free_port()}"},
         "providers.runpod": {"kind": "runpod", "api-key-env": "MB_TEST_RUNPOD_KEY"}}))
     with Board(config) as board:
         probe_facts(board, "good")  # cached facts give the good host a hardware summary
@@ -102,6 +105,8 @@ def test_every_row(rows: dict[str, ComputeRow], fleet: Path) -> None:
     assert rows["local"].summary == "no facts yet (run mainboard facts --on local)"
     assert rows[HOSTILE].summary.endswith(f"--on {shlex.quote(HOSTILE)})")
     assert "H100" in rows["rent"].summary and "$3.5/h" in rows["rent"].summary
+    assert "cannot reach http://127.0.0.1" in rows["vast"].detail  # one row, not a failure
+    assert (rows["vast"].usd_hr, rows["vast"].credit_usd) == (None, None)
     assert all(SECRET not in row.model_dump_json() for row in rows.values())
 
 
@@ -179,15 +184,19 @@ def _watch(listener: socket.socket, count: int, open_at_first_close: list[int]) 
 
 
 def test_silent_host_is_one_unreachable_row(tmp_path: Path, sshd_server: SshServer) -> None:
-    """A port that accepts TCP but never sends an ssh banner: the short timeout wins."""
+    """A port that accepts TCP but never sends an ssh banner, beside a live host: the short
+    timeout wins for the dead one, and the listing still returns both rows."""
+    known = sshd_server.known_hosts(tmp_path / "kh")
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
-        config = write_config(tmp_path, {"silent": ssh_host(
-            sshd_server, sshd_server.known_hosts(tmp_path / "kh"), port=silent.getsockname()[1],
-            connect_timeout=60.0)})
-        rows = list_compute(load_config(config), timeout=1.0)
-    assert [(r.name, r.access) for r in rows] == [("local", "here"), ("silent", "unreachable")]
+        config = write_config(tmp_path, {
+            "silent": ssh_host(sshd_server, known, port=silent.getsockname()[1],
+                               connect_timeout=60.0),
+            "live": ssh_host(sshd_server, known, root=str(tmp_path))})
+        rows = list_compute(load_config(config), timeout=3.0)  # the live one, on a busy box
+    assert [(r.name, r.access) for r in rows] == [("local", "here"), ("silent", "unreachable"),
+                                                  ("live", "ready")]
 
 
 def test_cli_outputs_agree_and_never_show_the_key(fleet: Path, rows: dict[str, ComputeRow]) -> None:
@@ -200,12 +209,14 @@ def test_cli_outputs_agree_and_never_show_the_key(fleet: Path, rows: dict[str, C
     listed = json.loads(as_json.stdout)
     assert [(r["name"], r["access"]) for r in listed] == [(r.name, r.access) for r in rows.values()]
     lines = agent.stdout.splitlines()
-    assert len(lines) == len(rows)
-    for line, row in zip(lines, listed, strict=True):
-        pairs = [word.split("=", 1) for word in shlex.split(line)]
-        assert [key for key, _ in pairs] == list(AGENT_KEYS)
-        assert dict(pairs) == {key: str(row[key] or "") for key in AGENT_KEYS}
-    assert agent_lines([ComputeRow.model_validate(r) for r in listed]) == lines
+    assert len(lines) == len(rows) + 1 and lines[0].split() == list(AGENT_KEYS)
+    starts = [lines[0].index(key) for key in AGENT_KEYS]  # aligned: every column starts there
+    for line in lines[1:]:
+        assert all(line[at - 2:at] == "  " and line[at] != " " for at in starts[1:]), line
+    for got, row in zip(read_columns(lines), listed, strict=True):
+        assert got == {key: None if row[key] is None else " ".join(str(row[key]).split())
+                       for key in AGENT_KEYS}
+    assert columns(AGENT_KEYS, [ComputeRow.model_validate(r).model_dump() for r in listed]) == lines
     for name, row in rows.items():
         assert name in human.stdout and row.access in human.stdout
     assert "CREDENTIALS" in human.stdout and "missing (set $MB_TEST_RUNPOD_KEY)" in human.stdout

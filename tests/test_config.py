@@ -431,3 +431,64 @@ def test_every_key_the_issue_names_is_accepted_for_its_kind(tmp_path: Path) -> N
     assert isinstance(g, ProviderHost)
     assert (g.provider, g.gpu, g.max_usd_hr) == ("vast", "H100", 2.5)
     assert g.job_defaults() == {"walltime": 7200}  # [hosts.defaults.defaults] reach every kind
+
+
+ISSUE_EXAMPLE = '''\
+[deps]
+python = ">=3.11"
+
+[python.deps]
+torch = ">=2.9"
+
+[containers.ngc]
+image = "nvcr.io/nvidia/pytorch:25.06-py3"   # fixed off-the-shelf image, never rebuilt
+
+[hosts.gold]
+kind = "ssh"
+root = "/home/pedro/projects"
+
+[hosts.miyabi-g]
+kind = "pbs"
+container = "ngc"
+account = "xg25g007"
+modules = { singularity = "4.2.1" }
+
+[hosts.miyabi-g.queues.short-g]
+max-walltime = "07:59:59"
+mem-ceiling-gb = 100
+
+[hosts.miyabi-g.defaults]
+queue = "debug-g"
+mem-gb = "min(100, attempt * 50)"
+'''
+
+
+def test_the_product_pages_example_loads_as_written(tmp_path: Path) -> None:
+    """Issue 14's file, verbatim: [python.deps] as a table, modules as a table, an ssh host
+    whose address is its name (as `ssh gold` would read it)."""
+    path = tmp_path / "mainboard.toml"
+    path.write_text(ISSUE_EXAMPLE)
+    config = load_config(path)
+    assert config.deps == {"python": ">=3.11"} and config.python.deps == ["torch>=2.9"]
+    gold, miyabi = config.host("gold"), config.host("miyabi-g")
+    assert isinstance(gold, SshHost) and gold.host == "gold" and gold.root == "/home/pedro/projects"
+    assert gold.ssh_params().host == "gold"
+    assert isinstance(miyabi, PbsHost)
+    assert (miyabi.container, miyabi.account, miyabi.modules) == ("ngc", "xg25g007",
+                                                                  ["singularity/4.2.1"])
+    assert miyabi.queues["short-g"].max_walltime == 8 * 3600 - 1
+    assert miyabi.job_defaults(attempt=3) == {"mem_gb": 100.0, "queue": "debug-g"}
+
+
+def test_python_deps_table_and_array_are_one_requirement_set() -> None:
+    """Both spellings give the same requirements, so the same environment key."""
+    from mainboard.bridges.provision import build_manifest, check_deps
+
+    table = loads_config('[python.deps]\nsix = "1.16.0"\nnumpy = ">=1.26,<3"\nrich = "*"\n'
+                         '"pkg[extra]" = ""\nscipy = "1.11.*"\n')
+    array = loads_config('[python]\ndeps = ["scipy==1.11.*", "rich", "numpy<3,>=1.26", '
+                         '"six==1.16.0", "pkg[extra]"]\n')
+    assert table.python.deps == ["six==1.16.0", "numpy<3,>=1.26", "rich", "pkg[extra]",
+                                 "scipy==1.11.*"]
+    assert build_manifest(check_deps(table.python.deps), None) == \
+        build_manifest(check_deps(array.python.deps), None)

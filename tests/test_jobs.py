@@ -321,7 +321,7 @@ def test_cli_modules_import_nothing_heavy_at_top_level() -> None:
 
     import mainboard.cli as package
 
-    light = {"__future__", "json", "shlex", "datetime", "collections.abc", "contextlib",
+    light = {"__future__", "json", "shlex", "datetime", "collections.abc", "contextlib", "pathlib",
              "typing", "click"}
     # cli/common.py (what every verb repeats) may be imported at the top: it is light too.
     for verb in ("common", "submit", "jobs", "monitor", "batch"):

@@ -432,3 +432,46 @@ def test_should_destroy_idle_broken_and_fresh_rentals() -> None:
     assert not should_destroy(rental("destroyed"), 0.0, 600, now=1700.0)
     with pytest.raises(UserError, match="idle_timeout must be a positive number"):
         should_destroy(rental("running"), None, 0)
+
+
+def test_simulated_compute_quotes_cheapest_fitting_offer_and_credit(
+        sim: SimulatedProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mainboard compute` asks the provider's API (here the simulation): the cheapest offer
+    that fits each provider host, the account's credit, and never shows the key."""
+    from mainboard.cli.columns import read_columns
+    from mainboard.config import load_config
+    from mainboard.hosts.compute import list_compute, quote
+    from tests.boards import write_config
+    from tests.workspace import run_cli, toml_tables
+
+    monkeypatch.setenv(KEY_ENV, sim.api_key)
+    config = write_config(tmp_path, {
+        "a100": {"kind": "provider", "provider": "sim", "gpu": "SIM A100 80GB"},
+        "cheap-h100": {"kind": "provider", "provider": "sim", "gpu": "SIM H100 SXM",
+                       "max-usd-hr": 1.0}},
+        extra=toml_tables({"providers.sim": {"kind": "simulated", "api-url": sim.url,
+                                             "api-key-env": KEY_ENV},
+                           "providers.down": {"kind": "simulated",
+                                              "api-url": f"http://127.0.0.1:{free_port()}",
+                                              "api-key-env": KEY_ENV}}))
+    rows = {row.name: row for row in list_compute(load_config(config), timeout=5.0)}
+    assert (rows["sim"].access, rows["sim"].usd_hr) == ("keyed", 0.40)  # SIM RTX 4090, 9001
+    assert rows["sim"].credit_usd == pytest.approx(sim.credit(), abs=0.01)
+    assert "offer 9001" in rows["sim"].detail
+    assert (rows["a100"].access, rows["a100"].usd_hr) == ("ready", 1.60)
+    assert rows["a100"].credit_usd is None and "offer 9003" in rows["a100"].detail
+    assert rows["cheap-h100"].usd_hr is None and "no offer for gpu=SIM H100 SXM" in \
+        rows["cheap-h100"].detail and "2.9000 USD/hr" in rows["cheap-h100"].detail
+    down = rows["down"]
+    assert (down.access, down.usd_hr, down.credit_usd) == ("keyed", None, None)
+    assert "cannot reach" in down.detail
+    assert quote(load_config(config), "sim", gpu="SIM RTX 4090", max_usd_hr=0.5).offer.id == "9001"
+    agent = run_cli(config, "compute", "--agent", env={KEY_ENV: sim.api_key})
+    assert agent.returncode == 0 and sim.api_key not in agent.stdout + agent.stderr
+    listed = {r["name"]: r for r in read_columns(agent.stdout.splitlines())}
+    assert (listed["sim"]["usd_hr"], listed["sim"]["kind"]) == ("0.4", "simulated")
+    assert float(listed["sim"]["credit_usd"] or 0) == pytest.approx(sim.credit(), abs=0.01)
+    monkeypatch.delenv(KEY_ENV)
+    rows = {row.name: row for row in list_compute(load_config(config), timeout=5.0)}
+    assert (rows["sim"].access, rows["sim"].usd_hr, rows["sim"].credit_usd) == \
+        ("missing", None, None)

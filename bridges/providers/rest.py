@@ -99,6 +99,7 @@ class RestProvider(ProviderAdapter):
         self.api_url = check_api_url(api_url or VAST_URL, name)
         self.api_key_env = api_key_env
         self.image, self.region, self.timeout = image, region, timeout
+        self.attempts = 3  # for GET/DELETE (idempotent); a quick listing asks once
         self._env = env if env is not None else os.environ
 
     def __repr__(self) -> str:
@@ -125,7 +126,7 @@ class RestProvider(ProviderAdapter):
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = None if body is None else json.dumps(body).encode()
-        attempts = 3 if method in ("GET", "DELETE") else 1
+        attempts = self.attempts if method in ("GET", "DELETE") else 1
         for attempt in range(1, attempts + 1):
             request = urllib.request.Request(url, data=data, method=method, headers={
                 "Authorization": f"Bearer {self._key()}", "Accept": "application/json",

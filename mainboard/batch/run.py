@@ -193,14 +193,22 @@ class _Dispatcher:
                                         outcome=outcome, reason=reason))
 
     def target(self, target: str, jobs: list[BatchJob]) -> None:
-        """Mirror the workspace to ``target`` once, then submit its jobs in fleet order."""
+        """Prepare ``target``'s environment (pins, deps) and mirror the workspace to it once,
+        then submit its jobs in fleet order."""
         from mainboard.hosts.mirror import Mirror
-        from mainboard.jobs.job import submit
+        from mainboard.jobs.environment import JobEnvironment, declared, prepare_environment
+        from mainboard.jobs.job import bridge_of, submit
 
         handle = self.board.on(target)
         down: tuple[str, str] | None = None
+        environment: JobEnvironment | None = None
         synced = handle.config.kind != "provider"  # a rental is mirrored by its submit
-        if synced:
+        try:  # first: a host missing a [deps] pin gets nothing, not even the mirror
+            if declared(self.board.config):
+                environment = prepare_environment(handle, bridge_of(handle))
+        except (MainboardError, OSError) as exc:
+            down = (failure_outcome(exc), _reason(exc))
+        if synced and down is None:
             try:
                 Mirror.of(handle).sync()
             except (MainboardError, OSError) as exc:
@@ -213,7 +221,7 @@ class _Dispatcher:
                 spec = job_spec(job, self.batch_id)
                 command = spec.pop("command")
                 submitted = submit(self.board, target, command, data=job.data, fetch=job.fetch,
-                                   sync=not synced, **spec)
+                                   sync=not synced, environment=environment, **spec)
             except (MainboardError, OSError) as exc:
                 outcome = failure_outcome(exc)
                 self.fail(job, outcome, _reason(exc))

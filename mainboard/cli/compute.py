@@ -24,16 +24,27 @@ def _table(rows: list[ComputeRow], first: str, access: str) -> Table:
     table.add_column("KIND", no_wrap=True)
     table.add_column(access, overflow="fold", max_width=48)
     table.add_column("HARDWARE" if first == "HOST" else "WHAT", overflow="fold")
+    table.add_column("USD/H", justify="right", no_wrap=True)
+    if first != "HOST":
+        table.add_column("CREDIT USD", justify="right", no_wrap=True)
     for row in rows:
-        table.add_row(Text(row.name), Text(row.kind),
-                      Text(row.access_text, style=_STYLE.get(row.access, "red")), Text(row.summary))
+        cells = [Text(row.name), Text(row.kind),
+                 Text(row.access_text, style=_STYLE.get(row.access, "red")), Text(row.summary),
+                 Text(_money(row.usd_hr))]
+        table.add_row(*cells, *([Text(_money(row.credit_usd))] if first != "HOST" else []))
     return table
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 @click.command("compute")
 @common.json_option("Print the rows as a JSON list.")
 @click.option("--agent", is_flag=True,
-              help="One key=value line per row, fixed key order (for scripts and LLM agents).")
+              help="Plain aligned columns name, kind, access, detail, usd_hr, credit_usd "
+                   "under a header line; split on two or more spaces; - is empty "
+                   "(for scripts and LLM agents).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Seconds each host check may take (they run concurrently).")
 @click.pass_context
@@ -41,11 +52,15 @@ def compute(ctx: click.Context, as_json: bool, agent: bool, timeout: float) -> N
     """List local, every declared host and every provider with its access state.
 
     Access is here | ready | unreachable (reason) | auth-failed | not-set-up (what is
-    missing) for hosts and keyed | missing for providers (the key itself is never
-    read into the output). Hardware comes from cached facts: `mainboard facts --on NAME`.
+    missing, e.g. a [deps] pin) for hosts and keyed | missing for providers (the key
+    itself is never read into the output). Hardware comes from cached facts: `mainboard
+    facts --on NAME`. A keyed provider is asked for its cheapest fitting offer (usd_hr)
+    and the account's remaining credit (credit_usd). Everything is asked at once; the
+    listing ends within about --timeout seconds, a silent host being one row.
     """
     # Imported late: `mainboard --help` stays fast and never needs paramiko.
-    from mainboard.hosts.compute import agent_lines, list_compute
+    from mainboard.cli.columns import columns
+    from mainboard.hosts.compute import AGENT_KEYS, list_compute
 
     if as_json and agent:
         raise click.UsageError("--json and --agent are alternatives; give one")
@@ -54,7 +69,7 @@ def compute(ctx: click.Context, as_json: bool, agent: bool, timeout: float) -> N
     if as_json:
         click.echo(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
     elif agent:
-        for line in agent_lines(rows):
+        for line in columns(AGENT_KEYS, [row.model_dump() for row in rows]):
             click.echo(line)
     else:
         console = Console()

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     Field,
     field_validator,
     model_validator,
@@ -30,6 +31,7 @@ from mainboard.config.base import (
     custom_error,
 )
 from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
+from mainboard.config.pins import check_deps_table, module_list, requirement_list
 from mainboard.errors import UnknownHost
 from mainboard.redact import redact_url
 
@@ -77,9 +79,10 @@ class BrokerConfig(ConfigModel):
 
 
 class PythonConfig(ConfigModel):
-    """[python]: pip requirement strings installed in every host's environment."""
+    """[python]: requirements installed in every host's environment: an array of pip
+    requirement strings or a table ``name = "version spec"`` (read as the same list)."""
 
-    deps: list[str] = Field(default_factory=list)
+    deps: Annotated[list[str], BeforeValidator(requirement_list)] = Field(default_factory=list)
 
 
 class ContainerConfig(ConfigModel):
@@ -163,10 +166,10 @@ class _Connected(_HostBase):
 
 
 class SshHost(_Connected):
-    """kind = "ssh": a machine reached with paramiko."""
+    """kind = "ssh": a machine reached with paramiko; ``host`` left out is the table's name
+    (as ``ssh NAME`` reads it: an alias in ~/.ssh/config or a DNS name)."""
 
     kind: Literal["ssh"] = "ssh"
-    host: str = Field(min_length=1, pattern=_ADDRESS, description=_HOST)
     root: str = "~/mainboard"
 
     def ssh_params(self) -> SshParams:
@@ -180,7 +183,7 @@ class _Batch(_Connected):
 
     login: Literal["local", "ssh"] = "local"  # left out: "ssh" when host is set (below)
     account: str | None = None
-    modules: list[str] = Field(default_factory=list)
+    modules: Annotated[list[str], BeforeValidator(module_list)] = Field(default_factory=list)
     container: str | None = None
 
     @model_validator(mode="after")
@@ -299,7 +302,8 @@ class Config(ConfigModel):
     root: Path = Field(default_factory=Path.cwd)
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     broker: BrokerConfig = Field(default_factory=BrokerConfig)
-    deps: dict[str, str] = Field(default_factory=dict)
+    deps: Annotated[dict[str, str], BeforeValidator(check_deps_table)] = \
+        Field(default_factory=dict)
     python: PythonConfig = Field(default_factory=PythonConfig)
     containers: dict[str, ContainerConfig] = Field(default_factory=dict)
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
@@ -316,6 +320,8 @@ class Config(ConfigModel):
                                    _declared("hosts", self.hosts) + ", or local",
                                    ("fleet", "pools", name, "host"), value=pool.host)
         for name, host in self.hosts.items():
+            if isinstance(host, SshHost) and host.host is None:
+                host.host = name  # host names already fit the address form
             if name == "local" and host.kind != "local":
                 raise custom_error('the host name "local" is reserved for this machine',
                                    'kind = "local", or another name', ("hosts", name, "kind"),

@@ -25,6 +25,7 @@ from mainboard.bridges import bridge_for
 from mainboard.bridges.base import LOG_CHUNK
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.errors import HostError, MainboardError, WaitTimedOut
+from mainboard.jobs.environment import JobEnvironment, prepare_environment
 from mainboard.jobs.files import check_paths, fetch_back, ship_data
 from mainboard.jobs.store import JobStore, JobView
 from mainboard.receipts import JobPulled, JobSubmitted, redact_env
@@ -77,7 +78,7 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
            cpus: int | None = None, gpus: int | None = None, queue: str | None = None,
            attempt: int = 1, data: Sequence[str | os.PathLike[str]] = (),
            fetch: Sequence[str | os.PathLike[str]] = (), env: dict[str, str] | None = None,
-           sync: bool = True, **params: Any) -> Job:
+           sync: bool = True, environment: JobEnvironment | None = None, **params: Any) -> Job:
     """Submit ``cmd`` (shell text, or an argv list that is quoted for you) to ``host``.
 
     Queue policy, ``[hosts.X.defaults]`` for ``attempt`` and the ``data``/``fetch`` paths
@@ -85,6 +86,9 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
     Then the host's workspace mirror is brought up to date (only what changed travels;
     nothing when its root is the workspace), so the command finds the workspace's code
     and ``data`` in its root; ``sync=False`` skips that unless ``data`` is given.
+    Before that, the host's ``[deps]`` pins are checked and the workspace environment
+    is provisioned there (``mainboard.jobs.environment``; ``environment`` one already
+    prepared for this host, as a batch does once per target); the job runs in it.
     ``params`` are further JobSpec fields (workdir, account, extra, retire_before...).
     Env values that look secret are given to the job but never written to its receipts.
     """
@@ -99,6 +103,11 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
     bridge = bridge_of(handle)
     spec = bridge.prepare(**{k: v for k, v in asked.items() if v is not None})
     began = time.time()
+    if environment is None:
+        environment = prepare_environment(handle, bridge)
+    if environment.env_dir is not None:
+        spec = bridge.prepare(spec, **environment.spec_params(spec.path, spec.env))
+    ready = time.time()
     ship_data(handle, bridge, data_paths, sync=sync)
     shipped = time.time()
     record = bridge.submit(spec)
@@ -110,7 +119,9 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
         id=record.uid, host=record.host, kind=record.kind, job_id=record.job_id,
         name=record.name, job_dir=record.job_dir, root=bridge.root, spec=recorded,
         data=data_paths, fetch=fetch_paths, submitted_at=record.submitted_at,
-        phases={"sync": [began, shipped], "submit": [shipped, time.time()]}))
+        phases={**({"env": [began, ready]} if ready - began > 0.001 else {}),
+                "sync": [ready, shipped], "submit": [shipped, time.time()]},
+        env_key=environment.key))
     return Job(board, record.uid)
 
 

@@ -1,0 +1,42 @@
+"""The ``--agent`` output format: plain aligned columns under a header line.
+
+Made for scripts and LLM agents: one header line of lower-case keys, then one line per
+row, every column starting at the same place. Columns are separated by two or more
+spaces and no value holds two spaces in a row (whitespace runs are made single), so
+``re.split(r"\\s{2,}", line)`` reads a line back (``read_columns``). An empty value is
+``-``; numbers are plain decimals (at most 4 places).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+GAP = "  "
+EMPTY = "-"
+_SPLIT = re.compile(r"\s{2,}")
+
+
+def cell(value: object) -> str:
+    """One column value as printed."""
+    if value is None or value == "":
+        return EMPTY
+    if isinstance(value, float):
+        return format(round(value, 4), "g")
+    return " ".join(str(value).split()) or EMPTY
+
+
+def columns(keys: Sequence[str], rows: Sequence[Mapping[str, object]]) -> list[str]:
+    """The header line and one aligned line per row (values looked up by ``keys``)."""
+    table = [list(keys)] + [[cell(row.get(key)) for key in keys] for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(keys))]
+    return [GAP.join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+            for line in table]
+
+
+def read_columns(lines: Sequence[str]) -> list[dict[str, str | None]]:
+    """Rows back from ``columns`` output (``-`` read as None)."""
+    header = _SPLIT.split(lines[0].strip())
+    return [{key: (None if text == EMPTY else text)
+             for key, text in zip(header, _SPLIT.split(line.strip()), strict=True)}
+            for line in lines[1:]]

@@ -1,0 +1,183 @@
+"""Environments for every job (issue 14): ``[python.deps]`` provisioned on the target by
+``submit`` and ``batch run`` over a real sshd and a real SLURM, reused when unchanged and
+timed into ``env.provisioned`` receipts; ``[deps]`` pins refusing a submit in one line
+before anything starts; ``modules`` tables loaded first in the job script, hostile names
+kept literal (run by bash against a ``module`` command that records its arguments).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mainboard.batch.run import run as run_batch
+from mainboard.board import Board
+from mainboard.bridges import bridge_for
+from mainboard.bridges.jobscript import JobPaths
+from mainboard.bridges.jobstate import JobState
+from mainboard.bridges.pins import require_pins
+from mainboard.bridges.provision import env_receipts
+from mainboard.bridges.transport import LocalTransport
+from mainboard.config import load_config, loads_config
+from mainboard.errors import PinNotMet
+from mainboard.jobs.job import Job
+from mainboard.receipts import EnvProvisioned
+from tests.batch_helpers import invoke
+from tests.boards import ssh_host, write_config
+from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
+from tests.services import SlurmCluster, SshServer
+from tests.workspace import toml_tables
+
+pytestmark = pytest.mark.live
+PROBE = 'python -c "import os, six; print(six.__version__, os.environ[\'VIRTUAL_ENV\'])"'
+
+
+@dataclass
+class Site:
+    """A workspace declaring six==1.16.0 with an ssh host and a SLURM host sharing one root
+    (both are this machine: uv is installed there once)."""
+
+    config: Path
+    board: Board
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer,
+         slurm_cluster: SlurmCluster) -> Iterator[Site]:  # noqa: F811
+    tmp = tmp_path_factory.mktemp("jobenv")
+    (tmp / "ws").mkdir()
+    root = tmp / "host root"
+    tools = tmp / "tools"  # uv on the hosts' PATH (installing it is tests/test_provision.py's)
+    tools.mkdir()
+    uv = shutil.which("uv", path=os.path.dirname(sys.executable))
+    assert uv, "uv is a test dependency (pyproject.toml [test])"
+    (tools / "uv").symlink_to(uv)
+    path = f"{os.environ['PATH']}:{tools}"
+    config = write_config(tmp / "ws", {
+        "edge": ssh_host(sshd_server, sshd_server.known_hosts(tmp / "kh"), root=str(root)),
+        "hpc": {"kind": "slurm", "partition": slurm_cluster.partition, "root": str(root)},
+    }, extra=toml_tables({"deps": {"python": ">=3.8"}, "python.deps": {"six": "1.16.0"},
+                          "hosts.edge.env": {"PATH": path},
+                          "hosts.hpc.env": {"SLURM_CONF": str(slurm_cluster.conf), "PATH": path}}))
+    with Board(config) as board:
+        yield Site(config, board, root)
+
+
+def _built(site: Site) -> list[EnvProvisioned]:
+    lines = env_receipts(site.board.config.state_dir).read("env.provisioned")
+    return [line for line in lines if isinstance(line, EnvProvisioned)]
+
+
+def test_submit_runs_in_the_provisioned_env_and_reuses_it(site: Site) -> None:
+    first = site.board.on("edge").submit(PROBE, name="probe")
+    assert first.wait(timeout=120, poll=0.3) is JobState.COMPLETED, first.logs(stream="stderr")
+    key = first.view().submitted.env_key
+    assert key and first.logs() == f"1.16.0 {site.root}/.mainboard/envs/{key}\n"
+    built = _built(site)
+    assert [(b.host, b.kind, b.key, b.purpose) for b in built] == [("edge", "ssh", key, "job")]
+    assert built[0].seconds > 0 and "deps-install 1" in built[0].actions
+    again = site.board.on("edge").submit(PROBE, name="probe")  # unchanged set: reused
+    assert again.wait(timeout=60, poll=0.3) is JobState.COMPLETED
+    assert again.view().submitted.env_key == key and len(_built(site)) == 1
+
+
+def test_batch_on_slurm_provisions_each_target_once(site: Site) -> None:
+    before = _built(site)
+    fleet = site.config.parent / "fleet.toml"
+    fleet.write_text("[defaults]\ntarget = \"hpc\"\nwalltime = \"5m\"\n"
+                     + "".join(f"[[jobs]]\nname = \"j{i}\"\ncommand = {json.dumps(PROBE)}\n"
+                               for i in range(2)))
+    view = run_batch(site.board, fleet)
+    jobs = [Job(site.board, view.dispatched[name].job) for name in ("j0", "j1")]
+    assert [job.wait(timeout=120, poll=0.3) for job in jobs] == [JobState.COMPLETED] * 2
+    keys = {job.view().submitted.env_key for job in jobs}
+    assert len(keys) == 1 and None not in keys
+    key = keys.pop()
+    assert [job.logs() for job in jobs] == [f"1.16.0 {site.root}/.mainboard/envs/{key}\n"] * 2
+    new = [(b.host, b.key) for b in _built(site)[len(before):]]
+    # one build for the target, or none when the ssh host's env (same root, same python) fits
+    assert new == ([] if key in {b.key for b in before} else [("hpc", key)])
+
+
+def test_unmet_pin_refuses_submit_in_one_line_and_compute_says_so(
+        tmp_path: Path, sshd_server: SshServer) -> None:
+    root = tmp_path / "root"
+    config = write_config(tmp_path, {"edge": ssh_host(
+        sshd_server, sshd_server.known_hosts(tmp_path / "kh"), root=str(root))},
+        extra=toml_tables({"deps": {"python": ">=99", "bash": ">=3"}}))
+    done = invoke(config, "submit", "--on", "edge", "--", "touch", str(tmp_path / "started"))
+    assert done.exit_code == 2 and done.stdout == ""
+    error = done.stderr.strip().splitlines()
+    assert len(error) == 1 and re.fullmatch(
+        r'mainboard: error: edge: python (\d+\.\d+\.\d+) does not satisfy \[deps\] python = '
+        r'">=99"; set `python = \.\.\.` \(or `modules`\) for hosts\.edge, or change \[deps\] '
+        f"in {re.escape(str(config))}", error[0]), error
+    version = error[0].split()[4]
+    fleet = tmp_path / "fleet.toml"  # a batch: the target's jobs are refused, none sent
+    fleet.write_text(f'[[jobs]]\ntarget = "edge"\ncommand = "touch {tmp_path}/started"\n')
+    with Board(config) as board:
+        view = run_batch(board, fleet)
+    (failed,) = view.failed.values()
+    assert failed.outcome == "refused" and 'does not satisfy [deps] python = ">=99"' in \
+        failed.reason and not view.dispatched
+    assert not (tmp_path / "started").exists() and not (root / ".mainboard" / "jobs").exists()
+    assert not (tmp_path / ".mainboard" / "jobs").exists()
+    root.mkdir()
+    listed = invoke(config, "compute", "--json")
+    row = {r["name"]: r for r in json.loads(listed.stdout)}["edge"]
+    assert (row["access"], row["reason"]) == (
+        "not-set-up", f'python {version} does not satisfy [deps] python = ">=99"')
+
+
+def test_tool_pins_are_asked_of_the_host(tmp_path: Path, sshd_server: SshServer) -> None:
+    hostile = "no-such-tool_x"
+    config = load_config(write_config(tmp_path, {"edge": ssh_host(
+        sshd_server, sshd_server.known_hosts(tmp_path / "kh"))},
+        extra=toml_tables({"deps": {"bash": ">=3", hostile: "*", "redis-server":
+                                    "apt:redis-server"}})))
+    with Board(config.path) as board:
+        with pytest.raises(PinNotMet) as info:
+            require_pins(config, "edge", config.host("edge"), board.on("edge").transport)
+    assert str(info.value).startswith(f"edge: {hostile} not found (pinned {hostile} * in [deps]);")
+    assert "bash" not in str(info.value) and "redis-server" not in str(info.value)
+
+
+def test_module_table_is_loaded_first_with_hostile_names_literal(tmp_path: Path) -> None:
+    pwned = tmp_path / "PWNED"
+    config = loads_config(
+        '[hosts.miyabi-g]\nkind = "pbs"\n'
+        f"modules = {{ singularity = \"4.2.1\", \"x'; touch {pwned}; '\" = \"1 $(touch {pwned})\" }}\n")
+    host = config.host("miyabi-g")
+    assert host.modules == ["singularity/4.2.1", f"x'; touch {pwned}; '/1 $(touch {pwned})"]
+    bridge = bridge_for("miyabi-g", host, LocalTransport(), root=str(tmp_path / "root"))
+    job = JobPaths(str(tmp_path / "job"))
+    script = bridge.render_script(bridge.prepare(command="echo ran"), job, "uid-1")
+    lines = script.splitlines()
+    loads = [i for i, line in enumerate(lines) if line.startswith("module load ")]
+    assert [shlex.split(lines[i])[2] for i in loads] == host.modules
+    body = [i for i, line in enumerate(lines) if line.startswith(("export ", "cd ", "mkdir "))]
+    assert max(loads) < min(body)  # before anything of the job: env, directory, command
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    module = fake / "module"  # a `module` command that records each argument on a line
+    module.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> {tmp_path}/log\n')
+    module.chmod(module.stat().st_mode | stat.S_IEXEC)
+    Path(job.job_dir).mkdir()
+    Path(job.script).write_text(script)
+    subprocess.run(["bash", job.script], env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"},
+                   check=True, timeout=30)
+    assert (tmp_path / "log").read_text().splitlines() == [
+        "load", host.modules[0], "load", host.modules[1]]
+    assert Path(job.exit_code).read_text() == "0\n" and not pwned.exists()
