@@ -165,6 +165,7 @@ class JobFinished(Payload):
     exit_code: int | None = None
     native: str = ""
     reason: str = ""
+    started_at: float | None = None  # the job script's own start stamp (times fast jobs)
 
 
 class JobPulled(Payload):

@@ -10,7 +10,6 @@ back from ``.mainboard/batches/<id>/``: a killed ``watch`` started again continu
 
 from __future__ import annotations
 
-import shlex
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -27,9 +26,6 @@ if TYPE_CHECKING:
 
 _JSON = common.json_option()
 _FLEET = click.argument("fleet", type=click.Path(dir_okay=False))
-_AGENT_KEYS = ("name", "target", "kind", "files", "raw_bytes", "wire_bytes", "codec",
-               "last_sync", "in_place", "shared_by", "extra_files", "extra_raw_bytes",
-               "extra_wire_bytes", "policy")
 
 
 
@@ -81,31 +77,46 @@ def batch() -> None:
 @_FLEET
 @_JSON
 @click.option("--agent", is_flag=True,
-              help="One key=value line per job, fixed key order (for scripts and LLM agents).")
+              help="Plain aligned columns (job, target, files, raw_bytes, wire_bytes, since) "
+                   "and a total row; - where unknown (for scripts and LLM agents).")
 @click.pass_context
 def prepare_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> None:
-    """Per job, what must ship to its target (nothing runs, no target is contacted)."""
+    """Per job, what must ship to its target (nothing runs, no target is contacted).
+
+    A job's files and bytes are its target's mirror (shared by the jobs on that target)
+    plus its own data the mirror does not carry; the total counts each mirror once.
+    """
     from mainboard.batch.plan import prepare
     from mainboard.batch.run import load_batch
 
-    if as_json and agent:
-        raise click.UsageError("--json and --agent are alternatives; give one")
+    _alternatives(as_json, agent)
     with common.board(ctx) as board:
         rows = prepare(board, load_batch(fleet, board.config))
     if as_json:
         _echo_json([r.as_json() for r in rows])
     elif agent:
-        for row in rows:
-            data = row.as_json()
-            click.echo(" ".join(f"{k}={shlex.quote(_agent_value(data[k]))}" for k in _AGENT_KEYS))
+        _prepare_agent(rows)
     else:
         _print(_prepare_table(rows))
 
 
-def _agent_value(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+def _alternatives(as_json: bool, agent: bool) -> None:
+    if as_json and agent:
+        raise click.UsageError("--json and --agent are alternatives; give one")
+
+
+def _prepare_agent(rows: list[Prepared]) -> None:
+    from mainboard.batch.plan import shipped, total
+    from mainboard.cli import columns
+
+    out: list[list[object]] = []
+    for r in rows:
+        since = "in-place" if r.in_place else (r.last_sync or "never")
+        out.append([r.name, r.target, *shipped(r), since])
+    whole = total(rows)
+    out.append(["total", f"{whole.targets}-targets", whole.files, whole.raw_bytes,
+                whole.wire_bytes, None])
+    columns.echo(("job", "target", "files", "raw_bytes", "wire_bytes", "since"), out)
 
 
 def _prepare_table(rows: list[Prepared]) -> Table:
@@ -127,18 +138,37 @@ def _prepare_table(rows: list[Prepared]) -> Table:
 @batch.command("estimate")
 @_FLEET
 @_JSON
+@click.option("--agent", is_flag=True,
+              help="Plain aligned columns (job, target, kind, hardware, wire_bytes, runtime_s, "
+                   "setup_p50_s, setup_p90_s, setup_samples, rate_usd_hr, expected_usd, "
+                   "p90_usd); - where unknown (for scripts and LLM agents).")
 @click.pass_context
-def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
-    """Per job: setup p50/p90 from this workspace's past dispatches, runtime, rate, cost."""
+def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> None:
+    """Per job: setup p50/p90 from this workspace's past jobs, runtime, rate, cost.
+
+    A target nobody has timed shows 0 samples and no setup or cost: never a guess.
+    """
     from mainboard.batch.plan import estimate
     from mainboard.batch.run import load_batch
 
+    _alternatives(as_json, agent)
     with common.board(ctx) as board:
         rows = estimate(board, load_batch(fleet, board.config))
     if as_json:
         _echo_json([r.as_json() for r in rows])
-        return
-    _print(_estimate_table(rows))
+    elif agent:
+        from mainboard.cli import columns
+
+        columns.echo(ESTIMATE_KEYS, (
+            [r.name, r.target, r.kind, r.hardware, r.wire_bytes, r.runtime_s, r.setup.p50_s,
+             r.setup.p90_s, r.setup.samples, r.usd_hr, r.expected_usd, r.p90_usd]
+            for r in rows))
+    else:
+        _print(_estimate_table(rows))
+
+
+ESTIMATE_KEYS = ("job", "target", "kind", "hardware", "wire_bytes", "runtime_s", "setup_p50_s",
+                 "setup_p90_s", "setup_samples", "rate_usd_hr", "expected_usd", "p90_usd")
 
 
 def _estimate_table(rows: list[Estimate]) -> Table:

@@ -1,0 +1,45 @@
+"""``--agent`` output: plain, aligned columns for scripts and LLM agents.
+
+The first line names the columns; every later line is one row, each value one word:
+``-`` where a value is unknown (never a made-up number), shell quoting around a value
+with spaces or quotes, so ``shlex.split(line)`` gives the fields back. Numbers are
+plain (bytes as integers, seconds and dollars with fixed decimals), no units.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+import click
+
+BLANK = "-"
+
+
+def word(value: object, digits: int = 2) -> str:
+    """One value as one column word."""
+    if value is None or value == "":
+        return BLANK
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    text = str(value)
+    return text if text and not any(c.isspace() or c in "'\"\\" for c in text) \
+        else shlex.quote(text)
+
+
+def lines(keys: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """The header and the rows, each column padded to its widest word."""
+    table = [list(keys), *([word(v) for v in row] for row in rows)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(keys))]
+    return [" ".join(w.ljust(widths[i]) for i, w in enumerate(r)).rstrip() for r in table]
+
+
+def echo(keys: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Print the columns on stdout."""
+    for line in lines(keys, rows):
+        click.echo(line)
