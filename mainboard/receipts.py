@@ -168,6 +168,18 @@ class JobFinished(Payload):
     started_at: float | None = None  # the job script's own start stamp (times fast jobs)
 
 
+class JobRouted(Payload):
+    """``submit --on auto`` chose this job's host: the whole ranking, excluded hosts with why."""
+
+    topic: ClassVar[str] = "job.routed"
+    id: str
+    chosen: str
+    prefer: str
+    max_usd_hr: float | None = None
+    asked: dict[str, Any] = Field(default_factory=dict)
+    candidates: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class JobPulled(Payload):
     """A finished job's ``fetch`` paths were copied back into the workspace."""
 
@@ -241,7 +253,7 @@ class WorkerStopped(Payload):
 TOPICS: dict[str, type[Payload]] = {
     cls.topic: cls for cls in (RunCreated, RunResumed, IterationDone, RunFinished, RunFailed,
                                 RentalCreated, RentalDestroyed, JobSubmitted, JobStateChanged,
-                                JobFinished, JobPulled, MonitorPass, WorkerTunnel,
+                                JobFinished, JobPulled, JobRouted, MonitorPass, WorkerTunnel,
                                 WorkerStarted, WorkerStopped)
 }
 

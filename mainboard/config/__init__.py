@@ -26,6 +26,7 @@ from mainboard.config.durations import (
 )
 from mainboard.config.loader import CONNECTION_KEYS, Loader, describe_keys
 from mainboard.config.models import (
+    AUTO,
     HOST_KINDS,
     BrokerConfig,
     Config,
@@ -38,6 +39,7 @@ from mainboard.config.models import (
     ProviderHost,
     PythonConfig,
     QueuePolicy,
+    RouterConfig,
     SlurmHost,
     SshHost,
     SshParams,
@@ -46,6 +48,7 @@ from mainboard.config.models import (
 from mainboard.errors import ConfigError, ConfigNotFound
 
 __all__ = [
+    "AUTO", "RouterConfig",
     "CONFIG_NAME", "CONNECTION_KEYS", "DURATION_FORMS", "HOST_KINDS", "BrokerConfig", "Config", "ContainerConfig",
     "HostConfig", "JobDefaults", "LocalHost", "NotPositive", "PbsHost", "ProviderConfig", "ProviderHost",
     "PythonConfig", "QueuePolicy", "SlurmHost", "SshHost", "SshParams", "WorkspaceConfig",
