@@ -413,3 +413,36 @@ class BatchFinished(Payload):
 
 for _model in (BatchCreated, BatchDispatched, BatchDispatchFailed, BatchAnnounced, BatchFinished):
     register(_model)
+
+
+# -- studies (mainboard.study): one ledger per study, .mainboard/studies/<id>.ndjson ----------
+
+class StudyJob(Payload):
+    """A study submitted one run (``run_id``, content-addressed) as mainboard job ``job``."""
+
+    topic: ClassVar[str] = "study.job"
+    study: str
+    run_id: str
+    name: str
+    target: str
+    job: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    inputs: dict[str, str] = Field(default_factory=dict)   # data path -> sha256
+    adopted: bool = False  # found submitted by an interrupted `study run`, not sent again
+
+
+class StudyVerdict(Payload):
+    """The monitor's verdict on one study job, written once: completed, failed, lost, cancelled."""
+
+    topic: ClassVar[str] = "study.verdict"
+    study: str
+    run_id: str
+    job: str
+    verdict: str
+    state: str
+    exit_code: int | None = None
+    reason: str = ""
+
+
+for _model in (StudyJob, StudyVerdict):
+    register(_model)

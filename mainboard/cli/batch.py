@@ -221,13 +221,19 @@ def run_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
 
     Stdout carries only the result: the batch id (printed before dispatching starts, so
     `ID=$(mainboard batch run fleet.toml)` works), or with --json the object described
-    there. One line per job dispatched goes to stderr. A target that cannot be reached
+    there. A file with a [study] table runs as `mainboard study run` does (the study id). One line per job dispatched goes to stderr. A target that cannot be reached
     fails only its own jobs (recorded with the reason); the others still go. Then
     `mainboard batch watch ID`, or let a cron'd `mainboard monitor` bring the results back.
     """
-    from mainboard.batch.run import dispatch, start, store_of
+    from mainboard.batch.run import dispatch, load_batch, start, store_of
 
     with common.board(ctx) as board:
+        if load_batch(fleet, board.config).study is not None:  # a [study] table: a study
+            from mainboard.cli.study import run_and_report
+
+            click.echo(f"mainboard: {fleet} declares [study]: running it as a study (see "
+                       "`mainboard study show ID`)", err=True)
+            ctx.exit(run_and_report(board, fleet, as_json))
         batch_id = start(board, fleet)
         if not as_json:
             click.echo(batch_id)
