@@ -101,13 +101,20 @@ def _fit(board: Hosts, name: str, asked: dict[str, Any], rate: Rate) -> str | No
     return None
 
 
+def _only_root_missing(access: str, reason: str | None) -> bool:
+    """A host whose only lack is its root folder is usable: the first submit creates it."""
+    parts = (reason or "").split("; ")
+    return access == "not-set-up" and all(p.startswith("root ") and p.endswith(" missing")
+                                          for p in parts)
+
+
 def _access(board: Hosts, names: list[str], timeout: float) -> dict[str, str | None]:
     """Per host: why it cannot be used now (unreachable, not set up...), or None."""
     config = board.config
 
     def check(name: str) -> str | None:
         found = host_access(board, name, config.host(name), config, timeout)
-        if found.access in ("here", "ready"):
+        if found.access in ("here", "ready") or _only_root_missing(found.access, found.reason):
             return None
         return found.access + (f" ({found.reason})" if found.reason else "")
 
