@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
 
 from mainboard.bridges.transport import check_env
 from mainboard.config import Config, describe_keys
 from mainboard.config.base import ConfigModel, PositiveDuration, custom_error
 from mainboard.config.sourcemap import KeyPath, SourceMap
 from mainboard.errors import ConfigError, UserError
+from mainboard.ids import ID
 from mainboard.jobs.files import check_paths
 
 NAME_HINT = "1 to 200 printable characters (quotes and spaces are fine; no newlines or tabs)"
@@ -87,6 +88,14 @@ class StudyTable(ConfigModel):
 
     name: str | None = Field(None, description=STUDY_HINT)
     description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _an_id(cls, value: str | None) -> str | None:
+        """The name is the ledger's file name: a plain id, never a path."""
+        if value is not None and not ID.match(value):
+            raise custom_error("a study name is its id and names its ledger file", STUDY_HINT)
+        return value
 
 
 class BatchFile(ConfigModel):

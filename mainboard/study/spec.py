@@ -101,9 +101,10 @@ def load_study(path: str | Path, config: Config) -> Study:
     """Read a study file (fleet.toml form); ConfigError names a bad study id."""
     spec = load_batch(path, config)
     name = spec.study.name if spec.study is not None and spec.study.name else spec.path.stem
-    if not ID.match(name):
-        raise ConfigError("a study id names its ledger file", file=str(spec.path),
-                          key="study.name", value=name, valid=STUDY_HINT)
+    if not ID.match(name):  # the file's stem (a [study] name was checked with its line)
+        raise ConfigError("the file's name is the study's id when [study] has no name, and "
+                          "this one cannot name a ledger file", file=str(spec.path),
+                          value=name, valid=f"a [study] name: {STUDY_HINT}")
     runs = []
     for job in spec.jobs:
         inputs = digest_inputs(config.root, job.data)
