@@ -274,11 +274,13 @@ def test_fast_jobs_are_timed_from_the_scripts_own_stamp(plain: Path) -> None:
         assert [ln["topic"] for ln in lines] == ["job.submitted", "job.finished"]
         started = lines[1]["payload"]["started_at"]
         submitted = lines[0]["payload"]["submitted_at"]
-        assert 0 <= started - submitted < 30
+        # The host accepted it (submitted_at) a moment after it began: setup clamps at 0.
+        assert -5 < started - submitted < 30
         fleet = load_batch(fleet_file(plain.parent, '[[jobs]]\ntarget = "scratch"\n'
                                                    'command = "true"\n'), board.config)
         (row,) = estimate(board, fleet)
-    assert row.setup.samples == 1 and row.setup.p50_s == pytest.approx(started - submitted)
+    assert row.setup.samples == 1
+    assert row.setup.p50_s == pytest.approx(max(0.0, started - submitted))
 
 
 def test_quantile_interpolates_like_numpy() -> None:

@@ -11,12 +11,17 @@ name = "fit-a"                      # optional: "<target>-<position>" otherwise
 command = "python fit.py --case a"
 data = ["in/a.csv"]                 # workspace paths shipped before it runs
 fetch = ["out/a.json"]              # workspace paths brought back after
+params = { case = "a" }             # a study's parameters (part of its run id)
 ```
+
+A ``[study]`` table (``name``, ``description``) makes the file a study: ``mainboard
+study run`` (and ``batch run``) give each job a run id and a ledger (``mainboard.study``).
 
 Keys accept ``-`` or ``_``. Every error is one ConfigError naming the file, the key
 path as written (``jobs[2].walltime``, 1-based like the ``[[jobs]]`` blocks), the
 line, the value and what is valid; a value a job inherited is reported at its
-``[defaults]`` key. ``env`` tables merge (the job's keys win); other keys replace.
+``[defaults]`` key. ``env`` and ``params`` tables merge (the job's keys win); other
+keys replace.
 """
 
 from __future__ import annotations

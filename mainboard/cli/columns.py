@@ -1,6 +1,6 @@
-"""``--agent`` output: plain, aligned columns for scripts and LLM agents.
+"""Tables: rich tables for people (``table``, ``show``), plain columns for ``--agent``.
 
-The first line names the columns; every later line is one row, each value one word:
+``--agent`` output is for scripts and LLM agents. The first line names the columns; every later line is one row, each value one word:
 ``-`` where a value is unknown (never a made-up number), shell quoting around a value
 with spaces or quotes, so ``shlex.split(line)`` gives the fields back. Numbers are
 plain (bytes as integers, seconds and dollars with fixed decimals), no units.
@@ -11,10 +11,32 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import click
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
 BLANK = "-"
+
+
+def table(*columns: str, fold: int = 1) -> Table:
+    """A plain table; only the last ``fold`` columns wrap, the others keep whole words."""
+    from rich.table import Table
+
+    out = Table(box=None, pad_edge=False, header_style="bold")
+    for index, column in enumerate(columns):
+        wraps = index >= len(columns) - fold
+        out.add_column(column, overflow="fold" if wraps else "ellipsis", no_wrap=not wraps)
+    return out
+
+
+def show(*renderables: Any) -> None:
+    """Print rich renderables on stdout, never wrapped to the terminal's width."""
+    from rich.console import Console
+
+    Console(soft_wrap=False).print(*renderables)
 
 
 def word(value: object, digits: int = 2) -> str:
