@@ -37,7 +37,7 @@ def test_provider_offers_price_the_candidates(tmp_path: Path, sim: SimulatedProv
     reasons = {c.host: c.reason for c in one.candidates}
     assert [c.host for c in one.candidates if c.fits] == ["rtx"]
     rtx = one.candidates[0]
-    assert (rtx.usd_hr, rtx.hardware, rtx.rank) == (0.40, "1xSIM RTX 4090/24.564GB", 1)
+    assert (rtx.usd_hr, rtx.hardware, rtx.rank) == (0.40, "1xSIM_RTX_4090/24.6GB", 1)
     assert reasons["rtx"].startswith("sim offer 9001: 1x SIM RTX 4090")
     assert reasons["a100"] == "1.6000 USD/h is over [router] max_usd_hr = 1"
     assert reasons["unkeyed"] == "not-set-up (set $MB_TEST_ROUTER_NO_KEY)"

@@ -35,7 +35,8 @@ params = { seed = 1 }
 [[jobs]]
 name = "bad"
 target = "edge"
-command = "exit 3"
+command = "test \\"$MAINBOARD_PARAM_NOTE\\" = \\"a'; touch pwned\\" && exit 3"
+params = { note = "a'; touch pwned" }
 [[jobs]]
 name = "queued"
 target = "pbs"
@@ -92,6 +93,7 @@ def test_a_study_runs_each_experiment_once_and_its_ledger_holds_each_verdict_onc
         "ok": ("completed", 0), "bad": ("failed", 3), "queued": ("cancelled", by_name[
             "queued"]["exit_code"]), "gone": ("lost", None)}
     assert (tmp_path / "scratch-root" / "seed.txt").read_text() == "1\n"  # params exported
+    assert not list(tmp_path.rglob("pwned"))  # a hostile parameter stays a literal value
     shown = invoke(config, "study", "show", "sweep", "--json")
     summary = json.loads(shown.stdout)
     assert summary["counts"] == {"completed": 1, "failed": 1, "lost": 1, "cancelled": 1,

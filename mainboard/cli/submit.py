@@ -77,6 +77,13 @@ def submit(ctx: click.Context, host: str, runtime: str | None, explain: bool, na
     checked before anything leaves this machine; then HOST's workspace mirror is
     brought up to date (only what changed travels) and the job is submitted.
 
+    --on auto scores every declared host by fit (it answers; queue policy; GPUs and
+    memory in its facts), price (provider offers, an owned host's usd_hr) and time to
+    result (setup p50 from this workspace's receipts + --runtime), weighed by
+    [router] in mainboard.toml, and submits to the best; the ranking is recorded in
+    the job's receipts, printed on stderr with --explain, and under "routing" with
+    --json. When no host fits, each is named with why (exit 2).
+
     \b
     Exit codes with --wait: the job's own (0 completed; N when it exited N;
     a job killed by signal N on PBS gives 128+N). A job with no exit code of

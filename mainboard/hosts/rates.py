@@ -35,8 +35,8 @@ class Rate:
 
 
 def offer_text(offer: Offer) -> str:
-    """``1xSIM_RTX_4090/24GB`` : one word, for columns."""
-    return f"{offer.gpu_count}x{offer.gpu}/{offer.vram_gb:g}GB"
+    """``1xSIM_RTX_4090/24.6GB``: one word, for columns (GPU memory is per GPU)."""
+    return f"{offer.gpu_count}x{offer.gpu.replace(' ', '_')}/{offer.vram_gb:.1f}GB"
 
 
 def facts_text(facts: Facts) -> str:
