@@ -2,7 +2,8 @@
 
 ``--agent`` output is for scripts and LLM agents. The first line names the columns; every later line is one row, each value one word:
 ``-`` where a value is unknown (never a made-up number), shell quoting around a value
-with spaces or quotes, so ``shlex.split(line)`` gives the fields back. Numbers are
+with spaces or quotes (double quotes where that is enough), so ``shlex.split(line)``
+gives the fields back. Numbers are
 plain (bytes as integers, seconds and dollars with fixed decimals), no units.
 """
 
@@ -50,8 +51,11 @@ def word(value: object, digits: int = 2) -> str:
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
     text = str(value)
-    return text if text and not any(c.isspace() or c in "'\"\\" for c in text) \
-        else shlex.quote(text)
+    if not any(c.isspace() or c in "'\"\\" for c in text):
+        return text
+    if not any(c in "\"\\$`" for c in text):  # readable: "host 'hpc': ..."
+        return f'"{text}"'
+    return shlex.quote(text)
 
 
 def lines(keys: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:

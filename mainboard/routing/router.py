@@ -130,7 +130,7 @@ def _score(c: Candidate, prefer: str, order: int) -> tuple[Any, ...]:
 
 def rank(board: Hosts, *, walltime: int | str | None = None, gpus: int | None = None,
          mem_gb: float | None = None, cpus: int | None = None, queue: str | None = None,
-         attempt: int = 1, runtime_s: float | None = None,
+         attempt: int = 1, runtime_s: float | None = None, name: str = "job",
          timeout: float = ACCESS_TIMEOUT_S) -> Decision:
     """Score every declared host for a job asking these resources; nothing is submitted."""
     config = board.config
@@ -141,21 +141,21 @@ def rank(board: Hosts, *, walltime: int | str | None = None, gpus: int | None = 
     down = _access(board, names, timeout)
     samples = setup_samples(config.state_dir)
     out: list[tuple[tuple[Any, ...], Candidate]] = []
-    for order, name in enumerate(names):
-        kind = config.host(name).kind
-        if down[name] is not None:
-            out.append(((), Candidate(name, kind, False, str(down[name]))))
+    for order, host_name in enumerate(names):
+        kind = config.host(host_name).kind
+        if down[host_name] is not None:
+            out.append(((), Candidate(host_name, kind, False, str(down[host_name]))))
             continue
-        rate = host_rate(config, name, gpus=gpus, mem_gb=mem_gb)
-        why = _fit(board, name, {**asked, "name": "routed", "command": "true"}, rate)
+        rate = host_rate(config, host_name, gpus=gpus, mem_gb=mem_gb)
+        why = _fit(board, host_name, {**asked, "name": name, "command": "true"}, rate)
         if why is None and router.max_usd_hr is not None and rate.usd_hr is not None \
                 and rate.usd_hr > router.max_usd_hr:
             why = f"{rate.usd_hr:.4f} USD/h is over [router] max_usd_hr = {router.max_usd_hr:g}"
-        setup = fit(samples.get(name, []))
+        setup = fit(samples.get(host_name, []))
         expected_s = None if setup.p50_s is None else setup.p50_s + (runtime_s or 0.0)
         usd = None if expected_s is None or rate.usd_hr is None or runtime_s is None \
             else rate.usd_hr * expected_s / 3600
-        found = Candidate(name, kind, why is None, why or rate.source, rate.usd_hr,
+        found = Candidate(host_name, kind, why is None, why or rate.source, rate.usd_hr,
                           rate.hardware, setup, expected_s, usd)
         out.append((_score(found, router.prefer, order) if why is None else (), found))
     ranked = sorted((item for item in out if item[1].fits), key=lambda item: item[0])
@@ -164,7 +164,7 @@ def rank(board: Hosts, *, walltime: int | str | None = None, gpus: int | None = 
     return Decision(router.prefer, router.max_usd_hr, asked, candidates)
 
 
-RANKED = ("walltime", "gpus", "mem_gb", "cpus", "queue", "attempt")  # submit options rank reads
+RANKED = ("walltime", "gpus", "mem_gb", "cpus", "queue", "attempt", "name")  # submit options rank reads
 
 
 def submit_auto(board: Hosts, cmd: str | Sequence[str], decision: Decision,
