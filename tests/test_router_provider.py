@@ -12,6 +12,7 @@ import pytest
 from mainboard.board import Board
 from tests.batch_helpers import invoke
 from tests.jobs_workspace import make_workspace
+from tests.services import free_port
 from tests.sim_provider import SimulatedProviderServer
 from tests.workspace import toml_tables
 
@@ -25,11 +26,14 @@ def test_provider_offers_price_the_candidates(tmp_path: Path, sim: SimulatedProv
     providers = {"providers.sim": {"kind": "simulated", "api_url": sim.url,
                                    "api_key_env": KEY_ENV},
                  "providers.nokey": {"kind": "simulated", "api_url": sim.url,
-                                     "api_key_env": "MB_TEST_ROUTER_NO_KEY"}}
+                                     "api_key_env": "MB_TEST_ROUTER_NO_KEY"},
+                 "providers.down": {"kind": "simulated", "api_url": f"http://127.0.0.1:{free_port()}",
+                                    "api_key_env": KEY_ENV}}
     config = make_workspace(tmp_path, extra_hosts={
         "rtx": {"kind": "provider", "provider": "sim", "gpu": "SIM_RTX_4090"},
         "a100": {"kind": "provider", "provider": "sim", "gpu": "SIM_A100_80GB"},
-        "unkeyed": {"kind": "provider", "provider": "nokey"}},
+        "unkeyed": {"kind": "provider", "provider": "nokey"},
+        "apidown": {"kind": "provider", "provider": "down"}},
         extra=toml_tables(providers) + "\n[router]\nmax-usd-hr = 1.0\n")
     with Board(config) as board:
         one = board.on("auto").rank(gpus=1, runtime_s=600)
@@ -41,6 +45,7 @@ def test_provider_offers_price_the_candidates(tmp_path: Path, sim: SimulatedProv
     assert reasons["rtx"].startswith("sim offer 9001: 1x SIM RTX 4090")
     assert reasons["a100"] == "1.6000 USD/h is over [router] max_usd_hr = 1"
     assert reasons["unkeyed"] == "not-set-up (set $MB_TEST_ROUTER_NO_KEY)"
+    assert reasons["apidown"].startswith("no rate: ")  # its API is down: one row, not a failure
     assert reasons["scratch"].startswith("asks 1 GPUs and no facts say scratch has any")
     assert (rtx.setup.samples, rtx.expected_s, rtx.expected_usd) == (0, None, None)  # untimed
     by_host = {c.host: c for c in two.candidates}

@@ -19,7 +19,7 @@ from mainboard.statedir import RUN_ID_ENV, STUDY_ENV
 from mainboard.study.spec import load_study
 from tests.batch_helpers import fleet_file, invoke, raw_receipts
 from tests.jobs_workspace import make_workspace, wait_until
-from tests.services import SlurmCluster, SshServer
+from tests.services import SlurmCluster, SshServer, free_port
 
 STUDY = """
 [study]
@@ -146,3 +146,19 @@ def test_bad_study_input_is_one_line_and_starts_nothing(tmp_path: Path) -> None:
                                                                 "'nope' in ")
     with Board(config) as board, pytest.raises(ConfigError, match="declares a \\[study\\]"):
         start(board, fleet_file(ws, '[study]\n[[jobs]]\ntarget = "scratch"\ncommand = "x"\n'))
+
+
+def test_an_unreachable_target_fails_only_its_own_jobs(tmp_path: Path) -> None:
+    config = make_workspace(tmp_path, extra_hosts={"dead": {
+        "kind": "ssh", "host": "127.0.0.1", "port": free_port(), "user": "root",
+        "known_hosts": str(tmp_path / "kh"), "connect_timeout": 2.0}})
+    path = fleet_file(config.parent, '[study]\nname = "s"\n[[jobs]]\ntarget = "dead"\n'
+                                     'command = "true"\n[[jobs]]\ntarget = "scratch"\n'
+                                     'command = "true"\n', "s.toml")
+    done = invoke(config, "study", "run", str(path))
+    assert done.exit_code == 1 and done.stdout == "s\n"
+    failed, sent = done.stderr.splitlines()
+    assert failed.startswith("failed dead-1 (r-") and "cannot reach 127.0.0.1" in failed
+    assert sent.startswith("submitted scratch-2 (r-")
+    shown = json.loads(invoke(config, "study", "show", "s", "--json").stdout)
+    assert [r["name"] for r in shown["runs"]] == ["scratch-2"]  # the failed one is owed a run
