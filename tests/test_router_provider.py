@@ -55,5 +55,5 @@ def test_provider_offers_price_the_candidates(tmp_path: Path, sim: SimulatedProv
     shown = invoke(config, "submit", "--on", "auto", "--gpus", "8", "--explain", "--", "true")
     assert shown.exit_code == 2 and "no declared host fits this job" in shown.stderr
     (rtx_row,) = [line for line in shown.stderr.splitlines() if line.split()[1:2] == ["rtx"]]
-    assert rtx_row.endswith('"no sim offer of gpu=SIM_RTX_4090 under max_usd_hr=any fits 8 GPUs"')
+    assert rtx_row.endswith("  no sim offer of gpu=SIM_RTX_4090 under max_usd_hr=any fits 8 GPUs")
     assert sim.api_key not in shown.output

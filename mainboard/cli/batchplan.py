@@ -93,7 +93,8 @@ def _prepare_agent(rows: list[Prepared]) -> None:
     from mainboard.batch.plan import shipped, total
     out: list[list[object]] = []
     for r in rows:
-        since = "in-place" if r.in_place else (r.last_sync or "never")
+        since = "in-place" if r.in_place else (
+            r.last_sync.isoformat(timespec="seconds") if r.last_sync else "never")
         out.append([r.name, r.target, *shipped(r), since])
     whole = total(rows)
     out.append(["total", f"{whole.targets}-targets", whole.files, whole.raw_bytes,

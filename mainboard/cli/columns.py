@@ -1,35 +1,69 @@
-"""Tables: rich tables for people (``table``, ``show``), plain columns for ``--agent``.
+"""The ``--agent`` output format: plain aligned columns under a header line (and the rich
+tables people get instead: ``table``, ``show``).
 
-``--agent`` output is for scripts and LLM agents. The first line names the columns; every later line is one row, each value one word:
-``-`` where a value is unknown (never a made-up number), shell quoting around a value
-with spaces or quotes (double quotes where that is enough), so ``shlex.split(line)``
-gives the fields back. Numbers are
-plain (bytes as integers, seconds and dollars with fixed decimals), no units.
+Made for scripts and LLM agents: one header line of lower-case keys, then one line per
+row, every column starting at the same place. Columns are separated by two or more
+spaces and no value holds two spaces in a row (whitespace runs are made single), so
+``re.split(r"\\s{2,}", line)`` reads a line back (``read_columns``). An empty value is
+``-``; numbers are plain decimals (at most 4 places).
 """
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Iterable, Sequence
-from datetime import datetime
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-
-import click
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-BLANK = "-"
+GAP = "  "
+EMPTY = "-"
+_SPLIT = re.compile(r"\s{2,}")
 
 
-def table(*columns: str, fold: int = 1) -> Table:
-    """A plain table; only the last ``fold`` columns wrap, the others keep whole words."""
+def cell(value: object) -> str:
+    """One column value as printed."""
+    if value is None or value == "":
+        return EMPTY
+    if isinstance(value, float):
+        return format(round(value, 4), "g")
+    return " ".join(str(value).split()) or EMPTY
+
+
+def columns(keys: Sequence[str], rows: Sequence[Mapping[str, object]]) -> list[str]:
+    """The header line and one aligned line per row (values looked up by ``keys``)."""
+    table = [list(keys)] + [[cell(row.get(key)) for key in keys] for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(keys))]
+    return [GAP.join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+            for line in table]
+
+
+def read_columns(lines: Sequence[str]) -> list[dict[str, str | None]]:
+    """Rows back from ``columns`` output (``-`` read as None)."""
+    header = _SPLIT.split(lines[0].strip())
+    return [{key: (None if text == EMPTY else text)
+             for key, text in zip(header, _SPLIT.split(line.strip()), strict=True)}
+            for line in lines[1:]]
+
+
+def echo(keys: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Print ``columns`` on stdout, each row given as its values in ``keys`` order."""
+    import click
+
+    for line in columns(keys, [dict(zip(keys, row, strict=True)) for row in rows]):
+        click.echo(line)
+
+
+def table(*names: str, fold: int = 1) -> Table:
+    """A rich table for people; only the last ``fold`` columns wrap, the others keep whole
+    words."""
     from rich.table import Table
 
     out = Table(box=None, pad_edge=False, header_style="bold")
-    for index, column in enumerate(columns):
-        wraps = index >= len(columns) - fold
-        out.add_column(column, overflow="fold" if wraps else "ellipsis", no_wrap=not wraps)
+    for index, name in enumerate(names):
+        wraps = index >= len(names) - fold
+        out.add_column(name, overflow="fold" if wraps else "ellipsis", no_wrap=not wraps)
     return out
 
 
@@ -38,34 +72,3 @@ def show(*renderables: Any) -> None:
     from rich.console import Console
 
     Console(soft_wrap=False).print(*renderables)
-
-
-def word(value: object, digits: int = 2) -> str:
-    """One value as one column word."""
-    if value is None or value == "":
-        return BLANK
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    if isinstance(value, datetime):
-        return value.isoformat(timespec="seconds")
-    text = str(value)
-    if not any(c.isspace() or c in "'\"\\" for c in text):
-        return text
-    if not any(c in "\"\\$`" for c in text):  # readable: "host 'hpc': ..."
-        return f'"{text}"'
-    return shlex.quote(text)
-
-
-def lines(keys: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
-    """The header and the rows, each column padded to its widest word."""
-    table = [list(keys), *([word(v) for v in row] for row in rows)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(keys))]
-    return [" ".join(w.ljust(widths[i]) for i, w in enumerate(r)).rstrip() for r in table]
-
-
-def echo(keys: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
-    """Print the columns on stdout."""
-    for line in lines(keys, rows):
-        click.echo(line)

@@ -136,9 +136,10 @@ def explain_lines(decision: Decision) -> list[str]:
     """The ranking as plain aligned columns: best first, then the excluded with why."""
     from mainboard.cli import columns
 
-    return columns.lines(EXPLAIN_KEYS, (
-        [c.rank, c.host, c.kind, c.fits, c.usd_hr, c.setup.p50_s, c.setup.samples,
-         c.expected_s, c.expected_usd, c.reason] for c in decision.candidates))
+    return columns.columns(EXPLAIN_KEYS, [dict(zip(EXPLAIN_KEYS, (
+        c.rank, c.host, c.kind, "yes" if c.fits else "no", c.usd_hr, c.setup.p50_s,
+        c.setup.samples, c.expected_s, c.expected_usd, c.reason), strict=True))
+        for c in decision.candidates])
 
 
 def _routed(board: Board, cmd: str | list[str], runtime: str | None, explain: bool,

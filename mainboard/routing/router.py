@@ -67,6 +67,7 @@ class Decision:
         return next((c.host for c in self.candidates if c.fits), None)
 
     def as_json(self) -> dict[str, Any]:
+        """What ``--json`` shows and ``job.routed`` records."""
         return {"prefer": self.prefer, "max_usd_hr": self.max_usd_hr, "chosen": self.chosen,
                 "asked": self.asked, "candidates": [asdict(c) for c in self.candidates]}
 
@@ -123,6 +124,7 @@ def _access(board: Hosts, names: list[str], timeout: float) -> dict[str, str | N
 
 
 def _score(c: Candidate, prefer: str, order: int) -> tuple[Any, ...]:
+    """Sort key, lower is better: timed hosts before untimed ones (no guessed numbers)."""
     timed = (c.setup.p50_s is None, c.setup.p50_s or 0.0)
     price = c.usd_hr if c.usd_hr is not None else float("inf")
     return (*timed, price, order) if prefer == "time" else (price, *timed, order)
