@@ -12,6 +12,7 @@ forgetting the job. Every command runs on the host's login side through a Transp
 from __future__ import annotations
 
 import base64
+import dataclasses
 import posixpath
 import re
 import secrets
@@ -69,6 +70,7 @@ class DirFacts:
     timeout: bool = False
     pid: int | None = None
     alive: bool = False
+    started_at: float | None = None  # the script's own stamp (epoch seconds on the host)
 
 
 def new_uid(name: str) -> str:
@@ -288,7 +290,8 @@ class Bridge(ABC):
             '  [ -r "$d/exit_code" ] && e=$(cat "$d/exit_code")\n'
             '  [ -e "$d/cancelled" ] && c=1\n'
             '  [ -e "$d/timeout" ] && t=1\n'
-            '  echo "' + _FACTS + '$e|$c|$t|$p|$a"\n'
+            '  s=; [ -r "$d/started" ] && s=$(cat "$d/started")\n'
+            '  echo "' + _FACTS + '$e|$c|$t|$p|$a|$s"\n'
             'done')
         done = self._run(["/bin/sh", "-c", script, "mb-facts", *job_dirs])
         lines = [ln[len(_FACTS):] for ln in done.stdout.splitlines() if ln.startswith(_FACTS)]
@@ -370,11 +373,20 @@ class Bridge(ABC):
 def _parse_facts(line: str) -> DirFacts:
     if line == "missing":
         return DirFacts(present=False)
-    exit_text, cancelled, timeout, pid, alive = line.split("|")
+    exit_text, cancelled, timeout, pid, alive, started = (line.split("|") + [""])[:6]
     exit_code = int(exit_text) if exit_text.strip().lstrip("-").isdigit() else None
     return DirFacts(present=True, exit_code=exit_code, cancelled=cancelled == "1",
                     timeout=timeout == "1", pid=int(pid) if pid.isdigit() else None,
-                    alive=alive == "1")
+                    alive=alive == "1", started_at=_stamp(started))
+
+
+def _stamp(text: str) -> float | None:
+    """A ``started`` stamp (``$EPOCHREALTIME``, a comma in some locales, or ``date +%s``)."""
+    try:
+        value = float(text.strip().replace(",", "."))
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 def merge(native: JobStatus, facts: DirFacts) -> JobStatus:
@@ -382,10 +394,15 @@ def merge(native: JobStatus, facts: DirFacts) -> JobStatus:
 
     The scheduler's TIMEOUT/PREEMPTED/CANCELLED stand (it knows why it stopped the job:
     the script then records 143 from the TERM it passed on); otherwise a cancel marker
-    means CANCELLED and the recorded exit code decides completed/failed.
+    means CANCELLED and the recorded exit code decides completed/failed. The script's
+    ``started`` stamp rides along, so a job that ended between two polls is still timed.
     """
     if not facts.present:
         return native
+    return dataclasses.replace(_corrected(native, facts), started_at=facts.started_at)
+
+
+def _corrected(native: JobStatus, facts: DirFacts) -> JobStatus:
     if native.state in (JobState.TIMEOUT, JobState.PREEMPTED, JobState.CANCELLED):
         return JobStatus(native.state, native.native,
                          facts.exit_code if facts.exit_code is not None else native.exit_code,

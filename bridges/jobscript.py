@@ -2,7 +2,8 @@
 
 The script is bash: scheduler header lines, ``set -eu``, an EXIT trap that records the
 exit code in the job directory (so the outcome survives the scheduler forgetting the
-job), ``module load`` lines, quoted environment exports, an optional container wrapper
+job), a ``started`` stamp (so even a job that ends between two polls is timed),
+``module load`` lines, quoted environment exports, an optional container wrapper
 (apptainer/singularity ``exec`` or ``podman run``), ``cd`` into the working directory,
 then the command in its own process group. Signals sent to the script (scancel, qdel,
 SLURM's ``--signal`` before walltime, Bridge.cancel) are forwarded to that group, and
@@ -33,6 +34,7 @@ _MODULE_INITS = ("/etc/profile.d/modules.sh", "/etc/profile.d/lmod.sh",
 _PROLOGUE = """\
 set -eu
 _mb_dir={job_dir}
+printf '%s\\n' "${{EPOCHREALTIME:-$(date +%s)}}" > "$_mb_dir/started" 2>/dev/null || true
 _mb_child=
 _mb_watchers=
 _mb_finish() {{

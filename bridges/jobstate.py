@@ -58,6 +58,7 @@ class JobStatus:
     native: str = ""
     exit_code: int | None = None
     reason: str = ""
+    started_at: float | None = None  # when the job's script began, if it left a stamp
 
     @property
     def final(self) -> bool:

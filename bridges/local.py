@@ -10,6 +10,7 @@ a dead pid without one means the process was killed. The job id is the job's uid
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -72,7 +73,12 @@ class ProcessBridge(Bridge):
 
 
 def process_status(facts: DirFacts, job_dir: str) -> JobStatus:
-    """A detached job's state from its directory (markers say why a dead job ended)."""
+    """A detached job's state from its directory (markers say why a dead job ended), with
+    the script's ``started`` stamp."""
+    return dataclasses.replace(_process_state(facts, job_dir), started_at=facts.started_at)
+
+
+def _process_state(facts: DirFacts, job_dir: str) -> JobStatus:
     if not facts.present:
         return JobStatus(JobState.UNKNOWN, reason=f"no job directory {job_dir}")
     marker = (JobState.CANCELLED, "cancelled") if facts.cancelled else \

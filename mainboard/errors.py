@@ -191,6 +191,14 @@ class WaitTimedOut(MainboardError):
     """``Job.wait(timeout=...)`` gave up before the job reached a final state (it keeps running)."""
 
 
+class NoHostFits(UserError):
+    """``--on auto``: no declared host fits the job; the message names each host and why."""
+
+
+class StudyError(UserError):
+    """A study file or study id that cannot be used as given."""
+
+
 def first_line(error: BaseException | str, limit: int = 300) -> str:
     """The first line of an error (its type's name when it says nothing), at most ``limit``
     characters: what a table row, a receipt or a one-line report shows of it."""

@@ -173,6 +173,19 @@ class JobFinished(Payload):
     exit_code: int | None = None
     native: str = ""
     reason: str = ""
+    started_at: float | None = None  # the job script's own start stamp (times fast jobs)
+
+
+class JobRouted(Payload):
+    """``submit --on auto`` chose this job's host: the whole ranking, excluded hosts with why."""
+
+    topic: ClassVar[str] = "job.routed"
+    id: str
+    chosen: str
+    prefer: str
+    max_usd_hr: float | None = None
+    asked: dict[str, Any] = Field(default_factory=dict)
+    candidates: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class JobPulled(Payload):
@@ -275,7 +288,7 @@ class WorkerStopped(Payload):
 TOPICS: dict[str, type[Payload]] = {
     cls.topic: cls for cls in (RunCreated, RunResumed, IterationDone, RunFinished, RunFailed,
                                 RentalCreated, RentalDestroyed, JobSubmitted, JobStateChanged,
-                                JobFinished, JobPulled, MonitorPass, WorkerTunnel,
+                                JobFinished, JobPulled, JobRouted, MonitorPass, WorkerTunnel,
                                 WorkerStarted, WorkerStopped, WorkerLost, FleetScale)
 }
 
@@ -486,3 +499,36 @@ class EnvProvisioned(Payload):
     actions: list[str]
     python_version: str
     purpose: str  # "job" or "worker"
+
+
+# -- studies (mainboard.study): one ledger per study, .mainboard/studies/<id>.ndjson ----------
+
+class StudyJob(Payload):
+    """A study submitted one run (``run_id``, content-addressed) as mainboard job ``job``."""
+
+    topic: ClassVar[str] = "study.job"
+    study: str
+    run_id: str
+    name: str
+    target: str
+    job: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    inputs: dict[str, str] = Field(default_factory=dict)   # data path -> sha256
+    adopted: bool = False  # found submitted by an interrupted `study run`, not sent again
+
+
+class StudyVerdict(Payload):
+    """The monitor's verdict on one study job, written once: completed, failed, lost, cancelled."""
+
+    topic: ClassVar[str] = "study.verdict"
+    study: str
+    run_id: str
+    job: str
+    verdict: str
+    state: str
+    exit_code: int | None = None
+    reason: str = ""
+
+
+for _model in (StudyJob, StudyVerdict):
+    register(_model)

@@ -22,3 +22,13 @@ def private_dir(state_dir: Path, name: str) -> Path:
 def fleet_dir(state_dir: Path) -> Path:
     """Where the keeper keeps its pid, lock, log and tunnel status, and the rental key."""
     return private_dir(state_dir, FLEET)
+
+
+STUDIES = "studies"  # one ledger per study: the study room writes runs, the monitor verdicts
+STUDY_ENV = "MAINBOARD_STUDY"    # a study job's environment names its study and run id,
+RUN_ID_ENV = "MAINBOARD_RUN_ID"  # so its own job.submitted line tells the monitor
+
+
+def study_ledger(state_dir: Path, study: str) -> Path:
+    """The NDJSON ledger of study ``study`` (its id is checked by the study room)."""
+    return Path(state_dir) / STUDIES / f"{study}.ndjson"

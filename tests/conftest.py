@@ -42,11 +42,11 @@ SHARED_WORKER = {
     "slurm": {"tests/test_batch_watch.py", "tests/test_bridges_sched.py",
               "tests/test_cli_streams.py", "tests/test_fleet_live.py",
               "tests/test_fleet_retire.py", "tests/test_jobs.py", "tests/test_fleet_faults.py",
-              "tests/test_job_env.py"},
+              "tests/test_job_env.py", "tests/test_router.py", "tests/test_study.py"},
     "podman": {"tests/test_celery_containers.py", "tests/test_provision.py",
                "tests/test_tasks_deploy.py"},
     "sim": {"tests/test_batch.py", "tests/test_fleet_provider.py", "tests/test_jobs_provider.py",
-            "tests/test_monitor.py", "tests/test_providers.py"},
+            "tests/test_monitor.py", "tests/test_providers.py", "tests/test_router_provider.py"},
 }
 _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 

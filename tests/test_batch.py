@@ -6,7 +6,6 @@ input with file, line, key and fix), ``prepare`` against the workspace mirror pl
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from mainboard.board import Board
 from mainboard.bridges.base import new_uid
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.bridges.providers import RestProvider
+from mainboard.cli.columns import read_columns
 from mainboard.config import load_config
 from mainboard.errors import ConfigError
 from mainboard.hosts import mirror
@@ -194,10 +194,22 @@ walltime = "2h"
                 shown[HOSTILE]["last_sync"]) == (0, 0, report.synced_at.isoformat())
         assert shown["edge-2"]["files"] == len(mirror.plan(board, "edge").files) > 0
     agent = invoke(plain, "batch", "prepare", str(path), "--agent")
-    lines = [dict(word.split("=", 1) for word in shlex.split(line))
-             for line in agent.output.splitlines()]
-    assert [line["name"] for line in lines] == [HOSTILE, "edge-2", "scratch-3", "local-4", "hpc-5"]
-    assert lines[0]["extra_files"] == "big/table.csv" and lines[0]["policy"] == "ok"
+    assert agent.output.split("\n", 1)[0].split() == ["job", "target", "files", "raw_bytes",
+                                                       "wire_bytes", "since"]
+    cols = {line["job"]: line for line in read_columns(agent.output.splitlines())}
+    assert list(cols) == [HOSTILE, "edge-2", "scratch-3", "local-4", "hpc-5", "total"]
+    mirror_scratch = (len(mirror.plan(board, "scratch").files), 0)  # synced above: nothing
+    assert int(cols[HOSTILE]["files"]) == mirror_scratch[0] + 1  # + big/table.csv (extra)
+    assert int(cols[HOSTILE]["raw_bytes"]) == rows[HOSTILE].extra_raw_bytes
+    assert cols[HOSTILE]["since"] == report.synced_at.isoformat(timespec="seconds")
+    assert cols["local-4"]["since"] == "in-place" and cols["edge-2"]["since"] == "never"
+    edge = shown["edge-2"]
+    assert cols["total"]["target"] == "4-targets" and cols["total"]["since"] is None
+    assert int(cols["total"]["wire_bytes"]) == (  # each target's mirror once, extra data per job
+        edge["wire_bytes"] + shown[HOSTILE]["extra_wire_bytes"] + shown["hpc-5"]["wire_bytes"]
+        + shown["local-4"]["wire_bytes"])
+    at = agent.output.splitlines()[0].index("target")  # aligned: every row's target starts there
+    assert all(ln[at - 1] == " " != ln[at] for ln in agent.output.splitlines())
     refused = invoke(plain, "batch", "run", str(path))  # the policy refusal stops the batch
     assert refused.exit_code == 2 and "job 'hpc-5' would be refused by hpc" in refused.output
     assert not (ws / ".mainboard" / "batches").exists()
@@ -213,7 +225,7 @@ def test_estimate_zero_samples_then_fitted_from_recorded_dispatches(plain: Path)
         fleet = load_batch(path, board.config)
         before = estimate(board, fleet)
         assert [(e.setup.samples, e.setup.p50_s, e.setup.p90_s, e.runtime_s, e.usd_hr,
-                 e.expected_usd) for e in before] == [(0, None, None, 90, None, None)] * 2
+                 e.expected_usd) for e in before] == [(0, None, None, 90, 0.0, None)] * 2
         jobs = []
         for i in range(3):  # one at a time: each is seen running before it ends
             jobs.append(submit(board, "scratch", "sleep 0.6", name=f"timed-{i}"))
@@ -237,6 +249,37 @@ def test_estimate_zero_samples_then_fitted_from_recorded_dispatches(plain: Path)
     table = invoke(plain, "batch", "estimate", str(path)).output
     rows = {line.split()[0]: line for line in table.splitlines()[1:]}
     assert "never timed (0)" in rows["edge-2"] and "(3)" in rows["scratch-1"]
+    agent = invoke(plain, "batch", "estimate", str(path), "--agent").output.splitlines()
+    assert agent[0].split() == ["job", "target", "kind", "hardware", "wire_bytes", "runtime_s",
+                                "setup_p50_s", "setup_p90_s", "setup_samples", "rate_usd_hr",
+                                "expected_usd", "p90_usd"]
+    scratch, edge = read_columns(agent)
+    assert (edge["setup_samples"], edge["setup_p50_s"], edge["expected_usd"]) == ("0", None, None)
+    assert (scratch["setup_samples"], scratch["rate_usd_hr"], scratch["expected_usd"],
+            scratch["hardware"]) == ("3", "0", "0", "no-facts")
+    assert float(scratch["setup_p50_s"] or "nan") == pytest.approx(after["scratch"].setup.p50_s,
+                                                                   abs=1e-4)
+    assert (int(scratch["wire_bytes"] or -1), int(edge["wire_bytes"] or -1) > 0) == (0, True)
+
+
+def test_fast_jobs_are_timed_from_the_scripts_own_stamp(plain: Path) -> None:
+    """A job that ends before anyone polls it has no "running" line; its script's start
+    stamp (carried by the verdict) times it all the same."""
+    with Board(plain) as board:
+        job = submit(board, "scratch", "true", name="quick")
+        time.sleep(0.5)  # over before the first poll
+        assert job.wait(timeout=30, poll=0.2) is JobState.COMPLETED
+        lines = raw_receipts(job_store(board).file(job.id))
+        assert [ln["topic"] for ln in lines] == ["job.submitted", "job.finished"]
+        started = lines[1]["payload"]["started_at"]
+        submitted = lines[0]["payload"]["submitted_at"]
+        # The host accepted it (submitted_at) a moment after it began: setup clamps at 0.
+        assert -5 < started - submitted < 30
+        fleet = load_batch(fleet_file(plain.parent, '[[jobs]]\ntarget = "scratch"\n'
+                                                   'command = "true"\n'), board.config)
+        (row,) = estimate(board, fleet)
+    assert row.setup.samples == 1
+    assert row.setup.p50_s == pytest.approx(max(0.0, started - submitted))
 
 
 def test_quantile_interpolates_like_numpy() -> None:

@@ -5,14 +5,14 @@ what a sync would send now (the same ``Mirror.plan`` a sync uses: files, raw byt
 bytes on the wire after compression, date of the last sync), adds the job's ``data``
 the mirror does not carry (ignored or excluded files travel in an extra tar), and
 checks the job against its target's queue policy. ``estimate`` fits each target's
-setup time (submitted -> first seen running) from this workspace's own job receipts;
-a target never timed has 0 samples and no number. Rates come from the provider's
-offers (provider targets only); costs are rate x (setup + runtime_s).
+setup time (submitted -> the job began, ``mainboard.jobs.timing``) from this
+workspace's own job receipts; a target never timed has 0 samples and no number.
+Rates come from the provider's offers, or an owned host's declared ``usd_hr`` (0
+without one, ``mainboard.hosts.rates``); costs are rate x (setup + runtime_s).
 """
 
 from __future__ import annotations
 
-import math
 import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from mainboard.batch.run import job_spec
 from mainboard.batch.spec import BatchSpec
-from mainboard.config import ProviderHost
-from mainboard.errors import MainboardError, UserError, first_line
-from mainboard.jobs.store import JobStore
-from mainboard.receipts import JobStateChanged, JobSubmitted
+from mainboard.errors import UserError
+from mainboard.hosts.rates import host_rate
+from mainboard.jobs.timing import Setup, fit, quantile, setup_samples
 
 if TYPE_CHECKING:
     from mainboard.hosts.access import Hosts
     from mainboard.hosts.mirror import Plan
 
-__all__ = ["Estimate", "Prepared", "Setup", "estimate", "prepare", "quantile", "setup_samples"]
+__all__ = ["Estimate", "Prepared", "Setup", "Total", "estimate", "prepare", "quantile",
+           "setup_samples", "total"]
 
 
 @dataclass(frozen=True)
@@ -111,43 +111,29 @@ def prepare(board: Hosts, spec: BatchSpec) -> list[Prepared]:
     return out
 
 
-# -- estimate --------------------------------------------------------------------------------
-
-def quantile(values: list[float], q: float) -> float:
-    """The ``q`` quantile by linear interpolation between order statistics (numpy's default)."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def setup_samples(board: Hosts) -> dict[str, list[float]]:
-    """Per host, seconds from ``job.submitted`` to the first line saying the job ran.
-
-    Only jobs seen running count: a job first seen already finished has no start time,
-    and guessing one would invent a number.
-    """
-    store = JobStore(board.config.state_dir)
-    samples: dict[str, list[float]] = {}
-    for job_id in store.ids():
-        submitted: JobSubmitted | None = None
-        for ts, payload in store.receipts(job_id).read_timed(errors=[]):
-            if isinstance(payload, JobSubmitted):
-                submitted = payload
-            elif (submitted is not None and isinstance(payload, JobStateChanged)
-                  and payload.state == "running"):
-                samples.setdefault(submitted.host, []).append(max(0.0, ts - submitted.submitted_at))
-                break
-    return samples
-
-
 @dataclass(frozen=True)
-class Setup:
-    """A target's setup time as this workspace measured it."""
+class Total:
+    """What the whole batch ships: each target's mirror once, plus every job's extra data."""
 
-    samples: int
-    p50_s: float | None = None
-    p90_s: float | None = None
+    jobs: int
+    targets: int
+    files: int
+    raw_bytes: int
+    wire_bytes: int
+
+
+def shipped(row: Prepared) -> tuple[int, int, int]:
+    """(files, raw bytes, wire bytes) one job needs sent: its target's mirror and extra data."""
+    return (row.files + len(row.extra_files), row.raw_bytes + row.extra_raw_bytes,
+            row.wire_bytes + row.extra_wire_bytes)
+
+
+def total(rows: list[Prepared]) -> Total:
+    """The batch's total: a mirror shared by several jobs counts once."""
+    mirrors = {r.target: (r.files, r.raw_bytes, r.wire_bytes) for r in rows}
+    parts = [*mirrors.values(),
+             *((len(r.extra_files), r.extra_raw_bytes, r.extra_wire_bytes) for r in rows)]
+    return Total(len(rows), len(mirrors), *(sum(p[i] for p in parts) for i in range(3)))
 
 
 @dataclass(frozen=True)
@@ -164,49 +150,36 @@ class Estimate:
     expected_usd: float | None = None   # rate x (setup p50 + runtime)
     p90_usd: float | None = None        # rate x (setup p90 + runtime)
     notes: list[str] = field(default_factory=list)
+    hardware: str = ""                  # facts summary (owned hosts) or the offer (providers)
+    wire_bytes: int | None = None       # what the job needs sent (mirror + extra data)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _rate(board: Hosts, target: str) -> tuple[float | None, str]:
-    """The cheapest matching offer's USD/h for a provider target, else (None, why not)."""
-    host = board.config.host(target)
-    if not isinstance(host, ProviderHost):
-        return None, f"{host.kind} host: no hourly rate"
-    from mainboard.bridges.providers import adapter_for
-
-    provider = board.config.providers.get(host.provider)
-    try:
-        if provider is None:
-            raise UserError(f"provider {host.provider!r} is not declared")
-        offer = adapter_for(host.provider, provider).cheapest(host.gpu, host.max_usd_hr)
-    except (MainboardError, OSError) as exc:
-        return None, f"no rate: {first_line(exc)}"
-    return offer.usd_hr, (f"{host.provider} offer {offer.id}: {offer.gpu_count}x {offer.gpu} "
-                          "(cheapest matching now)")
-
-
 def estimate(board: Hosts, spec: BatchSpec) -> list[Estimate]:
-    """Per job: setup p50/p90 fitted from recorded dispatches, runtime, rate and costs."""
-    samples = setup_samples(board)
-    rates = {t: _rate(board, t) for t in spec.targets}
+    """Per job: setup p50/p90 fitted from recorded dispatches, runtime, rate, costs, bytes."""
+    samples = setup_samples(board.config.state_dir)
+    wire = {r.name: shipped(r)[2] for r in prepare(board, spec)}
+    rates = {}
     out: list[Estimate] = []
     for job in spec.jobs:
-        timed = samples.get(job.target, [])
-        setup = Setup(len(timed), quantile(timed, 0.5), quantile(timed, 0.9)) if timed \
-            else Setup(0)
-        usd_hr, rate = rates[job.target]
+        setup = fit(samples.get(job.target, []))
+        key = (job.target, job.gpus, job.mem_gb)
+        if key not in rates:
+            rates[key] = host_rate(board.config, job.target, gpus=job.gpus, mem_gb=job.mem_gb)
+        rate = rates[key]
         notes: list[str] = []
         expected = p90 = None
-        if usd_hr is not None:
+        if rate.usd_hr is not None:
             if job.runtime_s is None:
                 notes.append("no runtime_s: cost unknown")
             elif setup.p50_s is None or setup.p90_s is None:
                 notes.append(f"setup on {job.target} never timed: cost unknown")
             else:
-                expected = usd_hr * (setup.p50_s + job.runtime_s) / 3600
-                p90 = usd_hr * (setup.p90_s + job.runtime_s) / 3600
+                expected = rate.usd_hr * (setup.p50_s + job.runtime_s) / 3600
+                p90 = rate.usd_hr * (setup.p90_s + job.runtime_s) / 3600
         out.append(Estimate(job.name, job.target, board.config.host(job.target).kind, setup,
-                            job.runtime_s, usd_hr, rate, expected, p90, notes))
+                            job.runtime_s, rate.usd_hr, rate.source, expected, p90, notes,
+                            rate.hardware, wire[job.name]))
     return out

@@ -100,6 +100,11 @@ def start(board: Hosts, spec: BatchSpec | str | Path) -> str:
     from mainboard.bridges.base import new_uid
 
     found = _spec(board, spec)
+    if found.study is not None:
+        raise ConfigError("this file declares a [study]: its jobs get run ids and a ledger "
+                          "through `mainboard study run` (or `mainboard batch run`)",
+                          file=str(found.path), key="study",
+                          valid="mainboard.study.run.run_study, or no [study] table")
     check_policies(board, found)
     batch_id = new_uid(found.name)
     store_of(board).receipts(batch_id).append(BatchCreated(

@@ -11,12 +11,17 @@ name = "fit-a"                      # optional: "<target>-<position>" otherwise
 command = "python fit.py --case a"
 data = ["in/a.csv"]                 # workspace paths shipped before it runs
 fetch = ["out/a.json"]              # workspace paths brought back after
+params = { case = "a" }             # a study's parameters (part of its run id)
 ```
+
+A ``[study]`` table (``name``, ``description``) makes the file a study: ``mainboard
+study run`` (and ``batch run``) give each job a run id and a ledger (``mainboard.study``).
 
 Keys accept ``-`` or ``_``. Every error is one ConfigError naming the file, the key
 path as written (``jobs[2].walltime``, 1-based like the ``[[jobs]]`` blocks), the
 line, the value and what is valid; a value a job inherited is reported at its
-``[defaults]`` key. ``env`` tables merge (the job's keys win); other keys replace.
+``[defaults]`` key. ``env`` and ``params`` tables merge (the job's keys win); other
+keys replace.
 """
 
 from __future__ import annotations
@@ -30,13 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
 
 from mainboard.bridges.transport import check_env
 from mainboard.config import Config, describe_keys
 from mainboard.config.base import ConfigModel, PositiveDuration, custom_error
 from mainboard.config.sourcemap import KeyPath, SourceMap
 from mainboard.errors import ConfigError, UserError
+from mainboard.ids import ID
 from mainboard.jobs.files import check_paths
 
 NAME_HINT = "1 to 200 printable characters (quotes and spaces are fine; no newlines or tabs)"
@@ -54,6 +60,8 @@ def _command(value: Any) -> Any:
 
 
 Command = Annotated[str | list[str], BeforeValidator(_command)]
+Param = str | int | float | bool
+STUDY_HINT = "letters, digits, '.', '_' or '-', starting with a letter or digit (at most 200)"
 
 
 class JobKeys(ConfigModel):
@@ -70,6 +78,8 @@ class JobKeys(ConfigModel):
     gpus: int | None = Field(None, ge=0, description="an integer >= 0")
     queue: str | None = Field(None, description="a queue (partition) of the target")
     env: dict[str, str] | None = Field(None, description="a table of strings")
+    params: dict[str, Param] | None = Field(
+        None, description="a table of strings, numbers or booleans (studies: part of the run id)")
 
 
 class JobEntry(JobKeys):
@@ -78,10 +88,26 @@ class JobEntry(JobKeys):
     name: str | None = Field(None, description=NAME_HINT)
 
 
+class StudyTable(ConfigModel):
+    """``[study]``: the jobs form one study (``mainboard study run``): run ids and a ledger."""
+
+    name: str | None = Field(None, description=STUDY_HINT)
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _an_id(cls, value: str | None) -> str | None:
+        """The name is the ledger's file name: a plain id, never a path."""
+        if value is not None and not ID.match(value):
+            raise custom_error("a study name is its id and names its ledger file", STUDY_HINT)
+        return value
+
+
 class BatchFile(ConfigModel):
     """The whole file as written (before inheritance)."""
 
     name: str | None = Field(None, description=NAME_HINT)
+    study: StudyTable | None = None
     defaults: JobKeys = Field(default_factory=JobKeys)
     jobs: list[JobEntry] = Field(min_length=1, description="one or more [[jobs]] blocks")
 
@@ -102,6 +128,7 @@ class BatchJob(BaseModel):
     gpus: int | None = None
     queue: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    params: dict[str, Param] = Field(default_factory=dict)
     secret_env: list[str] = Field(default_factory=list)  # names recorded redacted (receipts)
 
 
@@ -113,6 +140,7 @@ class BatchSpec:
     path: Path
     sha256: str
     jobs: list[BatchJob] = field(default_factory=list)
+    study: StudyTable | None = None     # a [study] table: run it with `mainboard study run`
 
     def job(self, name: str) -> BatchJob:
         """The job called ``name`` (KeyError when the fleet has none)."""
@@ -187,7 +215,7 @@ class _Loader:
                                  "a name no other job of this fleet has")
             seen[job.name] = index
         digest = hashlib.sha256(self.text.encode()).hexdigest()
-        return BatchSpec(name=name, path=self.path, sha256=digest, jobs=jobs)
+        return BatchSpec(name=name, path=self.path, sha256=digest, jobs=jobs, study=parsed.study)
 
     def _convert(self, err: dict[str, Any]) -> ConfigError:
         """The first pydantic error as one ConfigError at the key the user wrote."""
@@ -231,6 +259,8 @@ class _Loader:
     def _model_at(loc: KeyPath) -> type[BaseModel] | None:
         if loc == ():
             return BatchFile
+        if loc == ("study",):
+            return StudyTable
         if loc == ("defaults",):
             return JobKeys
         if len(loc) == 2 and loc[0] == "jobs" and isinstance(loc[1], int):
@@ -255,6 +285,7 @@ class _Loader:
         keys.update({k: v for k, v in entry.model_dump(exclude={"name"}).items()
                      if v is not None})
         keys["env"] = {**(defaults.env or {}), **(entry.env or {})}
+        keys["params"] = {**(defaults.params or {}), **(entry.params or {})}
         hosts = self.config.host_names()
         target = keys.get("target")
         if target is None:

@@ -77,10 +77,11 @@ def _register() -> None:
     from mainboard.cli.monitor import monitor
     from mainboard.cli.run import run
     from mainboard.cli.runs import runs
+    from mainboard.cli.study import study
     from mainboard.cli.submit import submit
 
     for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
-                    monitor, fleet, batch):
+                    monitor, fleet, batch, study):
         cli.add_command(command)
 
 

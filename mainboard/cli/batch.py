@@ -10,26 +10,21 @@ back from ``.mainboard/batches/<id>/``: a killed ``watch`` started again continu
 
 from __future__ import annotations
 
-import shlex
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from mainboard.cli import common
+from mainboard.cli import batchplan, columns, common
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from mainboard.batch.plan import Estimate, Prepared
     from mainboard.batch.store import BatchView
     from mainboard.batch.watch import JobRow, WatchStep
     from mainboard.receipts import Payload
 
 _JSON = common.json_option()
 _FLEET = click.argument("fleet", type=click.Path(dir_okay=False))
-_AGENT_KEYS = ("name", "target", "kind", "files", "raw_bytes", "wire_bytes", "codec",
-               "last_sync", "in_place", "shared_by", "extra_files", "extra_raw_bytes",
-               "extra_wire_bytes", "policy")
 
 
 
@@ -37,123 +32,13 @@ def _echo_json(value: Any) -> None:
     common.echo_json(value, default=str)
 
 
-def _size(n: float) -> str:
-    units = ("B", "kB", "MB", "GB", "TB")
-    step = 0
-    while n >= 1000 and step < len(units) - 1:
-        n, step = n / 1000, step + 1
-    return f"{n:.0f} B" if step == 0 else f"{n:.1f} {units[step]}"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.1f}s" if value < 120 else f"{value / 60:.1f}m"
-
-
-def _usd(value: float | None) -> str:
-    return "-" if value is None else f"${value:.4f}"
-
-
-def _table(*columns: str, fold: int = 1) -> Table:
-    """A plain table; only the last ``fold`` columns wrap, the others keep whole words."""
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for index, column in enumerate(columns):
-        wraps = index >= len(columns) - fold
-        table.add_column(column, overflow="fold" if wraps else "ellipsis", no_wrap=not wraps)
-    return table
-
-
-def _print(*renderables: Any) -> None:
-    from rich.console import Console
-
-    Console(soft_wrap=False).print(*renderables)
-
-
 @click.group("batch")
 def batch() -> None:
     """Many jobs from one fleet.toml: prepare, estimate, run, watch, list, show."""
 
 
-@batch.command("prepare")
-@_FLEET
-@_JSON
-@click.option("--agent", is_flag=True,
-              help="One key=value line per job, fixed key order (for scripts and LLM agents).")
-@click.pass_context
-def prepare_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> None:
-    """Per job, what must ship to its target (nothing runs, no target is contacted)."""
-    from mainboard.batch.plan import prepare
-    from mainboard.batch.run import load_batch
-
-    if as_json and agent:
-        raise click.UsageError("--json and --agent are alternatives; give one")
-    with common.board(ctx) as board:
-        rows = prepare(board, load_batch(fleet, board.config))
-    if as_json:
-        _echo_json([r.as_json() for r in rows])
-    elif agent:
-        for row in rows:
-            data = row.as_json()
-            click.echo(" ".join(f"{k}={shlex.quote(_agent_value(data[k]))}" for k in _AGENT_KEYS))
-    else:
-        _print(_prepare_table(rows))
-
-
-def _agent_value(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _prepare_table(rows: list[Prepared]) -> Table:
-    from rich.text import Text
-
-    table = _table("JOB", "TARGET", "FILES", "RAW", "WIRE", "LAST SYNC", "EXTRA DATA", "POLICY",
-                   fold=2)
-    for r in rows:
-        files = "in place" if r.in_place else str(r.files)
-        when = r.last_sync.strftime("%Y-%m-%d %H:%M") if r.last_sync else "never"
-        extra = (f"{len(r.extra_files)} files, {_size(r.extra_raw_bytes)} -> "
-                 f"{_size(r.extra_wire_bytes)}") if r.extra_files else "-"
-        table.add_row(Text(r.name), Text(r.target), files, _size(r.raw_bytes),
-                      f"{_size(r.wire_bytes)} {r.codec}", when, extra,
-                      Text(r.policy, style="green" if r.policy == "ok" else "yellow"))
-    return table
-
-
-@batch.command("estimate")
-@_FLEET
-@_JSON
-@click.pass_context
-def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
-    """Per job: setup p50/p90 from this workspace's past dispatches, runtime, rate, cost."""
-    from mainboard.batch.plan import estimate
-    from mainboard.batch.run import load_batch
-
-    with common.board(ctx) as board:
-        rows = estimate(board, load_batch(fleet, board.config))
-    if as_json:
-        _echo_json([r.as_json() for r in rows])
-        return
-    _print(_estimate_table(rows))
-
-
-def _estimate_table(rows: list[Estimate]) -> Table:
-    from rich.text import Text
-
-    table = _table("JOB", "TARGET", "SETUP p50/p90 (n)", "RUNTIME", "USD/H", "COST exp/p90",
-                   "NOTES")
-    for r in rows:
-        setup = (f"{_seconds(r.setup.p50_s)}/{_seconds(r.setup.p90_s)} ({r.setup.samples})"
-                 if r.setup.samples else "never timed (0)")
-        cost = "-" if r.expected_usd is None else f"{_usd(r.expected_usd)}/{_usd(r.p90_usd)}"
-        table.add_row(Text(r.name), Text(r.target), setup, _seconds(r.runtime_s),
-                      "-" if r.usd_hr is None else f"{r.usd_hr:.4f}", cost,
-                      Text("; ".join([r.rate, *r.notes] if r.kind == "provider" else r.notes)))
-    return table
+batch.add_command(batchplan.prepare_cmd)  # planning verbs live in batchplan.py
+batch.add_command(batchplan.estimate_cmd)
 
 
 def _event_line(payload: Payload) -> str:
@@ -191,13 +76,19 @@ def run_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
 
     Stdout carries only the result: the batch id (printed before dispatching starts, so
     `ID=$(mainboard batch run fleet.toml)` works), or with --json the object described
-    there. One line per job dispatched goes to stderr. A target that cannot be reached
+    there. A file with a [study] table runs as `mainboard study run` does (the study id). One line per job dispatched goes to stderr. A target that cannot be reached
     fails only its own jobs (recorded with the reason); the others still go. Then
     `mainboard batch watch ID`, or let a cron'd `mainboard monitor` bring the results back.
     """
-    from mainboard.batch.run import dispatch, start, store_of
+    from mainboard.batch.run import dispatch, load_batch, start, store_of
 
     with common.board(ctx) as board:
+        if load_batch(fleet, board.config).study is not None:  # a [study] table: a study
+            from mainboard.cli.study import run_and_report
+
+            click.echo(f"mainboard: {fleet} declares [study]: running it as a study (see "
+                       "`mainboard study show ID`)", err=True)
+            ctx.exit(run_and_report(board, fleet, as_json))
         batch_id = start(board, fleet)
         if not as_json:
             click.echo(batch_id)
@@ -292,7 +183,7 @@ _STYLE = {"completed": "green", "failed": "red", "timeout": "red", "unreachable"
 def _rows_table(rows: list[JobRow]) -> Table:
     from rich.text import Text
 
-    table = _table("JOB", "TARGET", "STATE", "EXIT", "JOB ID", "DETAIL", fold=2)
+    table = columns.table("JOB", "TARGET", "STATE", "EXIT", "JOB ID", "DETAIL", fold=2)
     for r in rows:
         detail = "; ".join(x for x in (f"pulled {', '.join(r.pulled)}" if r.pulled else "",
                                        r.detail) if x)
@@ -338,7 +229,7 @@ def watch_cmd(ctx: click.Context, batch_id: str, interval: float, as_json: bool)
     if as_json:
         _echo_json({"event": "summary", **result})
     else:
-        _print(_rows_table(last.rows))
+        columns.show(_rows_table(last.rows))
         click.echo(_summary_line(last.view))
     ctx.exit(0 if result["ok"] else 1)
 
@@ -363,13 +254,13 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     if not views:
         click.echo("no batches yet (`mainboard batch run fleet.toml`)")
         return
-    table = _table("BATCH", "CREATED", "JOBS", "OUTCOMES")
+    table = columns.table("BATCH", "CREATED", "JOBS", "OUTCOMES")
     for v in views:
         counts = ", ".join(f"{n} {o}" for o, n in v.outcomes().items()) or "-"
         owed = len(v.jobs) - len(v.announced)
         table.add_row(v.id, dt.datetime.fromtimestamp(v.created_at).strftime("%Y-%m-%d %H:%M:%S"),
                       str(len(v.jobs)), counts + (f" ({owed} owed)" if owed else ""))
-    _print(table)
+    columns.show(table)
 
 
 @batch.command("show")
@@ -389,5 +280,5 @@ def show_cmd(ctx: click.Context, batch_id: str, as_json: bool) -> None:
     if as_json:
         _echo_json(summary(view, rows))
         return
-    _print(_rows_table(rows))
+    columns.show(_rows_table(rows))
     click.echo(_summary_line(view))

@@ -1,4 +1,5 @@
-"""The ``--agent`` output format: plain aligned columns under a header line.
+"""The ``--agent`` output format: plain aligned columns under a header line (and the rich
+tables people get instead: ``table``, ``show``).
 
 Made for scripts and LLM agents: one header line of lower-case keys, then one line per
 row, every column starting at the same place. Columns are separated by two or more
@@ -10,7 +11,11 @@ spaces and no value holds two spaces in a row (whitespace runs are made single),
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 GAP = "  "
 EMPTY = "-"
@@ -40,3 +45,30 @@ def read_columns(lines: Sequence[str]) -> list[dict[str, str | None]]:
     return [{key: (None if text == EMPTY else text)
              for key, text in zip(header, _SPLIT.split(line.strip()), strict=True)}
             for line in lines[1:]]
+
+
+def echo(keys: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Print ``columns`` on stdout, each row given as its values in ``keys`` order."""
+    import click
+
+    for line in columns(keys, [dict(zip(keys, row, strict=True)) for row in rows]):
+        click.echo(line)
+
+
+def table(*names: str, fold: int = 1) -> Table:
+    """A rich table for people; only the last ``fold`` columns wrap, the others keep whole
+    words."""
+    from rich.table import Table
+
+    out = Table(box=None, pad_edge=False, header_style="bold")
+    for index, name in enumerate(names):
+        wraps = index >= len(names) - fold
+        out.add_column(name, overflow="fold" if wraps else "ellipsis", no_wrap=not wraps)
+    return out
+
+
+def show(*renderables: Any) -> None:
+    """Print rich renderables on stdout, never wrapped to the terminal's width."""
+    from rich.console import Console
+
+    Console(soft_wrap=False).print(*renderables)

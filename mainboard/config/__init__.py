@@ -26,6 +26,7 @@ from mainboard.config.durations import (
 )
 from mainboard.config.loader import CONNECTION_KEYS, Loader, describe_keys
 from mainboard.config.models import (
+    AUTO,
     HOST_KINDS,
     BrokerConfig,
     Config,
@@ -40,6 +41,7 @@ from mainboard.config.models import (
     ProviderHost,
     PythonConfig,
     QueuePolicy,
+    RouterConfig,
     SlurmHost,
     SshHost,
     SshParams,
@@ -48,6 +50,7 @@ from mainboard.config.models import (
 from mainboard.errors import ConfigError, ConfigNotFound
 
 __all__ = [
+    "AUTO", "RouterConfig",
     "CONFIG_NAME", "CONNECTION_KEYS", "DURATION_FORMS", "HOST_KINDS", "BrokerConfig", "Config", "ContainerConfig",
     "FleetConfig", "HostConfig", "JobDefaults", "LocalHost", "NotPositive", "PbsHost", "PoolConfig",
     "ProviderConfig", "ProviderHost",

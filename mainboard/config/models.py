@@ -85,6 +85,15 @@ class PythonConfig(ConfigModel):
     deps: Annotated[list[str], BeforeValidator(requirement_list)] = Field(default_factory=list)
 
 
+class RouterConfig(ConfigModel):
+    """[router]: how ``submit --on auto`` weighs candidates (``mainboard.routing``)."""
+
+    prefer: Literal["time", "cost"] = Field(
+        "time", description='"time" (soonest expected result) or "cost" (cheapest per hour)')
+    max_usd_hr: float | None = Field(default=None, gt=0,
+                                     description="US dollars per hour, greater than 0")
+
+
 class ContainerConfig(ConfigModel):
     """[containers.NAME]: an image a batch host may run its workers in."""
 
@@ -126,6 +135,8 @@ class _HostBase(ConfigModel):
     env: dict[str, str] = Field(default_factory=dict)
     defaults: JobDefaults = Field(default_factory=JobDefaults)
     queues: dict[str, QueuePolicy] = Field(default_factory=dict)
+    usd_hr: float | None = Field(default=None, ge=0, description=(
+        "what an hour of this host costs you, US dollars >= 0 (owned hosts: 0 when absent)"))
 
     def ssh_params(self) -> SshParams | None:
         """How to reach the host over ssh; None when its commands run on this machine."""
@@ -222,6 +233,9 @@ class PbsHost(_Batch):
     queue: str | None = None
 
 
+AUTO = "auto"  # the router's name in `on(...)`: never a declared host
+
+
 class ProviderHost(_HostBase):
     """kind = "provider": a GPU machine rented from a [providers.X] when needed."""
 
@@ -309,6 +323,7 @@ class Config(ConfigModel):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     hosts: dict[str, HostConfig] = Field(default_factory=dict)
     fleet: FleetConfig = Field(default_factory=FleetConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
 
     @model_validator(mode="after")
     def _references(self) -> Config:
@@ -326,6 +341,10 @@ class Config(ConfigModel):
                 raise custom_error('the host name "local" is reserved for this machine',
                                    'kind = "local", or another name', ("hosts", name, "kind"),
                                    value=host.kind)
+            if name == AUTO:
+                raise custom_error(f'the host name "{AUTO}" is reserved for the router '
+                                   "(submit --on auto picks a host)", "another name",
+                                   ("hosts", name), value=None)
             if isinstance(host, _Batch) and host.container is not None \
                     and host.container not in self.containers:
                 raise custom_error(f"container {host.container!r} is not declared",

@@ -16,6 +16,7 @@ released only when no job on it, in scope or not, is still owed an outcome (so i
 outputs are pulled first), and every pass tries again until it is (a provider API that
 was down does not leave it running). Only rentals the jobs own (``owner = "jobs"``)
 are ever released here: a fleet worker's rental on the same host is never touched.
+Every pass also writes the verdicts study ledgers lack (``mainboard.jobs.verdicts``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError, first_line
 from mainboard.jobs.job import bridge_of, pull_view, store_of
 from mainboard.jobs.store import JobStore, JobView
+from mainboard.jobs.verdicts import record_verdicts
 from mainboard.locks import flocked
 from mainboard.receipts import (
     MonitorPass,
@@ -188,6 +190,7 @@ def _sweep(board: Hosts, only: frozenset[str] | None, release: Release) -> dict[
     pulled, tried = _pull_finished(board, [v for v in views if mine(v)], down)
     if pulled:
         views, _ = store.scan()
+    errors += record_verdicts(board.config.state_dir, views)  # study ledgers, once each
     log = monitor_log(board.config.state_dir)
     announced, last = _announced(log, errors)
     news = [v for v in views if mine(v) and v.id not in announced and not _owed(v)]

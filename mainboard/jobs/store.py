@@ -156,7 +156,7 @@ class JobStore(ReceiptStore[JobView]):
             if status.final:
                 self.append(job_id, JobFinished(
                     id=job_id, state=status.state.value, exit_code=status.exit_code,
-                    native=status.native, reason=status.reason))
+                    native=status.native, reason=status.reason, started_at=status.started_at))
                 return True
             if status.state is view.state:
                 return False
