@@ -68,6 +68,7 @@ def _register() -> None:
     from mainboard.cli.broker import broker
     from mainboard.cli.compute import compute
     from mainboard.cli.config import config
+    from mainboard.cli.dashboard import dashboard
     from mainboard.cli.facts import facts
     from mainboard.cli.fleet import fleet
     from mainboard.cli.flower import flower
@@ -79,7 +80,7 @@ def _register() -> None:
     from mainboard.cli.submit import submit
 
     for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
-                    monitor, fleet, batch):
+                    monitor, fleet, batch, dashboard):
         cli.add_command(command)
 
 

@@ -1,0 +1,298 @@
+"""`mainboard dashboard` as a user runs it: a real run on real Redis and real workers, the
+dashboard as a `mainboard` subprocess, pages looked at in real headless Chromium.
+
+The run page's screenshot is written under the test's tmp dir; its path is printed (see
+it with ``-s`` or in the report's captured output) and recorded as a test property.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mainboard
+from mainboard.config import Config
+from mainboard.integrators.driver import RunResult
+from mainboard.runs.store import RECEIPTS_NAME
+from tests.chromium import Tab, drive, render
+from tests.integration import spec, write_workspace
+from tests.services import RedisServer, free_port, start_redis
+
+RUN_NAME = "dash-gauss"
+# non-white pixels of a canvas: a plot that drew its data has thousands
+INK = """(() => { const c = document.querySelector('#%s canvas');
+  if (!c) return 0; const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] + d[i+1] + d[i+2] < 600) n++;
+  return n; })()"""
+
+
+@dataclass
+class Dashboard:
+    """A running `mainboard dashboard` subprocess and the URL it printed."""
+
+    proc: subprocess.Popen[str]
+    url: str
+
+    @property
+    def base(self) -> str:
+        return self.url.split("/?token=")[0]
+
+    @property
+    def token(self) -> str:
+        return self.url.split("?token=")[1]
+
+    def page(self, path: str) -> str:
+        """``path`` with the token, as the printed URL carries it."""
+        return f"{self.base}{path}{'&' if '?' in path else '?'}token={self.token}"
+
+    def api(self, path: str) -> Any:
+        request = urllib.request.Request(self.base + path,
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return json.load(reply)
+
+
+def start_dashboard(config: Config, *args: str) -> Dashboard:
+    """`mainboard --config C dashboard --json ARGS`; returns once it printed its URL."""
+    env = {**os.environ}
+    env.pop("MAINBOARD_CONFIG", None)
+    proc = subprocess.Popen([sys.executable, "-m", "mainboard", "--config", str(config.path),
+                             "dashboard", "--json", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
+    if not line:
+        proc.kill()
+        raise AssertionError(f"dashboard printed no URL: {proc.communicate()[1]}")
+    return Dashboard(proc, json.loads(line)["url"])
+
+
+def stop_dashboard(dash: Dashboard) -> None:
+    dash.proc.send_signal(signal.SIGINT)
+    try:
+        assert dash.proc.wait(10) == 130  # Ctrl-C: the conventional exit, no traceback
+    finally:
+        if dash.proc.poll() is None:
+            dash.proc.kill()
+    assert "Traceback" not in (dash.proc.stderr.read() if dash.proc.stderr else "")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
+    return write_workspace(tmp_path_factory.mktemp("dashboard"), redis_server)
+
+
+@pytest.fixture(scope="module")
+def finished(workspace: Config) -> RunResult:
+    """A real run: coordinator here, one real Celery worker, real receipts."""
+    return mainboard.integrate(spec(name=RUN_NAME, stop={"max_samples": 120_000}), workers=1,
+                               config=workspace)
+
+
+@pytest.fixture(scope="module")
+def dash(workspace: Config, finished: RunResult) -> Iterator[Dashboard]:
+    """The dashboard, started after the run (it reads the receipts the run left)."""
+    dash = start_dashboard(workspace)
+    yield dash
+    stop_dashboard(dash)
+
+
+def _status(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, Any]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),
+                                    timeout=10) as reply:
+            return reply.status, reply.read().decode(), reply.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), exc.headers
+
+
+def test_every_page_and_api_answers_401_without_the_token(dash: Dashboard,
+                                                           finished: RunResult) -> None:
+    paths = ["/", "/runs", f"/run/{finished.run_id}", f"/run/{RUN_NAME}", "/fleet", "/jobs",
+             "/api/runs", "/api/runs-version", f"/api/run/{finished.run_id}",
+             f"/api/run/{finished.run_id}/version", "/api/fleet", "/api/jobs", "/api/broker",
+             "/jobs/20250101-120000-x-1a2b3c/logs", "/static/app.js", "/static/uPlot.iife.min.js"]
+    cookie = f"mainboard-dashboard-{dash.base.rsplit(':', 1)[1]}=forged"
+    for path in paths:
+        for headers, query in (({}, ""), ({}, "?token=wrong"), ({"Cookie": cookie}, ""),
+                               ({"Authorization": "token wrong"}, "")):
+            status, body, _ = _status(dash.base + path + query, headers)
+            assert status == 401, (path, query, headers, status)
+            assert finished.run_id not in body and RUN_NAME not in body
+    # the printed URL opens the page as is and leaves a cookie that opens the others
+    status, body, headers = _status(dash.url)
+    assert status == 200
+    cookie_line = headers["Set-Cookie"]
+    assert "HttpOnly" in cookie_line and "SameSite=Strict" in cookie_line
+    status, _, _ = _status(f"{dash.base}/api/run/{RUN_NAME}",
+                           {"Cookie": cookie_line.split(";")[0]})
+    assert status == 200
+    # and a browser without the token sees the 401 and no run
+    page = render(f"{dash.base}/run/{finished.run_id}", timeout=10)
+    assert page.status == 401 and RUN_NAME not in page.html
+
+
+def test_run_page_shows_the_finished_run_with_its_plots(
+        dash: Dashboard, finished: RunResult, tmp_path: Path,
+        record_property: Any) -> None:
+    shot = tmp_path / "dashboard-run.png"
+
+    async def look(tab: Tab) -> dict[str, Any]:
+        listing = await tab.wait_for(f'data-run-id="{finished.run_id}"', 15)
+        await tab.goto(dash.page(f"/run/{RUN_NAME}"))  # by name, as a user types it
+        html = await tab.wait_for(f'data-points="{finished.iterations}"', 15)
+        html = await tab.wait_for('id="plot-grid" data-points', 5)
+        ink = {box: await tab.evaluate(INK % box)
+               for box in ("plot-convergence", "plot-chi2", "plot-rate", "plot-grid")}
+        await tab.screenshot(shot)
+        return {"listing": listing, "html": html, "ink": ink}
+
+    seen = drive(dash.page("/"), look)
+    record_property("screenshot", str(shot))
+    print(f"\nscreenshot of the run page: {shot}")
+    assert RUN_NAME in seen["listing"] and "finished" in seen["listing"]
+    html = seen["html"]
+    assert f"{RUN_NAME} " in html and finished.run_id in html
+    assert f'data-iteration="{finished.iterations}"' in html  # the iterations table
+    assert "chi2/dof" in html and "Q" in html and "genz.gaussian" in html  # settings
+    assert "vegas grid map" in html
+    for box, ink in seen["ink"].items():
+        assert ink > 500, f"{box} drew nothing ({ink} dark pixels)"
+    assert shot.stat().st_size > 20_000
+
+
+def _copy_run(workspace: Config, source: str, run_id: str, name: str, keep: int) -> Path:
+    """A new run whose receipts are the first ``keep`` iterations of ``source``'s, re-labelled."""
+    lines = (workspace.state_dir / "runs" / source / RECEIPTS_NAME).read_text().splitlines()
+    out = []
+    for line in lines:
+        record = json.loads(line)
+        payload = record["payload"]
+        if record["topic"] == "run.created":
+            payload["name"] = name
+        elif record["topic"] != "run.iteration" or payload["iteration"] > keep:
+            continue
+        payload["run_id"] = run_id
+        if "snapshot" in payload and payload["snapshot"]:
+            payload["snapshot"]["run_id"] = run_id
+        out.append(json.dumps(record))
+    folder = workspace.state_dir / "runs" / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / RECEIPTS_NAME
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def test_a_new_iteration_appears_on_the_open_page_within_two_seconds(
+        dash: Dashboard, workspace: Config, finished: RunResult) -> None:
+    run_id = "0123456789abcdef"
+    path = _copy_run(workspace, finished.run_id, run_id, "dash-live", keep=2)
+    source = (workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME).read_text()
+    third = next(line for line in source.splitlines()
+                 if '"run.iteration"' in line and json.loads(line)["payload"]["iteration"] == 3)
+
+    async def watch(tab: Tab) -> tuple[str, float, str]:
+        before = await tab.wait_for('data-iteration="2"', 15)
+        record = json.loads(third)
+        record["payload"]["run_id"] = record["payload"]["snapshot"]["run_id"] = run_id
+        with path.open("a") as log:  # what the coordinator's receipt write does
+            log.write(json.dumps(record) + "\n")
+        written = time.monotonic()
+        after = await tab.wait_for('data-iteration="3"', 2.0, every=0.05)
+        return before, time.monotonic() - written, after
+
+    before, waited, after = drive(dash.page(f"/run/{run_id}"), watch)
+    print(f"\nnew iteration on the open page after {waited:.2f} s")
+    assert 'data-iteration="3"' not in before
+    assert 'data-iteration="3"' in after, f"not shown {waited:.2f} s after the receipt"
+    assert 'data-points="3"' in after  # the plot grew too
+
+
+def _thousand_runs(state_dir: Path, source: Path, count: int) -> None:
+    """``count`` runs in the store: the real run's receipts under new ids and names."""
+    lines = source.read_text().splitlines()
+    for n in range(count):
+        run_id = f"{n:016x}"
+        folder = state_dir / "runs" / run_id
+        folder.mkdir(parents=True)
+        out = []
+        for line in lines:
+            record = json.loads(line)
+            record["payload"]["run_id"] = run_id
+            if record["topic"] == "run.created":
+                record["payload"]["name"] = f"bulk-{n}"
+            out.append(json.dumps(record))
+        (folder / RECEIPTS_NAME).write_text("\n".join(out) + "\n")
+
+
+@pytest.fixture
+def crowded(tmp_path: Path, workspace: Config, finished: RunResult
+            ) -> Iterator[tuple[Dashboard, RedisServer]]:
+    """A workspace on its own Redis with 1,000 runs in the store, and its dashboard."""
+    server = start_redis(tmp_path / "redis")
+    config = write_workspace(tmp_path / "ws", server)
+    _thousand_runs(config.state_dir, workspace.state_dir / "runs" / finished.run_id /
+                   RECEIPTS_NAME, 1000)
+    dash = start_dashboard(config)
+    try:
+        yield dash, server
+    finally:
+        stop_dashboard(dash)
+        server.stop()
+
+
+def test_thousand_runs_render_and_the_broker_going_down_is_shown(
+        crowded: tuple[Dashboard, RedisServer]) -> None:
+    dash, server = crowded
+    data = dash.api("/api/runs")
+    assert data["broker"]["ok"] and data["total"] == 1000 and len(data["runs"]) == 1000
+
+    async def watch(tab: Tab) -> tuple[int, str, str]:
+        up = await tab.wait_for("1–1000 of 1000 runs", 20)
+        rows = await tab.evaluate("document.querySelectorAll('tr[data-run-id]').length")
+        server.stop()  # the broker goes away under the open page
+        down = await tab.wait_for("does not answer", 10)
+        return rows, up, down
+
+    rows, up, down = drive(dash.page("/"), watch)
+    assert rows == 1000 and 'id="banner" class="banner" hidden' in up
+    assert "showing what the receipts hold" in down and "bulk-999" in down
+    data = dash.api("/api/runs")  # the API too: receipts only, and it says why
+    assert not data["broker"]["ok"] and data["total"] == 1000
+    assert f"127.0.0.1:{server.port}" in data["broker"]["message"]
+    run = dash.api("/api/run/bulk-7")
+    assert run["summary"]["status"] == "finished" and len(run["series"]) == 3
+    assert "broker" in run["logs_note"] and "broker" in run["workers_note"]
+
+
+def test_bad_port_and_busy_port_exit_2_with_one_line(workspace: Config) -> None:
+    env = {**os.environ}
+    env.pop("MAINBOARD_CONFIG", None)
+    base = [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "dashboard"]
+    bad = subprocess.run([*base, "--port", "70000"], capture_output=True, text=True, env=env,
+                         timeout=30)
+    assert bad.returncode == 2 and "70000" in bad.stderr and not bad.stdout
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = subprocess.run([*base, "--port", str(port)], capture_output=True, text=True,
+                              env=env, timeout=30)
+    assert busy.returncode == 2 and not busy.stdout
+    assert busy.stderr.strip().count("\n") == 0 and f"--port {port}" in busy.stderr
+    assert "Traceback" not in busy.stderr
