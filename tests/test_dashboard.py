@@ -27,8 +27,9 @@ import mainboard
 from mainboard.config import Config
 from mainboard.integrators.driver import RunResult
 from mainboard.runs.store import RECEIPTS_NAME
-from tests.chromium import Tab, drive, render
+from tests.chromium import Tab, drive
 from tests.integration import spec, write_workspace
+from tests.run_receipts import copy_run, fill
 from tests.services import RedisServer, free_port, start_redis
 
 RUN_NAME = "dash-gauss"
@@ -140,9 +141,6 @@ def test_every_page_and_api_answers_401_without_the_token(dash: Dashboard,
     status, _, _ = _status(f"{dash.base}/api/run/{RUN_NAME}",
                            {"Cookie": cookie_line.split(";")[0]})
     assert status == 200
-    # and a browser without the token sees the 401 and no run
-    page = render(f"{dash.base}/run/{finished.run_id}", timeout=10)
-    assert page.status == 401 and RUN_NAME not in page.html
 
 
 def test_run_page_shows_the_finished_run_with_its_plots(
@@ -151,6 +149,9 @@ def test_run_page_shows_the_finished_run_with_its_plots(
     shot = tmp_path / "dashboard-run.png"
 
     async def look(tab: Tab) -> dict[str, Any]:
+        refused = await tab.wait_for("401", 15)  # a browser without the token
+        refused_status = tab.status
+        await tab.goto(dash.page("/"))
         listing = await tab.wait_for(f'data-run-id="{finished.run_id}"', 15)
         await tab.goto(dash.page(f"/run/{RUN_NAME}"))  # by name, as a user types it
         html = await tab.wait_for(f'data-points="{finished.iterations}"', 15)
@@ -158,11 +159,15 @@ def test_run_page_shows_the_finished_run_with_its_plots(
         ink = {box: await tab.evaluate(INK % box)
                for box in ("plot-convergence", "plot-chi2", "plot-rate", "plot-grid")}
         await tab.screenshot(shot)
-        return {"listing": listing, "html": html, "ink": ink}
+        return {"refused": (refused_status, refused), "listing": listing, "html": html,
+                "ink": ink}
 
-    seen = drive(dash.page("/"), look)
+    seen = drive(f"{dash.base}/run/{finished.run_id}", look)
     record_property("screenshot", str(shot))
     print(f"\nscreenshot of the run page: {shot}")
+    status, refused = seen["refused"]
+    assert status == 401 and RUN_NAME not in refused and finished.run_id not in refused.replace(
+        f"/run/{finished.run_id}", "")
     assert RUN_NAME in seen["listing"] and "finished" in seen["listing"]
     html = seen["html"]
     assert f"{RUN_NAME} " in html and finished.run_id in html
@@ -174,33 +179,12 @@ def test_run_page_shows_the_finished_run_with_its_plots(
     assert shot.stat().st_size > 20_000
 
 
-def _copy_run(workspace: Config, source: str, run_id: str, name: str, keep: int) -> Path:
-    """A new run whose receipts are the first ``keep`` iterations of ``source``'s, re-labelled."""
-    lines = (workspace.state_dir / "runs" / source / RECEIPTS_NAME).read_text().splitlines()
-    out = []
-    for line in lines:
-        record = json.loads(line)
-        payload = record["payload"]
-        if record["topic"] == "run.created":
-            payload["name"] = name
-        elif record["topic"] != "run.iteration" or payload["iteration"] > keep:
-            continue
-        payload["run_id"] = run_id
-        if "snapshot" in payload and payload["snapshot"]:
-            payload["snapshot"]["run_id"] = run_id
-        out.append(json.dumps(record))
-    folder = workspace.state_dir / "runs" / run_id
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / RECEIPTS_NAME
-    path.write_text("\n".join(out) + "\n")
-    return path
-
-
 def test_a_new_iteration_appears_on_the_open_page_within_two_seconds(
         dash: Dashboard, workspace: Config, finished: RunResult) -> None:
     run_id = "0123456789abcdef"
-    path = _copy_run(workspace, finished.run_id, run_id, "dash-live", keep=2)
-    source = (workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME).read_text()
+    source_path = workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME
+    path = copy_run(source_path, workspace.state_dir, run_id, "dash-live", keep=2)
+    source = source_path.read_text()
     third = next(line for line in source.splitlines()
                  if '"run.iteration"' in line and json.loads(line)["payload"]["iteration"] == 3)
 
@@ -221,31 +205,13 @@ def test_a_new_iteration_appears_on_the_open_page_within_two_seconds(
     assert 'data-points="3"' in after  # the plot grew too
 
 
-def _thousand_runs(state_dir: Path, source: Path, count: int) -> None:
-    """``count`` runs in the store: the real run's receipts under new ids and names."""
-    lines = source.read_text().splitlines()
-    for n in range(count):
-        run_id = f"{n:016x}"
-        folder = state_dir / "runs" / run_id
-        folder.mkdir(parents=True)
-        out = []
-        for line in lines:
-            record = json.loads(line)
-            record["payload"]["run_id"] = run_id
-            if record["topic"] == "run.created":
-                record["payload"]["name"] = f"bulk-{n}"
-            out.append(json.dumps(record))
-        (folder / RECEIPTS_NAME).write_text("\n".join(out) + "\n")
-
-
 @pytest.fixture
 def crowded(tmp_path: Path, workspace: Config, finished: RunResult
             ) -> Iterator[tuple[Dashboard, RedisServer]]:
     """A workspace on its own Redis with 1,000 runs in the store, and its dashboard."""
     server = start_redis(tmp_path / "redis")
     config = write_workspace(tmp_path / "ws", server)
-    _thousand_runs(config.state_dir, workspace.state_dir / "runs" / finished.run_id /
-                   RECEIPTS_NAME, 1000)
+    fill(workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME, config.state_dir, 1000)
     dash = start_dashboard(config)
     try:
         yield dash, server

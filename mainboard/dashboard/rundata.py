@@ -13,12 +13,12 @@ import os
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mainboard.receipts import IterationDone, ReceiptError
-from mainboard.runs.store import RunHistory, RunStore
+from mainboard.dashboard.lazy import LazyReceipts
+from mainboard.runs.store import RECEIPTS_NAME, RunHistory, RunStore, UnknownRun
 
 ID_FORM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -39,8 +39,23 @@ def first_component(value: Any) -> float | None:
 class _Entry:
     stamp: tuple[int, int]
     history: RunHistory | None
-    times: list[float]
-    row: dict[str, Any]
+    times: list[float | None]
+    receipts: LazyReceipts
+    row: dict[str, Any] = field(default_factory=dict)
+    decoded: bool = False  # the last iteration's snapshot is decoded into the history
+
+    @property
+    def snapshots(self) -> frozenset[int]:
+        """Iterations whose snapshot the log holds."""
+        return frozenset(self.receipts.raw_snapshots)
+
+    def full(self) -> RunHistory | None:
+        """The history with its last snapshot decoded (the one snapshot the pages read)."""
+        if not self.decoded and self.history is not None and self.history.iterations:
+            last = self.history.iterations[-1]
+            last.snapshot = self.receipts.snapshot(last)
+        self.decoded = True
+        return self.history
 
 
 class RunData:
@@ -48,61 +63,77 @@ class RunData:
 
     def __init__(self, state_dir: Path) -> None:
         self.store = RunStore(state_dir)
+        self._root = str(self.store.root)
         self._cache: dict[str, _Entry] = {}
         self._lock = threading.Lock()
 
-    def _stamp(self, run_id: str) -> tuple[int, int] | None:
+    def _path(self, run_id: str) -> str:
+        return os.path.join(self._root, run_id, RECEIPTS_NAME)
+
+    def stamp(self, run_id: str) -> tuple[int, int] | None:
+        """(mtime ns, size) of the run's receipts: changes with every line written."""
         try:
-            st = os.stat(self.store.path(run_id))
-        except (OSError, ReceiptError):
+            st = os.stat(self._path(run_id))
+        except OSError:
             return None
         return st.st_mtime_ns, st.st_size
 
+    def ids(self) -> list[str]:
+        """Ids of every run folder (a plain directory scan: this runs on every poll)."""
+        try:
+            with os.scandir(self._root) as found:
+                return [e.name for e in found if ID_FORM.fullmatch(e.name) and e.is_dir()]
+        except OSError:
+            return []
+
     def entry(self, run_id: str) -> _Entry | None:
         """The cached fold of one run (refolded when its file changed); None without receipts."""
-        stamp = self._stamp(run_id)
+        stamp = self.stamp(run_id) if ID_FORM.fullmatch(run_id) else None
         if stamp is None:
             return None
         with self._lock:
             cached = self._cache.get(run_id)
         if cached is not None and cached.stamp == stamp:
             return cached
-        receipts = self.store.receipts(run_id)
-        errors: list[ReceiptError] = []
-        history = self.store.fold(receipts, errors)
-        times = [ts for ts, p in receipts.read_timed("run.iteration", errors=errors)
-                 if isinstance(p, IterationDone)] if history is not None else []
-        entry = _Entry(stamp, history, times, summary_row(history) if history else {})
+        receipts = LazyReceipts(Path(self._path(run_id)))
+        history = self.store.fold(receipts, [])
+        times = [receipts.times.get(i.iteration) for i in history.iterations] \
+            if history is not None else []
+        entry = _Entry(stamp, history, times, receipts)
+        if history is not None:
+            entry.row = summary_row(history, entry)
         with self._lock:
             self._cache[run_id] = entry
         return entry
 
     def histories(self) -> list[RunHistory]:
         """Every run with receipts, most recently updated first."""
-        found = [e.history for run_id in self.store.ids()
+        found = [e.history for run_id in self.ids()
                  if (e := self.entry(run_id)) is not None and e.history is not None]
         return sorted(found, key=lambda h: h.updated, reverse=True)
 
-    def resolve(self, ref: str) -> RunHistory:
-        """The run ``ref`` names (id, unique id prefix or name; UnknownRun otherwise)."""
-        entry = self.entry(ref) if ID_FORM.fullmatch(ref) else None
-        if entry is not None and entry.history is not None:
-            return entry.history
-        found = self.store.find(ref)
-        entry = self.entry(found.run_id)
-        return entry.history if entry is not None and entry.history is not None else found
-
-    def stamp(self, run_id: str) -> tuple[int, int] | None:
-        """(mtime ns, size) of the run's receipts: changes with every line written."""
-        return self._stamp(run_id)
+    def resolve(self, ref: str) -> tuple[RunHistory, _Entry]:
+        """The run ``ref`` names, as ``RunStore.find`` resolves it (id, unique id prefix, or
+        a name one run has), from the cache; the store's UnknownRun when none or several."""
+        entry = self.entry(ref)
+        if entry is None or entry.history is None:
+            runs = self.histories()
+            by_prefix = [h for h in runs if h.run_id.startswith(ref)]
+            by_name = [h for h in runs if h.created.name == ref]
+            one = by_prefix if len(by_prefix) == 1 else by_name if not by_prefix else []
+            entry = self.entry(one[0].run_id) if len(one) == 1 else None
+        if entry is None or entry.full() is None:
+            self.store.find(ref)  # raises UnknownRun saying why (none, ambiguous)
+            raise UnknownRun(f"no run matches {ref!r}")  # it changed under us: say so
+        return entry.full(), entry  # type: ignore[return-value]
 
     def row(self, h: RunHistory) -> dict[str, Any]:
         """The runs-list row of ``h`` (computed once per change of its receipts)."""
         entry = self.entry(h.run_id)
-        return dict(entry.row) if entry is not None and entry.row else summary_row(h)
+        return dict(entry.row) if entry is not None and entry.row else summary_row(h, None)
 
 
-def summary_row(h: RunHistory) -> dict[str, Any]:
+def summary_row(h: RunHistory, entry: _Entry | None) -> dict[str, Any]:
     """One row of the runs list: the store's summary plus chi2/dof and plain numbers."""
     row = h.summary()
     row["estimate_value"] = first_component(row["estimate"])
@@ -110,6 +141,8 @@ def summary_row(h: RunHistory) -> dict[str, Any]:
     if h.finished is not None:
         row["chi2_dof"] = first_component(h.finished.result.get("chi2_dof"))
     else:
+        if entry is not None:
+            entry.full()  # an unfinished run's chi2/dof needs its last snapshot
         chi2 = _chi2_series(h.iterations[-1].snapshot) if h.iterations else []
         row["chi2_dof"] = chi2[-1][0] if chi2 else None
     return row
@@ -165,7 +198,7 @@ def exact_of(h: RunHistory) -> float | None:
     return first_component(built.exact)
 
 
-def series(h: RunHistory, times: list[float]) -> list[dict[str, Any]]:
+def series(h: RunHistory, times: list[float | None]) -> list[dict[str, Any]]:
     """One point per iteration: cumulative estimate and error, the iteration's own estimate,
     chi2/dof and Q so far, samples/s of that iteration, and when it was recorded."""
     last = h.iterations[-1].snapshot if h.iterations else {}
@@ -223,13 +256,13 @@ def lineage(data: RunData, h: RunHistory) -> dict[str, Any]:
             "resumed_from": [r.from_iteration for r in h.resumed], "clones": clones}
 
 
-def snapshots(h: RunHistory) -> list[dict[str, Any]]:
+def snapshots(h: RunHistory, held: frozenset[int]) -> list[dict[str, Any]]:
     """The snapshots a resume or clone can start from: one after each iteration."""
-    out = [{"iteration": i.iteration, "samples": i.samples,
-            "keys": sorted(i.snapshot)} for i in h.iterations if i.snapshot]
+    out: list[dict[str, Any]] = [{"iteration": i.iteration, "samples": i.samples}
+                                 for i in h.iterations if i.iteration in held or i.snapshot]
     if h.created.snapshot is not None and h.created.from_iteration:
-        out.insert(0, {"iteration": h.created.from_iteration, "samples": None,
-                       "keys": sorted(h.created.snapshot), "inherited": True})
+        out.insert(0, {"iteration": h.created.from_iteration,
+                       "samples": h.created.snapshot.get("samples"), "inherited": True})
     return out
 
 

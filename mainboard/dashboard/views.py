@@ -73,18 +73,18 @@ class Views:
 
     def run(self, ref: str) -> dict[str, Any]:
         """Everything the run page shows; UnknownRun for an id that names no run."""
-        h = self.runs.resolve(ref)
-        entry = self.runs.entry(h.run_id)
+        h, entry = self.runs.resolve(ref)
         broker = self.broker()
         state = self.live.run_states([h.run_id]).get(h.run_id, {}) if broker["ok"] else {}
         out: dict[str, Any] = {
             "broker": broker, "summary": {**self.runs.row(h), "status": _status(h, state)},
             "live_state": state, "settings": h.created.spec,
             "exact": rundata.exact_of(h),
-            "series": rundata.series(h, entry.times if entry else []),
+            "series": rundata.series(h, entry.times),
             "result": h.finished.result if h.finished else None,
             "failure": h.failed.model_dump() if h.failed else None,
-            "snapshots": rundata.snapshots(h), "lineage": rundata.lineage(self.runs, h),
+            "snapshots": rundata.snapshots(h, entry.snapshots),
+            "lineage": rundata.lineage(self.runs, h),
             "diagnostics": rundata.diagnostics(h),
         }
         out.update(self._run_extras(h, broker["ok"]))
@@ -103,7 +103,7 @@ class Views:
     def run_version(self, ref: str) -> str:
         """Changes when the run page would: a receipt, the live state, the broker, and every
         LOGS_EVERY_S seconds (logs and worker rows live in Redis, not in receipts)."""
-        h = self.runs.resolve(ref)
+        h, _ = self.runs.resolve(ref)
         broker = self.live.probe()
         state = self.live.run_states([h.run_id]).get(h.run_id, {}) if broker.ok else {}
         return _digest([str(self.runs.stamp(h.run_id)), str(sorted(state.items())),

@@ -72,9 +72,10 @@ function poll(versionUrl, dataUrl, render) {
   const fresh = document.getElementById("fresh");
   async function tick() {
     try {
-      const v = versionUrl ? (await getJSON(versionUrl)).version : Date.now();
+      const at = (u) => (typeof u === "function" ? u() : u);
+      const v = versionUrl ? (await getJSON(at(versionUrl))).version : Date.now();
       if (v !== seen) {
-        const data = await getJSON(dataUrl);
+        const data = await getJSON(at(dataUrl));
         render(data);
         banner(data.broker);
         seen = v;
@@ -211,9 +212,12 @@ function skeleton() {
     section("Settings (the run definition)", el("pre", { id: "settings" })));
 }
 
+let runRef = REF;  // the name or prefix in the URL until the first answer names the id
+
 function renderRun(run) {
   if (!document.getElementById("run-title")) skeleton();
   const sum = run.summary;
+  runRef = sum.run_id;
   const last = run.series[run.series.length - 1] || {};
   document.title = `${sum.name} · mainboard`;
   document.getElementById("run-title").replaceChildren(`${sum.name} `, el("span", { class: "muted", text: sum.run_id }), " ", status(sum.status));
@@ -277,7 +281,7 @@ function renderLineage(run) {
   document.getElementById("lineage").replaceChildren(...parts);
   document.getElementById("snapshots").replaceChildren(table([
     ["after iteration", (s) => s.iteration, "num"], ["samples", (s) => num(s.samples), "num"],
-    ["holds", (s) => s.keys.filter((k) => ["sampler", "accumulator", "diagnostics"].includes(k)).join(", ")],
+    ["", (s) => (s.inherited ? "inherited from the parent" : "")],
     ["resume/clone", (s) => `mainboard runs clone ${run.summary.run_id} --from-iteration ${s.iteration}`],
   ], run.snapshots.slice().reverse()));
 }
@@ -318,6 +322,6 @@ function renderJobs(data) {
 // ---------------------------------------------------------------- start
 const offset = new URLSearchParams(location.search).get("offset") || "0";
 if (PAGE === "runs") poll("/api/runs-version", `/api/runs?offset=${encodeURIComponent(offset)}`, renderRuns);
-else if (PAGE === "run") poll(`/api/run/${REF}/version`, `/api/run/${REF}`, renderRun);
+else if (PAGE === "run") poll(() => `/api/run/${runRef}/version`, () => `/api/run/${runRef}`, renderRun);
 else if (PAGE === "fleet") poll(null, "/api/fleet", renderFleet);
 else if (PAGE === "jobs") poll(null, "/api/jobs", renderJobs);
