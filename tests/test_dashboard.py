@@ -11,6 +11,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,15 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 
 import mainboard
+from mainboard.board import Board
+from mainboard.cli import cli
 from mainboard.config import Config
 from mainboard.integrators.driver import RunResult
 from mainboard.runs.store import RECEIPTS_NAME
 from tests.chromium import Tab, drive
 from tests.integration import spec, write_workspace
 from tests.run_receipts import copy_run, fill
-from tests.services import RedisServer, free_port, start_redis
+from tests.services import RedisServer, start_redis
 
 RUN_NAME = "dash-gauss"
 # non-white pixels of a canvas: a plot that drew its data has thousands
@@ -143,10 +147,14 @@ def test_every_page_and_api_answers_401_without_the_token(dash: Dashboard,
     assert status == 200
 
 
-def test_run_page_shows_the_finished_run_with_its_plots(
-        dash: Dashboard, finished: RunResult, tmp_path: Path,
+def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
+        dash: Dashboard, workspace: Config, finished: RunResult, tmp_path: Path,
         record_property: Any) -> None:
     shot = tmp_path / "dashboard-run.png"
+    with Board(workspace.path) as board:  # a real job on this machine, for the jobs page
+        job = board.on("local").submit(["sh", "-c", "echo dash-out; echo dash-err >&2; exit 3"],
+                                       name="dash-job")
+        job.wait(timeout=60, poll=0.2)
 
     async def look(tab: Tab) -> dict[str, Any]:
         refused = await tab.wait_for("401", 15)  # a browser without the token
@@ -159,8 +167,15 @@ def test_run_page_shows_the_finished_run_with_its_plots(
         ink = {box: await tab.evaluate(INK % box)
                for box in ("plot-convergence", "plot-chi2", "plot-rate", "plot-grid")}
         await tab.screenshot(shot)
+        await tab.goto(dash.page("/jobs"))
+        jobs = await tab.wait_until(f"(r => r && r.textContent)(document.querySelector("
+                                    f"'tr[data-job=\"{job.id}\"]'))", 15)
+        await tab.goto(f"{dash.base}/jobs/{job.id}/logs?stream=stderr")  # the page's link
+        logs = await tab.wait_for("dash-err", 15)
+        await tab.goto(f"{dash.base}/fleet")  # the cookie carries on
+        fleet = await tab.wait_for("Every worker beating on the broker", 15)
         return {"refused": (refused_status, refused), "listing": listing, "html": html,
-                "ink": ink}
+                "ink": ink, "jobs": jobs, "logs": logs, "fleet": fleet}
 
     seen = drive(f"{dash.base}/run/{finished.run_id}", look)
     record_property("screenshot", str(shot))
@@ -177,6 +192,9 @@ def test_run_page_shows_the_finished_run_with_its_plots(
     for box, ink in seen["ink"].items():
         assert ink > 500, f"{box} drew nothing ({ink} dark pixels)"
     assert shot.stat().st_size > 20_000
+    assert "dash-job" in seen["jobs"] and "failed" in seen["jobs"] and "3" in seen["jobs"]
+    assert "dash-err" in seen["logs"] and "dash-out" not in seen["logs"]
+    assert "fleet workers" in seen["fleet"]
 
 
 def test_a_new_iteration_appears_on_the_open_page_within_two_seconds(
@@ -226,16 +244,22 @@ def test_thousand_runs_render_and_the_broker_going_down_is_shown(
     data = dash.api("/api/runs")
     assert data["broker"]["ok"] and data["total"] == 1000 and len(data["runs"]) == 1000
 
-    async def watch(tab: Tab) -> tuple[int, str, str]:
-        up = await tab.wait_for("1–1000 of 1000 runs", 20)
-        rows = await tab.evaluate("document.querySelectorAll('tr[data-run-id]').length")
-        server.stop()  # the broker goes away under the open page
-        down = await tab.wait_for("does not answer", 10)
-        return rows, up, down
+    rows = "document.querySelectorAll('tr[data-run-id]').length"
+    banner = "(b => b.hidden ? '' : b.textContent)(document.getElementById('banner'))"
 
-    rows, up, down = drive(dash.page("/"), watch)
-    assert rows == 1000 and 'id="banner" class="banner" hidden' in up
-    assert "showing what the receipts hold" in down and "bulk-999" in down
+    async def watch(tab: Tab) -> tuple[int, str, str, str]:
+        shown = await tab.wait_until(f"{rows} === 1000 && {banner} === ''", 20)
+        counted = await tab.evaluate("document.getElementById('runs-count').textContent")
+        server.stop()  # the broker goes away under the open page
+        down = await tab.wait_until(banner, 10)
+        still = await tab.evaluate(f"{rows} + ' ' + document.querySelector("
+                                   "'tr[data-run-id=\"00000000000003e7\"]').textContent")
+        return shown, counted, down, still
+
+    shown, counted, down, still = drive(dash.page("/"), watch)
+    assert shown is True and counted.startswith("1–1000 of 1000 runs")
+    assert "does not answer" in down and "showing what the receipts hold" in down
+    assert still.startswith("1000 ") and "bulk-999" in still and "finished" in still
     data = dash.api("/api/runs")  # the API too: receipts only, and it says why
     assert not data["broker"]["ok"] and data["total"] == 1000
     assert f"127.0.0.1:{server.port}" in data["broker"]["message"]
@@ -245,20 +269,16 @@ def test_thousand_runs_render_and_the_broker_going_down_is_shown(
 
 
 def test_bad_port_and_busy_port_exit_2_with_one_line(workspace: Config) -> None:
-    env = {**os.environ}
-    env.pop("MAINBOARD_CONFIG", None)
-    base = [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "dashboard"]
-    bad = subprocess.run([*base, "--port", "70000"], capture_output=True, text=True, env=env,
-                         timeout=30)
-    assert bad.returncode == 2 and "70000" in bad.stderr and not bad.stdout
-    import socket
+    def dashboard(*args: str) -> Result:  # in this process: no interpreter start-up
+        return CliRunner().invoke(cli, ["--config", str(workspace.path), "dashboard", *args])
 
+    bad = dashboard("--port", "70000")
+    assert bad.exit_code == 2 and "70000" in bad.stderr and not bad.stdout
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", free_port()))
+        taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        busy = subprocess.run([*base, "--port", str(port)], capture_output=True, text=True,
-                              env=env, timeout=30)
-    assert busy.returncode == 2 and not busy.stdout
+        busy = dashboard("--port", str(port))
+    assert busy.exit_code == 2 and not busy.stdout
     assert busy.stderr.strip().count("\n") == 0 and f"--port {port}" in busy.stderr
-    assert "Traceback" not in busy.stderr
+    assert busy.stderr.startswith("mainboard: error: ") and "Traceback" not in busy.stderr

@@ -131,7 +131,7 @@ class Views:
         broker = self.broker()
         note = ""
         rows: list[dict[str, Any]] = []
-        if broker["ok"]:
+        if broker["ok"] and _fleet_from_receipts(self.config, live_only=True):
             try:
                 from mainboard.fleet.status import fleet_status
 
@@ -139,9 +139,11 @@ class Views:
                                                           timeout=0.5)]
             except MainboardError as exc:
                 note = first_line(exc)
-        if not rows and not broker["ok"]:
-            rows, note = _fleet_from_receipts(self.config), "broker down: workers as the " \
-                "fleet's receipts record them (state unknown until the broker answers)"
+        if not rows:
+            rows = _fleet_from_receipts(self.config)
+            if not broker["ok"] and rows:
+                note = "broker down: workers as the fleet's receipts record them (state " \
+                    "unknown until the broker answers)"
         registry = self.live.registry() if broker["ok"] else []
         now = time.time()
         for entry in registry:
@@ -180,13 +182,16 @@ class Views:
         self.live.close()
 
 
-def _fleet_from_receipts(config: Config) -> list[dict[str, Any]]:
+def _fleet_from_receipts(config: Config, live_only: bool = False) -> list[dict[str, Any]]:
+    """Fleet workers as ``fleet.ndjson`` records them (no scheduler, no broker asked)."""
     from mainboard.fleet.records import read_fleet
 
     state = read_fleet(config.state_dir)
     rows = []
     for worker_id, w in state.started.items():
         stop = state.stopped.get(worker_id)
+        if live_only and stop is not None:
+            continue
         rows.append({"worker_id": worker_id, "host": w.host, "kind": w.kind,
                      "node": w.node, "job_id": str(w.job.get("job_id", "")),
                      "state": "stopped" if stop else "unknown", "job_state": "unknown",
