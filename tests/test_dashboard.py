@@ -70,9 +70,9 @@ class Dashboard:
             return json.load(reply)
 
 
-def start_dashboard(config: Config, *args: str) -> Dashboard:
+def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = None) -> Dashboard:
     """`mainboard --config C dashboard --json ARGS`; returns once it printed its URL."""
-    env = {**os.environ}
+    env = {**os.environ, **(env or {})}
     env.pop("MAINBOARD_CONFIG", None)
     proc = subprocess.Popen([sys.executable, "-m", "mainboard", "--config", str(config.path),
                              "dashboard", "--json", *args], stdout=subprocess.PIPE,
@@ -197,6 +197,28 @@ def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
     assert "fleet workers" in seen["fleet"]
 
 
+def test_process_sampler_diagnostics_and_clone_lineage_are_shown(
+        dash: Dashboard, workspace: Config, finished: RunResult) -> None:
+    """A clone whose last snapshot carries a process sampler's ``get_diagnostics``."""
+    source = workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME
+    path = copy_run(source, workspace.state_dir, "fedcba9876543210", "dash-clone", keep=3)
+    lines = path.read_text().splitlines()
+    created, last = json.loads(lines[0]), json.loads(lines[-1])
+    created["payload"].update(parent=finished.run_id, from_iteration=2,
+                              snapshot={"samples": 80_000})
+    last["payload"]["snapshot"]["sampler"] = {"kind": "process", "state": {}}
+    last["payload"]["snapshot"]["diagnostics"] = {"acceptance": 0.25, "cells": [1, 2]}
+    path.write_text("\n".join([json.dumps(created), *lines[1:-1], json.dumps(last)]) + "\n")
+    run = dash.api("/api/run/dash-clone")
+    assert run["diagnostics"] == {"kind": "process", "grid": None,
+                                  "reported": {"acceptance": 0.25, "cells": [1, 2]}}
+    assert run["lineage"]["parent"] == finished.run_id and run["lineage"]["from_iteration"] == 2
+    assert run["snapshots"][0] == {"iteration": 2, "samples": 80_000, "inherited": True}
+    parent = dash.api(f"/api/run/{finished.run_id}")
+    assert {"run_id": "fedcba9876543210", "name": "dash-clone", "from_iteration": 2,
+            "status": "unfinished"} in parent["lineage"]["clones"]
+
+
 def test_a_new_iteration_appears_on_the_open_page_within_two_seconds(
         dash: Dashboard, workspace: Config, finished: RunResult) -> None:
     run_id = "0123456789abcdef"
@@ -230,7 +252,10 @@ def crowded(tmp_path: Path, workspace: Config, finished: RunResult
     server = start_redis(tmp_path / "redis")
     config = write_workspace(tmp_path / "ws", server)
     fill(workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME, config.state_dir, 1000)
-    dash = start_dashboard(config)
+    opener = tmp_path / "opener.sh"  # the "browser" --open starts: it notes the URL
+    opener.write_text(f'#!/bin/sh\nprintf %s "$1" > {tmp_path}/opened\n')
+    opener.chmod(0o755)
+    dash = start_dashboard(config, "--open", env={"BROWSER": f"{opener} %s"})
     try:
         yield dash, server
     finally:
@@ -241,6 +266,11 @@ def crowded(tmp_path: Path, workspace: Config, finished: RunResult
 def test_thousand_runs_render_and_the_broker_going_down_is_shown(
         crowded: tuple[Dashboard, RedisServer]) -> None:
     dash, server = crowded
+    opened = Path(server.dir).parent / "opened"  # --open handed the printed URL to the browser
+    deadline = time.monotonic() + 10  # it opens the browser just after printing the URL
+    while not (opened.exists() and opened.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert opened.read_text() == dash.url
     data = dash.api("/api/runs")
     assert data["broker"]["ok"] and data["total"] == 1000 and len(data["runs"]) == 1000
 

@@ -27,7 +27,7 @@ function num(v, digits = 6) {
   if (typeof v === "object" && "real" in v) return `${num(v.real, digits)} + ${num(v.imag, digits)}i`;
   if (Array.isArray(v)) return "[" + v.map((x) => num(x, digits)).join(", ") + "]";
   if (typeof v !== "number") return String(v);
-  if (Number.isInteger(v) && Math.abs(v) < 1e15) return v.toLocaleString("en-US");
+  if (Math.abs(v) >= 1000 && Math.abs(v) < 1e15) return Math.round(v).toLocaleString("en-US");
   return Number(v.toPrecision(digits)).toString();
 }
 const pm = (e, s) => (e === null || e === undefined ? "-" : `${num(e, 8)} ± ${num(s, 2)}`);
@@ -154,7 +154,7 @@ function drawConvergence(run) {
   if (run.exact !== null) { series.push({ label: "exact", stroke: "#16a34a", dash: [6, 4] }); data.push(exact); }
   plotInto("convergence", box, {
     series, bands: [{ series: [2, 3], fill: "rgba(37,99,235,0.12)" }],
-    scales: { x: { time: false } }, axes: [ITER_AXIS, yAxis()],
+    scales: { x: { time: false } }, axes: [ITER_AXIS, yAxis()], height: 440,
   }, data);
   box.dataset.points = String(x.length);
 }
