@@ -70,11 +70,14 @@ def poll_like_a_page(base: str, token: str, path: str, stop: threading.Event) ->
     return fetched
 
 
-def measure(pid: int, seconds: float, base: str, token: str, path: str) -> dict[str, float]:
+def measure(pid: int, seconds: float, base: str, token: str, path: str | None
+            ) -> dict[str, float]:
+    """CPU share and peak RSS of ``pid`` over ``seconds`` while a page polls ``path``
+    (None: no page open)."""
     stop = threading.Event()
     result: dict[str, int] = {}
     poller = threading.Thread(target=lambda: result.update(
-        fetched=poll_like_a_page(base, token, path, stop)))
+        fetched=poll_like_a_page(base, token, path, stop) if path else 0))
     began_cpu, began = cpu_s(pid), time.monotonic()
     poller.start()
     peak = 0.0
@@ -128,6 +131,9 @@ def main() -> None:
             print(f"runs list API, 1st request (cold) {cold:.3f} s; later requests (median of "
                   f"7) {warm:.3f} s; peer `mainboard runs list --json` ({peer_rows} rows) "
                   f"{peer:.3f} s; ratios cold/peer {cold / peer:.2f}, warm/peer {warm / peer:.3f}")
+            alone = measure(dash.pid, args.seconds, base, token, None)
+            print(f"idle, no page open: CPU {alone['cpu_pct']:.1f}% of a core, "
+                  f"RSS {alone['rss_mb']:.0f} MB")
             page = f"/api/run/{first.run_id}"
             idle = measure(dash.pid, args.seconds, base, token, page)
             print(f"idle, one open run page polling: CPU {idle['cpu_pct']:.1f}% of a core, "

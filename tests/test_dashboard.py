@@ -29,8 +29,9 @@ import mainboard
 from mainboard.board import Board
 from mainboard.cli import cli
 from mainboard.config import Config
+from mainboard.dashboard.lazy import LazyReceipts
 from mainboard.integrators.driver import RunResult
-from mainboard.runs.store import RECEIPTS_NAME
+from mainboard.runs.store import RECEIPTS_NAME, RunStore
 from tests.chromium import Tab, drive
 from tests.integration import spec, write_workspace
 from tests.run_receipts import copy_run, fill
@@ -195,6 +196,19 @@ def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
     assert "dash-job" in seen["jobs"] and "failed" in seen["jobs"] and "3" in seen["jobs"]
     assert "dash-err" in seen["logs"] and "dash-out" not in seen["logs"]
     assert "fleet workers" in seen["fleet"]
+
+
+def test_lazy_receipts_fold_as_the_store_does(workspace: Config, finished: RunResult) -> None:
+    """The dashboard's reader (snapshots left undecoded) folds to the store's own history."""
+    store = RunStore(workspace.state_dir)
+    lazy = LazyReceipts(store.path(finished.run_id))
+    quick, full = store.fold(lazy, None), store.history(finished.run_id)
+    assert quick is not None and full is not None
+    assert [(i.iteration, i.samples, i.estimate, i.error, i.wall_s) for i in quick.iterations] \
+        == [(i.iteration, i.samples, i.estimate, i.error, i.wall_s) for i in full.iterations]
+    assert all(i.snapshot == {} for i in quick.iterations)  # nothing decoded yet
+    assert [lazy.snapshot(i) for i in quick.iterations] == [i.snapshot for i in full.iterations]
+    assert sorted(lazy.times) == [1, 2, 3] and quick.finished == full.finished
 
 
 def test_process_sampler_diagnostics_and_clone_lineage_are_shown(

@@ -11,11 +11,10 @@ with an empty snapshot and keeps each snapshot's raw bytes, decoded on demand.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mainboard.receipts import IterationDone, Payload, ReceiptError, Receipts
+from mainboard.receipts import IterationDone, Receipts
 
 ITERATION_HEAD = b'{"topic":"run.iteration",'
 SNAPSHOT_KEY = b',"snapshot":'
@@ -30,43 +29,17 @@ class LazyReceipts(Receipts):
         self.raw_snapshots: dict[int, bytes] = {}  # iteration -> its latest snapshot's JSON
         self.times: dict[int, float] = {}          # iteration -> when its line was written
 
-    def read_timed(self, topic: str | None = None, *, errors: list[ReceiptError] | None = None
-                   ) -> Iterator[tuple[float, Payload]]:
-        if not self.path.exists():
-            return
-        lines = self.path.read_bytes().split(b"\n")
-        for number, raw in enumerate(lines, 1):
-            if not raw.strip():
-                continue
-            split = _split_snapshot(raw) if raw.startswith(ITERATION_HEAD) else None
-            try:
-                record = json.loads(split[0] if split else raw)
-                if not isinstance(record, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as exc:
-                if number == len(lines):  # a write that never finished
-                    break
-                if errors is None:
-                    raise ReceiptError(f"{self.path}:{number}: not a JSON receipt line "
-                                       f"({exc})") from exc
-                errors.append(ReceiptError(f"{self.path}:{number}: not a JSON receipt line"))
-                continue
-            if topic is not None and record.get("topic") != topic:
-                continue
-            try:
-                payload = self._payload(record, number)
-            except ReceiptError as problem:
-                if errors is None:
-                    raise
-                errors.append(problem)
-                continue
-            ts = record.get("ts")
-            when = float(ts) if isinstance(ts, int | float) else 0.0
-            if isinstance(payload, IterationDone):
-                self.times[payload.iteration] = when
-                if split is not None:
-                    self.raw_snapshots[payload.iteration] = split[1]
-            yield when, payload
+    def _decode(self, raw: bytes) -> Any:
+        split = _split_snapshot(raw) if raw.startswith(ITERATION_HEAD) else None
+        record = json.loads(split[0] if split else raw)
+        payload = record.get("payload") if isinstance(record, dict) else None
+        iteration = payload.get("iteration") if isinstance(payload, dict) else None
+        if raw.startswith(ITERATION_HEAD) and isinstance(iteration, int):
+            ts = record.get("ts")  # a later line for the same iteration (a redo) wins
+            self.times[iteration] = float(ts) if isinstance(ts, int | float) else 0.0
+            if split is not None:
+                self.raw_snapshots[iteration] = split[1]
+        return record
 
     def snapshot(self, item: IterationDone) -> dict[str, Any]:
         """The full snapshot of an iteration folded from this log."""
