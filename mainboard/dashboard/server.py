@@ -126,7 +126,8 @@ class ApiHandler(_Base):
             return v.runs_list(max(offset, 0), max(1, min(limit, PAGE_SIZE)))
         loaders: dict[str, Callable[..., Any]] = {
             "runs-version": v.runs_version, "run": v.run, "run-version": v.run_version,
-            "fleet": v.fleet, "jobs": v.jobs, "broker": v.broker}
+            "fleet": v.fleet, "jobs": v.jobs, "jobs-version": v.jobs_version,
+            "broker": v.broker}
         data = loaders[what](ref) if ref else loaders[what]()
         return {"version": data} if what.endswith("version") else data
 
@@ -183,6 +184,7 @@ def make_app(views: Views, token: str, port: int) -> tornado.web.Application:
         (rf"/(run)/{ref}", PageHandler, common),
         api("runs", "runs"), api("runs-version", "runs-version"), api(f"run/{ref}", "run"),
         api(f"run/{ref}/version", "run-version"), api("fleet", "fleet"), api("jobs", "jobs"),
+        api("jobs-version", "jobs-version"),
         api("broker", "broker"),
         (rf"/jobs/{ref}/logs", JobLogHandler, common),
         (r"/static/(.*)", StaticHandler, {**common, "path": str(STATIC)}),

@@ -167,6 +167,19 @@ class Views:
             rows.append(row)
         return {"jobs": rows, "errors": [str(e) for e in errors[:20]]}
 
+    def jobs_version(self) -> str:
+        """Changes when any job's receipts change (one directory scan, no file read)."""
+        import os
+
+        folder = self.config.state_dir / "jobs"
+        try:
+            with os.scandir(folder) as found:
+                stamps = sorted(f"{e.name}:{e.stat().st_mtime_ns}:{e.stat().st_size}"
+                                for e in found if e.name.endswith(".ndjson"))
+        except OSError:
+            stamps = []
+        return _digest(stamps)
+
     def job_logs(self, ref: str, stream: str) -> str:
         """The last LOG_LINES lines of a job's stdout or stderr, fetched from its host."""
         from mainboard.hosts.access import Hosts

@@ -324,4 +324,4 @@ const offset = new URLSearchParams(location.search).get("offset") || "0";
 if (PAGE === "runs") poll("/api/runs-version", `/api/runs?offset=${encodeURIComponent(offset)}`, renderRuns);
 else if (PAGE === "run") poll(() => `/api/run/${runRef}/version`, () => `/api/run/${runRef}`, renderRun);
 else if (PAGE === "fleet") poll(null, "/api/fleet", renderFleet);
-else if (PAGE === "jobs") poll(null, "/api/jobs", renderJobs);
+else if (PAGE === "jobs") poll("/api/jobs-version", "/api/jobs", renderJobs);
