@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+import redis
+
+from mainboard import keys
 from mainboard.errors import MainboardError, first_line
 from mainboard.receipts import IterationDone, RunCreated, RunFailed, RunFinished, RunResumed
 
@@ -40,17 +43,25 @@ def extras(views: Views, h: RunHistory, broker_ok: bool) -> dict[str, Any]:
 
 
 def _logs(client: Any, run_id: str) -> tuple[list[dict[str, Any]], str]:
+    """The newest LOG_LIMIT lines in time order (the stream keeps up to 100k: reading all of
+    it every refresh would cost the broker more than the page is worth)."""
     if client is None:
         return [], "the run's logs are kept in the broker, which does not answer"
     try:
-        from mainboard.runs.logs import read_logs
+        from mainboard.runs.logs import LogLine, log_counts
     except ImportError:
         return [], "this version records no run logs"
     try:
-        records = read_logs(client, run_id, limit=LOG_LIMIT)
-    except (MainboardError, OSError) as exc:
+        raw = client.xrevrange(keys.run_logs(run_id), count=LOG_LIMIT)  # type: ignore[attr-defined]
+        kept, dropped = log_counts(client, run_id)
+    except (redis.RedisError, MainboardError) as exc:
         return [], first_line(exc)
-    return [plain(r) for r in records][-LOG_LIMIT:], ""
+    lines = sorted((LogLine.from_entry(i, f) for i, f in raw), key=lambda x: (x.ts, x.id))
+    note = f"the last {len(lines):,} of {kept:,} lines kept for the run" if kept else \
+        "no line logged about this run yet"
+    if dropped:
+        note += f"; {dropped:,} older lines dropped by the cap"
+    return [plain(x) for x in lines], note
 
 
 def _workers(views: Views, client: Any, run_id: str) -> tuple[list[dict[str, Any]], str]:
@@ -66,21 +77,29 @@ def _workers(views: Views, client: Any, run_id: str) -> tuple[list[dict[str, Any
         return rows, "every worker on this broker (not yet attributed to runs)"
     try:
         return [plain(r) for r in worker_table(client, run_id)], ""
-    except (MainboardError, OSError) as exc:
+    except (redis.RedisError, MainboardError) as exc:
         return [], first_line(exc)
 
 
 def timeline_of(views: Views, h: RunHistory) -> list[dict[str, Any]]:
     """Events of the run with times: the runs room's timeline when it has one, else the
-    receipts' own (creation, each iteration, resumes, the end)."""
+    receipts' own (creation, each iteration, resumes, the end); computed once per change
+    of the run's receipts (it reads every line, snapshots included)."""
+    stamp = views.runs.stamp(h.run_id)
+    cached = views.timelines.get(h.run_id)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
     try:
         from mainboard.runs.timeline import timeline
     except ImportError:
-        return _receipt_timeline(views, h.run_id)
-    try:
-        return [plain(e) for e in timeline(views.runs.store, h.run_id)]
-    except (MainboardError, OSError):
-        return _receipt_timeline(views, h.run_id)
+        events = _receipt_timeline(views, h.run_id)
+    else:
+        try:
+            events = [plain(e) for e in timeline(views.runs.store, h.run_id)]
+        except MainboardError:
+            events = _receipt_timeline(views, h.run_id)
+    views.timelines[h.run_id] = (stamp, events)
+    return events
 
 
 def _receipt_timeline(views: Views, run_id: str) -> list[dict[str, Any]]:

@@ -49,6 +49,7 @@ class Views:
         self.live = Live(config)
         self._fleet: tuple[float, dict[str, Any]] | None = None
         self._fleet_lock = threading.Lock()
+        self.timelines: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run id -> (stamp, events)
 
     def broker(self) -> dict[str, Any]:
         """Whether the broker answers, and the one line to show when it does not."""
@@ -102,12 +103,14 @@ class Views:
 
     def run_version(self, ref: str) -> str:
         """Changes when the run page would: a receipt, the live state, the broker, and every
-        LOGS_EVERY_S seconds (logs and worker rows live in Redis, not in receipts)."""
+        LOGS_EVERY_S seconds while a coordinator holds the run (logs and worker rows live in
+        Redis, not in receipts)."""
         h, _ = self.runs.resolve(ref)
         broker = self.live.probe()
         state = self.live.run_states([h.run_id]).get(h.run_id, {}) if broker.ok else {}
+        ticking = str(int(time.time() // LOGS_EVERY_S)) if state.get("live") else ""
         return _digest([str(self.runs.stamp(h.run_id)), str(sorted(state.items())),
-                        str(broker.ok), str(int(time.time() // LOGS_EVERY_S))])
+                        str(broker.ok), ticking])
 
     def _run_extras(self, h: RunHistory, broker_ok: bool) -> dict[str, Any]:
         """Logs, per-worker table and timeline of one run (see :mod:`runextras`)."""

@@ -245,9 +245,9 @@ function renderRun(run) {
   document.getElementById("timeline").replaceChildren(table([
     ["time", (e) => when(e.time)], ["event", (e) => e.kind], ["iteration", (e) => e.iteration ?? "", "num"], ["detail", (e) => e.detail || ""],
   ], run.timeline.slice(-200)));
-  document.getElementById("logs-note").textContent = run.logs_note || `${run.logs.length} lines (the last 500)`;
+  document.getElementById("logs-note").textContent = run.logs_note || "";
   document.getElementById("logs").replaceChildren(table([
-    ["time", (l) => when(l.ts)], ["level", (l) => el("span", { class: `level-${l.level}`, text: l.level })],
+    ["time", (l) => when(l.ts)], ["level", (l) => el("span", { class: `level-${String(l.level).toLowerCase()}`, text: l.level })],
     ["worker", (l) => l.worker], ["host", (l) => l.host], ["message", (l) => l.message, "msg"],
   ], run.logs.slice().reverse()));
   renderDiagnostics(run.diagnostics);
