@@ -155,6 +155,10 @@ class Views:
             entry["tasks_per_s"] = done / (entry["beat"] - started) if started and \
                 entry["beat"] > started else None
             entry["age_s"] = now - entry["beat"]
+        by_prefix = {e["node"].partition("@")[0]: e for e in registry}
+        for row in rows:  # a fleet worker's throughput, from its registry entry
+            entry = by_prefix.get(str(row.get("node", "")).partition("@")[0], {})
+            row["tasks_per_s"] = entry.get("tasks_per_s")
         return {"broker": broker, "workers": rows, "registry": registry, "note": note}
 
     def jobs(self) -> dict[str, Any]:

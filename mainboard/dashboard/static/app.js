@@ -295,7 +295,8 @@ function renderFleet(data) {
     table([
       ["worker", (w) => w.worker_id], ["host", (w) => w.host], ["kind", (w) => w.kind], ["node", (w) => w.node],
       ["scheduler job", (w) => w.job_id], ["state", (w) => status(w.state)], ["job state", (w) => w.job_state],
-      ["tasks done", (w) => num(w.tasks_done), "num"], ["last heartbeat", (w) => ago(w.last_heartbeat)], ["note", (w) => w.reason || ""],
+      ["tasks done", (w) => num(w.tasks_done), "num"], ["tasks/s", (w) => num(w.tasks_per_s, 3), "num"],
+      ["last heartbeat", (w) => ago(w.last_heartbeat)], ["note", (w) => w.reason || ""],
     ], data.workers, (w) => ({ "data-worker": w.worker_id })),
     section("Every worker beating on the broker",
       table([
