@@ -37,6 +37,9 @@ def dashboard(ctx: click.Context, host: str, port: int, open_browser: bool,
         else:
             click.echo(url)
         click.echo(f"dashboard of {config.state_dir} (Ctrl-C stops it)", err=True)
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            click.echo(f"mainboard: warning: listening on {host}, not loopback: anyone who "
+                       "can reach it and has the URL sees the runs (plain HTTP)", err=True)
         import sys
 
         sys.stdout.flush()
