@@ -1,8 +1,8 @@
 """`mainboard dashboard` as a user runs it: a real run on real Redis and real workers, the
 dashboard as a `mainboard` subprocess, pages looked at in real headless Chromium.
 
-The run page's screenshot is written under the test's tmp dir; its path is printed (see
-it with ``-s`` or in the report's captured output) and recorded as a test property.
+The run page's screenshot is kept as /tmp/mainboard-test-artifacts/dashboard-run.png (as
+the fleet tier keeps Flower's); its path is printed and recorded as a test property.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,6 +39,7 @@ from tests.run_receipts import copy_run, fill
 from tests.services import RedisServer, start_redis
 
 RUN_NAME = "dash-gauss"
+ARTIFACTS = Path("/tmp/mainboard-test-artifacts")
 # non-white pixels of a canvas: a plot that drew its data has thousands
 INK = """(() => { const c = document.querySelector('#%s canvas');
   if (!c) return 0; const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
@@ -151,7 +153,7 @@ def test_every_page_and_api_answers_401_without_the_token(dash: Dashboard,
 
 def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
         dash: Dashboard, workspace: Config, finished: RunResult, tmp_path: Path,
-        record_property: Any) -> None:
+        record_property: Any, capsys: pytest.CaptureFixture[str]) -> None:
     shot = tmp_path / "dashboard-run.png"
     with Board(workspace.path) as board:  # a real job on this machine, for the jobs page
         job = board.on("local").submit(["sh", "-c", "echo dash-out; echo dash-err >&2; exit 3"],
@@ -180,8 +182,12 @@ def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
                 "ink": ink, "jobs": jobs, "logs": logs, "fleet": fleet}
 
     seen = drive(f"{dash.base}/run/{finished.run_id}", look)
-    record_property("screenshot", str(shot))
-    print(f"\nscreenshot of the run page: {shot}")
+    kept = ARTIFACTS / shot.name  # outlives pytest's rotation of tmp dirs
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(shot, kept)
+    record_property("screenshot", str(kept))
+    with capsys.disabled():
+        print(f"\ndashboard run page screenshot (test artifact): {kept}")
     status, refused = seen["refused"]
     assert status == 401 and RUN_NAME not in refused and finished.run_id not in refused.replace(
         f"/run/{finished.run_id}", "")
