@@ -228,11 +228,11 @@ def test_process_sampler_diagnostics_and_clone_lineage_are_shown(
     created["payload"].update(parent=finished.run_id, from_iteration=2,
                               snapshot={"samples": 80_000})
     last["payload"]["snapshot"]["sampler"] = {"kind": "process", "state": {}}
-    last["payload"]["snapshot"]["diagnostics"] = {"acceptance": 0.25, "cells": [1, 2]}
+    reported = {"kind": "process", "version": 3, "process": {"acceptance": 0.25, "cells": [1, 2]}}
+    last["payload"]["snapshot"]["diagnostics"] = reported  # as the coordinator stores it
     path.write_text("\n".join([json.dumps(created), *lines[1:-1], json.dumps(last)]) + "\n")
     run = dash.api("/api/run/dash-clone")
-    assert run["diagnostics"] == {"kind": "process", "grid": None,
-                                  "reported": {"acceptance": 0.25, "cells": [1, 2]}}
+    assert run["diagnostics"] == {"kind": "process", "grid": None, "reported": reported}
     assert run["lineage"]["parent"] == finished.run_id and run["lineage"]["from_iteration"] == 2
     assert run["snapshots"][0] == {"iteration": 2, "samples": 80_000, "inherited": True}
     parent = dash.api(f"/api/run/{finished.run_id}")

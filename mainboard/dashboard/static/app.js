@@ -258,13 +258,16 @@ function renderRun(run) {
 function renderDiagnostics(diag) {
   const box = document.getElementById("diagnostics");
   const note = document.getElementById("diag-note");
+  const reported = diag.reported ? JSON.stringify(diag.reported, null, 2) : null;
   if (diag.grid) {
     note.textContent = `${diag.kind} grid map: ${Math.min(diag.grid.length, 8)} of ${diag.grid.length} dimensions`;
-    if (!document.getElementById("plot-grid")) box.replaceChildren(plotBox("plot-grid", "VEGAS grid"));
+    if (!document.getElementById("plot-grid")) box.replaceChildren(plotBox("plot-grid", "VEGAS grid"), el("pre", { id: "diag-reported" }));
     drawGrid(diag);
-  } else if (diag.reported) {
-    note.textContent = `${diag.kind} sampler: get_diagnostics() of the latest snapshot`;
-    box.replaceChildren(el("pre", { id: "diag-reported", text: JSON.stringify(diag.reported, null, 2) }));
+    document.getElementById("diag-reported").textContent = reported || "";
+    document.getElementById("diag-reported").hidden = !reported;
+  } else if (reported) {
+    note.textContent = `${diag.kind} sampler: its diagnostics in the latest snapshot (get_diagnostics of a process sampler)`;
+    box.replaceChildren(el("pre", { id: "diag-reported", text: reported }));
   } else {
     note.textContent = diag.kind ? `${diag.kind} sampler: no diagnostics in its snapshots` : "no snapshot yet";
     box.replaceChildren();
