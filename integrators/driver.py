@@ -12,20 +12,25 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from mainboard.integrators.accumulators import Combined, IterationEstimate, RunAccumulator
+from mainboard.integrators.diagnostics import sampler_diagnostics
+from mainboard.integrators.owner import owned, produce_iteration, training_wanted
 from mainboard.integrators.samplers import Sampler, restore_sampler
+from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.spec import RunSpec
 from mainboard.integrators.stages import (
     IterationResult,
     Run,
     build_run,
     merge_results,
+    prepare_sampler,
     process_batch,
+    process_latent,
     release_processes,
     scope,
 )
@@ -34,7 +39,13 @@ from mainboard.integrators.stop import plan_iteration, stop_reason
 
 @dataclass
 class RunState:
-    """Where a run is between iterations."""
+    """Where a run is between iterations.
+
+    ``samples`` counts every sample evaluated; ``training_samples`` (of
+    ``training_iterations``) those of the training phase, which adapted the sampler and are
+    not in the accumulator. :meth:`next_batches` plans one iteration; for a process sampler
+    it also produces its batches (``latents``, see :mod:`~mainboard.integrators.owner`).
+    """
 
     run: Run
     sampler: Sampler
@@ -42,6 +53,11 @@ class RunState:
     iteration: int = 0
     samples: int = 0
     stop: str | None = None
+    training_samples: int = 0
+    training_iterations: int = 0
+    trained: bool = False  # the training phase is over (never entered again)
+    training: bool = field(default=False, repr=False)  # the planned iteration trains
+    latents: list[LatentBatch] | None = field(default=None, repr=False)
 
     @classmethod
     def start(cls, run: Run) -> RunState:
@@ -50,10 +66,43 @@ class RunState:
         return cls(run, run.new_sampler(), acc)
 
     def next_batches(self) -> list[int]:
-        """Batch sizes of the next iteration; empty once the run has stopped."""
+        """Batch sizes of the next iteration; empty once the run has stopped.
+
+        Plans (for a process sampler: produces) that iteration, so call it once per
+        iteration; a training iteration holds at most the samples the phase still takes.
+        """
+        self.latents = None
         if self.stop is not None:
             return []
-        return plan_iteration(self.run.spec.stop, self.run.spec.batching, self.samples)
+        phase = self._training_left()
+        self.training = phase > 0
+        spec = self.run.spec
+        if owned(self.sampler) is None:
+            return plan_iteration(spec.stop, spec.batching, self.samples,
+                                  cap=phase if self.training else None)
+        budget = self._samples_left()
+        if self.training:
+            budget = phase if budget is None else min(budget, phase)
+        if budget is not None and budget <= 0:
+            return []
+        prepare_sampler(self.run, self.sampler)  # the evaluator's metadata, before it starts
+        self.latents = produce_iteration(self.sampler, spec.seed, self.iteration, budget,
+                                         int(spec.batching.batches_per_iteration))
+        return [latent.n for latent in self.latents]
+
+    def _samples_left(self) -> int | None:
+        cap = self.run.spec.stop.max_samples
+        return None if cap is None else int(cap) - self.samples
+
+    def _training_left(self) -> int:
+        """Samples the training phase still takes (0 once it is over)."""
+        wanted = getattr(self.run.spec.sampler, "training_samples", None) or 0
+        if self.trained or wanted <= 0:
+            return 0
+        left = training_wanted(self.sampler, wanted - self.training_samples)
+        if left <= 0:
+            self.trained = True
+        return max(left, 0)
 
     def apply(self, result: IterationResult) -> str | None:
         """Fold a merged iteration in: accumulate, adapt the sampler, decide whether to stop."""
@@ -62,15 +111,22 @@ class RunState:
         if result.sampler_version != self.sampler.version:
             raise ValueError(f"iteration used sampler version {result.sampler_version}, "
                              f"state has {self.sampler.version}")
-        self.accumulator.add(result.estimate())
+        if self.training:  # the sampler learns, the estimate does not see it
+            self.training_samples += result.partial.samples
+            self.training_iterations += 1
+        else:
+            self.accumulator.add(result.estimate())
         self.sampler.ingest(result.training)
         self.sampler.adapt()
         self.iteration += 1
         self.samples += result.partial.samples
+        self.training, self.latents = False, None
+        kept = self.accumulator.iterations
         self.stop = stop_reason(self.run.spec.stop, samples=self.samples,
-                                iterations=self.iteration, result=self.accumulator.result(),
-                                kind=self.run.kind)
-        if self.stop is None and not self.next_batches():
+                                iterations=len(kept), kind=self.run.kind,
+                                result=self.accumulator.result() if kept else None)
+        left = self._samples_left()
+        if self.stop is None and left is not None and left <= 0:
             self.stop = "max_samples"
         return self.stop
 
@@ -78,7 +134,10 @@ class RunState:
         """Plain data; with the run spec, :meth:`restore` continues bit-identically."""
         return {"run_id": self.run.spec.run_id(), "iteration": self.iteration,
                 "samples": self.samples, "stop": self.stop,
-                "sampler": self.sampler.snapshot(), "accumulator": self.accumulator.snapshot()}
+                "training_samples": self.training_samples,
+                "training_iterations": self.training_iterations, "trained": self.trained,
+                "sampler": self.sampler.snapshot(), "accumulator": self.accumulator.snapshot(),
+                "diagnostics": sampler_diagnostics(self.sampler)}
 
     @classmethod
     def restore(cls, run: Run, data: Mapping[str, Any]) -> RunState:
@@ -88,7 +147,9 @@ class RunState:
                              f"not {run.spec.run_id()}")
         return cls(run, restore_sampler(data["sampler"], run.domain),
                    RunAccumulator.restore(data["accumulator"]), int(data["iteration"]),
-                   int(data["samples"]), data.get("stop"))
+                   int(data["samples"]), data.get("stop"),
+                   int(data.get("training_samples", 0)),
+                   int(data.get("training_iterations", 0)), bool(data.get("trained", False)))
 
     def result(self, wall_s: float | None = None) -> RunResult:
         """The run's answer so far."""
@@ -130,15 +191,16 @@ class RunResult:
     stop_reason: str | None
     wall_s: float | None
     iteration_estimates: tuple[IterationEstimate, ...]
+    training_samples: int = 0  # of ``samples``: the training phase's, not in the estimate
 
     @classmethod
     def build(cls, state: RunState, comb: Combined, wall_s: float | None) -> RunResult:
         """From a state and its combined estimate."""
         return cls(state.run.spec.run_id(), state.run.spec.name, state.run.kind,
                    _shape(comb.mean, state.run.kind), _shape(comb.error, state.run.kind),
-                   comb.chi2_dof, comb.q_total, state.samples, state.iteration,
+                   comb.chi2_dof, comb.q_total, state.samples, len(state.accumulator.iterations),
                    state.accumulator.nonfinite, state.run.integrand.exact, state.stop, wall_s,
-                   tuple(state.accumulator.iterations))
+                   tuple(state.accumulator.iterations), state.training_samples)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; complex numbers as {"real", "imag"}, exact only when known."""
@@ -147,7 +209,7 @@ class RunResult:
                "chi2_dof": self.chi2_dof, "q": None if math.isnan(self.q) else self.q,
                "samples": self.samples, "iterations": self.iterations,
                "nan_count": self.nan_count, "stop_reason": self.stop_reason,
-               "wall_s": self.wall_s}
+               "wall_s": self.wall_s, "training_samples": self.training_samples}
         if self.exact is not None:
             out["exact"] = _plain(self.exact)
         return out
@@ -158,8 +220,12 @@ def step(state: RunState) -> IterationResult | None:
     sizes = state.next_batches()
     if not sizes:
         return None
-    results = [process_batch(state.run, state.sampler, state.iteration, i, n)
-               for i, n in enumerate(sizes)]
+    if state.latents is not None:  # an owned sampler produced them, in order
+        results = [process_latent(state.run, state.sampler, latent)
+                   for latent in state.latents]
+    else:
+        results = [process_batch(state.run, state.sampler, state.iteration, i, n)
+                   for i, n in enumerate(sizes)]
     merged = merge_results(results, expected=len(sizes))
     state.apply(merged)
     return merged

@@ -200,6 +200,7 @@ def make_sampler(spec: Any, domain: Domain) -> Sampler:
     config = dict(spec) if isinstance(spec, Mapping) else spec.model_dump()
     kind = config.pop("kind", None)
     materializer = config.pop("materializer", None)
+    config.pop("training_samples", None)  # the run's training phase (driver.RunState)
     if kind not in _SAMPLERS and kind in _LAZY_SAMPLERS:
         register_sampler(kind, _load(_LAZY_SAMPLERS[kind]))
     if kind not in _SAMPLERS:

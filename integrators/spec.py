@@ -32,6 +32,7 @@ from mainboard.integrators.domain import MAX_CHANNELS, too_many_channels
 from mainboard.integrators.spec_checks import (
     SpecError,
     check_integrand,
+    check_training,
     check_transforms,
     integrand_components,
 )
@@ -179,18 +180,25 @@ IntegrandSpec = Annotated[
 
 
 # ---------------------------------------------------------------- samplers
-class NaiveSpec(_Model):
-    """Uniform sampling (optionally with points from a process materializer)."""
+class _Trained(_Model):
+    """A sampler's training phase: its first ``training_samples`` samples adapt it and are
+    not part of the estimate (unset keys stay out of dumps, so run ids do not change)."""
 
-    kind: Literal["naive"]
-    materializer: MaterializerSpec | None = None
+    training_samples: Annotated[NonNegativeInt, Field(gt=0)] | None = None
 
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return {k: v for k, v in handler(self).items() if v is not None}
 
 
-class VegasSpec(_Model):
+class NaiveSpec(_Trained):
+    """Uniform sampling (optionally with points from a process materializer)."""
+
+    kind: Literal["naive"]
+    materializer: MaterializerSpec | None = None
+
+
+class VegasSpec(_Trained):
     """Lepage's VEGAS map: ``bins`` per dimension, damping ``alpha`` (0 freezes the grid)."""
 
     kind: Literal["vegas"]
@@ -198,7 +206,7 @@ class VegasSpec(_Model):
     alpha: Real = Field(default=0.5, ge=0, le=10)
 
 
-class DiscreteSpec(_Model):
+class DiscreteSpec(_Trained):
     """Havana-style adaptive channel probabilities plus VEGAS grids (shared or per channel)."""
 
     kind: Literal["discrete"]
@@ -339,6 +347,7 @@ class RunSpec(_Model):
         if kind is not None and kind != natural and not (kind == "vector" and natural == "scalar"):
             raise SpecError("accumulator.kind", f"the integrand gives {natural} values, so the "
                             f"accumulator kind must be {natural!r}", kind)
+        check_training(self.sampler, self.stop, self.integrand)
         if self.sampler.kind == "discrete" and not self.domain.discrete:
             raise SpecError("sampler.kind", "the discrete sampler needs domain.discrete "
                             "cardinalities", "discrete")

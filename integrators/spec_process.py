@@ -1,4 +1,4 @@
-"""The run file's process tables: how to start an external process (PROCESS_PROTOCOL.md).
+"""The run file's process tables: how to start an external process (docs/process-protocol.md).
 
 ``[integrand]``, ``[sampler]``, ``[sampler.materializer]`` and ``[[transforms]]`` with
 ``kind = "process"`` share :class:`ProcessTable`; the integrand's own model (components,
@@ -35,7 +35,7 @@ PROCESS_TIMINGS = {"request_timeout": DEFAULT_REQUEST_TIMEOUT,
 
 
 class ProcessTable(BaseModel):
-    """How to start an external process (see PROCESS_PROTOCOL.md): argv ``command``, ``cwd``,
+    """How to start an external process (see docs/process-protocol.md): argv ``command``, ``cwd``,
     ``env``, the ``args`` its constructor receives, and the protocol's timings.
 
     Unset keys and timings equal to the protocol defaults are left out of dumps, so the run
@@ -84,10 +84,16 @@ class MaterializerSpec(ProcessTable):
 
 
 class ProcessSamplerSpec(ProcessTable):
-    """A sampler in an external process (plan, points and adaptation live there)."""
+    """A sampler in an external process (plan, points and adaptation live there).
+
+    ``training_projection`` says what it learns from: ``projection(f) * w`` with
+    ``real`` (default), ``imag``, ``abs``, ``abs_sq`` or a component's name;
+    ``training_samples`` is the training phase (see docs/process-protocol.md)."""
 
     kind: Literal["process"]
     materializer: MaterializerSpec | None = None
+    training_samples: Annotated[int, Field(gt=0, strict=True)] | None = None
+    training_projection: Annotated[str, Field(min_length=1)] | None = None
 
 
 class ProcessTransformSpec(ProcessTable):

@@ -31,6 +31,7 @@ from mainboard.integrators.chunking import row_slices
 from mainboard.integrators.domain import Batch, Domain, validate
 from mainboard.integrators.errors import MergeError
 from mainboard.integrators.integrands import Integrand, make_integrand
+from mainboard.integrators.projection import component_labels, project
 from mainboard.integrators.samplers import (
     Sampler,
     Training,
@@ -210,11 +211,17 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     wf2 = np.empty(n)
     partial = Partial.empty(run.width)
     finite: np.ndarray | None = None
+    learner = getattr(smp, "inner", smp)  # a process sampler learns projection(f) * w
+    projection = getattr(learner, "projection", None)
+    projected = np.empty(n) if projection is not None else None
+    labels = component_labels(run.spec.integrand)
     with scope(run):
         whole = None if run.integrand.sliceable else run.integrand.evaluate(batch.x, batch.idx)
         for sl in row_slices(n):
             values = (run.integrand.evaluate(batch.x[sl], batch.idx[sl]) if whole is None
                       else whole[sl])
+            if projected is not None:
+                projected[sl] = project(values, batch.weights[sl], projection, labels)
             part, part_finite = _reduce(values, batch.weights[sl], wf2[sl])
             partial = partial.merge(part)
             if part_finite is not None:
@@ -224,8 +231,10 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     example = None
     if finite is not None:
         example = batch.x[int(np.flatnonzero(~finite)[0])].tolist()
-    return BatchResult(latent.iteration, latent.batch_index, smp.version, partial,
-                       smp.training(batch, wf2, finite), example)
+    training = (learner.training_values(latent.batch_index, projected) if projected is not None
+                else smp.training(batch, wf2, finite))
+    return BatchResult(latent.iteration, latent.batch_index, smp.version, partial, training,
+                       example)
 
 
 def _reduce(values: np.ndarray, weights: np.ndarray, wf2: np.ndarray
@@ -254,7 +263,14 @@ def process_batch(run: Run, sampler: Sampler | Mapping[str, Any], iteration: int
                   batch_index: int, n: int) -> BatchResult:
     """All stages fused: what one worker does for one batch."""
     smp = _sampler(run, sampler)
-    latent = sample(run, smp, iteration, batch_index, n)
+    return process_latent(run, smp, sample(run, smp, iteration, batch_index, n))
+
+
+def process_latent(run: Run, sampler: Sampler | Mapping[str, Any],
+                   latent: LatentBatch) -> BatchResult:
+    """materialize -> transform -> evaluate of a latent batch drawn already (an owned
+    sampler's batch: its owner produced it)."""
+    smp = _sampler(run, sampler)
     batch = transform(run, materialize(run, smp, latent))
     return evaluate(run, smp, latent, batch)
 

@@ -16,10 +16,12 @@ import numpy as np
 from mainboard.integrators.accumulators import Combined
 
 
-def plan_iteration(stop: Any, batching: Any, samples_done: int) -> list[int]:
-    """Batch sizes for the next iteration (empty when the sample budget is spent)."""
+def plan_iteration(stop: Any, batching: Any, samples_done: int, cap: int | None = None
+                   ) -> list[int]:
+    """Batch sizes for the next iteration (empty when the sample budget is spent); ``cap``
+    bounds the iteration's samples (what the training phase still takes)."""
     size, count = int(batching.batch_size), int(batching.batches_per_iteration)
-    budget = size * count
+    budget = size * count if cap is None else min(size * count, cap)
     if stop.max_samples is not None:
         budget = min(budget, int(stop.max_samples) - samples_done)
     if budget <= 0:

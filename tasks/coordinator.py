@@ -11,6 +11,14 @@ Runs with external processes: the coordinator's own sampler may be a process (it
 and snapshots here), and it learns the process evaluator's ``initialize`` metadata before it
 starts (:func:`~mainboard.integrators.stages.prepare_sampler`); both are ended when the run
 ends, and workers end theirs when they see the run's final status.
+
+A process sampler has one owner, this coordinator (:mod:`~mainboard.integrators.owner`):
+planning iteration k produces its latent batches here, in batch order, and each batch's
+chain starts at ``materialize`` (or ``fused``) with the points in the message; re-sends and
+the redo after a broker outage send the same latent batch again, never a new one. Workers
+never start a sampler process. A resumed run restarts the sampler from its last snapshot
+and drops the unfinished iteration's stored results (their batches came from the dead
+coordinator's process), so it is produced again.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from mainboard.daemon import pid_alive
 from mainboard.errors import IntegrationFailed, UserError
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.errors import BatchError, MergeError
+from mainboard.integrators.owner import owned
 from mainboard.integrators.plain import to_plain
 from mainboard.integrators.process.errors import ProcessError
 from mainboard.integrators.stages import (
@@ -48,6 +57,7 @@ from mainboard.receipts import IterationDone, RunFailed, RunFinished
 from mainboard.runs.store import RunStore
 from mainboard.tasks import BATCH_QUEUE, STAGE_PREFIX
 from mainboard.tasks.codec import dumps, loads
+from mainboard.tasks.context import BatchRef
 from mainboard.tasks.liveness import Deaths, Liveness, LostBatch, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
 
@@ -169,15 +179,22 @@ class Coordinator:
             ["materialize", *(["transform"] if spec.transforms else []), "evaluate",
              "accumulate"])
         self.stage_names = ["sample", *names]
+        self.latents: list[dict[str, Any]] | None = None  # an owned sampler's batches of k
 
     # ----- dispatch -----------------------------------------------------------------------
 
     def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
         """The per-batch chain: sample | materialize | [transform] | evaluate | accumulate."""
         opts = {"queue": BATCH_QUEUE, "ignore_result": True}
+        rest = [self.app.signature(STAGE_PREFIX + name, **opts) for name in self.stage_names[1:]]
+        if self.latents is not None:  # produced here by the owner: the points travel along
+            message = {"ref": BatchRef(self.run_id, k, batch, n, attempt).to_dict(),
+                       "latent": self.latents[batch]}
+            first = self.app.signature(STAGE_PREFIX + self.stage_names[1], args=(message,),
+                                       immutable=True, **opts)
+            return chain(first, *rest[1:])
         first = self.app.signature(STAGE_PREFIX + "sample", args=(self.run_id, k, batch, n,
                                                                   attempt), immutable=True, **opts)
-        rest = [self.app.signature(STAGE_PREFIX + name, **opts) for name in self.stage_names[1:]]
         return chain(first, *rest)
 
     # ----- one iteration ------------------------------------------------------------------
@@ -256,12 +273,12 @@ class Coordinator:
 
     # ----- the loop -----------------------------------------------------------------------
 
-    def _record(self, began: float, samples_before: int) -> RunResult:
+    def _record(self, began: float, samples_before: int) -> RunResult | None:
         """Snapshot the state after an iteration to Redis and to a receipt line."""
         st, k = self.state, self.state.iteration
         snap = st.snapshot()
-        result = st.result()
-        plain = result.to_dict()
+        result = st.result() if st.accumulator.iterations else None  # None while training
+        plain = result.to_dict() if result is not None else {"estimate": None, "error": None}
         wall = time.perf_counter() - began
         payload = dumps(to_plain(snap))
         self.outage.run(lambda: self.r.set(keys.run_snapshot(self.run_id, k), payload))
@@ -270,7 +287,7 @@ class Coordinator:
                                         snapshot=to_plain(snap), wall_s=self.wall_before + wall))
         self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()}))
-        if self.progress is not None:
+        if self.progress is not None and result is not None:
             self.progress(Progress(self.run_id, k, st.samples, st.run.spec.stop.max_samples,
                                    result.estimate, result.error,
                                    (st.samples - samples_before) / max(wall, 1e-9), wall))
@@ -333,6 +350,8 @@ class Coordinator:
     def _start(self, fresh: bool) -> None:
         if fresh:
             clear_run(self.r, self.run_id, keep=(self.lease.key,))
+        elif owned(self.state.sampler) is not None:  # batches of a dead owner's process
+            self.r.delete(*iteration_keys(self.run_id, self.state.iteration))
         self._publish()
 
     def _run(self, *, fresh: bool) -> RunResult:
@@ -345,8 +364,14 @@ class Coordinator:
                 prepare_sampler(self.state.run, self.state.sampler)
             self.outage.run(lambda: self._start(fresh))
             began, before = time.perf_counter(), self.state.samples
-            while sizes := self.state.next_batches():
+            while True:
                 k = self.state.iteration
+                with self._sampler_work(f"the sampler planning iteration {k}", "sample"):
+                    sizes = self.state.next_batches()  # an owned sampler produces them here
+                if not sizes:
+                    break
+                self.latents = None if self.state.latents is None else \
+                    [latent.to_dict() for latent in self.state.latents]
                 with self._sampler_work(f"the sampler before iteration {k}", "snapshot"):
                     sampler = dumps(self.state.sampler.snapshot())
                 merged = self.outage.run(partial(self._iteration, k, sizes, sampler))

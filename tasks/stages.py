@@ -2,7 +2,8 @@
 
 A batch travels as a chain ``sample | materialize | transform | evaluate | accumulate``
 (``transform`` only when the run has transforms) or ``sample | fused`` when the run sets
-``fuse = true``. Every message carries ``ref`` (run, iteration, batch, n, attempt); the
+``fuse = true``; a process sampler's batch starts at ``materialize`` / ``fused`` with the
+latent batch its one owner (the coordinator) produced, and ``sample`` refuses one. Every message carries ``ref`` (run, iteration, batch, n, attempt); the
 run spec and the iteration's sampler come from Redis (see :mod:`mainboard.tasks.context`).
 The last task of a chain stores the BatchResult with HSETNX (exactly once) and signals
 the coordinator. A stage that raises records an error naming the batch, stage and cause
@@ -29,6 +30,9 @@ from celery.signals import worker_process_shutdown, worker_shutdown
 
 from mainboard.integrators import stages
 from mainboard.integrators.domain import Batch
+from mainboard.integrators.errors import BatchError
+from mainboard.integrators.owner import owned
+from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
 from mainboard.tasks import STAGE_PREFIX
@@ -136,7 +140,15 @@ def sample(self: Task, run_id: str, iteration: int, batch_index: int, n: int,
     """Stage 1: the compact latent batch (seed coordinates and size, no arrays)."""
     ref = BatchRef(run_id, iteration, batch_index, n, attempt)
     return run_stage(self, ref, "sample", lambda c: c.forward(latent=stages.sample(
-        c.run, c.sampler, iteration, batch_index, n).to_dict()), claim=False)
+        c.run, not_owned(c.sampler), iteration, batch_index, n).to_dict()), claim=False)
+
+
+def not_owned(sampler: Sampler) -> Sampler:
+    """Refuse to draw an owned (process) sampler's batch here: only its owner produces them."""
+    if owned(sampler) is not None:
+        raise BatchError("sample", f"a {sampler.kind!r} sampler's batches are produced by the "
+                         "run's coordinator (its one owner); workers start at materialize")
+    return sampler
 
 
 @_stage_task("materialize")

@@ -29,8 +29,9 @@ from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import IntegrationFailed
 from mainboard.integrators.driver import integrate_local
+from mainboard.integrators.errors import BatchError
 from mainboard.integrators.process.pool import default_pool
-from mainboard.integrators.stages import build_run, release_processes
+from mainboard.integrators.stages import build_run, prepare_sampler, release_processes
 from mainboard.receipts import RunFailed
 from mainboard.runs.store import RunStore
 from mainboard.tasks import STAGE_PREFIX, codec
@@ -154,18 +155,23 @@ def test_process_evaluator_on_two_workers_matches_the_builtin(workspace: Config,
 
 def test_process_sampler_and_evaluator_on_the_fleet(workspace: Config, fleet: LocalWorkers,
                                                     tmp_path: Path) -> None:
-    """Both stages in processes: the coordinator's sampler (adapting, snapshotting) and the
-    workers' samplers all hear the evaluator's metadata (the sampler refuses to work without
-    it); the numbers equal the in-process run; every process ends with the run."""
+    """Both stages in processes: the coordinator's sampler (the one owner: it plans, produces,
+    adapts, snapshots) hears the evaluator's metadata (it refuses to work without it); the
+    numbers equal the in-process run; every process ends with the run."""
+    def run(evaluator: dict, sampler: dict) -> dict:  # the sampler plans 500, then 8000
+        return {**run_dict(evaluator, sampler), "stop": {"max_iterations": 3,
+                                                          "max_samples": 24_000}}
+
     local_eval, local_sampler, _ = write_processes(tmp_path / "local")
-    reference = integrate_local(run_dict(local_eval, local_sampler))
+    reference = integrate_local(run(local_eval, local_sampler))
     evaluator, sampler, pids = write_processes(tmp_path / "fleet")
-    result = mainboard.integrate(run_dict(evaluator, sampler), workers=0, config=workspace)
+    result = mainboard.integrate(run(evaluator, sampler), workers=0, config=workspace)
     same_numbers(result, reference)
     assert result.samples == 24_000 and abs(result.estimate - EXACT) < 5 * result.error
+    assert [e.samples for e in result.iteration_estimates] == [2_000, 22_000]
     evaluators, samplers = recorded(pids, "evaluator"), recorded(pids, "sampler")
     assert 1 <= len(evaluators) <= 3  # each worker process once, the coordinator once
-    assert len(samplers) >= 2  # the coordinator's and at least one on a worker
+    assert len(samplers) == 1  # the coordinator's only: workers never start one
     assert wait_gone(evaluators + samplers) == []  # released when the run finished ...
     assert all(p.poll() is None for p in fleet.procs)  # ... by workers that live on
     # the processes' @gblog lines land in the worker's log at their level
@@ -240,32 +246,36 @@ def publish(r: redis.Redis, data: dict[str, Any], run_id: str, iterations: int =
 def test_stage_processes_belong_to_the_coordinators_run_id(app: Celery, tmp_path: Path,
                                                            redis_server: RedisServer) -> None:
     """In-process (eager) stage tasks: processes are scoped to the id in the message (a
-    clone's differs from its spec's), a newer iteration closes the older cached process
-    sampler, and the run's end releases everything."""
+    clone's differs from its spec's); a process sampler's batch comes from its one owner
+    (here the test), the ``sample`` task refuses to draw one, and no stage starts a sampler
+    process; the run's end releases everything."""
     evaluator, sampler, pids = write_processes(tmp_path)
     data = run_dict(evaluator, sampler, fuse=True)
     run_id = "clone-" + uuid.uuid4().hex[:10]
     assert run_id != load_spec(data).run_id()
     r = redis.Redis.from_url(redis_server.url)
-    publish(r, data, run_id, iterations=2)
+    publish(r, data, run_id, iterations=1)
     sample, fused = app.tasks[STAGE_PREFIX + "sample"], app.tasks[STAGE_PREFIX + "fused"]
+    run = build_run(data)
+    owner = prepare_sampler(run, run.new_sampler())
+    release_processes(run.run_id)  # the evaluator it asked for its metadata
     try:
-        first = fused.apply(args=(sample.apply(args=(run_id, 0, 0, 300)).get(),)).get()
+        with pytest.raises(BatchError, match="produced by the run's coordinator"):
+            sample.apply(args=(run_id, 0, 0, 300)).get()
+        latent = owner.sample(run.spec.seed, 0, 0, 300).to_dict()
+        owner.close()
+        first = fused.apply(args=({"ref": {"run": run_id, "iteration": 0, "batch": 0,
+                                           "n": 300}, "latent": latent},)).get()
         assert first["stored"] is True
         assert {key[1] for key in default_pool()._entries} == {run_id}
-        cached = task_context._local().samplers[(run_id, 0)]
-        client = cached.process.client
-        assert client is not None and client.alive
-        fused.apply(args=(sample.apply(args=(run_id, 1, 0, 300)).get(),)).get()
-        assert (run_id, 0) not in task_context._local().samplers
-        assert not client.alive  # iteration 0's sampler process closed on eviction
+        assert len(recorded(pids, "sampler")) == 1  # the owner's; no stage started one
 
         r.hset(keys.run_state(run_id), "status", "finished")  # the coordinator is done
         deadline = time.monotonic() + 10
         while len(default_pool()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(default_pool()) == 0
-        assert (run_id, 1) not in task_context._local().samplers
+        assert (run_id, 0) not in task_context._local().samplers
         assert wait_gone(recorded(pids, "evaluator") + recorded(pids, "sampler")) == []
     finally:
         task_context.release_run(run_id)

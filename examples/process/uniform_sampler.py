@@ -1,6 +1,6 @@
 """A process sampler: uniform points, with a trivial adaptation (it learns a batch size).
 
-It keeps the mean training value |w f| it has been sent and grows its batch size while the
+It keeps the mean training value real(f) * w it has been sent and grows its batch size while the
 estimate of that mean is still noisy: enough to show the whole sampler cycle (plan, produce,
 ingest, snapshot, restore) in a few lines. Run as ``[sampler] kind = "process"``.
 """

@@ -1,4 +1,4 @@
-"""External processes speaking framed JSON-RPC ("gammaboard-jsonrpc-v2").
+"""External processes speaking framed JSON-RPC ("gammaboard-jsonrpc-v2", docs/process-protocol.md).
 
 This package root exposes only the process-side helper, which needs nothing but numpy and
 the standard library, so ``from mainboard.integrators.process import Evaluator`` works in

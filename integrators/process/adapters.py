@@ -257,9 +257,23 @@ class ProcessMaterializer(_Stage):
     def materialize(self, latent: Any) -> Batch:
         """``materialize_batch {nr_samples, latent_batch}``; the result is validated."""
         stage = f"materialize:process `{self.label}`"
-        data = {k: v.tolist() if isinstance(v, np.ndarray) else v
-                for k, v in latent.to_dict().items()}
+        n = int(latent.n)
         result, _ = self.call(stage, "materialize_batch",
-                              {"nr_samples": int(latent.n), "latent_batch": data})
-        idx, x, weights = self.decode_batch(result, int(latent.n), stage)
+                              {"nr_samples": n, "latent_batch": latent_json(latent)})
+        idx, x, weights = self.decode_batch(result, n, stage)
         return validate(Batch(x=x, idx=idx, weights=weights), self.domain, stage)
+
+
+POINT_FIELDS = ("xs_discrete", "xs_continuous", "weights")
+
+
+def latent_json(latent: Any) -> dict[str, Any]:
+    """A latent batch as a materializer receives it (docs/process-protocol.md):
+    ``{nr_samples, payload, run_seed, iteration, batch_index, n[, kind]}``. ``payload`` is
+    what the sampler produced (a process sampler's point arrays; a seeded batch's
+    coordinates), the gammaboard v2 field; the flat coordinates are mainboard's extra."""
+    data = {k: v.tolist() if isinstance(v, np.ndarray) else v
+            for k, v in latent.to_dict().items()}
+    points = {k: data.pop(k) for k in POINT_FIELDS if k in data}
+    payload = points or {k: data[k] for k in ("run_seed", "iteration", "batch_index", "n")}
+    return {"nr_samples": int(latent.n), **data, "payload": payload}

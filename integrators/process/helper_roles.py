@@ -227,9 +227,20 @@ class _MaterializerRole(_Role):
     role = "materializer"
 
     def m_materialize_batch(self, params: dict[str, Any], binary: bytearray) -> Reply:
-        n = int(params["nr_samples"])
-        out = self.obj.materialize_batch(params["latent_batch"])
+        latent = params["latent_batch"]
+        n = int(params.get("nr_samples", latent.get("nr_samples", 0)))
+        out = self.obj.materialize_batch(flat_latent(latent))
         return self.as_json_batch(*self.checked(out, n, "materialize_batch")), b""
+
+
+def flat_latent(latent: dict[str, Any]) -> dict[str, Any]:
+    """The latent batch with its ``payload`` fields also at the top level, so a materializer
+    reads ``latent_batch["run_seed"]`` whether the host sent mainboard's flat coordinates or
+    only gammaboard v2's ``{nr_samples, payload}``; ``payload`` stays as sent."""
+    payload = latent.get("payload")
+    if not isinstance(payload, dict):
+        return dict(latent)
+    return {**payload, **latent}
 
 
 def _serve(role: _Role) -> None:

@@ -2,15 +2,19 @@
 
 Why the points travel with the latent batch: a process sampler is stateful (its grid, its
 random stream, often the batch it produced last), so its points cannot be redrawn from a
-seed elsewhere. The coordinator's sampler object owns the process: ``sample`` calls
-``produce_latent_batch`` and returns a :class:`ProcessLatentBatch` carrying the points;
-``materialize`` (on any worker) just unpacks them. Each batch's training values come back
-as their own training key, and ``adapt`` feeds them to the process in batch order, which is
-the order it produced them. The process's own ``snapshot`` is part of the sampler snapshot.
+seed elsewhere. One owner per run (the coordinator, or ``integrate_local``) holds the only
+live process: it asks ``sample_plan`` before each batch and calls ``produce_latent_batch``
+in batch order (:mod:`~mainboard.integrators.owner`), and every
+:class:`ProcessLatentBatch` carries its points to the workers, whose ``materialize`` just
+unpacks them; workers never start this process. Each batch's training values come back
+under their own key and ``adapt`` feeds them to the process in batch order, the order it
+produced them. The process's own ``snapshot`` is part of the sampler snapshot.
 
-Training values are ``|w f|`` per sample (0 where the value was not finite). Each
-``produce_latent_batch`` request also carries ``seed`` (from the batch's coordinates), an
-optional field: samplers that use it are reproducible, others still work.
+Training values are ``projection(f) * w`` per sample (:mod:`~mainboard.integrators.projection`,
+``[sampler] training_projection``). Each ``produce_latent_batch`` request also carries
+``seed`` (from the batch's coordinates), an optional field: samplers that use it give
+bit-identical runs whatever the worker count; others still run each batch exactly once.
+The wire format is in docs/process-protocol.md.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ from mainboard.integrators.samplers import Sampler, Training
 from mainboard.integrators.seeding import LatentBatch, batch_rng
 
 TRAINING_PREFIX = "process_training:"
-AUX_BATCH = "process_batch"
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,13 +72,17 @@ class ProcessSampler(Sampler):
     """Sampler whose plan, points and adaptation live in a process speaking the protocol."""
 
     kind = "process"
+    owned = True  # one live instance per run produces every batch (owner.produce_iteration)
 
     def __init__(self, domain: Domain, *, evaluator_metadata: Mapping[str, Any] | None = None,
-                 **config: Any) -> None:
+                 training_projection: str | None = None, **config: Any) -> None:
         super().__init__(domain)
         self.spec = to_spec(config, "sampler")
         self.label = shlex.join(self.spec.command)
+        self.projection = training_projection or "real"
         self._config = dict(config)
+        if training_projection is not None:
+            self._config["training_projection"] = training_projection
         self.evaluator_metadata = dict(evaluator_metadata or {})
         self.process_snapshot: Any = None
         self._managed: ManagedProcess | None = None
@@ -182,15 +189,12 @@ class ProcessSampler(Sampler):
                              "carries no points (rebuild it with latent_from_dict)")
         return Batch(x=np.array(latent.xs_continuous, dtype=np.float64),
                      idx=np.array(latent.xs_discrete, dtype=np.int64),
-                     weights=np.array(latent.weights, dtype=np.float64),
-                     aux={AUX_BATCH: np.full(latent.n, latent.batch_index, dtype=np.int64)})
+                     weights=np.array(latent.weights, dtype=np.float64))
 
-    def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
-        """|w f| per sample under this batch's own key (keys of different batches never add)."""
-        values = np.sqrt(np.where(np.isfinite(wf2), wf2, 0.0))
-        if finite is not None:
-            values = np.where(finite, values, 0.0)
-        return {f"{TRAINING_PREFIX}{int(batch.aux[AUX_BATCH][0]):012d}": values}
+    def training_values(self, batch_index: int, values: np.ndarray) -> Training:
+        """``projection(f) * w`` per sample under this batch's own key (keys of different
+        batches never add, so ``adapt`` sends each batch's values on their own)."""
+        return {f"{TRAINING_PREFIX}{int(batch_index):012d}": np.asarray(values, np.float64)}
 
     def _adapt(self, training: Training) -> None:
         for key in sorted(k for k in training if k.startswith(TRAINING_PREFIX)):
@@ -238,9 +242,7 @@ class MaterializedSampler(Sampler):
 
     def materialize(self, latent: LatentBatch) -> Batch:
         """Points from the materializer process, validated against the domain."""
-        batch = self.materializer.materialize(latent)
-        batch.aux[AUX_BATCH] = np.full(batch.n, latent.batch_index, dtype=np.int64)
-        return batch
+        return self.materializer.materialize(latent)
 
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
         """The inner sampler's training data."""

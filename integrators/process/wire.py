@@ -1,4 +1,5 @@
-"""Constants and frame encoding shared by both ends of the process protocol.
+"""Constants and frame encoding shared by both ends of the process protocol
+(docs/process-protocol.md).
 
 Standard library only: the process-side helper imports this module inside whatever
 environment the user's integrand lives in, so nothing here may pull in mainboard's

@@ -72,7 +72,10 @@ def _detail(h: RunHistory) -> dict[str, Any]:
     out["spec"] = h.created.spec
     out["resumed_from"] = [r.from_iteration for r in h.resumed]
     out["history"] = [{"iteration": i.iteration, "samples": i.samples,
-                       "estimate": i.estimate, "error": i.error} for i in h.iterations]
+                       "estimate": i.estimate, "error": i.error,
+                       "training_samples": (i.snapshot or {}).get("training_samples", 0),
+                       "diagnostics": (i.snapshot or {}).get("diagnostics")}
+                      for i in h.iterations]
     if h.finished is not None:
         out["result"] = h.finished.result
     return out
@@ -98,9 +101,14 @@ def show(ctx: click.Context, run: str, as_json: bool) -> None:
     click.echo(f"integrand  {spec['integrand']['kind']}  sampler {spec['sampler']['kind']}  "
                f"seed {spec['seed']}  stop " + ", ".join(
                    f"{k}={v}" for k, v in spec["stop"].items() if v not in (None, 0)))
+    from mainboard.cli.runview import diagnostics_text
+
     for row in data["history"]:
         click.echo(f"  iteration {row['iteration']:>4}  {row['samples']:>12,} samples  "
-                   f"{_value(row)}")
+                   f"{_value(row)}" + (f"  (training {row['training_samples']:,})"
+                                       if row["training_samples"] else "")
+                   + (f"  [{diagnostics_text(row['diagnostics'])}]"
+                      if row["diagnostics"] else ""))
 
 
 @runs.command("resume")

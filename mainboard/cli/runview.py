@@ -70,8 +70,9 @@ def result_text(result: RunResult) -> str:
     if result.exact is not None:
         lines.append(f"exact     {_num(result.exact)}{_pull(result)}")
     q = "-" if math.isnan(result.q) else f"{result.q:.3g}"
+    training = f" (+{result.training_samples:,} training)" if result.training_samples else ""
     lines += [f"chi2/dof  {result.chi2_dof:.3g}   Q {q}",
-              f"samples   {result.samples:,} in {result.iterations} iterations, "
+              f"samples   {result.samples:,} in {result.iterations} iterations{training}, "
               f"{result.nan_count} non-finite, stopped by {result.stop_reason}"]
     if result.wall_s is not None:
         lines.append(f"wall      {result.wall_s:.2f} s ({rate:,.0f} samples/s)")
@@ -87,6 +88,20 @@ def result_json(result: RunResult) -> str:
     ordered = {k: data[k] for k in JSON_KEYS if k in data}
     ordered.update({k: v for k, v in data.items() if k not in ordered})
     return json.dumps(to_plain(ordered), allow_nan=False)
+
+
+def diagnostics_text(diag: dict[str, Any]) -> str:
+    """One line of a sampler's diagnostics (integrators.diagnostics) for ``runs show``."""
+    parts = [f"{diag.get('kind')} v{diag.get('version')}"]
+    grid = diag.get("grid")
+    if grid:
+        parts.append("grid width ratio " + "/".join(f"{r:.3g}" for r in grid["width_ratio"]))
+    channels = diag.get("channel_weights")
+    if channels:
+        parts.append("channels " + " ".join(f"{c}:{w:.3f}" for c, w in channels["top"].items()))
+    if diag.get("process") is not None:
+        parts.append(json.dumps(diag["process"], sort_keys=True)[:200])
+    return ", ".join(parts)
 
 
 def emit(result: RunResult, as_json: bool) -> None:
@@ -235,4 +250,4 @@ class ProgressBar:
 
 
 __all__ = ["ProgressBar", "StopLimits", "emit", "eta_by_rate", "eta_text", "make_bar", "pm",
-           "result_json", "result_text"]
+           "diagnostics_text", "result_json", "result_text"]
