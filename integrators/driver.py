@@ -78,8 +78,10 @@ class RunState:
         self.training = phase > 0
         spec = self.run.spec
         if owned(self.sampler) is None:
-            return plan_iteration(spec.stop, spec.batching, self.samples,
-                                  cap=phase if self.training else None)
+            sizes = plan_iteration(spec.stop, spec.batching, self.samples,
+                                   cap=phase if self.training else None)
+            self.sampler.plan(sizes)  # before any snapshot of the iteration (VEGAS+ strata)
+            return sizes
         budget = self._samples_left()
         if self.training:
             budget = phase if budget is None else min(budget, phase)

@@ -17,6 +17,7 @@ import numpy as np
 from mainboard.integrators.chunking import row_slices
 
 TINY = 10.0 ** (sys.float_info.min_10_exp + 50)
+Fill = Callable[[np.random.Generator, np.ndarray, slice, np.ndarray], object]
 ONE_BELOW = np.nextafter(1.0, 0.0)
 
 
@@ -47,18 +48,26 @@ class GridTables:
         """
         if y.size and not (y.min() >= 0.0 and y.max() < 1.0):  # table lookups do not check
             raise ValueError("map needs uniform numbers in [0, 1)")
-        return self._run(y.shape[1], group, lambda part, sl: np.copyto(part, y[:, sl]))
+        return self._run(y.shape[1], group, lambda part, sl, _: np.copyto(part, y[:, sl]))
 
-    def draw(self, rng: np.random.Generator, n: int, group: np.ndarray | None = None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def draw(self, rng: np.random.Generator, n: int, group: np.ndarray | None = None,
+             into: Fill | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Like :meth:`map` on uniform draws from ``rng``, drawn slice by slice (a (d, rows)
-        block per slice) so no batch-sized uniform array is ever allocated."""
-        return self._run(n, group, lambda part, sl: rng.random(out=part))
+        block per slice) so no batch-sized uniform array is ever allocated. ``into(rng,
+        part, slice, spare)`` replaces the plain draw (VEGAS+ moves draws into their
+        strata): it writes y already times the bin count, in [0, N] (N itself is taken as
+        the last bin), and may use the slice's (d, rows) float work array ``spare``."""
+        if into is not None:
+            return self._run(n, group, lambda part, sl, spare: into(rng, part, sl, spare),
+                             scaled=True)
+        return self._run(n, group, lambda part, sl, _: rng.random(out=part))
 
     def _run(self, n: int, group: np.ndarray | None,
-             fill: Callable[[np.ndarray, slice], object]
+             fill: Callable[[np.ndarray, slice, np.ndarray], object], scaled: bool = False
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The slice loop of map/draw: ``fill(y_part, slice)`` writes a slice's uniforms."""
+        """The slice loop of map/draw: ``fill(y_part, slice, spare)`` writes a slice's
+        uniforms (times the bin count when ``scaled``); ``spare`` is a work array it may
+        use (overwritten next)."""
         d = self.dim
         x = np.empty((d, n))
         jac = np.empty(n)
@@ -67,13 +76,16 @@ class GridTables:
         scratch = _Scratch(d, slices[0].stop - slices[0].start, floats=4)
         for sl in slices:
             k, (y, whole, width, lower) = scratch.views(sl.stop - sl.start)
-            fill(y, sl)
-            # y < 1 implies y * N < N after IEEE rounding, so floor(y N) is a valid bin number.
-            np.multiply(y, self.bins, out=y)
+            fill(y, sl, whole)
+            if not scaled:
+                # y < 1 implies y N < N after IEEE rounding: floor(y N) is a valid bin number.
+                np.multiply(y, self.bins, out=y)
             np.floor(y, out=whole)
             np.subtract(y, whole, out=y)  # y now holds the position inside the bin
             part_bins = bins[:, sl]
             np.copyto(part_bins, whole, casting="unsafe")
+            if scaled:  # a scaled fill may round up to N (p ~ 1e-16): last bin, at its edge
+                np.minimum(part_bins, self.bins - 1, out=part_bins)
             self._index(part_bins, None if group is None else group[sl], k)
             np.take(self.width, k, out=width, mode="clip")  # k is in range: no checks needed
             np.take(self.lower, k, out=lower, mode="clip")

@@ -196,6 +196,27 @@ def _gaussian_peak(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
                      label="gaussian_peak", sliceable=True)
 
 
+def ridge(x: np.ndarray, centres: np.ndarray, sigma: float) -> np.ndarray:
+    """mean_k N(x; c_k (1, ..., 1), sigma): |x - c 1|^2 = |x|^2 - 2 c sum(x) + d c^2, so
+    one (n, peaks) array instead of one (n, d) array per peak."""
+    d = x.shape[1]
+    s1, s2 = x.sum(axis=1), np.einsum("ij,ij->i", x, x)
+    r2 = np.multiply.outer(s1, -2.0 * centres)
+    r2 += s2[:, None]
+    r2 += d * centres * centres
+    r2 *= -0.5 / (sigma * sigma)
+    np.exp(r2, out=r2)
+    return r2.mean(axis=1) / (math.sqrt(2 * math.pi) * sigma) ** d
+
+
+def _ridge(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
+    centres = np.linspace(float(spec.low), float(spec.high), int(spec.peaks))
+    sigma = float(spec.sigma)
+    exact = math.fsum(_peak_1d(sigma, float(c)) ** dim for c in centres) / centres.size
+    return Integrand("ridge", dim, lambda x, idx: ridge(x, centres, sigma),
+                     exact=exact * math.prod(discrete), label="ridge", sliceable=True)
+
+
 def _complex_exponential(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
     a = np.asarray(spec.a, dtype=np.float64)
     exact = complex(math.prod(discrete))
@@ -287,4 +308,5 @@ register_integrand("gaussian_peak", _gaussian_peak)
 register_integrand("complex_exponential", _complex_exponential)
 register_integrand("moments", _moments)
 register_integrand("channels", _channels)
+register_integrand("ridge", _ridge)
 register_integrand("python", _python)

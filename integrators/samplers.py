@@ -22,6 +22,7 @@ import numpy as np
 from mainboard.integrators.domain import Batch, Domain
 from mainboard.integrators.grid import GridTables, adapt_edges, uniform_edges
 from mainboard.integrators.seeding import LatentBatch
+from mainboard.integrators.strata import StrataPlan, batch_statistics, learn, strata_shape
 
 Training = dict[str, np.ndarray]
 
@@ -66,6 +67,21 @@ class Sampler(ABC):
 
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
         """Training data of one batch (none for samplers that do not learn)."""
+        return {}
+
+    def plan(self, sizes: Sequence[int]) -> None:
+        """The owner says the next iteration's batch sizes before snapshotting it (VEGAS+
+        shares its strata out over them); samplers that do not care ignore it."""
+        del sizes
+
+    @property
+    def stratified(self) -> bool:
+        """Whether :meth:`strata_training` wants the batch's signed weighted values."""
+        return False
+
+    def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None
+                        ) -> Training:
+        """Per-stratum training data from the signed values w f (n, m); none by default."""
         return {}
 
     def ingest(self, training: Mapping[str, np.ndarray]) -> None:
@@ -124,14 +140,26 @@ class NaiveSampler(Sampler):
 
 
 class VegasSampler(Sampler):
-    """One VEGAS grid over the continuous dimensions; discrete indices uniform."""
+    """One VEGAS grid over the continuous dimensions; discrete indices uniform.
+
+    ``beta > 0`` adds VEGAS+ adaptive stratification of the map's input cube (see
+    :mod:`~mainboard.integrators.strata`) for iterations the owner planned with
+    :meth:`plan`; ``beta = 0``, no plan, or a batch the plan does not list (a direct
+    call with other coordinates) is classic VEGAS.
+    """
 
     kind = "vegas"
 
-    def __init__(self, domain: Domain, bins: int = 64, alpha: float = 0.5) -> None:
+    def __init__(self, domain: Domain, bins: int = 64, alpha: float = 0.5,
+                 beta: float = 0.0) -> None:
         super().__init__(domain)
-        self.bins, self.alpha = int(bins), float(alpha)
+        self.bins, self.alpha, self.beta = int(bins), float(alpha), float(beta)
         self.tables = GridTables(uniform_edges(1, domain.continuous, self.bins))
+        self.sigf: np.ndarray | None = None  # learned allocation weights, per stratum
+        self.sigf_shape: np.ndarray | None = None  # the strata they belong to
+        self.strata: StrataPlan | None = None  # this iteration's plan
+        self.bin_corners = np.empty((domain.continuous, 0))  # strata corners * bins, (d, H)
+        self.corner_shape = np.zeros(domain.continuous, dtype=np.int64)  # their nstrat
 
     @property
     def edges(self) -> np.ndarray:
@@ -139,31 +167,90 @@ class VegasSampler(Sampler):
         return self.tables.edges[0]
 
     def config(self) -> dict[str, Any]:
-        """Settings."""
-        return {"kind": self.kind, "bins": self.bins, "alpha": self.alpha}
+        """Settings (``beta`` only when stratifying, so classic snapshots stay as they were)."""
+        out: dict[str, Any] = {"kind": self.kind, "bins": self.bins, "alpha": self.alpha}
+        if self.beta:
+            out["beta"] = self.beta
+        return out
+
+    def plan(self, sizes: Sequence[int]) -> None:
+        """Share the next iteration's samples out over the strata (none for beta = 0 or when
+        the budget is too small for two strata); learned weights of other strata reset."""
+        current, self.strata = self.strata, None
+        if not self.beta or not sizes:
+            return
+        shape = strata_shape(int(sum(sizes)), self.domain.continuous)
+        if int(np.prod(shape)) < 2:
+            return
+        if (current is not None and current.sizes == tuple(int(s) for s in sizes)
+                and np.array_equal(current.nstrat, shape)):
+            self.strata = current
+            return  # planned already (the owner asks again before snapshotting)
+        same = self.sigf_shape is not None and np.array_equal(self.sigf_shape, shape)
+        if self.bin_corners.shape[1] != int(np.prod(shape)) or not np.array_equal(
+                self.corner_shape, shape):  # most iterations keep their strata
+            self.bin_corners = StrataPlan.corners_of(shape, self.bins)
+            self.corner_shape = shape
+        self.strata = StrataPlan.build(shape, sizes, self.sigf if same else None)
+
+    @property
+    def stratified(self) -> bool:
+        """Whether batches are stratified (this iteration has a plan)."""
+        return self.strata is not None
 
     def materialize(self, latent: LatentBatch) -> Batch:
         """Uniform y mapped through the grid (drawn in fixed row slices, see
-        ``GridTables.draw``); bin numbers kept for training."""
+        ``GridTables.draw``); bin numbers kept for training. Stratified: each y moved into
+        its stratum's hypercube, weight times N / (H n_h), stratum numbers kept too."""
         rng = latent.rng()
         idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
-        x, jac, bins = self.tables.draw(rng, latent.n)
+        if self.strata is None or not self.strata.covers(latent.batch_index, latent.n):
+            x, jac, bins = self.tables.draw(rng, latent.n)
+            aux = {"bins": bins.T}
+        else:
+            stratum = self.strata.layout(latent.batch_index, latent.n)
+            x, jac, bins = self.tables.draw(rng, latent.n, into=_Stratify(
+                self.bin_corners, self.bins / self.strata.nstrat, stratum))
+            jac *= self.strata.factors[stratum]
+            aux = {"bins": bins.T, "stratum": stratum}
         if factor != 1.0:
             jac *= factor
-        return Batch(x=x.T, idx=idx, weights=jac, aux={"bins": bins.T})
+        return Batch(x=x.T, idx=idx, weights=jac, aux=aux)
 
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
-        """Per-dimension per-bin sums of |w f|^2 and counts."""
+        """Per-dimension per-bin sums of |w f|^2 and counts (stratified: |w f|^2 without
+        the stratum factor, i.e. (J f)^2 up to a constant, as the grid wants)."""
+        if "stratum" in batch.aux and self.strata is not None:
+            unscale = self.strata.factors[batch.aux["stratum"]]
+            np.multiply(unscale, unscale, out=unscale)
+            np.divide(wf2, unscale, out=unscale)
+            wf2 = unscale
         sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
         return {"grid_sum": sums, "grid_count": counts}
+
+    def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None
+                        ) -> Training:
+        """Per-stratum sums for the stratified variance and the next allocation."""
+        if self.strata is None or "stratum" not in batch.aux:
+            return {}
+        return batch_statistics(batch.aux["stratum"], wf, finite,
+                                int(np.prod(self.strata.nstrat)))
 
     def _adapt(self, training: Training) -> None:
         if "grid_sum" in training:
             self.tables = GridTables(adapt_edges(self.tables.edges, training["grid_sum"],
                                                  training["grid_count"], self.alpha))
+        if self.strata is not None and "strata_count" in training:
+            self.sigf, self.sigf_shape = learn(training, self.beta), self.strata.nstrat
+        self.strata = None  # the owner plans the next iteration
 
     def _state(self) -> dict[str, Any]:
-        return {"edges": self.tables.edges}
+        state: dict[str, Any] = {"edges": self.tables.edges}
+        if self.beta:  # classic snapshots unchanged
+            state["strata"] = {
+                "sigf": self.sigf, "sigf_shape": self.sigf_shape,
+                "sizes": None if self.strata is None else list(self.strata.sizes)}
+        return state
 
     def _load(self, state: Mapping[str, Any]) -> None:
         edges = np.asarray(state["edges"], dtype=np.float64)
@@ -171,6 +258,35 @@ class VegasSampler(Sampler):
         if edges.shape != want:
             raise ValueError(f"vegas snapshot edges have shape {edges.shape}, expected {want}")
         self.tables = GridTables(edges)
+        strata = state.get("strata") or {}
+        self.sigf = _array(strata.get("sigf"), np.float64)
+        self.sigf_shape = _array(strata.get("sigf_shape"), np.int64)
+        sizes = strata.get("sizes")
+        self.strata = None
+        if sizes:
+            self.plan([int(s) for s in sizes])
+
+
+def _array(value: Any, dtype: Any) -> np.ndarray | None:
+    return None if value is None else np.asarray(value, dtype=dtype)
+
+
+class _Stratify:
+    """Fill callback for ``GridTables.draw``: uniform draws moved into each sample's stratum
+    and scaled to bin units at once, N y = N corner + u N / nstrat, slice by slice in the
+    grid's own work array (an extra slice-sized buffer would push the slice out of cache)."""
+
+    def __init__(self, corners: np.ndarray, step: np.ndarray, stratum: np.ndarray) -> None:
+        self.corners, self.step, self.stratum = corners, step[:, None], stratum
+
+    def __call__(self, rng: np.random.Generator, part: np.ndarray, sl: slice,
+                 low: np.ndarray) -> None:
+        stratum = self.stratum[sl]
+        for j, row in enumerate(self.corners):  # the method: no per-call dispatch cost
+            row.take(stratum, out=low[j], mode="clip")  # in range: no checks needed
+        rng.random(out=part)
+        part *= self.step
+        part += low
 
 
 SamplerFactory = Callable[..., Sampler]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -114,6 +115,17 @@ class GaussianPeakSpec(_Model):
     u: list[Real] | None = None
 
 
+class RidgeSpec(_Model):
+    """The mean of ``peaks`` normalised Gaussians of width ``sigma`` centred on the diagonal
+    from (low, ..., low) to (high, ..., high): the vegas package's VEGAS+ showcase."""
+
+    kind: Literal["ridge"]
+    peaks: Annotated[Int, Field(ge=1, le=10_000)] = 100
+    sigma: PositiveReal = 0.1 / math.sqrt(2.0)
+    low: Real = 0.4
+    high: Real = 0.6
+
+
 class ComplexExponentialSpec(_Model):
     """f = exp(i sum a_j x_j): a complex-valued integrand with a known answer."""
 
@@ -176,7 +188,8 @@ class ProcessSpec(ProcessTable):
 
 IntegrandSpec = Annotated[
     GenzSpec | ConstantSpec | PolynomialSpec | GaussianPeakSpec | ComplexExponentialSpec
-    | MomentsSpec | ChannelsSpec | PythonSpec | ProcessSpec, Field(discriminator="kind")]
+    | MomentsSpec | ChannelsSpec | PythonSpec | ProcessSpec | RidgeSpec,
+    Field(discriminator="kind")]
 
 
 # ---------------------------------------------------------------- samplers
@@ -199,11 +212,13 @@ class NaiveSpec(_Trained):
 
 
 class VegasSpec(_Trained):
-    """Lepage's VEGAS map: ``bins`` per dimension, damping ``alpha`` (0 freezes the grid)."""
+    """Lepage's VEGAS map: ``bins`` per dimension, damping ``alpha`` (0 freezes the grid);
+    VEGAS+ adaptive stratification damped by ``beta`` (0: classic VEGAS, 1: optimal)."""
 
     kind: Literal["vegas"]
     bins: Int = Field(default=64, ge=2, le=100_000)
     alpha: Real = Field(default=0.5, ge=0, le=10)
+    beta: Real = Field(default=0.75, ge=0, le=1)
 
 
 class DiscreteSpec(_Trained):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -41,6 +41,7 @@ from mainboard.integrators.samplers import (
 )
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.spec import RunSpec, component_count, parse_run
+from mainboard.integrators.strata import stratified_variance
 from mainboard.integrators.transforms import TransformChain
 
 
@@ -80,6 +81,9 @@ def build_run(spec: RunSpec | Mapping[str, Any]) -> Run:
     domain = Domain(spec.domain.continuous, spec.domain.discrete)
     transforms = TransformChain(spec.transforms, domain)
     integrand = make_integrand(spec.integrand, transforms.output_dim, domain.discrete)
+    exact = transforms.exact(spec.integrand.kind, integrand.exact)
+    if exact is not integrand.exact:  # the transformed problem's, or unknown
+        integrand = replace(integrand, exact=exact)
     if integrand.components != component_count(spec.integrand):
         raise ConfigError(f"integrand kind {spec.integrand.kind!r} gives "
                           f"{integrand.components} component(s), its spec says "
@@ -125,8 +129,11 @@ class IterationResult:
     training: Training
 
     def estimate(self) -> IterationEstimate:
-        """Mean and variance of the mean per component."""
-        return IterationEstimate.from_partial(self.iteration, self.partial)
+        """Mean and variance of the mean per component (a stratified iteration's variance
+        from its per-stratum training data, see :mod:`~mainboard.integrators.strata`)."""
+        estimate = IterationEstimate.from_partial(self.iteration, self.partial)
+        var = stratified_variance(self.training)
+        return estimate if var is None else replace(estimate, var=var)
 
 
 def _sampler(run: Run, sampler: Sampler | Mapping[str, Any]) -> Sampler:
@@ -209,6 +216,7 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     smp, latent = _sampler(run, sampler), _latent(latent)
     n = batch.n
     wf2 = np.empty(n)
+    wf = np.empty((n, run.width)) if smp.stratified else None  # signed, for the strata
     partial = Partial.empty(run.width)
     finite: np.ndarray | None = None
     learner = getattr(smp, "inner", smp)  # a process sampler learns projection(f) * w
@@ -222,7 +230,8 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
                       else whole[sl])
             if projected is not None:
                 projected[sl] = project(values, batch.weights[sl], projection, labels)
-            part, part_finite = _reduce(values, batch.weights[sl], wf2[sl])
+            part, part_finite = _reduce(values, batch.weights[sl], wf2[sl],
+                                        None if wf is None else wf[sl])
             partial = partial.merge(part)
             if part_finite is not None:
                 if finite is None:
@@ -231,15 +240,20 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     example = None
     if finite is not None:
         example = batch.x[int(np.flatnonzero(~finite)[0])].tolist()
-    training = (learner.training_values(latent.batch_index, projected) if projected is not None
-                else smp.training(batch, wf2, finite))
+    if projected is not None:
+        training = learner.training_values(latent.batch_index, projected)
+    else:
+        training = smp.training(batch, wf2, finite)
+        if wf is not None:
+            training.update(smp.strata_training(batch, wf, finite))
     return BatchResult(latent.iteration, latent.batch_index, smp.version, partial, training,
                        example)
 
 
-def _reduce(values: np.ndarray, weights: np.ndarray, wf2: np.ndarray
-            ) -> tuple[Partial, np.ndarray | None]:
-    """One slice: the partial sums of w f, and |w f|^2 per sample written into ``wf2``.
+def _reduce(values: np.ndarray, weights: np.ndarray, wf2: np.ndarray,
+            signed: np.ndarray | None = None) -> tuple[Partial, np.ndarray | None]:
+    """One slice: the partial sums of w f, and |w f|^2 per sample written into ``wf2``
+    (and w f per real column into ``signed`` when given).
 
     Non-finite |w f|^2 become 0 in ``wf2`` so NaN/inf (and overflowing squares) stay out of
     training; the returned finite-row mask (None when all rows are finite) says which.
@@ -253,6 +267,8 @@ def _reduce(values: np.ndarray, weights: np.ndarray, wf2: np.ndarray
             wf = real_columns(values) * weights[:, None]
             np.square(wf).sum(axis=1, out=wf2)
         wf2_total = wf2.sum()
+    if signed is not None:
+        np.copyto(signed, wf)
     partial, finite = Partial.from_values(wf)
     if not np.isfinite(wf2_total):
         np.copyto(wf2, 0.0, where=~np.isfinite(wf2))

@@ -125,6 +125,35 @@ class TransformChain:
     def __len__(self) -> int:
         return len(self.transforms)
 
+    def measure(self) -> float | None:
+        """Volume of the region the chain maps the unit cube onto (with its measure: volume
+        of a ball, area of a sphere), or None when not known in closed form (a ball or
+        sphere after another transform, a process transform)."""
+        total, d = 1.0, self.domain.continuous
+        for i, (t, out_dim) in enumerate(zip(self.transforms, self.dims, strict=True)):
+            if t.kind == "affine":
+                scale = np.broadcast_to(np.abs(t.scale), (out_dim,))
+                total *= float(np.prod(scale))
+            elif t.kind in ("unit_ball", "spherical") and i == 0:
+                m = d if t.kind == "unit_ball" else d + 1  # ball in R^d, sphere in R^(d+1)
+                unit = (math.pi ** (m / 2) / math.gamma(m / 2 + 1) if t.kind == "unit_ball"
+                        else 2 * math.pi ** (m / 2) / math.gamma(m / 2))
+                total *= unit * t.radius ** (m if t.kind == "unit_ball" else m - 1)
+            else:
+                return None
+        return total
+
+    def exact(self, integrand_kind: str, exact: Any) -> Any:
+        """The exact value of the transformed problem: built-in exact values are integrals
+        over the unit cube, so with transforms only ``constant`` keeps one (its value times
+        :meth:`measure`); an ``exact`` the run file states itself is the user's and kept."""
+        if not self.transforms or exact is None or integrand_kind in ("python", "process"):
+            return exact
+        if integrand_kind != "constant":
+            return None
+        measure = self.measure()
+        return None if measure is None else exact * measure
+
     def apply(self, batch: Batch) -> Batch:
         """Every transform in turn, validating after each (stage ``transform[i]:kind``)."""
         for i, (t, d) in enumerate(zip(self.transforms, self.dims, strict=True)):

@@ -78,7 +78,7 @@ def test_issue_example_parses_as_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("edit", "key", "line", "needle"), [
-    (("bins = 64", "bins = 64\nbogus = 1"), "sampler.bogus", 13, "valid: alpha, bins, kind"),
+    (("bins = 64", "bins = 64\nbogus = 1"), "sampler.bogus", 13, "valid: alpha, beta, bins, kind"),
     (('kind = "vegas"', 'kind = "vegass"'), "sampler.kind", 11, "valid: naive, vegas, discrete"),
     (("batch_size = 100_000", 'batch_size = "big"'), "batching.batch_size", 20, "'big'"),
     (("a = [5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]", "a = [5.0]"), "integrand.a", 8,

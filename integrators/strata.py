@@ -1,0 +1,196 @@
+"""VEGAS+ adaptive stratified sampling (Lepage 2021) as array functions, owned by the sampler.
+
+The uniform cube y in [0, 1)^d that the VEGAS map consumes is cut into ``prod(nstrat)``
+hypercubes (strata). An iteration's N samples are shared out as counts n_h (at least 2 each):
+the owner decides them before the iteration from the previous iteration's per-stratum
+variances sigma_h^2 (of each stratum's contribution to the estimate), n_h ~ sigma_h^beta on
+top of an even floor (``beta`` damps the redistribution; 0 keeps it even).
+
+Why a plan instead of per-worker choices: the counts, stored in the sampler snapshot with the
+iteration's batch sizes, say which stratum every sample position 0..N-1 of the iteration
+belongs to (positions in stratum order). Batch b takes positions [sum(sizes[:b]), +sizes[b]),
+so its share of the strata, like its random stream, depends on the snapshot and its own
+coordinates only: bit-identical on any worker, exactly once under redelivery.
+
+A sample in stratum h carries the weight factor N / (H n_h) (H strata of volume 1/H), so the
+plain mean over the iteration is the stratified estimate sum_h V_h <J f>_h. Its variance is
+not the plain one: every batch reports per-stratum sums (:func:`batch_statistics`), which add
+across batches like the grid's, and :func:`stratified_variance` combines them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+#: Share of an iteration's samples placed by variance; the rest is spread evenly (vegas'
+#: ``neval_frac``).
+ADAPTIVE_FRACTION = 0.75
+#: At most this many strata: each batch result carries four arrays of this length.
+MAX_STRATA = 2 ** 15
+KEYS = ("strata_count", "strata_sum", "strata_m2", "strata_sq")
+
+
+def strata_shape(total: int, dim: int) -> np.ndarray:
+    """Strata per axis for an iteration of ``total`` samples: as many hypercubes as leave
+    about 2 evenly placed samples each out of the non-adaptive share, axes differing by at
+    most one, capped at :data:`MAX_STRATA`."""
+    target = min((1.0 - ADAPTIVE_FRACTION) * total / 2.0, float(MAX_STRATA))
+    if dim == 0 or target < 2:
+        return np.ones(dim, dtype=np.int64)
+    ns = max(1, int(target ** (1.0 / dim)))
+    while (ns + 1) ** dim <= target:
+        ns += 1
+    while ns > 1 and ns ** dim > target:
+        ns -= 1
+    shape = np.full(dim, ns, dtype=np.int64)
+    for j in range(dim):  # grow axes one by one while the product stays under the target
+        shape[j] += 1
+        if np.prod(shape, dtype=np.float64) > target:
+            shape[j] -= 1
+            break
+    return shape
+
+
+def allocate(sigf: np.ndarray | None, total: int, strata: int) -> np.ndarray:
+    """Samples per stratum, summing exactly to ``total``: an even floor (at least 2) plus the
+    rest in proportion to ``sigf`` (None or all zero: evenly), rounded down, the few samples
+    rounding leaves spread evenly over the strata (any allocation keeps the estimate
+    unbiased; this one costs O(H), not a sort)."""
+    floor = max(2, int((1.0 - ADAPTIVE_FRACTION) * total / strata))
+    floor = min(floor, total // strata)
+    rest = total - floor * strata
+    if sigf is None or not np.any(sigf > 0):
+        share = np.full(strata, rest / strata)
+    else:
+        share = sigf * (rest / sigf.sum())
+    whole = np.floor(share)
+    counts = whole.astype(np.int64) + floor
+    left = total - int(counts.sum())
+    if left > 0:  # fewer than one per stratum: 0 <= left < strata
+        counts[np.arange(left) * strata // left] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class StrataPlan:
+    """One iteration's stratification: strata per axis, batch sizes and samples per stratum."""
+
+    nstrat: np.ndarray
+    sizes: tuple[int, ...]
+    counts: np.ndarray
+
+    @classmethod
+    def build(cls, nstrat: np.ndarray, sizes: Sequence[int], sigf: np.ndarray | None
+              ) -> StrataPlan:
+        """The plan for batches ``sizes`` from the learned ``sigf`` (None: even)."""
+        total = int(sum(sizes))
+        return cls(nstrat, tuple(int(s) for s in sizes),
+                   allocate(sigf, total, int(np.prod(nstrat))))
+
+    @property
+    def total(self) -> int:
+        """Samples in the iteration."""
+        return sum(self.sizes)
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        """First position of each stratum, plus the end (length H + 1)."""
+        return np.concatenate([[0], np.cumsum(self.counts)])
+
+    def covers(self, batch_index: int, n: int) -> bool:
+        """Whether the plan has batch ``batch_index`` with ``n`` samples."""
+        return batch_index < len(self.sizes) and self.sizes[batch_index] == n
+
+    def share(self, batch_index: int, n: int) -> tuple[int, np.ndarray]:
+        """Batch ``batch_index``'s strata: (first stratum, samples in each of its strata)."""
+        if not self.covers(batch_index, n):
+            raise ValueError(f"batch {batch_index} of {n} samples is not in the sampler's "
+                             f"plan (batch sizes {list(self.sizes)})")
+        lo = sum(self.sizes[:batch_index])
+        hi = lo + n
+        first = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        last = int(np.searchsorted(self.starts, hi, side="left"))  # one past
+        edges = np.clip(self.starts[first:last + 1], lo, hi)
+        return first, np.diff(edges)
+
+    @staticmethod
+    def corners_of(nstrat: np.ndarray, scale: float = 1.0) -> np.ndarray:
+        """Lower corner of every stratum, (d, H) (row-major numbering), times ``scale``."""
+        axes = [np.arange(int(k), dtype=np.float64) * (scale / int(k)) for k in nstrat]
+        grids = np.meshgrid(*axes, indexing="ij")
+        return np.stack([g.reshape(-1) for g in grids]) if grids else np.empty((0, 1))
+
+    @cached_property
+    def factors(self) -> np.ndarray:
+        """Weight factor of a sample in each stratum, N / (H n_h)."""
+        return self.total / (float(self.counts.size) * self.counts)
+
+    def layout(self, batch_index: int, n: int) -> np.ndarray:
+        """The stratum number of each sample of batch ``batch_index`` (n,), ascending."""
+        first, local = self.share(batch_index, n)
+        return np.repeat(np.arange(first, first + local.size, dtype=np.intp), local)
+
+
+def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | None,
+                     strata: int) -> dict[str, np.ndarray]:
+    """Per-stratum count, sum, within-batch M2 and sum^2/count of the weighted values wf
+    (n, m), non-finite rows left out; full-length arrays, zero outside the batch's strata,
+    so batches merge by addition (see :func:`combine`)."""
+    keep = slice(None) if finite is None else finite
+    ids, values = stratum[keep], wf[keep]
+    width = wf.shape[1]
+    out = {"strata_count": np.zeros(strata), "strata_sum": np.zeros((width, strata)),
+           "strata_m2": np.zeros((width, strata)), "strata_sq": np.zeros((width, strata))}
+    if ids.size == 0:
+        return out
+    first = int(ids[0])
+    local = ids - first
+    count = np.bincount(local).astype(np.float64)
+    span = slice(first, first + count.size)
+    out["strata_count"][span] = count
+    used = count > 0
+    for c in range(width):
+        col = np.ascontiguousarray(values[:, c])
+        total = np.bincount(local, weights=col, minlength=count.size)
+        mean = np.divide(total, count, out=np.zeros_like(total), where=used)
+        dev = col - mean[local]
+        dev *= dev
+        out["strata_sum"][c, span] = total
+        out["strata_m2"][c, span] = np.bincount(local, weights=dev, minlength=count.size)
+        out["strata_sq"][c, span] = np.divide(total * total, count,
+                                              out=np.zeros_like(total), where=used)
+    return out
+
+
+def combine(training: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Merged batch statistics -> (samples per stratum (H,), each stratum's term of the
+    variance of the mean (m, H)): n_h / (n_h - 1) M2_h / N^2, zero below 2 samples."""
+    n = training["strata_count"]
+    m2 = training["strata_m2"] + training["strata_sq"] - np.divide(
+        training["strata_sum"] ** 2, n, out=np.zeros_like(training["strata_sum"]),
+        where=n > 0)
+    np.maximum(m2, 0.0, out=m2)  # the split strata's cancellation may round below zero
+    total = n.sum()
+    ok = n >= 2
+    scale = np.divide(n, (n - 1.0) * total * total, out=np.zeros_like(n), where=ok)
+    return n, m2 * scale
+
+
+def stratified_variance(training: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Variance of the iteration's mean per component, or None without strata data."""
+    if "strata_count" not in training or training["strata_count"].sum() < 2:
+        return None
+    return combine(training)[1].sum(axis=1)
+
+
+def learn(training: Mapping[str, np.ndarray], beta: float) -> np.ndarray | None:
+    """Next iteration's allocation weights sigma_h^beta (summed over components), or None
+    (even) when there are no strata data or the integrand looked constant."""
+    if "strata_count" not in training:
+        return None
+    sigf = combine(training)[1].sum(axis=0) ** (beta / 2.0)
+    return sigf if np.any(sigf > 0) else None
