@@ -5,7 +5,7 @@ Basic-auth credentials go in an ``Authorization`` header set through DevTools
 cannot show up in ``ps``; without them, the login prompt is cancelled as a person would.
 ``render`` waits until the page's DOM contains a given text (pages like Flower's fill
 their tables from JavaScript after load), then returns the DOM and writes a PNG
-screenshot.
+screenshot; ``drive`` keeps a page open for a test that watches it change.
 """
 
 from __future__ import annotations
@@ -20,14 +20,17 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from tests.services import require
+
+T = TypeVar("T")
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -94,8 +97,63 @@ def _devtools_port(profile: Path, proc: subprocess.Popen[bytes], timeout: float)
     raise TimeoutError("chromium did not open its DevTools port")
 
 
-async def _render(port: int, url: str, auth: tuple[str, str] | None, wait_for: str | None,
-                  screenshot: Path | None, timeout: float) -> Page:
+class Tab:
+    """One open page of a running headless Chromium, for tests that watch a page change."""
+
+    def __init__(self, cdp: _Session) -> None:
+        self.cdp = cdp
+
+    @property
+    def status(self) -> int | None:
+        """HTTP status of the last main document."""
+        return self.cdp.status
+
+    async def goto(self, url: str) -> None:
+        """Navigate to ``url`` (returns at once; ``wait_for`` what the page should show)."""
+        await self.cdp.call("Page.navigate", url=url)
+
+    async def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page."""
+        done = await self.cdp.call("Runtime.evaluate", returnByValue=True, expression=expression)
+        return done.get("result", {}).get("value")
+
+    async def dom(self) -> str:
+        """The DOM as HTML once the document has loaded ('' before)."""
+        return await self.evaluate("document.readyState === 'complete' ? "
+                                   "document.documentElement.outerHTML : ''") or ""
+
+    async def wait_for(self, text: str | None, timeout: float, every: float = 0.1) -> str:
+        """The DOM once it contains ``text`` (or after ``timeout``: the DOM as it is)."""
+        deadline = time.monotonic() + timeout
+        html = ""
+        while time.monotonic() < deadline:
+            html = await self.dom()
+            if html and (text is None or text in html):
+                break
+            await asyncio.sleep(every)
+        return html
+
+    async def wait_until(self, expression: str, timeout: float, every: float = 0.1) -> Any:
+        """The first truthy value of a JavaScript expression (the last value after ``timeout``):
+        cheaper than ``wait_for`` on big pages, whose whole DOM it would copy each time."""
+        deadline = time.monotonic() + timeout
+        value = None
+        while time.monotonic() < deadline:
+            value = await self.evaluate(expression)
+            if value:
+                break
+            await asyncio.sleep(every)
+        return value
+
+    async def screenshot(self, path: Path) -> Path:
+        """A PNG of the viewport."""
+        shot = await self.cdp.call("Page.captureScreenshot", format="png")
+        path.write_bytes(base64.b64decode(shot["data"]))
+        return path
+
+
+async def _open(port: int, url: str, auth: tuple[str, str] | None,
+                scenario: Callable[[Tab], Awaitable[T]]) -> T:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as reply:
         page = next(t for t in json.load(reply) if t["type"] == "page")
     ws = await websocket_connect(HTTPRequest(page["webSocketDebuggerUrl"]),
@@ -110,26 +168,14 @@ async def _render(port: int, url: str, auth: tuple[str, str] | None, wait_for: s
                            headers={"Authorization": f"Basic {token}"})
         await cdp.call("Page.enable")
         await cdp.call("Page.navigate", url=url)
-        deadline = time.monotonic() + timeout
-        html = ""
-        while time.monotonic() < deadline:
-            done = await cdp.call("Runtime.evaluate", returnByValue=True, expression=(
-                "document.readyState === 'complete' ? document.documentElement.outerHTML : ''"))
-            html = done.get("result", {}).get("value") or ""
-            if html and (wait_for is None or wait_for in html):
-                break
-            await asyncio.sleep(0.2)
-        if screenshot is not None:
-            shot = await cdp.call("Page.captureScreenshot", format="png")
-            screenshot.write_bytes(base64.b64decode(shot["data"]))
-        return Page(html, cdp.status)
+        return await scenario(Tab(cdp))
     finally:
         ws.close()
 
 
-def render(url: str, *, auth: tuple[str, str] | None = None, wait_for: str | None = None,
-           screenshot: Path | None = None, timeout: float = 30.0) -> Page:
-    """``url`` once its DOM contains ``wait_for`` (or after ``timeout``): DOM and HTTP status."""
+def drive(url: str, scenario: Callable[[Tab], Awaitable[T]], *,
+          auth: tuple[str, str] | None = None, timeout: float = 30.0) -> T:
+    """Open ``url`` in a fresh headless Chromium and run ``scenario(tab)`` on the open page."""
     chromium = require("chromium", "apt-get install chromium")
     with tempfile.TemporaryDirectory(prefix="mb-chromium-") as profile:
         proc = subprocess.Popen([chromium, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
@@ -137,9 +183,21 @@ def render(url: str, *, auth: tuple[str, str] | None = None, wait_for: str | Non
                                 start_new_session=True)
         try:
             port = _devtools_port(Path(profile), proc, timeout)
-            return asyncio.run(_render(port, url, auth, wait_for, screenshot, timeout))
+            return asyncio.run(asyncio.wait_for(_open(port, url, auth, scenario), timeout))
         finally:
             _stop(proc)
+
+
+def render(url: str, *, auth: tuple[str, str] | None = None, wait_for: str | None = None,
+           screenshot: Path | None = None, timeout: float = 30.0) -> Page:
+    """``url`` once its DOM contains ``wait_for`` (or after ``timeout``): DOM and HTTP status."""
+    async def look(tab: Tab) -> Page:
+        html = await tab.wait_for(wait_for, timeout, every=0.2)
+        if screenshot is not None:
+            await tab.screenshot(screenshot)
+        return Page(html, tab.status)
+
+    return drive(url, look, auth=auth, timeout=timeout + 15)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -58,3 +58,11 @@ def test_the_checker_sees_cycles_and_lazy_imports() -> None:
     assert "mainboard.tasks" in graph["mainboard"]       # import inside __getattr__
     assert "celery" in graph["mainboard.tasks"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_only_the_cli_imports_the_dashboard() -> None:
+    """The dashboard reads every room below it; a room importing it back would be a cycle
+    waiting to happen (and would pull tornado into workers)."""
+    graph = unit_graph()
+    users = sorted(u for u, deps in graph.items() if "mainboard.dashboard" in deps)
+    assert users == ["mainboard.cli"], users

@@ -23,6 +23,7 @@ from tests.fleet_helpers import (
     assert_nothing_left,
     broker_password,
     cli,
+    config,
     nodes_of,
     probe,
     processes_matching,
@@ -129,6 +130,23 @@ def test_status_from_a_new_process_merges_scheduler_and_celery(fleet: Fleet) -> 
     assert by_host["cluster"]["job_id"] in squeue and by_host["pbs"]["job_id"] in squeue
     table_out = cli(fleet.ws, "fleet", "status")
     assert table_out.returncode == 0 and "HEARTBEAT" in table_out.stdout.splitlines()[0]
+
+
+def test_dashboard_fleet_page_data_names_every_worker_with_its_job_and_throughput(
+        fleet: Fleet) -> None:
+    from mainboard.dashboard.views import Views
+
+    views = Views(config(fleet.ws))
+    try:
+        data = wait_until(lambda: (d := views.fleet()) and len(d["workers"]) == len(HOSTS)
+                          and all(w["tasks_per_s"] for w in d["workers"]) and d, 30,
+                          "the dashboard's fleet rows with throughput")
+    finally:
+        views.close()
+    assert data["broker"]["ok"] and {w["host"] for w in data["workers"]} == set(HOSTS)
+    for row in data["workers"]:
+        assert row["state"] == "online" and row["job_id"] and row["tasks_done"] >= 1
+    assert {e["node"] for e in data["registry"]} >= {w["node"] for w in data["workers"]}
 
 
 def test_flower_lists_the_workers_of_every_host(fleet: Fleet,

@@ -69,6 +69,7 @@ def _register() -> None:
     from mainboard.cli.broker import broker
     from mainboard.cli.compute import compute
     from mainboard.cli.config import config
+    from mainboard.cli.dashboard import dashboard
     from mainboard.cli.facts import facts
     from mainboard.cli.fleet import fleet
     from mainboard.cli.flower import flower
@@ -81,7 +82,7 @@ def _register() -> None:
     from mainboard.cli.submit import submit
 
     for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
-                    monitor, fleet, batch, study):
+                    monitor, fleet, batch, study, dashboard):
         cli.add_command(command)
 
 

@@ -1,0 +1,165 @@
+"""`mainboard dashboard`: the runs list with 1,000 runs in the store, and the server's memory
+and CPU while idle and while a run streams into an open page.
+
+A private Redis and workspace; 1,000 runs written as receipts (copies of one real run,
+three iterations of an 8-d VEGAS run each). The list page's API is timed cold (first
+request after start: every log read) and warm (what each later poll costs), against
+the peer `mainboard runs list --json` over the same store, run in the same process
+setting. Then a client polls like an open run page does (version every second, data on
+change) while the dashboard is idle, and while a real run (one local worker) streams
+iterations; RSS and CPU come from /proc of the dashboard process. Nothing is asserted.
+
+    .venv/bin/python bench/bench_dashboard.py [--runs 1000] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.integration import spec, write_workspace  # noqa: E402
+from tests.run_receipts import fill  # noqa: E402
+from tests.services import start_redis  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def get(base: str, token: str, path: str) -> tuple[float, Any]:
+    request = urllib.request.Request(base + path, headers={"Authorization": f"token {token}"})
+    began = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        data = json.load(reply)
+    return time.perf_counter() - began, data
+
+
+def poll_like_a_page(base: str, token: str, path: str, stop: threading.Event) -> int:
+    """What an open page does: its /version every second, the data when it changed."""
+    seen, fetched = None, 0
+    while not stop.wait(1.0):
+        _, v = get(base, token, f"{path}/version" if path.startswith("/api/run/")
+                   else "/api/runs-version")
+        if v["version"] != seen:
+            get(base, token, path)
+            seen, fetched = v["version"], fetched + 1
+    return fetched
+
+
+def measure(pid: int, seconds: float, base: str, token: str, path: str | None
+            ) -> dict[str, float]:
+    """CPU share and peak RSS of ``pid`` over ``seconds`` while a page polls ``path``
+    (None: no page open)."""
+    stop = threading.Event()
+    result: dict[str, int] = {}
+    poller = threading.Thread(target=lambda: result.update(
+        fetched=poll_like_a_page(base, token, path, stop) if path else 0))
+    began_cpu, began = cpu_s(pid), time.monotonic()
+    poller.start()
+    peak = 0.0
+    while time.monotonic() - began < seconds:
+        peak = max(peak, rss_mb(pid))
+        time.sleep(0.25)
+    stop.set()
+    poller.join()
+    wall = time.monotonic() - began
+    return {"cpu_pct": 100 * (cpu_s(pid) - began_cpu) / wall, "rss_mb": peak,
+            "fetches": result.get("fetched", 0)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    import mainboard
+
+    with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as tmp:
+        server = start_redis(Path(tmp) / "redis")
+        dash: subprocess.Popen[str] | None = None
+        try:
+            config = write_workspace(Path(tmp) / "ws", server)
+            eight = {"continuous": 8}
+            seed = spec(name="seed", domain=eight, stop={"max_samples": 120_000},
+                        integrand={"kind": "genz.gaussian", "a": [5.0] * 8, "u": [0.5] * 8},
+                        sampler={"kind": "vegas", "bins": 64, "alpha": 0.5})
+            first = mainboard.integrate(seed, workers=1, config=config)
+            runs = config.state_dir / "runs"
+            fill(runs / first.run_id / "receipts.ndjson", config.state_dir, args.runs - 1)
+            size = sum(p.stat().st_size for p in runs.rglob("*.ndjson")) / 1e6
+            began = time.perf_counter()
+            listed = subprocess.run([sys.executable, "-m", "mainboard", "--config",
+                                     str(config.path), "runs", "list", "--json"],
+                                    capture_output=True, text=True, check=True)
+            peer = time.perf_counter() - began
+            peer_rows = len(json.loads(listed.stdout)) if listed.stdout.startswith("[") else \
+                len(listed.stdout.splitlines())
+            dash = subprocess.Popen([sys.executable, "-m", "mainboard", "--config",
+                                     str(config.path), "dashboard", "--json"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    text=True)
+            url = json.loads(dash.stdout.readline())["url"]  # type: ignore[union-attr]
+            base, token = url.split("/?token=")
+            cold, data = get(base, token, "/api/runs")
+            warm = sorted(get(base, token, "/api/runs")[0] for _ in range(7))[3]
+            print(f"load average {os.getloadavg()[0]:.1f}; {data['total']} runs, "
+                  f"{size:.1f} MB of receipts")
+            print(f"runs list API, 1st request (cold) {cold:.3f} s; later requests (median of "
+                  f"7) {warm:.3f} s; peer `mainboard runs list --json` ({peer_rows} rows) "
+                  f"{peer:.3f} s; ratios cold/peer {cold / peer:.2f}, warm/peer {warm / peer:.3f}")
+            alone = measure(dash.pid, args.seconds, base, token, None)
+            print(f"idle, no page open: CPU {alone['cpu_pct']:.1f}% of a core, "
+                  f"RSS {alone['rss_mb']:.0f} MB")
+            page = f"/api/run/{first.run_id}"
+            idle = measure(dash.pid, args.seconds, base, token, page)
+            print(f"idle, one open run page polling: CPU {idle['cpu_pct']:.1f}% of a core, "
+                  f"RSS {idle['rss_mb']:.0f} MB, {idle['fetches']} data fetches")
+            streaming = spec(name="streaming", stop={"max_samples": 4_000_000},
+                             batching={"batch_size": 10_000, "batches_per_iteration": 4})
+            from mainboard.integrators.spec import parse_run
+
+            live_id = parse_run(streaming).run_id()
+            worker = threading.Thread(target=mainboard.integrate, args=(streaming,),
+                                      kwargs={"workers": 1, "config": config})
+            worker.start()
+            while not (runs / live_id).exists():
+                time.sleep(0.1)
+            live = measure(dash.pid, args.seconds, base, token, f"/api/run/{live_id}")
+            _, state = get(base, token, f"/api/run/{live_id}")
+            print(f"while a run streams ({len(state['series'])} iterations so far, one open "
+                  f"page): CPU {live['cpu_pct']:.1f}% of a core, RSS {live['rss_mb']:.0f} MB, "
+                  f"{live['fetches']} data fetches")
+            worker.join()
+        finally:
+            if dash is not None:
+                dash.send_signal(signal.SIGINT)
+                dash.wait(10)
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

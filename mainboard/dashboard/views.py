@@ -1,0 +1,223 @@
+"""The JSON each page polls: runs list, one run, fleet, jobs; receipts first, Redis on top.
+
+Every view answers with the broker down: rows come from receipts, and what only Redis
+knows (live status, worker registry, run logs) is left empty while ``broker.ok`` is false.
+Slow sources (the fleet's schedulers over ssh) are cached for a few seconds so that a
+page polling every second costs the hosts nothing extra.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any
+
+from mainboard.config import Config
+from mainboard.dashboard import rundata
+from mainboard.dashboard.live import Live
+from mainboard.errors import MainboardError, first_line
+from mainboard.runs.store import RunHistory
+
+PAGE_SIZE = 1000
+FLEET_CACHE_S = 3.0
+LOG_LINES = 500
+LOGS_EVERY_S = 5
+
+
+def _digest(parts: list[str]) -> str:
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
+
+
+def _status(h: RunHistory, state: dict[str, str]) -> str:
+    """The receipts' verdict, sharpened by Redis: live runs are running (or paused)."""
+    status = h.status
+    if status != "unfinished":
+        return status
+    told = state.get("status", "")
+    if told in ("paused", "stopped"):
+        return told
+    return "running" if state.get("live") else "unfinished"
+
+
+class Views:
+    """One workspace's dashboard data; thread-safe, shared by every request."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.runs = rundata.RunData(config.state_dir)
+        self.live = Live(config)
+        self._fleet: tuple[float, dict[str, Any]] | None = None
+        self._fleet_lock = threading.Lock()
+        self.timelines: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run id -> (stamp, events)
+
+    def broker(self) -> dict[str, Any]:
+        """Whether the broker answers, and the one line to show when it does not."""
+        return self.live.probe().to_dict()
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def runs_list(self, offset: int = 0, limit: int = PAGE_SIZE) -> dict[str, Any]:
+        """Runs, live ones first, then most recently updated; one page of ``limit`` rows."""
+        broker = self.broker()
+        histories = self.runs.histories()
+        open_ids = [h.run_id for h in histories if h.status == "unfinished"]
+        states = self.live.run_states(open_ids) if broker["ok"] else {}
+        rows = []
+        for h in histories:
+            row = self.runs.row(h)
+            row["status"] = _status(h, states.get(h.run_id, {}))
+            rows.append(row)
+        rows.sort(key=lambda r: (r["status"] not in ("running", "paused"), -r["updated"]))
+        return {"broker": broker, "total": len(rows), "offset": offset, "limit": limit,
+                "runs": rows[offset:offset + limit]}
+
+    def run(self, ref: str) -> dict[str, Any]:
+        """Everything the run page shows; UnknownRun for an id that names no run."""
+        h, entry = self.runs.resolve(ref)
+        broker = self.broker()
+        state = self.live.run_states([h.run_id]).get(h.run_id, {}) if broker["ok"] else {}
+        out: dict[str, Any] = {
+            "broker": broker, "summary": {**self.runs.row(h), "status": _status(h, state)},
+            "live_state": state, "settings": h.created.spec,
+            "exact": rundata.exact_of(h),
+            "series": rundata.series(h, entry.times),
+            "result": h.finished.result if h.finished else None,
+            "failure": h.failed.model_dump() if h.failed else None,
+            "snapshots": rundata.snapshots(h, entry.snapshots),
+            "lineage": rundata.lineage(self.runs, h),
+            "diagnostics": rundata.diagnostics(h),
+        }
+        out.update(self._run_extras(h, broker["ok"]))
+        return out
+
+    def runs_version(self) -> str:
+        """Changes when the runs list would: a receipt written, a run going live or not."""
+        histories = self.runs.histories()
+        broker = self.live.probe()
+        open_ids = [h.run_id for h in histories if h.status == "unfinished"]
+        states = self.live.run_states(open_ids) if broker.ok else {}
+        parts = [f"{h.run_id}:{h.updated}" for h in histories]
+        parts += [f"{k}:{v.get('live')}:{v.get('status')}" for k, v in sorted(states.items())]
+        return _digest([str(broker.ok), *parts])
+
+    def run_version(self, ref: str) -> str:
+        """Changes when the run page would: a receipt, the live state, the broker, and every
+        LOGS_EVERY_S seconds while a coordinator holds the run (logs and worker rows live in
+        Redis, not in receipts)."""
+        h, _ = self.runs.resolve(ref)
+        broker = self.live.probe()
+        state = self.live.run_states([h.run_id]).get(h.run_id, {}) if broker.ok else {}
+        ticking = str(int(time.time() // LOGS_EVERY_S)) if state.get("live") else ""
+        return _digest([str(self.runs.stamp(h.run_id)), str(sorted(state.items())),
+                        str(broker.ok), ticking])
+
+    def _run_extras(self, h: RunHistory, broker_ok: bool) -> dict[str, Any]:
+        """Logs, per-worker table and timeline of one run (see :mod:`runextras`)."""
+        from mainboard.dashboard.runextras import extras
+
+        return extras(self, h, broker_ok)
+
+    # -- fleet and jobs --------------------------------------------------------------------
+
+    def fleet(self) -> dict[str, Any]:
+        """Every fleet worker (receipts + scheduler + Celery) and every worker that beats on
+        the broker; cached for FLEET_CACHE_S (asking schedulers costs an ssh round trip)."""
+        with self._fleet_lock:
+            if self._fleet and time.monotonic() - self._fleet[0] < FLEET_CACHE_S:
+                return self._fleet[1]
+            data = self._fleet_now()
+            self._fleet = (time.monotonic(), data)
+            return data
+
+    def _fleet_now(self) -> dict[str, Any]:
+        broker = self.broker()
+        note = ""
+        rows: list[dict[str, Any]] = []
+        if broker["ok"] and _fleet_from_receipts(self.config, live_only=True):
+            try:
+                from mainboard.fleet.status import fleet_status
+
+                rows = [v.to_dict() for v in fleet_status(self.config, include_stopped=True,
+                                                          timeout=0.5)]
+            except MainboardError as exc:
+                note = first_line(exc)
+        if not rows:
+            rows = _fleet_from_receipts(self.config)
+            if not broker["ok"] and rows:
+                note = "broker down: workers as the fleet's receipts record them (state " \
+                    "unknown until the broker answers)"
+        registry = self.live.registry() if broker["ok"] else []
+        now = time.time()
+        for entry in registry:
+            started = float(entry.get("started") or 0) or None
+            done = int(entry.get("tasks_done") or 0)
+            entry["tasks_per_s"] = done / (entry["beat"] - started) if started and \
+                entry["beat"] > started else None
+            entry["age_s"] = now - entry["beat"]
+        by_prefix = {e["node"].partition("@")[0]: e for e in registry}
+        for row in rows:  # a fleet worker's throughput, from its registry entry
+            entry = by_prefix.get(str(row.get("node", "")).partition("@")[0], {})
+            row["tasks_per_s"] = entry.get("tasks_per_s")
+        return {"broker": broker, "workers": rows, "registry": registry, "note": note}
+
+    def jobs(self) -> dict[str, Any]:
+        """The job store: each job's state, host, times and exit code; unreadable lines."""
+        from mainboard.jobs.store import JobStore
+
+        views, errors = JobStore(self.config.state_dir).scan()
+        rows = []
+        for v in reversed(views):  # newest first
+            row = v.as_json()
+            row.pop("spec", None)
+            row["updated"] = v.file.stat().st_mtime if v.file and v.file.exists() else None
+            rows.append(row)
+        return {"jobs": rows, "errors": [str(e) for e in errors[:20]]}
+
+    def jobs_version(self) -> str:
+        """Changes when any job's receipts change (one directory scan, no file read)."""
+        import os
+
+        folder = self.config.state_dir / "jobs"
+        try:
+            with os.scandir(folder) as found:
+                stamps = sorted(f"{e.name}:{e.stat().st_mtime_ns}:{e.stat().st_size}"
+                                for e in found if e.name.endswith(".ndjson"))
+        except OSError:
+            stamps = []
+        return _digest(stamps)
+
+    def job_logs(self, ref: str, stream: str) -> str:
+        """The last LOG_LINES lines of a job's stdout or stderr, fetched from its host."""
+        from mainboard.hosts.access import Hosts
+        from mainboard.jobs.job import Job
+
+        hosts = Hosts(config=self.config)
+        try:
+            return Job(hosts, ref).logs(tail=LOG_LINES, stream=stream)  # type: ignore[arg-type]
+        finally:
+            hosts.close()
+
+    def close(self) -> None:
+        self.live.close()
+
+
+def _fleet_from_receipts(config: Config, live_only: bool = False) -> list[dict[str, Any]]:
+    """Fleet workers as ``fleet.ndjson`` records them (no scheduler, no broker asked)."""
+    from mainboard.fleet.records import read_fleet
+
+    state = read_fleet(config.state_dir)
+    rows = []
+    for worker_id, w in state.started.items():
+        stop = state.stopped.get(worker_id)
+        if live_only and stop is not None:
+            continue
+        rows.append({"worker_id": worker_id, "host": w.host, "kind": w.kind,
+                     "node": w.node, "job_id": str(w.job.get("job_id", "")),
+                     "state": "stopped" if stop else "unknown", "job_state": "unknown",
+                     "queues": list(w.queues), "concurrency": w.concurrency,
+                     "tasks_done": None, "last_heartbeat": None, "online": False,
+                     "reason": stop.reason if stop else ""})
+    return rows
+
+__all__ = ["PAGE_SIZE", "Views"]

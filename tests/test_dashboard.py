@@ -1,0 +1,335 @@
+"""`mainboard dashboard` as a user runs it: a real run on real Redis and real workers, the
+dashboard as a `mainboard` subprocess, pages looked at in real headless Chromium.
+
+The run page's screenshot is kept as /tmp/mainboard-test-artifacts/dashboard-run.png (as
+the fleet tier keeps Flower's); its path is printed and recorded as a test property.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+import mainboard
+from mainboard.board import Board
+from mainboard.cli import cli
+from mainboard.config import Config
+from mainboard.dashboard.lazy import LazyReceipts
+from mainboard.integrators.driver import RunResult
+from mainboard.runs.store import RECEIPTS_NAME, RunStore
+from tests.chromium import Tab, drive
+from tests.integration import spec, write_workspace
+from tests.run_receipts import copy_run, fill
+from tests.services import RedisServer, start_redis
+
+RUN_NAME = "dash-gauss"
+ARTIFACTS = Path("/tmp/mainboard-test-artifacts")
+# non-white pixels of a canvas: a plot that drew its data has thousands
+INK = """(() => { const c = document.querySelector('#%s canvas');
+  if (!c) return 0; const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] + d[i+1] + d[i+2] < 600) n++;
+  return n; })()"""
+
+
+@dataclass
+class Dashboard:
+    """A running `mainboard dashboard` subprocess and the URL it printed."""
+
+    proc: subprocess.Popen[str]
+    url: str
+
+    @property
+    def base(self) -> str:
+        return self.url.split("/?token=")[0]
+
+    @property
+    def token(self) -> str:
+        return self.url.split("?token=")[1]
+
+    def page(self, path: str) -> str:
+        """``path`` with the token, as the printed URL carries it."""
+        return f"{self.base}{path}{'&' if '?' in path else '?'}token={self.token}"
+
+    def api(self, path: str) -> Any:
+        request = urllib.request.Request(self.base + path,
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return json.load(reply)
+
+
+def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = None) -> Dashboard:
+    """`mainboard --config C dashboard --json ARGS`; returns once it printed its URL."""
+    env = {**os.environ, **(env or {})}
+    env.pop("MAINBOARD_CONFIG", None)
+    proc = subprocess.Popen([sys.executable, "-m", "mainboard", "--config", str(config.path),
+                             "dashboard", "--json", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
+    if not line:
+        proc.kill()
+        raise AssertionError(f"dashboard printed no URL: {proc.communicate()[1]}")
+    return Dashboard(proc, json.loads(line)["url"])
+
+
+def stop_dashboard(dash: Dashboard) -> None:
+    dash.proc.send_signal(signal.SIGINT)
+    try:
+        assert dash.proc.wait(10) == 130  # Ctrl-C: the conventional exit, no traceback
+    finally:
+        if dash.proc.poll() is None:
+            dash.proc.kill()
+    assert "Traceback" not in (dash.proc.stderr.read() if dash.proc.stderr else "")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
+    return write_workspace(tmp_path_factory.mktemp("dashboard"), redis_server)
+
+
+@pytest.fixture(scope="module")
+def finished(workspace: Config) -> RunResult:
+    """A real run: coordinator here, one real Celery worker, real receipts."""
+    return mainboard.integrate(spec(name=RUN_NAME, stop={"max_samples": 120_000}), workers=1,
+                               config=workspace)
+
+
+@pytest.fixture(scope="module")
+def dash(workspace: Config, finished: RunResult) -> Iterator[Dashboard]:
+    """The dashboard, started after the run (it reads the receipts the run left)."""
+    dash = start_dashboard(workspace)
+    yield dash
+    stop_dashboard(dash)
+
+
+def _status(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, Any]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),
+                                    timeout=10) as reply:
+            return reply.status, reply.read().decode(), reply.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), exc.headers
+
+
+def test_every_page_and_api_answers_401_without_the_token(dash: Dashboard,
+                                                           finished: RunResult) -> None:
+    paths = ["/", "/runs", f"/run/{finished.run_id}", f"/run/{RUN_NAME}", "/fleet", "/jobs",
+             "/api/runs", "/api/runs-version", f"/api/run/{finished.run_id}",
+             f"/api/run/{finished.run_id}/version", "/api/fleet", "/api/jobs",
+             "/api/jobs-version", "/api/broker",
+             "/jobs/20250101-120000-x-1a2b3c/logs", "/static/app.js", "/static/uPlot.iife.min.js"]
+    cookie = f"mainboard-dashboard-{dash.base.rsplit(':', 1)[1]}=forged"
+    for path in paths:
+        for headers, query in (({}, ""), ({}, "?token=wrong"), ({"Cookie": cookie}, ""),
+                               ({"Authorization": "token wrong"}, "")):
+            status, body, _ = _status(dash.base + path + query, headers)
+            assert status == 401, (path, query, headers, status)
+            assert finished.run_id not in body and RUN_NAME not in body
+    # the printed URL opens the page as is and leaves a cookie that opens the others
+    status, body, headers = _status(dash.url)
+    assert status == 200
+    cookie_line = headers["Set-Cookie"]
+    assert "HttpOnly" in cookie_line and "SameSite=Strict" in cookie_line
+    status, _, _ = _status(f"{dash.base}/api/run/{RUN_NAME}",
+                           {"Cookie": cookie_line.split(";")[0]})
+    assert status == 200
+
+
+def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
+        dash: Dashboard, workspace: Config, finished: RunResult, tmp_path: Path,
+        record_property: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    shot = tmp_path / "dashboard-run.png"
+    with Board(workspace.path) as board:  # a real job on this machine, for the jobs page
+        job = board.on("local").submit(["sh", "-c", "echo dash-out; echo dash-err >&2; exit 3"],
+                                       name="dash-job")
+        job.wait(timeout=60, poll=0.2)
+
+    async def look(tab: Tab) -> dict[str, Any]:
+        refused = await tab.wait_for("401", 15)  # a browser without the token
+        refused_status = tab.status
+        await tab.goto(dash.page("/"))
+        listing = await tab.wait_for(f'data-run-id="{finished.run_id}"', 15)
+        await tab.goto(dash.page(f"/run/{RUN_NAME}"))  # by name, as a user types it
+        html = await tab.wait_for(f'data-points="{finished.iterations}"', 15)
+        html = await tab.wait_for('id="plot-grid" data-points', 5)
+        ink = {box: await tab.evaluate(INK % box)
+               for box in ("plot-convergence", "plot-chi2", "plot-rate", "plot-grid")}
+        await tab.screenshot(shot)
+        await tab.goto(dash.page("/jobs"))
+        jobs = await tab.wait_until(f"(r => r && r.textContent)(document.querySelector("
+                                    f"'tr[data-job=\"{job.id}\"]'))", 15)
+        await tab.goto(f"{dash.base}/jobs/{job.id}/logs?stream=stderr")  # the page's link
+        logs = await tab.wait_for("dash-err", 15)
+        await tab.goto(f"{dash.base}/fleet")  # the cookie carries on
+        fleet = await tab.wait_for("Every worker beating on the broker", 15)
+        return {"refused": (refused_status, refused), "listing": listing, "html": html,
+                "ink": ink, "jobs": jobs, "logs": logs, "fleet": fleet}
+
+    seen = drive(f"{dash.base}/run/{finished.run_id}", look)
+    kept = ARTIFACTS / shot.name  # outlives pytest's rotation of tmp dirs
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(shot, kept)
+    record_property("screenshot", str(kept))
+    with capsys.disabled():
+        print(f"\ndashboard run page screenshot (test artifact): {kept}")
+    status, refused = seen["refused"]
+    assert status == 401 and RUN_NAME not in refused and finished.run_id not in refused.replace(
+        f"/run/{finished.run_id}", "")
+    assert RUN_NAME in seen["listing"] and "finished" in seen["listing"]
+    html = seen["html"]
+    assert f"{RUN_NAME} " in html and finished.run_id in html
+    assert f'data-iteration="{finished.iterations}"' in html  # the iterations table
+    assert "chi2/dof" in html and "Q" in html and "genz.gaussian" in html  # settings
+    assert "vegas grid map" in html
+    for box, ink in seen["ink"].items():
+        assert ink > 500, f"{box} drew nothing ({ink} dark pixels)"
+    assert shot.stat().st_size > 20_000
+    assert "dash-job" in seen["jobs"] and "failed" in seen["jobs"] and "3" in seen["jobs"]
+    assert "dash-err" in seen["logs"] and "dash-out" not in seen["logs"]
+    assert "fleet workers" in seen["fleet"]
+
+
+def test_lazy_receipts_fold_as_the_store_does(workspace: Config, finished: RunResult) -> None:
+    """The dashboard's reader (snapshots left undecoded) folds to the store's own history."""
+    store = RunStore(workspace.state_dir)
+    lazy = LazyReceipts(store.path(finished.run_id))
+    quick, full = store.fold(lazy, None), store.history(finished.run_id)
+    assert quick is not None and full is not None
+    assert [(i.iteration, i.samples, i.estimate, i.error, i.wall_s) for i in quick.iterations] \
+        == [(i.iteration, i.samples, i.estimate, i.error, i.wall_s) for i in full.iterations]
+    assert all(i.snapshot == {} for i in quick.iterations)  # nothing decoded yet
+    assert [lazy.snapshot(i) for i in quick.iterations] == [i.snapshot for i in full.iterations]
+    assert sorted(lazy.times) == [1, 2, 3] and quick.finished == full.finished
+
+
+def test_process_sampler_diagnostics_and_clone_lineage_are_shown(
+        dash: Dashboard, workspace: Config, finished: RunResult) -> None:
+    """A clone whose last snapshot carries a process sampler's ``get_diagnostics``."""
+    source = workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME
+    path = copy_run(source, workspace.state_dir, "fedcba9876543210", "dash-clone", keep=3)
+    lines = path.read_text().splitlines()
+    created, last = json.loads(lines[0]), json.loads(lines[-1])
+    created["payload"].update(parent=finished.run_id, from_iteration=2,
+                              snapshot={"samples": 80_000})
+    last["payload"]["snapshot"]["sampler"] = {"kind": "process", "state": {}}
+    reported = {"kind": "process", "version": 3, "process": {"acceptance": 0.25, "cells": [1, 2]}}
+    last["payload"]["snapshot"]["diagnostics"] = reported  # as the coordinator stores it
+    path.write_text("\n".join([json.dumps(created), *lines[1:-1], json.dumps(last)]) + "\n")
+    run = dash.api("/api/run/dash-clone")
+    assert run["diagnostics"] == {"kind": "process", "grid": None, "reported": reported}
+    assert run["lineage"]["parent"] == finished.run_id and run["lineage"]["from_iteration"] == 2
+    assert run["snapshots"][0] == {"iteration": 2, "samples": 80_000, "inherited": True}
+    parent = dash.api(f"/api/run/{finished.run_id}")
+    assert {"run_id": "fedcba9876543210", "name": "dash-clone", "from_iteration": 2,
+            "status": "unfinished"} in parent["lineage"]["clones"]
+
+
+def test_a_new_iteration_appears_on_the_open_page_within_two_seconds(
+        dash: Dashboard, workspace: Config, finished: RunResult) -> None:
+    run_id = "0123456789abcdef"
+    source_path = workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME
+    path = copy_run(source_path, workspace.state_dir, run_id, "dash-live", keep=2)
+    source = source_path.read_text()
+    third = next(line for line in source.splitlines()
+                 if '"run.iteration"' in line and json.loads(line)["payload"]["iteration"] == 3)
+
+    async def watch(tab: Tab) -> tuple[str, float, str]:
+        before = await tab.wait_for('data-iteration="2"', 15)
+        record = json.loads(third)
+        record["payload"]["run_id"] = record["payload"]["snapshot"]["run_id"] = run_id
+        with path.open("a") as log:  # what the coordinator's receipt write does
+            log.write(json.dumps(record) + "\n")
+        written = time.monotonic()
+        after = await tab.wait_for('data-iteration="3"', 2.0, every=0.05)
+        return before, time.monotonic() - written, after
+
+    before, waited, after = drive(dash.page(f"/run/{run_id}"), watch)
+    print(f"\nnew iteration on the open page after {waited:.2f} s")
+    assert 'data-iteration="3"' not in before
+    assert 'data-iteration="3"' in after, f"not shown {waited:.2f} s after the receipt"
+    assert 'data-points="3"' in after  # the plot grew too
+
+
+@pytest.fixture
+def crowded(tmp_path: Path, workspace: Config, finished: RunResult
+            ) -> Iterator[tuple[Dashboard, RedisServer]]:
+    """A workspace on its own Redis with 1,000 runs in the store, and its dashboard."""
+    server = start_redis(tmp_path / "redis")
+    config = write_workspace(tmp_path / "ws", server)
+    fill(workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME, config.state_dir, 1000)
+    opener = tmp_path / "opener.sh"  # the "browser" --open starts: it notes the URL
+    opener.write_text(f'#!/bin/sh\nprintf %s "$1" > {tmp_path}/opened\n')
+    opener.chmod(0o755)
+    dash = start_dashboard(config, "--open", env={"BROWSER": f"{opener} %s"})
+    try:
+        yield dash, server
+    finally:
+        stop_dashboard(dash)
+        server.stop()
+
+
+def test_thousand_runs_render_and_the_broker_going_down_is_shown(
+        crowded: tuple[Dashboard, RedisServer]) -> None:
+    dash, server = crowded
+    opened = Path(server.dir).parent / "opened"  # --open handed the printed URL to the browser
+    deadline = time.monotonic() + 10  # it opens the browser just after printing the URL
+    while not (opened.exists() and opened.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert opened.read_text() == dash.url
+    data = dash.api("/api/runs")
+    assert data["broker"]["ok"] and data["total"] == 1000 and len(data["runs"]) == 1000
+
+    rows = "document.querySelectorAll('tr[data-run-id]').length"
+    banner = "(b => b.hidden ? '' : b.textContent)(document.getElementById('banner'))"
+
+    async def watch(tab: Tab) -> tuple[int, str, str, str]:
+        shown = await tab.wait_until(f"{rows} === 1000 && {banner} === ''", 20)
+        counted = await tab.evaluate("document.getElementById('runs-count').textContent")
+        server.stop()  # the broker goes away under the open page
+        down = await tab.wait_until(banner, 10)
+        still = await tab.evaluate(f"{rows} + ' ' + document.querySelector("
+                                   "'tr[data-run-id=\"00000000000003e7\"]').textContent")
+        return shown, counted, down, still
+
+    shown, counted, down, still = drive(dash.page("/"), watch)
+    assert shown is True and counted.startswith("1–1000 of 1000 runs")
+    assert "does not answer" in down and "showing what the receipts hold" in down
+    assert still.startswith("1000 ") and "bulk-999" in still and "finished" in still
+    data = dash.api("/api/runs")  # the API too: receipts only, and it says why
+    assert not data["broker"]["ok"] and data["total"] == 1000
+    assert f"127.0.0.1:{server.port}" in data["broker"]["message"]
+    run = dash.api("/api/run/bulk-7")
+    assert run["summary"]["status"] == "finished" and len(run["series"]) == 3
+    assert "broker" in run["logs_note"] and "broker" in run["workers_note"]
+
+
+def test_bad_port_and_busy_port_exit_2_with_one_line(workspace: Config) -> None:
+    def dashboard(*args: str) -> Result:  # in this process: no interpreter start-up
+        return CliRunner().invoke(cli, ["--config", str(workspace.path), "dashboard", *args])
+
+    bad = dashboard("--port", "70000")
+    assert bad.exit_code == 2 and "70000" in bad.stderr and not bad.stdout
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = dashboard("--port", str(port))
+    assert busy.exit_code == 2 and not busy.stdout
+    assert busy.stderr.strip().count("\n") == 0 and f"--port {port}" in busy.stderr
+    assert busy.stderr.startswith("mainboard: error: ") and "Traceback" not in busy.stderr
