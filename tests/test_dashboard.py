@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from click.testing import CliRunner, Result
 
 import mainboard
@@ -32,6 +33,8 @@ from mainboard.cli import cli
 from mainboard.config import Config
 from mainboard.dashboard.lazy import LazyReceipts
 from mainboard.integrators.driver import RunResult
+from mainboard.receipts import Receipts, RunPaused
+from mainboard.runs.logs import LogLine, append_logs
 from mainboard.runs.store import RECEIPTS_NAME, RunStore
 from tests.chromium import Tab, drive
 from tests.integration import spec, write_workspace
@@ -155,6 +158,10 @@ def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
         dash: Dashboard, workspace: Config, finished: RunResult, tmp_path: Path,
         record_property: Any, capsys: pytest.CaptureFixture[str]) -> None:
     shot = tmp_path / "dashboard-run.png"
+    hostile = "stage <b>evaluate</b> retried & re-sent"  # shown as text, never as markup
+    with redis.Redis.from_url(workspace.broker.url) as r:
+        append_logs(r, finished.run_id, [LogLine(time.time(), "warning", "w1@node", "node",
+                                                 hostile, iteration=2, batch=1)])
     with Board(workspace.path) as board:  # a real job on this machine, for the jobs page
         job = board.on("local").submit(["sh", "-c", "echo dash-out; echo dash-err >&2; exit 3"],
                                        name="dash-job")
@@ -197,6 +204,14 @@ def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
     assert f'data-iteration="{finished.iterations}"' in html  # the iterations table
     assert "chi2/dof" in html and "Q" in html and "genz.gaussian" in html  # settings
     assert "vegas grid map" in html
+    assert "&lt;b&gt;evaluate&lt;/b&gt; retried &amp; re-sent" in html and "<b>evaluate" not in html
+    assert 'class="level-warning"' in html and "the last 1 of 1 lines kept" in html
+    run = dash.api(f"/api/run/{finished.run_id}")  # who did the work, and when what happened
+    assert sum(w["batches"] for w in run["workers"]) == 3 * 4 and run["workers_note"] == ""
+    assert all(w["kind"] == "local" and w["worker"] in html for w in run["workers"])
+    kinds = [e["kind"] for e in run["timeline"]]
+    assert kinds.count("dispatch") == kinds.count("snapshot") == finished.iterations
+    assert "dispatch" in html and "snapshot" in html
     for box, ink in seen["ink"].items():
         assert ink > 500, f"{box} drew nothing ({ink} dark pixels)"
     assert shot.stat().st_size > 20_000
@@ -216,6 +231,17 @@ def test_lazy_receipts_fold_as_the_store_does(workspace: Config, finished: RunRe
     assert all(i.snapshot == {} for i in quick.iterations)  # nothing decoded yet
     assert [lazy.snapshot(i) for i in quick.iterations] == [i.snapshot for i in full.iterations]
     assert sorted(lazy.times) == [1, 2, 3] and quick.finished == full.finished
+
+
+def test_a_paused_run_is_shown_paused_among_the_live_ones(
+        dash: Dashboard, workspace: Config, finished: RunResult) -> None:
+    source = workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME
+    path = copy_run(source, workspace.state_dir, "aaaa000000000001", "dash-paused", keep=2)
+    Receipts(path).append(RunPaused(run_id="aaaa000000000001", iteration=2))
+    rows = dash.api("/api/runs")["runs"]
+    assert rows[0]["run_id"] == "aaaa000000000001" and rows[0]["status"] == "paused"
+    assert dash.api("/api/run/dash-paused")["summary"]["status"] == "paused"
+    assert "pause" in [e["kind"] for e in dash.api("/api/run/dash-paused")["timeline"]]
 
 
 def test_process_sampler_diagnostics_and_clone_lineage_are_shown(
