@@ -19,3 +19,12 @@ def burn(x: np.ndarray, rounds: int = 100, a: float = 5.0) -> np.ndarray:
         one = one * (s * s + c * c)
         y = y + 1e-3
     return one * np.exp(-(a * a) * ((x - 0.5) ** 2).sum(axis=1))
+
+
+def sleepy(x: np.ndarray, ms: float = 20.0) -> np.ndarray:
+    """A simulated evaluation of fixed cost: sleeps ``ms`` per batch (the GIL released, so a
+    thread pool holds many of these at once) and integrates to 1."""
+    import time
+
+    time.sleep(ms / 1000.0)
+    return np.ones(x.shape[0])

@@ -1,0 +1,158 @@
+"""Coordinator capacity: sustained batches/s with 1, 4, 16, 64 and 256 simulated workers.
+
+A simulated worker is one thread of a real `celery worker --pool=threads` process of
+mainboard's app; its "evaluation" is ``bench_targets:sleepy``, a fixed sleep per batch (the
+GIL released), so a slot costs no CPU while it evaluates. The coordinator is the real one,
+in this process, on the real embedded Redis. Prints per fleet size (nothing is asserted):
+
+- sustained batches/s and the ideal (workers / batch cost);
+- CPU milliseconds per batch of the coordinator (this process), of Redis (INFO used_cpu),
+  and of the worker processes (their rusage): on 2 cores they share the machine, so the
+  model in docs/performance.md is built from these per-batch CPU costs, not from the
+  wall rate alone: one coordinator keeps at most 1 / (its CPU s per batch) batches/s busy,
+  i.e. ``cost_s / coordinator_cpu_s_per_batch`` workers of batch cost ``cost_s``.
+
+    .venv/bin/python bench/capacity.py [--cost-ms 20] [--sizes 1,4,16,64,256] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import mainboard  # noqa: E402
+from mainboard.config import load_config  # noqa: E402
+from mainboard.services.broker import EmbeddedBroker  # noqa: E402
+from mainboard.tasks import BATCH_QUEUE  # noqa: E402
+from mainboard.tasks.workers import worker_env  # noqa: E402
+
+THREADS_PER_PROCESS = 64
+
+
+def spec(workers: int, batches: int, cost_ms: float) -> dict[str, Any]:
+    """A run of ``batches`` tiny batches, iterations 4 x the fleet wide."""
+    per_it = max(4 * workers, 8)
+    batches = max(batches - batches % per_it, per_it)
+    return {"name": f"capacity-{workers}", "seed": 5, "domain": {"continuous": 1},
+            "integrand": {"kind": "python", "target": "bench_targets:sleepy",
+                          "params": {"ms": cost_ms}},
+            "sampler": {"kind": "naive"}, "stop": {"max_samples": batches * 64},
+            "batching": {"batch_size": 64, "batches_per_iteration": per_it, "fuse": True}}
+
+
+def start(workers: int, url: str, logs: Path) -> list[subprocess.Popen[bytes]]:
+    """Worker processes holding ``workers`` thread slots in all."""
+    env = {**worker_env(url),
+           "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
+    logs.mkdir(parents=True, exist_ok=True)
+    procs, left, i = [], workers, 0
+    while left > 0:
+        slots = min(left, THREADS_PER_PROCESS)
+        with open(logs / f"w{i}.log", "wb") as out:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
+                 f"--concurrency={slots}", "--pool=threads", "-Q", BATCH_QUEUE,
+                 "-n", f"cap{workers}-{i}@%h", "--without-mingle", "--without-gossip",
+                 "--loglevel=WARNING"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True))
+        left, i = left - slots, i + 1
+    return procs
+
+
+def cpu_of(procs: list[subprocess.Popen[bytes]]) -> float:
+    """User + system CPU seconds of the worker processes and their children so far."""
+    total = 0.0
+    for p in procs:
+        try:
+            ps = psutil.Process(p.pid)
+            for q in [ps, *ps.children(recursive=True)]:
+                t = q.cpu_times()
+                total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def redis_cpu(r: redis.Redis) -> float:
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def self_cpu() -> float:
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+def measure(workers: int, cost_ms: float, seconds: float, config: Any, url: str,
+            root: Path) -> dict[str, float]:
+    procs = start(workers, url, root / f"logs-{workers}")
+    r = redis.Redis.from_url(url)
+    try:
+        warm = spec(workers, 8 * workers, cost_ms)
+        mainboard.integrate(warm, workers=0, config=config)  # every slot imported and warm
+        ideal = workers / (cost_ms / 1000)
+        batches = int(max(ideal * seconds, 16 * workers))
+        run = spec(workers, batches, cost_ms)
+        c0, r0, w0 = self_cpu(), redis_cpu(r), cpu_of(procs)
+        began = time.perf_counter()
+        res = mainboard.integrate(run, workers=0, config=config)
+        wall = time.perf_counter() - began
+        done = res.samples // 64
+        return {"workers": workers, "batches": done, "rate": done / wall, "ideal": ideal,
+                "coord_ms": 1e3 * (self_cpu() - c0) / done,
+                "redis_ms": 1e3 * (redis_cpu(r) - r0) / done,
+                "worker_ms": 1e3 * (cpu_of(procs) - w0) / done}
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cost-ms", type=float, default=20.0)
+    parser.add_argument("--sizes", default="1,4,16,64,256")
+    parser.add_argument("--seconds", type=float, default=8.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mb-capacity-") as tmp:
+        root = Path(tmp)
+        (root / "mainboard.toml").write_text('[workspace]\nname = "capacity"\n')
+        config = load_config(root / "mainboard.toml")
+        broker = EmbeddedBroker(config.state_dir)
+        broker.up()
+        try:
+            print(f"cores: {len(os.sched_getaffinity(0))}, load average "
+                  f"{os.getloadavg()[0]:.1f}; batch cost {args.cost_ms:g} ms (sleep), "
+                  "64 samples per batch, fused")
+            print(f"{'workers':>7} {'batches':>8} {'batches/s':>10} {'ideal':>8} {'ratio':>6} "
+                  f"{'coord ms/b':>10} {'redis ms/b':>10} {'worker ms/b':>11} "
+                  f"{'1-coord cap b/s':>15}")
+            for n in (int(s) for s in args.sizes.split(",")):
+                m = measure(n, args.cost_ms, args.seconds, config, broker.url(), root)
+                print(f"{n:>7} {m['batches']:>8,.0f} {m['rate']:>10,.0f} {m['ideal']:>8,.0f} "
+                      f"{m['rate'] / m['ideal']:>6.2f} {m['coord_ms']:>10.3f} "
+                      f"{m['redis_ms']:>10.3f} {m['worker_ms']:>11.3f} "
+                      f"{1e3 / m['coord_ms']:>15,.0f}")
+        finally:
+            broker.down()
+
+
+if __name__ == "__main__":
+    main()

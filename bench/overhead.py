@@ -1,0 +1,152 @@
+"""Per-batch overhead: samples/s and batches/s by batch size, fused and chained, beside bare
+Celery round trips on the same Redis.
+
+Everything is real and on this machine: the embedded broker (a private redis-server in a
+temporary workspace), two warm `celery worker` processes of mainboard's app, and, as the
+peer, two warm workers of a one-task Celery app (``bench/peer_app.py``) on the same Redis.
+Prints one table (nothing is asserted):
+
+- per batch size (1k, 2k, 10k, 50k, 200k samples of the 4-d gaussian) and stage form
+  (fused: one task per batch after sampling; chained: sample -> materialize -> evaluate ->
+  accumulate): samples/s, batches/s, and the time per batch beyond the evaluation itself;
+- bare Celery: sequential round trips (``delay().get()``) and the throughput of a burst of
+  no-op tasks on two workers: the floor any Celery-based dispatch pays per task.
+
+Targets of issue 13 (2k-sample batches >= 1,000 batches/s on 2 workers and >= 0.5x the
+samples/s of 200k-sample batches) are printed as ratios next to the figures.
+
+    .venv/bin/python bench/overhead.py [--samples 4000000] [--sizes 1000,2000,10000,50000,200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from bench_integrate import start_fleet  # noqa: E402
+
+import mainboard  # noqa: E402
+from mainboard.config import load_config  # noqa: E402
+from mainboard.services.broker import EmbeddedBroker  # noqa: E402
+
+D = 4
+SIZES = (1_000, 2_000, 10_000, 50_000, 200_000)
+
+
+def spec(size: int, total: int, *, fuse: bool) -> dict[str, Any]:
+    """The 4-d gaussian in batches of ``size``, 20 batches per iteration."""
+    per_it = 20
+    total = max(total - total % (size * per_it), size * per_it)
+    return {"name": f"overhead-{size}-{'fused' if fuse else 'chained'}", "seed": 11,
+            "domain": {"continuous": D},
+            "integrand": {"kind": "genz.gaussian", "a": [5.0] * D, "u": [0.5] * D},
+            "sampler": {"kind": "naive"}, "stop": {"max_samples": total},
+            "batching": {"batch_size": size, "batches_per_iteration": per_it, "fuse": fuse}}
+
+
+def run_once(size: int, total: int, fuse: bool, config: Any) -> tuple[float, int, int]:
+    """(wall s, samples, batches) of the best of two runs."""
+    best = float("inf")
+    run = spec(size, total, fuse=fuse)
+    for _ in range(2):
+        began = time.perf_counter()
+        res = mainboard.integrate(run, workers=0, config=config)
+        best = min(best, time.perf_counter() - began)
+    return best, res.samples, res.samples // size
+
+
+def peer(url: str, logs: Path) -> tuple[float, float]:
+    """(sequential round trip s, burst tasks/s) of bare Celery with two warm workers."""
+    env = {**os.environ, "PEER_BROKER": url,
+           "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "peer_app", "worker", "--concurrency=1",
+         "--pool=prefork", "-n", f"peer{i}@%h", "--without-mingle", "--without-gossip",
+         "-Q", "peer", "--loglevel=WARNING"], env=env, stdout=open(logs / f"peer{i}.log", "wb"),
+        stderr=subprocess.STDOUT, start_new_session=True) for i in range(2)]
+    os.environ["PEER_BROKER"] = url
+    import peer_app
+
+    try:
+        peer_app.noop.apply_async(queue="peer").get(timeout=120)  # both ready enough
+        for _ in range(20):
+            peer_app.noop.apply_async(queue="peer").get(timeout=30)
+        n = 300
+        began = time.perf_counter()
+        for _ in range(n):
+            peer_app.noop.apply_async(queue="peer").get(timeout=30)
+        rtt = (time.perf_counter() - began) / n
+        burst = 2000
+        began = time.perf_counter()
+        pending = [peer_app.noop.apply_async(queue="peer") for _ in range(burst)]
+        for p in pending:
+            p.get(timeout=120)
+        rate = burst / (time.perf_counter() - began)
+        return rtt, rate
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=4_000_000)
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="mb-overhead-") as tmp:
+        root = Path(tmp)
+        (root / "mainboard.toml").write_text('[workspace]\nname = "overhead"\n')
+        config = load_config(root / "mainboard.toml")
+        broker = EmbeddedBroker(config.state_dir)
+        broker.up()
+        try:
+            report(sizes, args.samples, config, broker.url(), root)
+        finally:
+            broker.down()
+
+
+def report(sizes: list[int], samples: int, config: Any, url: str, root: Path) -> None:
+    print(f"cores: {len(os.sched_getaffinity(0))}, load average {os.getloadavg()[0]:.1f}; "
+          f"4-d gaussian, naive sampler, 2 local workers, up to {samples:,} samples per row")
+    rtt, burst = peer(url, root / "peer-logs")
+    print(f"bare Celery on the same Redis: round trip {1e3 * rtt:.2f} ms (sequential), "
+          f"burst of no-op tasks on 2 workers {burst:,.0f} tasks/s")
+    fleet = start_fleet(2, url, root / "logs")
+    rows: dict[tuple[int, bool], tuple[float, float]] = {}
+    try:
+        mainboard.integrate(spec(10_000, 400_000, fuse=True), workers=0, config=config)
+        print(f"{'batch':>8} {'form':>8} {'samples/s':>12} {'batches/s':>10} {'ms/batch':>9}")
+        for size in sizes:
+            for fuse in (True, False):
+                # Enough batches to measure the per-batch cost: at least 400, at most `samples`.
+                total = min(samples, max(400 * size, 40 * size))
+                wall, n, batches = run_once(size, total, fuse, config)
+                rows[size, fuse] = (n / wall, batches / wall)
+                print(f"{size:>8,} {'fused' if fuse else 'chained':>8} {n / wall:>12,.0f} "
+                      f"{batches / wall:>10,.0f} {1e3 * wall / batches:>9.2f}")
+    finally:
+        fleet.stop()
+    if (2_000, True) in rows and (200_000, True) in rows:
+        small, big = rows[2_000, True], rows[200_000, True]
+        print(f"2k batches: {small[1]:,.0f} batches/s (target >= 1,000: ratio "
+              f"{small[1] / 1000:.2f}); samples/s vs 200k batches {small[0] / big[0]:.2f} "
+              "(target >= 0.5)")
+        print(f"2k batches per bare Celery burst task: {small[1] / burst:.2f} "
+              "(1.0 = one batch costs what one no-op Celery task costs)")
+
+
+if __name__ == "__main__":
+    main()
