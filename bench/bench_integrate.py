@@ -19,10 +19,12 @@ fleet would be. Prints, from one run of this script (nothing is asserted):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,14 +128,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=10_000_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="mb-bench-") as tmp:
+    with bench_workspace("bench") as (config, url, root):
+        report(args.budget, config, url, root)
+
+
+@contextlib.contextmanager
+def bench_workspace(name: str) -> Iterator[tuple[Any, str, Path]]:
+    """(config, broker URL, root) of a temporary workspace whose embedded broker is up."""
+    with tempfile.TemporaryDirectory(prefix=f"mb-{name}-") as tmp:
         root = Path(tmp)
-        (root / "mainboard.toml").write_text('[workspace]\nname = "bench"\n')
+        (root / "mainboard.toml").write_text(f'[workspace]\nname = "{name}"\n')
         config = load_config(root / "mainboard.toml")
         broker = EmbeddedBroker(config.state_dir)
         broker.up()
         try:
-            report(args.budget, config, broker.url(), root)
+            yield config, broker.url(), root
         finally:
             broker.down()
 

@@ -22,7 +22,6 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ import redis
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from bench_integrate import bench_workspace  # noqa: E402
+
 import mainboard  # noqa: E402
-from mainboard.config import load_config  # noqa: E402
-from mainboard.services.broker import EmbeddedBroker  # noqa: E402
 from mainboard.tasks import BATCH_QUEUE  # noqa: E402
 from mainboard.tasks.workers import worker_env  # noqa: E402
 
@@ -131,27 +130,19 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,4,16,64,256")
     parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="mb-capacity-") as tmp:
-        root = Path(tmp)
-        (root / "mainboard.toml").write_text('[workspace]\nname = "capacity"\n')
-        config = load_config(root / "mainboard.toml")
-        broker = EmbeddedBroker(config.state_dir)
-        broker.up()
-        try:
-            print(f"cores: {len(os.sched_getaffinity(0))}, load average "
-                  f"{os.getloadavg()[0]:.1f}; batch cost {args.cost_ms:g} ms (sleep), "
-                  "64 samples per batch, fused")
-            print(f"{'workers':>7} {'batches':>8} {'batches/s':>10} {'ideal':>8} {'ratio':>6} "
-                  f"{'coord ms/b':>10} {'redis ms/b':>10} {'worker ms/b':>11} "
-                  f"{'1-coord cap b/s':>15}")
-            for n in (int(s) for s in args.sizes.split(",")):
-                m = measure(n, args.cost_ms, args.seconds, config, broker.url(), root)
-                print(f"{n:>7} {m['batches']:>8,.0f} {m['rate']:>10,.0f} {m['ideal']:>8,.0f} "
-                      f"{m['rate'] / m['ideal']:>6.2f} {m['coord_ms']:>10.3f} "
-                      f"{m['redis_ms']:>10.3f} {m['worker_ms']:>11.3f} "
-                      f"{1e3 / m['coord_ms']:>15,.0f}")
-        finally:
-            broker.down()
+    with bench_workspace("capacity") as (config, url, root):
+        print(f"cores: {len(os.sched_getaffinity(0))}, load average "
+              f"{os.getloadavg()[0]:.1f}; batch cost {args.cost_ms:g} ms (sleep), "
+              "64 samples per batch, fused")
+        print(f"{'workers':>7} {'batches':>8} {'batches/s':>10} {'ideal':>8} {'ratio':>6} "
+              f"{'coord ms/b':>10} {'redis ms/b':>10} {'worker ms/b':>11} "
+              f"{'1-coord cap b/s':>15}")
+        for n in (int(s) for s in args.sizes.split(",")):
+            m = measure(n, args.cost_ms, args.seconds, config, url, root)
+            print(f"{n:>7} {m['batches']:>8,.0f} {m['rate']:>10,.0f} {m['ideal']:>8,.0f} "
+                  f"{m['rate'] / m['ideal']:>6.2f} {m['coord_ms']:>10.3f} "
+                  f"{m['redis_ms']:>10.3f} {m['worker_ms']:>11.3f} "
+                  f"{1e3 / m['coord_ms']:>15,.0f}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,11 +31,9 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from bench_integrate import start_fleet  # noqa: E402
+from bench_integrate import bench_workspace, start_fleet  # noqa: E402
 
 import mainboard  # noqa: E402
-from mainboard.config import load_config  # noqa: E402
-from mainboard.services.broker import EmbeddedBroker  # noqa: E402
 
 D = 4
 SIZES = (1_000, 2_000, 10_000, 50_000, 200_000)
@@ -106,16 +103,8 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="mb-overhead-") as tmp:
-        root = Path(tmp)
-        (root / "mainboard.toml").write_text('[workspace]\nname = "overhead"\n')
-        config = load_config(root / "mainboard.toml")
-        broker = EmbeddedBroker(config.state_dir)
-        broker.up()
-        try:
-            report(sizes, args.samples, config, broker.url(), root)
-        finally:
-            broker.down()
+    with bench_workspace("overhead") as (config, url, root):
+        report(sizes, args.samples, config, url, root)
 
 
 def report(sizes: list[int], samples: int, config: Any, url: str, root: Path) -> None:
