@@ -9,8 +9,7 @@ image is to mainboard: an interpreter at a known path, nothing of ours inside.
 cgroup v1 and v2 side by side ("hybrid", refused by crun) and forbid raising rlimits: it
 runs the real podman in a private mount namespace without the v2 mount, with a
 containers.conf that turns cgroups off (crun; cgroupfs with runc alone) and asks only for
-rlimits we may set. On a normal
-machine it just execs podman.
+rlimits we may set. On a normal machine it just execs podman.
 """
 
 from __future__ import annotations
