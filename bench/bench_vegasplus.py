@@ -99,16 +99,17 @@ def gauss_vegas(budget: int, seed: int) -> float:
 
 
 def gauss_times(budget: int, repeat: int) -> dict[Any, tuple[float, float, float, float]]:
-    """Per beta (0.75, 0): median wall time, CPU time (user + system), user time and
-    reported error of the 8-d gaussian. Runs alternate A B B A ..., so a busy machine
-    or a cold allocator after the previous run (whichever runs first in a pair is slower)
-    weighs on both alike. CPU time is the figure to read on a shared machine: wall time
+    """Per beta (0.75, 0) and for the vegas package: median wall time, CPU time (user +
+    system), user time and reported error of the 8-d gaussian. mainboard's runs alternate
+    A B V B A V ..., so a busy machine or a cold allocator after the previous run
+    (whichever runs first in a pair is slower) weighs on both alike. CPU time is the figure to read on a shared machine: wall time
     there mostly measures the neighbours, and page faults (system time) move between the
     two sides with the allocator's mood."""
     runs: dict[Any, list[tuple[float, float, float, float]]] = {0.75: [], 0.0: [],
                                                                 "vegas": []}
     for seed in range(1, repeat + 1):
-        for side in (0.75, 0.0, "vegas") if seed % 2 else ("vegas", 0.0, 0.75):
+        pair: tuple[Any, ...] = (0.75, 0.0) if seed % 2 else (0.0, 0.75)
+        for side in (*pair, "vegas"):  # the package last: after it, either side in turn
             before = os.times()
             if side == "vegas":
                 error = gauss_vegas(budget, seed)

@@ -273,9 +273,10 @@ def _array(value: Any, dtype: Any) -> np.ndarray | None:
 
 class _Stratify:
     """Fill callback for ``GridTables.draw``: uniform draws moved into each sample's stratum
-    and scaled to bin units at once, N y = N corner + u N / nstrat, slice by slice. A batch's
-    samples come in runs, one per stratum (``counts``, in stratum order), so a slice's corners
-    are its strata's corner columns repeated (a copy of runs, not a per-sample gather)."""
+    and scaled to bin units at once, N y = N corner + u N / nstrat, slice by slice in the
+    grid's own work array (a batch-sized buffer would push the slice out of cache). A
+    batch's samples come in runs, one per stratum (``counts``, in stratum order): a slice
+    finds its runs by binary search and gathers only its own strata's corners."""
 
     def __init__(self, corners: np.ndarray, step: np.ndarray, counts: np.ndarray) -> None:
         self.corners, self.step = corners, step[:, None]
@@ -283,16 +284,18 @@ class _Stratify:
 
     def __call__(self, rng: np.random.Generator, part: np.ndarray, sl: slice,
                  low: np.ndarray) -> None:
-        del low  # the repeat below makes its own array
         ends = self.ends
         a = int(np.searchsorted(ends, sl.start, side="right"))
         b = int(np.searchsorted(ends, sl.stop - 1, side="right")) + 1
-        run = np.minimum(ends[a:b], sl.stop)
+        run = np.minimum(ends[a:b], sl.stop)  # the slice's part of runs a .. b - 1
         run[1:] -= ends[a:b - 1]
         run[0] -= sl.start
+        stratum = np.repeat(np.arange(a, b, dtype=np.intp), run)
+        for j, row in enumerate(self.corners):  # the method: no per-call dispatch cost
+            row.take(stratum, out=low[j], mode="clip")  # in range: no checks needed
         rng.random(out=part)
         part *= self.step
-        part += np.repeat(self.corners[:, a:b], run, axis=1)
+        part += low
 
 
 SamplerFactory = Callable[..., Sampler]

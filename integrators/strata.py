@@ -149,8 +149,8 @@ def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | N
     """Per-stratum count, sum, within-batch M2 and sum^2/count of the weighted values wf
     (n, m), non-finite rows left out; full-length arrays, zero outside the batch's strata,
     so batches merge by addition (see :func:`combine`). ``stratum`` is ascending (the
-    plan's layout), so counts come from a binary search and each stratum's mean is
-    repeated over its run rather than gathered per sample."""
+    plan's layout), so each stratum's mean is repeated over its run rather than gathered
+    per sample."""
     keep = slice(None) if finite is None else finite
     ids, values = stratum[keep], wf[keep]
     width = wf.shape[1]
@@ -159,9 +159,8 @@ def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | N
     if ids.size == 0:
         return out
     first = int(ids[0])
-    span_ids = np.arange(first, int(ids[-1]) + 2, dtype=ids.dtype)
-    runs = np.diff(np.searchsorted(ids, span_ids))  # samples per stratum, ids sorted
     local = ids - first
+    runs = np.bincount(local)  # samples per stratum
     count = runs.astype(np.float64)
     span = slice(first, first + count.size)
     out["strata_count"][span] = count
