@@ -12,7 +12,6 @@ import pty
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -127,13 +126,12 @@ def board(tmp_path: Path, sshd_server: SshServer,
 @pytest.mark.parametrize("host", ["scratch", "edge", "hpc"])
 def test_follow_streams_a_running_job_until_it_ends(board: Board, host: str) -> None:
     job = board.on(host).submit(TALK, name="talk")
-    began = time.monotonic()
-    seen = [(time.monotonic() - began, chunk) for chunk in job.logs(follow=True, interval=0.1)]
-    assert "".join(chunk for _, chunk in seen) == "line1\nline2\nline3\ncafé\n"
+    # Each piece with whether the job had ended when it came (no wall-time bound: a loaded
+    # machine may start the job late and coalesce polls, never reorder or end early).
+    seen = [(chunk, job.view().finished) for chunk in job.logs(follow=True, interval=0.1)]
+    assert "".join(chunk for chunk, _ in seen) == "line1\nline2\nline3\ncafé\n"
     assert job.view().finished  # the iterator ended only once the job's state was final
-    first = next(at for at, chunk in seen if "line1" in chunk)
-    assert seen[-1][0] - first > 1.2, seen  # line1 came while the job still ran
-    assert len(seen) >= 4, seen
+    assert not seen[0][1] and len(seen) >= 2, seen  # the first piece came while it ran
     assert "".join(job.logs(stream="stderr", follow=True)) == "bye\n"  # a finished job: at once
     assert "".join(job.logs(tail=2, follow=True)) == "line3\ncafé\n"
 
