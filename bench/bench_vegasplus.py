@@ -6,7 +6,9 @@
    iteration in the result (no warm-up thrown away on either side). Over R seeds: the median
    reported error and the RMS of (estimate - exact); ratio mainboard / vegas.
 2. Speed: the 8-d Genz gaussian of bench_vegas.py, time of mainboard with beta = 0.75
-   against beta = 0 (classic VEGAS, today's code path), same budget, median of R.
+   against beta = 0 (classic VEGAS, today's code path), same budget, median of R; printed
+   next to vegas.Integrator's own figures (defaults, VEGAS+ on) on the same integrand and
+   budget in the same run: wall and CPU time and reported error.
 
     .venv/bin/python bench/bench_vegasplus.py [--ridge-budget 4e5] [--gauss-budget 2e6]
                                               [--repeat 10] [--ridge-repeat 20]
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 import vegas
 
+from mainboard.integrators import genz
 from mainboard.integrators.driver import integrate_local
 from mainboard.integrators.integrands import make_integrand, ridge
 from mainboard.integrators.spec import RidgeSpec
@@ -79,23 +82,42 @@ def ridge_figures(budget: int, repeat: int) -> dict[str, tuple[float, float]]:
     return out
 
 
-def gauss_times(budget: int, repeat: int) -> dict[float, tuple[float, float, float, float]]:
-    """Per beta (0.75, 0): median wall time, CPU time (user + system), user time and
-    reported error of the 8-d gaussian. Runs alternate A B B A ..., so a busy machine
-    or a cold allocator after the previous run (whichever runs first in a pair is slower)
-    weighs on both alike. CPU time is the figure to read on a shared machine: wall time
+GAUSS = {"kind": "genz.gaussian", "a": [5.0] * 8, "u": [0.5] * 8}
+
+
+def gauss_vegas(budget: int, seed: int) -> float:
+    """Reported error of vegas.Integrator (defaults) on the 8-d gaussian."""
+    a, u = np.array(GAUSS["a"]), np.array(GAUSS["u"])
+    np.random.seed(seed)
+
+    @vegas.lbatchintegrand
+    def f(x: np.ndarray) -> np.ndarray:
+        return genz.gaussian(np.ascontiguousarray(x), a, u)
+
+    integ = vegas.Integrator(8 * [[0.0, 1.0]])
+    return float(integ(f, nitn=ITERATIONS, neval=budget // ITERATIONS).sdev)
+
+
+def gauss_times(budget: int, repeat: int) -> dict[Any, tuple[float, float, float, float]]:
+    """Per beta (0.75, 0) and for the vegas package: median wall time, CPU time (user +
+    system), user time and reported error of the 8-d gaussian. mainboard's runs alternate
+    A B V B A V ..., so a busy machine or a cold allocator after the previous run
+    (whichever runs first in a pair is slower) weighs on both alike. CPU time is the figure to read on a shared machine: wall time
     there mostly measures the neighbours, and page faults (system time) move between the
     two sides with the allocator's mood."""
-    integrand = {"kind": "genz.gaussian", "a": [5.0] * 8, "u": [0.5] * 8}
-    runs: dict[float, list[tuple[float, float, float, float]]] = {0.75: [], 0.0: []}
+    runs: dict[Any, list[tuple[float, float, float, float]]] = {0.75: [], 0.0: [],
+                                                                "vegas": []}
     for seed in range(1, repeat + 1):
-        for beta in (0.75, 0.0) if seed % 2 else (0.0, 0.75):
+        pair: tuple[Any, ...] = (0.75, 0.0) if seed % 2 else (0.0, 0.75)
+        for side in (*pair, "vegas"):  # the package last: after it, either side in turn
             before = os.times()
-            result = integrate_local(spec(integrand, 8, budget, seed, beta))
+            if side == "vegas":
+                error = gauss_vegas(budget, seed)
+            else:
+                error = float(integrate_local(spec(GAUSS, 8, budget, seed, side)).error)
             after = os.times()
             user, system = after.user - before.user, after.system - before.system
-            runs[beta].append((after.elapsed - before.elapsed, user + system, user,
-                               float(result.error)))
+            runs[side].append((after.elapsed - before.elapsed, user + system, user, error))
     return {beta: tuple(statistics.median(r[i] for r in rows) for i in range(4))
             for beta, rows in runs.items()}  # type: ignore[misc]
 
@@ -114,9 +136,14 @@ def main() -> None:
     print(f"ridge rms-error ratio      mainboard/vegas = {rms_m / rms_v:.3f}")
     times = gauss_times(int(args.gauss_budget), args.repeat)
     (wp, cp, up, ep), (wc, cc, uc, ec) = times[0.75], times[0.0]
-    for beta, (w, c, u, e) in times.items():
-        print(f"gauss-8d beta={beta:<4} wall {w:.3f} s cpu {c:.3f} s (user {u:.3f} s) "
+    wv, cv, uv, ev = times["vegas"]
+    for side, (w, c, u, e) in times.items():
+        name = "vegas pkg " if side == "vegas" else f"beta={side:<5}"
+        print(f"gauss-8d {name} wall {w:.3f} s cpu {c:.3f} s (user {u:.3f} s) "
               f"error {e:.3e}")
+    print(f"gauss-8d budget {args.gauss_budget:.3g} in {ITERATIONS} iterations; "
+          f"mainboard beta=0.75 / vegas package: cpu {cp / cv:.3f}, wall {wp / wv:.3f}, "
+          f"error {ep / ev:.3f}")
     print(f"gauss-8d cpu ratio beta=0.75/beta=0 = {cp / cc:.3f}  (target <= 1.10); "
           f"wall {wp / wc:.3f}, user {up / uc:.3f}; cost at equal error (cpu * error^2) = "
           f"{cp * ep ** 2 / (cc * ec ** 2):.3f}")

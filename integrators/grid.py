@@ -84,7 +84,9 @@ class GridTables:
             np.subtract(y, whole, out=y)  # y now holds the position inside the bin
             part_bins = bins[:, sl]
             np.copyto(part_bins, whole, casting="unsafe")
-            if scaled:  # a scaled fill may round up to N (p ~ 1e-16): last bin, at its edge
+            # A scaled fill may round up to N (p ~ 1e-16): last bin, at its edge. Checked
+            # first: a max over int16 costs a tenth of the elementwise minimum.
+            if scaled and part_bins.max() >= self.bins:
                 np.minimum(part_bins, self.bins - 1, out=part_bins)
             self._index(part_bins, None if group is None else group[sl], k)
             np.take(self.width, k, out=width, mode="clip")  # k is in range: no checks needed

@@ -208,11 +208,12 @@ class VegasSampler(Sampler):
             x, jac, bins = self.tables.draw(rng, latent.n)
             aux = {"bins": bins.T}
         else:
-            stratum = self.strata.layout(latent.batch_index, latent.n)
+            first, local = self.strata.share(latent.batch_index, latent.n)
+            mine = slice(first, first + local.size)  # the batch's strata, in order
             x, jac, bins = self.tables.draw(rng, latent.n, into=_Stratify(
-                self.bin_corners, self.bins / self.strata.nstrat, stratum))
-            jac *= self.strata.factors[stratum]
-            aux = {"bins": bins.T, "stratum": stratum}
+                self.bin_corners[:, mine], self.bins / self.strata.nstrat, local))
+            jac *= np.repeat(self.strata.factors[mine], local)  # runs: no gather
+            aux = {"bins": bins.T, "stratum": StrataPlan.runs(first, local)}
         if factor != 1.0:
             jac *= factor
         return Batch(x=x.T, idx=idx, weights=jac, aux=aux)
@@ -221,9 +222,8 @@ class VegasSampler(Sampler):
         """Per-dimension per-bin sums of |w f|^2 and counts (stratified: |w f|^2 without
         the stratum factor, i.e. (J f)^2 up to a constant, as the grid wants)."""
         if "stratum" in batch.aux and self.strata is not None:
-            unscale = self.strata.factors[batch.aux["stratum"]]
-            np.multiply(unscale, unscale, out=unscale)
-            np.divide(wf2, unscale, out=unscale)
+            unscale = self.strata.factors_squared.take(batch.aux["stratum"], mode="clip")
+            np.divide(wf2, unscale, out=unscale)  # in range (the plan's): no index checks
             wf2 = unscale
         sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
         return {"grid_sum": sums, "grid_count": counts}
@@ -274,14 +274,23 @@ def _array(value: Any, dtype: Any) -> np.ndarray | None:
 class _Stratify:
     """Fill callback for ``GridTables.draw``: uniform draws moved into each sample's stratum
     and scaled to bin units at once, N y = N corner + u N / nstrat, slice by slice in the
-    grid's own work array (an extra slice-sized buffer would push the slice out of cache)."""
+    grid's own work array (a batch-sized buffer would push the slice out of cache). A
+    batch's samples come in runs, one per stratum (``counts``, in stratum order): a slice
+    finds its runs by binary search and gathers only its own strata's corners."""
 
-    def __init__(self, corners: np.ndarray, step: np.ndarray, stratum: np.ndarray) -> None:
-        self.corners, self.step, self.stratum = corners, step[:, None], stratum
+    def __init__(self, corners: np.ndarray, step: np.ndarray, counts: np.ndarray) -> None:
+        self.corners, self.step = corners, step[:, None]
+        self.ends = np.cumsum(counts)  # one past each run, batch positions
 
     def __call__(self, rng: np.random.Generator, part: np.ndarray, sl: slice,
                  low: np.ndarray) -> None:
-        stratum = self.stratum[sl]
+        ends = self.ends
+        a = int(np.searchsorted(ends, sl.start, side="right"))
+        b = int(np.searchsorted(ends, sl.stop - 1, side="right")) + 1
+        run = np.minimum(ends[a:b], sl.stop)  # the slice's part of runs a .. b - 1
+        run[1:] -= ends[a:b - 1]
+        run[0] -= sl.start
+        stratum = np.repeat(np.arange(a, b, dtype=np.intp), run)
         for j, row in enumerate(self.corners):  # the method: no per-call dispatch cost
             row.take(stratum, out=low[j], mode="clip")  # in range: no checks needed
         rng.random(out=part)

@@ -129,9 +129,18 @@ class StrataPlan:
         """Weight factor of a sample in each stratum, N / (H n_h)."""
         return self.total / (float(self.counts.size) * self.counts)
 
+    @cached_property
+    def factors_squared(self) -> np.ndarray:
+        """The weight factors squared (training divides them out of |w f|^2)."""
+        return self.factors * self.factors
+
     def layout(self, batch_index: int, n: int) -> np.ndarray:
         """The stratum number of each sample of batch ``batch_index`` (n,), ascending."""
-        first, local = self.share(batch_index, n)
+        return self.runs(*self.share(batch_index, n))
+
+    @staticmethod
+    def runs(first: int, local: np.ndarray) -> np.ndarray:
+        """Stratum numbers of a share (see :meth:`share`), one run per stratum."""
         return np.repeat(np.arange(first, first + local.size, dtype=np.intp), local)
 
 
@@ -139,7 +148,9 @@ def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | N
                      strata: int) -> dict[str, np.ndarray]:
     """Per-stratum count, sum, within-batch M2 and sum^2/count of the weighted values wf
     (n, m), non-finite rows left out; full-length arrays, zero outside the batch's strata,
-    so batches merge by addition (see :func:`combine`)."""
+    so batches merge by addition (see :func:`combine`). ``stratum`` is ascending (the
+    plan's layout), so each stratum's mean is repeated over its run rather than gathered
+    per sample."""
     keep = slice(None) if finite is None else finite
     ids, values = stratum[keep], wf[keep]
     width = wf.shape[1]
@@ -149,15 +160,16 @@ def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | N
         return out
     first = int(ids[0])
     local = ids - first
-    count = np.bincount(local).astype(np.float64)
+    runs = np.bincount(local)  # samples per stratum
+    count = runs.astype(np.float64)
     span = slice(first, first + count.size)
     out["strata_count"][span] = count
-    used = count > 0
+    used = runs > 0
     for c in range(width):
         col = np.ascontiguousarray(values[:, c])
         total = np.bincount(local, weights=col, minlength=count.size)
         mean = np.divide(total, count, out=np.zeros_like(total), where=used)
-        dev = col - mean[local]
+        dev = col - np.repeat(mean, runs)
         dev *= dev
         out["strata_sum"][c, span] = total
         out["strata_m2"][c, span] = np.bincount(local, weights=dev, minlength=count.size)
