@@ -179,7 +179,11 @@ def main() -> None:
         finally:
             if dash is not None:
                 dash.send_signal(signal.SIGINT)
-                dash.wait(10)
+                try:
+                    dash.wait(10)
+                except subprocess.TimeoutExpired:  # SIGINT ignored: run from a background job
+                    dash.kill()
+                    dash.wait()
             server.stop()
 
 
