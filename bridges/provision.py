@@ -224,6 +224,18 @@ def provision(transport: Transport, *, root: str, python: str = "python3",
                           installed=bool(actions), actions=actions)
 
 
+def manifest_digest(config: Config, name: str, project: Project | None = None) -> str:
+    """What host ``name``'s environment is made of (set, image, ``project``), hashed here
+    without contacting the host: the part of its key this machine can compute (a job's
+    environment has no project)."""
+    from hashlib import sha256
+
+    container_name = getattr(config.host(name), "container", None)
+    manifest = build_manifest(config.python.deps, project,
+                              config.containers[container_name] if container_name else None)
+    return sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _default_root(config: Config, host: HostConfig) -> str:
     """The host's root as HostHandle sees it: ``~/mainboard`` remotely, the workspace here."""
     if host.ssh_params() is not None or host.kind == "provider":
@@ -251,15 +263,15 @@ def provision_host(config: Config, name: str, transport: Transport, *, root: str
     deps = check_deps(config.python.deps, file=source, key="python.deps")
     container_name = getattr(host, "container", None)
     container = config.containers[container_name] if container_name else None
+    project = (project or local_project(config.state_dir)) if with_project else None
     started = time.monotonic()
     built = provision(transport, root=root or _default_root(config, host),
                       python=getattr(host, "python", "python3"), deps=deps,
-                      project=(project or local_project(config.state_dir)) if with_project
-                      else None, env=host.env, container=container, stream=stream,
+                      project=project, env=host.env, container=container, stream=stream,
                       requires=lambda version: require_env_python(config, name, version))
     if built.installed:
         env_receipts(config.state_dir).append(EnvProvisioned(
             host=name, kind=host.kind, key=built.key, seconds=time.monotonic() - started,
             actions=list(built.actions), python_version=built.python_version,
-            purpose=purpose))
+            purpose=purpose, manifest=manifest_digest(config, name, project)))
     return built

@@ -507,6 +507,7 @@ class EnvProvisioned(Payload):
     actions: list[str]
     python_version: str
     purpose: str  # "job" or "worker"
+    manifest: str = ""  # manifest_digest: the set and image, not the host python (estimates)
 
 
 # -- studies (mainboard.study): one ledger per study, .mainboard/studies/<id>.ndjson ----------

@@ -8,8 +8,8 @@ image is to mainboard: an interpreter at a known path, nothing of ours inside.
 ``podman_shim`` writes a ``podman`` wrapper for machines like this test VM, which mount
 cgroup v1 and v2 side by side ("hybrid", refused by crun) and forbid raising rlimits: it
 runs the real podman in a private mount namespace without the v2 mount, with a
-containers.conf that turns cgroups off and asks only for rlimits we may set. On a normal
-machine it just execs podman.
+containers.conf that turns cgroups off (crun; cgroupfs with runc alone) and asks only for
+rlimits we may set. On a normal machine it just execs podman.
 """
 
 from __future__ import annotations
@@ -95,8 +95,12 @@ def podman_shim(directory: Path, podman: str) -> Path:
     """A directory holding a ``podman`` that works on this VM (see module doc), for PATH."""
     directory.mkdir(parents=True, exist_ok=True)
     conf = directory / "containers.conf"
-    conf.write_text('[containers]\ncgroups = "disabled"\n'
-                    'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n')
+    # cgroups = "disabled" is crun-only; with runc alone (podman's dependency is "crun |
+    # runc", so installing runc next to podman leaves crun out) use cgroupfs instead.
+    cgroups = 'cgroups = "disabled"\n' if shutil.which("crun") else ""
+    engine = "" if cgroups else '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'
+    conf.write_text(f'[containers]\n{cgroups}'
+                    'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\n' + engine)
     shim = directory / "podman"
     shim.write_text(
         "#!/bin/sh\n"

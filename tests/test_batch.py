@@ -17,13 +17,15 @@ from mainboard.board import Board
 from mainboard.bridges.base import new_uid
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.bridges.providers import RestProvider
+from mainboard.bridges.provision import env_receipts, manifest_digest
 from mainboard.cli.columns import read_columns
 from mainboard.config import load_config
 from mainboard.errors import ConfigError
 from mainboard.hosts import mirror
 from mainboard.jobs.job import store_of as job_store
 from mainboard.jobs.job import submit
-from mainboard.receipts import JobSubmitted
+from mainboard.jobs.timing import EnvBuild, Setup, with_env
+from mainboard.receipts import EnvProvisioned, JobSubmitted
 from tests.batch_helpers import HOSTILE, fleet_file, invoke, plain_workspace, raw_receipts
 from tests.boards import write_config
 from tests.sim_provider import start_simulated_provider
@@ -252,7 +254,7 @@ def test_estimate_zero_samples_then_fitted_from_recorded_dispatches(plain: Path)
     agent = invoke(plain, "batch", "estimate", str(path), "--agent").output.splitlines()
     assert agent[0].split() == ["job", "target", "kind", "hardware", "wire_bytes", "runtime_s",
                                 "setup_p50_s", "setup_p90_s", "setup_samples", "rate_usd_hr",
-                                "expected_usd", "p90_usd"]
+                                "expected_usd", "p90_usd", "env", "env_samples"]
     scratch, edge = read_columns(agent)
     assert (edge["setup_samples"], edge["setup_p50_s"], edge["expected_usd"]) == ("0", None, None)
     assert (scratch["setup_samples"], scratch["rate_usd_hr"], scratch["expected_usd"],
@@ -260,6 +262,48 @@ def test_estimate_zero_samples_then_fitted_from_recorded_dispatches(plain: Path)
     assert float(scratch["setup_p50_s"] or "nan") == pytest.approx(after["scratch"].setup.p50_s,
                                                                    abs=1e-4)
     assert (int(scratch["wire_bytes"] or -1), int(edge["wire_bytes"] or -1) > 0) == (0, True)
+
+
+def test_estimate_adds_the_hosts_timed_env_builds_until_the_set_is_built(plain: Path) -> None:
+    """[python.deps] declared: an ssh target whose build of this set no env.provisioned
+    receipt shows waits for a build (never timed: no number); once one shows it, built."""
+    with plain.open("a") as out:
+        out.write('\n[python.deps]\nsix = "1.16.0"\n')
+    path = fleet_file(plain.parent, '[defaults]\nruntime-s = "90s"\n[[jobs]]\ntarget = "scratch"'
+                                    '\ncommand = "x"\n[[jobs]]\ntarget = "edge"\ncommand = "y"\n')
+    with Board(plain) as board:
+        fleet = load_batch(path, board.config)
+        builds = env_receipts(board.config.state_dir)
+
+        def build(manifest: str, seconds: float) -> None:
+            builds.append(EnvProvisioned(host="edge", kind="ssh", key="k", seconds=seconds,
+                                         actions=["env-create"], python_version="3.11.2",
+                                         purpose="job", manifest=manifest))
+
+        def envs() -> list[tuple[str, str, int, float | None]]:
+            return [(e.target, e.env.state, e.env.build.samples, e.env.build.p50_s)
+                    for e in estimate(board, fleet)]
+
+        assert envs() == [("scratch", "-", 0, None), ("edge", "to build", 0, None)]
+        edge = estimate(board, fleet)[1]
+        assert edge.setup.p50_s is None and edge.expected_usd is None
+        build("another set", 4.0)
+        build("another set", 8.0)
+        assert envs()[1] == ("edge", "to build", 2, 6.0)
+        assert estimate(board, fleet)[1].setup.p50_s is None  # job setup never timed there
+        build(manifest_digest(board.config, "edge"), 5.0)
+        assert envs()[1] == ("edge", "built", 0, None)
+    agent = invoke(plain, "batch", "estimate", str(path), "--agent").output.splitlines()
+    assert [(r["env"], r["env_samples"]) for r in read_columns(agent)] == [(None, "0"),
+                                                                            ("built", "0")]
+
+
+def test_with_env_adds_a_build_only_when_both_parts_were_timed() -> None:
+    timed, build = Setup(3, 1.0, 2.0), EnvBuild("to build", Setup(2, 10.0, 20.0))
+    assert with_env(timed, build) == Setup(3, 11.0, 22.0)
+    assert with_env(timed, EnvBuild("built")) == timed
+    assert with_env(Setup(0), build) == Setup(0)
+    assert with_env(timed, EnvBuild("to build")) == Setup(3)
 
 
 def test_fast_jobs_are_timed_from_the_scripts_own_stamp(plain: Path) -> None:

@@ -288,7 +288,9 @@ def test_a_run_on_the_container_worker_is_bit_identical_to_the_local_driver(
     same_numbers(result, integrate_local(RUN))
     assert result.samples == 40_000 and abs(result.estimate - result.exact) < 5 * result.error
     logs = celery_setup.worker.logs()
-    assert f"Task {STAGE_PREFIX}fused[" in logs and " succeeded in " in logs, logs[-3000:]
+    # Flower and the worker log show the shadow name: stage, run name, iteration, batch
+    assert "Task integrate.fused[run=containers it=1 b=0]" in logs, logs[-3000:]
+    assert " succeeded in " in logs, logs[-3000:]
 
 
 def test_arrays_cross_the_codec_both_ways_and_pickle_is_refused(

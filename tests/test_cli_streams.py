@@ -133,7 +133,7 @@ def test_follow_streams_a_running_job_until_it_ends(board: Board, host: str) -> 
     assert job.view().finished  # the iterator ended only once the job's state was final
     first = next(at for at, chunk in seen if "line1" in chunk)
     assert seen[-1][0] - first > 1.2, seen  # line1 came while the job still ran
-    assert len(seen) >= 4, seen
+    assert len(seen) >= 2, seen  # in pieces (how many depends on the load: polls coalesce)
     assert "".join(job.logs(stream="stderr", follow=True)) == "bye\n"  # a finished job: at once
     assert "".join(job.logs(tail=2, follow=True)) == "line3\ncafé\n"
 

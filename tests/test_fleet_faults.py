@@ -69,11 +69,11 @@ def test_a_dead_ssh_host_is_marked_lost_not_dialled_and_leaves_with_force(
     server = start_sshd(tmp_path / "sshd")
     ws = workspace(tmp_path / "ws", ssh_host("doomed", server, provisioned_root))
     env = {LOST_AFTER_ENV: "2"}
-    node = ""
+    node, secret = "", None
     try:
         up_ok(ws, "--on", "doomed", "--no-flower", env=env)
         worker = read_fleet(ws / ".mainboard").live()[0]
-        node = worker.node
+        node, secret = worker.node, Path(worker.secret_path)
         assert worker.broker_via == "tunnel"
         again = cli(ws, "fleet", "up", "--on", "doomed", "--no-flower", "--json", env=env)
         assert again.returncode == 0 and json.loads(again.stdout)["started"] == [], again.stderr
@@ -101,6 +101,8 @@ def test_a_dead_ssh_host_is_marked_lost_not_dialled_and_leaves_with_force(
         for line in processes_matching(node) if node else []:  # our worker, by its pid
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(line.split()[0]), signal.SIGKILL)
+        if secret is not None:  # what the operator cleans on a forgotten host; the root is
+            secret.unlink(missing_ok=True)  # shared with tests/test_fleet_live.py
         server.stop()
         stop_broker(ws)
 

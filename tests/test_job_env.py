@@ -21,18 +21,22 @@ from pathlib import Path
 
 import pytest
 
+from mainboard.batch.plan import estimate
+from mainboard.batch.run import load_batch
 from mainboard.batch.run import run as run_batch
 from mainboard.board import Board
 from mainboard.bridges import bridge_for
 from mainboard.bridges.jobscript import JobPaths
 from mainboard.bridges.jobstate import JobState
 from mainboard.bridges.pins import require_pins
-from mainboard.bridges.provision import env_receipts
+from mainboard.bridges.provision import env_receipts, manifest_digest
 from mainboard.bridges.transport import LocalTransport
 from mainboard.config import load_config, loads_config
 from mainboard.errors import PinNotMet
 from mainboard.jobs.job import Job
+from mainboard.jobs.timing import EnvBuild, env_build, env_builds, fit, setup_samples, with_env
 from mainboard.receipts import EnvProvisioned
+from mainboard.study.run import run_study
 from tests.batch_helpers import invoke
 from tests.boards import ssh_host, write_config
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
@@ -109,6 +113,41 @@ def test_batch_on_slurm_provisions_each_target_once(site: Site) -> None:
     new = [(b.host, b.key) for b in _built(site)[len(before):]]
     # one build for the target, or none when the ssh host's env (same root, same python) fits
     assert new == ([] if key in {b.key for b in before} else [("hpc", key)])
+
+
+def test_study_prepares_each_targets_env_once_and_estimates_learn_the_build(
+        site: Site) -> None:
+    """Two study runs on one ssh target: the env is prepared before the first and handed to
+    both (no job spends time on it: no "env" phase), at most one build receipt, carrying the
+    set's manifest digest; the estimate then sees it built, a changed set sees it to build
+    with the host's timed builds added to the job setup."""
+    before = _built(site)
+    study = site.config.parent / "envstudy.toml"
+    study.write_text("[study]\nname = \"envs\"\n[defaults]\ntarget = \"edge\"\n"
+                     "runtime-s = 30\n"
+                     + "".join(f"[[jobs]]\nname = \"s{i}\"\ncommand = {json.dumps(PROBE)}\n"
+                               f"params = {{ i = {i} }}\n" for i in range(2)))
+    _study, outcomes = run_study(site.board, study)
+    assert [o.action for o in outcomes] == ["submitted"] * 2, outcomes
+    jobs = [Job(site.board, o.job or "") for o in outcomes]
+    assert [job.wait(timeout=120, poll=0.3) for job in jobs] == [JobState.COMPLETED] * 2
+    views = [job.view().submitted for job in jobs]
+    assert len({v.env_key for v in views}) == 1 and views[0].env_key
+    assert [sorted(v.phases) for v in views] == [["submit", "sync"]] * 2
+    new = [b for b in _built(site)[len(before):] if b.host == "edge"]
+    assert len(new) <= 1
+    digest = manifest_digest(site.board.config, "edge")
+    built = [b for b in _built(site) if b.host == "edge"]
+    assert built and all(b.manifest == digest for b in built)
+    (now,) = estimate(site.board, load_batch(study, site.board.config))[:1]
+    setup = fit(setup_samples(site.board.config.state_dir)["edge"])
+    assert (now.env.state, now.setup) == ("built", setup) and setup.samples >= 2
+    changed = site.board.config.model_copy(
+        update={"python": site.board.config.python.model_copy(update={"deps": ["six==1.15.0"]})})
+    later = env_build(changed, "edge", env_builds(site.board.config.state_dir))
+    timed = fit([b.seconds for b in built])
+    assert later == EnvBuild("to build", timed)
+    assert with_env(setup, later).p50_s == pytest.approx((setup.p50_s or 0) + (timed.p50_s or 0))
 
 
 def test_unmet_pin_refuses_submit_in_one_line_and_compute_says_so(

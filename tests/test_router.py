@@ -15,11 +15,13 @@ import pytest
 from mainboard.board import Board
 from mainboard.bridges.base import new_uid
 from mainboard.bridges.jobstate import JobState, JobStatus
+from mainboard.bridges.provision import env_receipts, manifest_digest
 from mainboard.cli.columns import read_columns
 from mainboard.hosts.facts import Facts, save_facts
 from mainboard.jobs.job import store_of
-from mainboard.jobs.timing import setup_samples
-from mainboard.receipts import JobSubmitted
+from mainboard.jobs.timing import EnvBuild, Setup, setup_samples
+from mainboard.receipts import EnvProvisioned, JobSubmitted
+from mainboard.routing.router import Candidate
 from tests.batch_helpers import invoke, raw_receipts
 from tests.boards import write_config
 from tests.jobs_workspace import make_workspace
@@ -149,3 +151,34 @@ def test_prefer_cost_facts_fit_and_bad_router_keys(tmp_path: Path) -> None:
     assert json_out.exit_code == 0, json_out.output
     shown = json.loads(json_out.stdout)
     assert shown["host"] == shown["routing"]["chosen"] == "fast"
+
+
+def test_a_host_without_the_jobs_env_built_waits_for_its_timed_builds(
+        tmp_path: Path, sshd_server: SshServer) -> None:
+    """[python.deps] declared: the ssh host's setup includes its timed env builds until an
+    env.provisioned receipt shows this set built there; never timed, no number."""
+    config = make_workspace(tmp_path, sshd=sshd_server, extra='\n[python.deps]\nsix = "1.16.0"\n')
+    with Board(config) as board:
+        _timed(board, "edge", 2.0)
+        builds = env_receipts(board.config.state_dir)
+
+        def edge() -> Candidate:
+            ranked = board.on("auto").rank(runtime_s=60)
+            return next(c for c in ranked.candidates if c.host == "edge")
+
+        def build(manifest: str) -> None:
+            builds.append(EnvProvisioned(host="edge", kind="ssh", key="k", seconds=10.0,
+                                         actions=["env-create"], python_version="3.11.2",
+                                         purpose="job", manifest=manifest))
+
+        untimed = edge()
+        assert (untimed.env.state, untimed.setup.samples, untimed.setup.p50_s) == (
+            "to build", 1, None) and untimed.expected_s is None
+        build("another set")
+        waits = edge()
+        assert waits.env == EnvBuild("to build", Setup(1, 10.0, 10.0))
+        assert waits.setup.p50_s == pytest.approx(12.0, abs=0.5)
+        assert waits.expected_s == pytest.approx(waits.setup.p50_s + 60)
+        build(manifest_digest(board.config, "edge"))
+        ready = edge()
+        assert ready.env.state == "built" and ready.setup.p50_s == pytest.approx(2.0, abs=0.5)

@@ -6,7 +6,9 @@ bytes on the wire after compression, date of the last sync), adds the job's ``da
 the mirror does not carry (ignored or excluded files travel in an extra tar), and
 checks the job against its target's queue policy. ``estimate`` fits each target's
 setup time (submitted -> the job began, ``mainboard.jobs.timing``) from this
-workspace's own job receipts; a target never timed has 0 samples and no number.
+workspace's own job receipts; a target never timed has 0 samples and no number. When
+the job's environment is not built on its target yet, the target's timed builds
+(``env.provisioned`` receipts) are added to the setup (``env`` says which case).
 Rates come from the provider's offers, or an owned host's declared ``usd_hr`` (0
 without one, ``mainboard.hosts.rates``); costs are rate x (setup + runtime_s).
 """
@@ -22,7 +24,16 @@ from mainboard.batch.run import job_spec
 from mainboard.batch.spec import BatchSpec
 from mainboard.errors import UserError
 from mainboard.hosts.rates import host_rate
-from mainboard.jobs.timing import Setup, fit, quantile, setup_samples
+from mainboard.jobs.timing import (
+    EnvBuild,
+    Setup,
+    env_build,
+    env_builds,
+    fit,
+    quantile,
+    setup_samples,
+    with_env,
+)
 
 if TYPE_CHECKING:
     from mainboard.hosts.access import Hosts
@@ -152,6 +163,7 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     hardware: str = ""                  # facts summary (owned hosts) or the offer (providers)
     wire_bytes: int | None = None       # what the job needs sent (mirror + extra data)
+    env: EnvBuild = EnvBuild("-")       # the environment to build first (included in setup)
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -160,11 +172,13 @@ class Estimate:
 def estimate(board: Hosts, spec: BatchSpec) -> list[Estimate]:
     """Per job: setup p50/p90 fitted from recorded dispatches, runtime, rate, costs, bytes."""
     samples = setup_samples(board.config.state_dir)
+    builds = env_builds(board.config.state_dir)
     wire = {r.name: shipped(r)[2] for r in prepare(board, spec)}
     rates = {}
     out: list[Estimate] = []
     for job in spec.jobs:
-        setup = fit(samples.get(job.target, []))
+        env = env_build(board.config, job.target, builds)
+        setup = with_env(fit(samples.get(job.target, [])), env)
         key = (job.target, job.gpus, job.mem_gb)
         if key not in rates:
             rates[key] = host_rate(board.config, job.target, gpus=job.gpus, mem_gb=job.mem_gb)
@@ -175,11 +189,13 @@ def estimate(board: Hosts, spec: BatchSpec) -> list[Estimate]:
             if job.runtime_s is None:
                 notes.append("no runtime_s: cost unknown")
             elif setup.p50_s is None or setup.p90_s is None:
-                notes.append(f"setup on {job.target} never timed: cost unknown")
+                notes.append(f"setup on {job.target} never timed: cost unknown"
+                             if env.state != "to build" or env.build.samples
+                             else f"environment build on {job.target} never timed: cost unknown")
             else:
                 expected = rate.usd_hr * (setup.p50_s + job.runtime_s) / 3600
                 p90 = rate.usd_hr * (setup.p90_s + job.runtime_s) / 3600
         out.append(Estimate(job.name, job.target, board.config.host(job.target).kind, setup,
                             job.runtime_s, rate.usd_hr, rate.source, expected, p90, notes,
-                            rate.hardware, wire[job.name]))
+                            rate.hardware, wire[job.name], env))
     return out

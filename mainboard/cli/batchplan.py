@@ -124,7 +124,8 @@ def _prepare_table(rows: list[Prepared]) -> Table:
 @click.option("--agent", is_flag=True,
               help="Plain aligned columns (job, target, kind, hardware, wire_bytes, runtime_s, "
                    "setup_p50_s, setup_p90_s, setup_samples, rate_usd_hr, expected_usd, "
-                   "p90_usd); - where unknown (for scripts and LLM agents).")
+                   "p90_usd, env, env_samples); - where unknown (for scripts and LLM agents). "
+                   "env: built, or to build (the target's timed builds are in setup).")
 @click.pass_context
 def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> None:
     """Per job: setup p50/p90 from this workspace's past jobs, runtime, rate, cost.
@@ -139,14 +140,16 @@ def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> 
     if agent:
         columns.echo(ESTIMATE_KEYS, (
             [r.name, r.target, r.kind, r.hardware, r.wire_bytes, r.runtime_s, r.setup.p50_s,
-             r.setup.p90_s, r.setup.samples, r.usd_hr, r.expected_usd, r.p90_usd]
+             r.setup.p90_s, r.setup.samples, r.usd_hr, r.expected_usd, r.p90_usd, r.env.state,
+             r.env.build.samples]
             for r in rows))
     else:
         columns.show(_estimate_table(rows))
 
 
 ESTIMATE_KEYS = ("job", "target", "kind", "hardware", "wire_bytes", "runtime_s", "setup_p50_s",
-                 "setup_p90_s", "setup_samples", "rate_usd_hr", "expected_usd", "p90_usd")
+                 "setup_p90_s", "setup_samples", "rate_usd_hr", "expected_usd", "p90_usd", "env",
+                 "env_samples")
 
 
 def _estimate_table(rows: list[Estimate]) -> Table:
@@ -157,6 +160,8 @@ def _estimate_table(rows: list[Estimate]) -> Table:
     for r in rows:
         setup = (f"{_seconds(r.setup.p50_s)}/{_seconds(r.setup.p90_s)} ({r.setup.samples})"
                  if r.setup.samples else "never timed (0)")
+        if r.env.state == "to build":
+            setup += f" incl. env build ({r.env.build.samples})"
         cost = "-" if r.expected_usd is None else f"{_usd(r.expected_usd)}/{_usd(r.p90_usd)}"
         table.add_row(Text(r.name), Text(r.target), setup, _seconds(r.runtime_s),
                       "-" if r.usd_hr is None else f"{r.usd_hr:.4f}", cost,

@@ -128,7 +128,7 @@ def submit(ctx: click.Context, host: str, runtime: str | None, explain: bool, na
         sys.exit(exit_status(view))
 
 
-EXPLAIN_KEYS = ("rank", "host", "kind", "fits", "usd_hr", "setup_p50_s", "setup_samples",
+EXPLAIN_KEYS = ("rank", "host", "kind", "fits", "usd_hr", "setup_p50_s", "setup_samples", "env",
                 "expected_s", "expected_usd", "reason")
 
 
@@ -138,7 +138,7 @@ def explain_lines(decision: Decision) -> list[str]:
 
     return columns.columns(EXPLAIN_KEYS, [dict(zip(EXPLAIN_KEYS, (
         c.rank, c.host, c.kind, "yes" if c.fits else "no", c.usd_hr, c.setup.p50_s,
-        c.setup.samples, c.expected_s, c.expected_usd, c.reason), strict=True))
+        c.setup.samples, c.env.state, c.expected_s, c.expected_usd, c.reason), strict=True))
         for c in decision.candidates])
 
 

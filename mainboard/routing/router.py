@@ -6,7 +6,8 @@ and its facts show enough GPUs and memory (a job asking for GPUs is never sent w
 no facts say there are any); a provider host fits when an offer does. Price: the
 cheapest fitting offer (providers), an owned host's ``usd_hr`` (0 without one), at most
 ``[router] max_usd_hr``. Time to result: the host's setup p50 (queue wait included, as
-this workspace's receipts measured it) plus the job's ``runtime_s``; a host nobody has
+this workspace's receipts measured it; plus the host's timed environment build when the
+job's environment is not built there yet) plus the job's ``runtime_s``; a host nobody has
 timed has no number and ranks after the timed ones, never on a guess. ``prefer = "time"``
 (the default) ranks by time then price, ``"cost"`` by price then time; declaration order
 breaks ties. Every candidate stays in the ``Decision``, the excluded with their reason.
@@ -22,7 +23,15 @@ from typing import TYPE_CHECKING, Any
 from mainboard.errors import NoHostFits, UserError, first_line
 from mainboard.hosts.compute import host_access
 from mainboard.hosts.rates import host_rate
-from mainboard.jobs.timing import Setup, fit, setup_samples
+from mainboard.jobs.timing import (
+    EnvBuild,
+    Setup,
+    env_build,
+    env_builds,
+    fit,
+    setup_samples,
+    with_env,
+)
 from mainboard.receipts import JobRouted
 
 if TYPE_CHECKING:
@@ -50,6 +59,7 @@ class Candidate:
     expected_s: float | None = None   # setup p50 + runtime_s
     expected_usd: float | None = None
     rank: int | None = None
+    env: EnvBuild = EnvBuild("-")     # the environment to build first (included in setup)
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,7 @@ def rank(board: Hosts, *, walltime: int | str | None = None, gpus: int | None = 
     names = config.host_names()
     down = _access(board, names, timeout)
     samples = setup_samples(config.state_dir)
+    builds = env_builds(config.state_dir)
     out: list[tuple[tuple[Any, ...], Candidate]] = []
     for order, host_name in enumerate(names):
         kind = config.host(host_name).kind
@@ -153,12 +164,13 @@ def rank(board: Hosts, *, walltime: int | str | None = None, gpus: int | None = 
         if why is None and router.max_usd_hr is not None and rate.usd_hr is not None \
                 and rate.usd_hr > router.max_usd_hr:
             why = f"{rate.usd_hr:.4f} USD/h is over [router] max_usd_hr = {router.max_usd_hr:g}"
-        setup = fit(samples.get(host_name, []))
+        env = env_build(config, host_name, builds)
+        setup = with_env(fit(samples.get(host_name, [])), env)
         expected_s = None if setup.p50_s is None else setup.p50_s + (runtime_s or 0.0)
         usd = None if expected_s is None or rate.usd_hr is None or runtime_s is None \
             else rate.usd_hr * expected_s / 3600
         found = Candidate(host_name, kind, why is None, why or rate.source, rate.usd_hr,
-                          rate.hardware, setup, expected_s, usd)
+                          rate.hardware, setup, expected_s, usd, env=env)
         out.append((_score(found, router.prefer, order) if why is None else (), found))
     ranked = sorted((item for item in out if item[1].fits), key=lambda item: item[0])
     candidates = [replace(c, rank=i) for i, (_key, c) in enumerate(ranked, 1)]

@@ -7,7 +7,9 @@ expressions of ``attempt`` apply). Queue policies are checked for every job firs
 refusal starts nothing). Each job's environment names its study and run id, so a run
 interrupted between "the host accepted it" and "the ledger recorded it" is adopted from
 the job's own receipts the next time, not sent again; one ``study run`` per study runs
-at a time (a lock). A target that cannot be reached fails only its own jobs.
+at a time (a lock). A target that cannot be reached fails only its own jobs. As in
+``batch run``, each target's environment (pins, ``[python.deps]``) is prepared once, at
+its first job to submit, and handed to every job of that target.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mainboard.batch.run import check_policies
 from mainboard.errors import MainboardError, first_line
+from mainboard.jobs.environment import JobEnvironment, prepare_environment
 from mainboard.jobs.store import JobStore
 from mainboard.jobs.verdicts import study_of
 from mainboard.receipts import StudyJob
@@ -66,14 +69,39 @@ def _in_receipts(board: Hosts, study: str) -> dict[str, str]:
     return found
 
 
-def _submit(board: Hosts, study: Study, run: Run, attempt: int) -> str:
+class _Environments:
+    """Each target's environment, prepared at its first submit and reused (a failure too:
+    the target's other jobs fail with the same line, without asking the host again)."""
+
+    def __init__(self, board: Hosts) -> None:
+        self.board = board
+        self.ready: dict[str, JobEnvironment | MainboardError] = {}
+
+    def of(self, target: str) -> JobEnvironment:
+        from mainboard.jobs.job import bridge_of
+
+        if target not in self.ready:
+            handle = self.board.on(target)
+            try:
+                self.ready[target] = prepare_environment(handle, bridge_of(handle))
+            except MainboardError as exc:
+                self.ready[target] = exc
+        found = self.ready[target]
+        if isinstance(found, MainboardError):
+            raise found
+        return found
+
+
+def _submit(board: Hosts, study: Study, run: Run, attempt: int,
+            environments: _Environments) -> str:
     from mainboard.jobs.job import submit
 
     job = run.job
     env = {**job.env, **param_env(job.params), STUDY_ENV: study.id, RUN_ID_ENV: run.run_id}
     sent = submit(board, job.target, job.command, name=job.name, walltime=job.walltime,
                   mem_gb=job.mem_gb, cpus=job.cpus, gpus=job.gpus, queue=job.queue,
-                  attempt=attempt, data=job.data, fetch=job.fetch, env=env)
+                  attempt=attempt, data=job.data, fetch=job.fetch, env=env,
+                  environment=environments.of(job.target))
     return sent.id
 
 
@@ -104,6 +132,7 @@ def run_study(board: Hosts, path: str | Path,
             raise MainboardError(f"study {study.id}: another `study run` has held its lock for "
                                  f"{LOCK_WAIT_S:g}s; try again when it is done")
         seen = _in_receipts(board, study.id)
+        environments = _Environments(board)
         for run in study.runs:
             job = run.job
             action, why, attempt = _decide(store.view(study.id, []) or StudyView(study.id),
@@ -111,7 +140,7 @@ def run_study(board: Hosts, path: str | Path,
             job_id: str | None = seen.get(run.run_id) if action == "adopted" else None
             if action == "submitted":
                 try:
-                    job_id = _submit(board, study, run, attempt)
+                    job_id = _submit(board, study, run, attempt, environments)
                 except MainboardError as exc:
                     action, why = "failed", first_line(exc)
             if action in ("submitted", "adopted") and job_id is not None:
