@@ -337,8 +337,7 @@ class Receipts:
         """Like ``read``, with each line's write time (``ts``, seconds since the epoch)."""
         if not self.path.exists():
             return
-        with self.path.open("rb") as fh:
-            lines = fh.read().split(b"\n")
+        lines = self._lines()
         for number, raw in enumerate(lines, 1):
             if not raw.strip():
                 continue
@@ -365,6 +364,11 @@ class Receipts:
                 continue
             ts = record.get("ts")
             yield (float(ts) if isinstance(ts, (int, float)) else 0.0), payload
+
+    def _lines(self) -> list[bytes]:
+        """The file's lines (a hook: the runs' lazy reader cuts snapshots out unread)."""
+        with self.path.open("rb") as fh:
+            return fh.read().split(b"\n")
 
     def _decode(self, raw: bytes) -> Any:
         """One line's JSON (a hook: the dashboard's reader leaves snapshots undecoded)."""

@@ -31,9 +31,9 @@ import mainboard
 from mainboard.board import Board
 from mainboard.cli import cli
 from mainboard.config import Config
-from mainboard.dashboard.lazy import LazyReceipts
 from mainboard.integrators.driver import RunResult
-from mainboard.receipts import Receipts, RunPaused
+from mainboard.receipts import IterationDone, ReceiptError, Receipts, RunCreated, RunPaused
+from mainboard.runs.lazy import LazyReceipts
 from mainboard.runs.logs import LogLine, append_logs
 from mainboard.runs.store import RECEIPTS_NAME, RunStore
 from tests.chromium import Tab, drive
@@ -231,6 +231,25 @@ def test_lazy_receipts_fold_as_the_store_does(workspace: Config, finished: RunRe
     assert all(i.snapshot == {} for i in quick.iterations)  # nothing decoded yet
     assert [lazy.snapshot(i) for i in quick.iterations] == [i.snapshot for i in full.iterations]
     assert sorted(lazy.times) == [1, 2, 3] and quick.finished == full.finished
+
+
+def test_lazy_receipts_keep_each_snapshot_with_its_line_past_a_bad_one(tmp_path: Path) -> None:
+    """Snapshots are cut out by offset; a torn line between iterations (one whose snapshot
+    was cut, then failed to decode) must not shift which snapshot belongs to which."""
+    path = tmp_path / "r" / RECEIPTS_NAME
+    log = Receipts(path)
+    log.append(RunCreated(run_id="r", name="r", spec={}))
+    for k in (1, 2, 3):
+        log.append(IterationDone(run_id="r", iteration=k, samples=k, estimate=k, error=0.5,
+                                 snapshot={"k": k}, wall_s=float(k)))
+        if k == 1:
+            with path.open("ab") as fh:
+                fh.write(b'{"topic":"run.iteration","ts":1,"payload":{"snapshot":{"x":1},'
+                         b'"wall_s":1}\n')
+    lazy, errors = LazyReceipts(path), list[ReceiptError]()
+    quick = RunStore(tmp_path).fold(lazy, errors)
+    assert quick is not None and len(errors) == 1 and "not a JSON receipt line" in str(errors[0])
+    assert [lazy.snapshot(i) for i in quick.iterations] == [{"k": 1}, {"k": 2}, {"k": 3}]
 
 
 def test_a_paused_run_is_shown_paused_among_the_live_ones(

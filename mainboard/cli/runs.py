@@ -53,7 +53,7 @@ def runs() -> None:
 def list_runs(ctx: click.Context, as_json: bool) -> None:
     """Every run with receipts, most recent first."""
     store, _ = _store(ctx)
-    rows = [h.summary() for h in store.all()]
+    rows = [h.summary() for h in store.all(snapshots=False)]
     if as_json:
         common.echo_json(rows)
         return

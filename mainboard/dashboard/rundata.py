@@ -3,7 +3,8 @@
 Receipts are the source because they outlive the broker: the dashboard can start after a
 run and keeps showing it with Redis down. A page polls every second, so each run's fold is
 cached under its receipts file's (mtime, size): an idle dashboard re-reads nothing, and a
-list of 1,000 runs costs 1,000 ``stat`` calls per poll.
+list of 1,000 runs costs 1,000 ``stat`` calls per poll. The cache is filled in a background
+thread as the server starts, so the first request finds it warm.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mainboard.dashboard.lazy import LazyReceipts
+from mainboard.runs.lazy import LazyReceipts
 from mainboard.runs.store import RECEIPTS_NAME, RunHistory, RunStore, UnknownRun
 
 ID_FORM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -66,6 +67,19 @@ class RunData:
         self._root = str(self.store.root)
         self._cache: dict[str, _Entry] = {}
         self._lock = threading.Lock()
+        self._warming: threading.Thread | None = None
+
+    def warm_up(self) -> None:
+        """Fold every run in a background thread now (the server starts it before printing
+        its URL), so the first page is served from a warm cache: a request arriving
+        meanwhile waits for this fold instead of doing the same work a second time."""
+        self._warming = threading.Thread(target=self._warm, name="dashboard-warm-up",
+                                         daemon=True)
+        self._warming.start()
+
+    def _warm(self) -> None:
+        for run_id in self.ids():
+            self.entry(run_id)
 
     def _path(self, run_id: str) -> str:
         return os.path.join(self._root, run_id, RECEIPTS_NAME)
@@ -108,6 +122,10 @@ class RunData:
 
     def histories(self) -> list[RunHistory]:
         """Every run with receipts, most recently updated first."""
+        warming = self._warming
+        if warming is not None and warming is not threading.current_thread():
+            warming.join()
+            self._warming = None
         found = [e.history for run_id in self.ids()
                  if (e := self.entry(run_id)) is not None and e.history is not None]
         return sorted(found, key=lambda h: h.updated, reverse=True)

@@ -213,6 +213,7 @@ async def serve(config: Config, host: str, port: int, token: str,
     sockets = listen(host, port)
     bound = sockets[0].getsockname()[1]
     views = Views(config)
+    views.runs.warm_up()
     server = HTTPServer(make_app(views, token, bound), xheaders=False)
     server.add_sockets(sockets)
     ready(url_of(host, bound, token))

@@ -28,6 +28,7 @@ from mainboard.receipts import (
     RunResumed,
     RunStopped,
 )
+from mainboard.runs.lazy import LazyReceipts
 from mainboard.store import ReceiptStore
 
 RECEIPTS_NAME = "receipts.ndjson"
@@ -152,10 +153,17 @@ class RunStore(ReceiptStore[RunHistory]):
         """The latest execution of ``run_id`` (None when it has no receipts)."""
         return self.view(run_id)
 
-    def all(self) -> Iterator[RunHistory]:
-        """Every run with receipts, most recently updated first."""
-        found = [h for run_id in self.ids() if (h := self.history(run_id)) is not None]
+    def all(self, snapshots: bool = True) -> Iterator[RunHistory]:
+        """Every run with receipts, most recently updated first; ``snapshots=False`` leaves
+        iteration snapshots unread (empty): enough for names, statuses and summaries, and
+        ten times cheaper, snapshots being most of a log's bytes."""
+        found = [h for run_id in self.ids() if (h := self._fold(run_id, snapshots)) is not None]
         yield from sorted(found, key=lambda h: h.updated, reverse=True)
+
+    def _fold(self, run_id: str, snapshots: bool) -> RunHistory | None:
+        if snapshots:
+            return self.history(run_id)
+        return self.fold(LazyReceipts(self.path(run_id)), None)
 
     def find(self, what: str) -> RunHistory:
         """A run by id, unique id prefix (like git's), or name when one run has it."""
@@ -165,13 +173,15 @@ class RunStore(ReceiptStore[RunHistory]):
         exact = self.history(what) if (self.root / what).is_dir() else None
         if exact is not None:
             return exact
-        runs = list(self.all())
+        runs = list(self.all(snapshots=False))  # names and ids only: then one full read
         by_prefix = [h for h in runs if h.run_id.startswith(what)]
-        if len(by_prefix) == 1:
-            return by_prefix[0]
         by_name = [h for h in runs if h.created.name == what]
-        if len(by_name) == 1 and not by_prefix:
-            return by_name[0]
+        one = by_prefix if len(by_prefix) == 1 else by_name if not by_prefix else []
+        if len(one) == 1:
+            found = self.history(one[0].run_id)
+            if found is None:  # removed since the scan
+                raise UnknownRun(f"run {one[0].run_id} ({what!r}) was removed just now")
+            return found
         if len(by_name) > 1 and not by_prefix:  # names are not unique: never guess
             ids = ", ".join(f"{h.run_id} ({h.status})" for h in by_name[:10])
             raise UnknownRun(f"run name {what!r} matches {len(by_name)} runs: {ids}; give an "
