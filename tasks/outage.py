@@ -30,9 +30,9 @@ class BrokerRestarted(Exception):
     gone, so the step is redone as after any outage."""
 
 
+REDIS_DOWN: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 BROKER_ERRORS: tuple[type[BaseException], ...] = (
-    redis.ConnectionError, redis.TimeoutError, OperationalError, ConnectionError,
-    BrokerRestarted)
+    *REDIS_DOWN, OperationalError, ConnectionError, BrokerRestarted)
 DEFAULT_BUDGET_S = 300.0
 FIRST_WAIT_S = 0.5
 MAX_WAIT_S = 5.0
@@ -94,4 +94,4 @@ class Outage:
                     "flight", self.run_id, self.broker, self.clock() - began)
 
 
-__all__ = ["BROKER_ERRORS", "DEFAULT_BUDGET_S", "BrokerRestarted", "Outage", "where"]
+__all__ = ["BROKER_ERRORS", "REDIS_DOWN", "DEFAULT_BUDGET_S", "BrokerRestarted", "Outage", "where"]

@@ -25,7 +25,6 @@ from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
-import redis
 from celery import Task, shared_task
 from celery.exceptions import Ignore
 from celery.signals import worker_process_shutdown, worker_shutdown
@@ -39,6 +38,7 @@ from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
 from mainboard.tasks import STAGE_PREFIX, telemetry
 from mainboard.tasks.context import BatchRef, Skip, StageContext, release_all
+from mainboard.tasks.outage import REDIS_DOWN
 from mainboard.tasks.routing import BatchTask
 
 Message = dict[str, Any]
@@ -75,7 +75,7 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
         if task.request.chain:
             raise Ignore(str(skip)) from None
         return ctx.forward(stored=False, skipped=str(skip))
-    except (redis.ConnectionError, redis.TimeoutError):
+    except REDIS_DOWN:
         raise  # the broker, not the batch: never recorded as the batch's failure; re-sent
     except Exception as exc:
         ctx.store_error(exc)
