@@ -20,7 +20,7 @@ import mainboard
 from mainboard.config import Config, load_config
 from mainboard.integrators.driver import RunResult, integrate_local
 from mainboard.receipts import IterationDone, RunCreated
-from mainboard.runs.logs import follow_logs
+from mainboard.runs.logs import follow_logs, stream_id_order
 from mainboard.runs.store import RunStore
 from mainboard.tasks.runner import integrate, load_spec, resume
 from mainboard.tasks.workers import LocalWorkers
@@ -107,7 +107,7 @@ def test_process_gblog_lines_reach_runs_logs_with_worker_and_level(
     assert [x.ts for x in lines] == sorted(x.ts for x in lines)
     followed = list(follow_logs(handle._r(), result.run_id, level="error", live=lambda: False,
                                 block_ms=100, quiet_s=0.2))  # the run is over: drains, ends
-    assert [x.id for x in followed] == sorted(x.id for x in errors)
+    assert [x.id for x in followed] == sorted((x.id for x in errors), key=stream_id_order)
 
     shown = invoke(workspace, "runs", "logs", "logged", "--level", "warn", "--json")
     assert shown.returncode == 0, shown.stderr

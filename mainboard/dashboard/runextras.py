@@ -51,7 +51,7 @@ def _logs(client: redis.Redis | None, run_id: str) -> tuple[list[dict[str, Any]]
         kept, dropped = log_counts(client, run_id)
     except (redis.RedisError, MainboardError) as exc:
         return [], first_line(exc)
-    lines = sorted((LogLine.from_entry(i, f) for i, f in raw), key=lambda x: (x.ts, x.id))
+    lines = sorted((LogLine.from_entry(i, f) for i, f in raw), key=LogLine.order)
     note = f"the last {len(lines):,} of {kept:,} lines kept for the run" if kept else \
         "no line logged about this run yet"
     if dropped:

@@ -42,6 +42,12 @@ def level_number(name: str) -> int:
         raise UserError(f"unknown log level {name!r}; valid: {', '.join(LEVELS)}") from None
 
 
+def stream_id_order(entry_id: str) -> tuple[int, int]:
+    """A stream id "ms-seq" as numbers: compared as strings "…-10" comes before "…-2"."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms or 0), int(seq or 0)
+
+
 @dataclass(frozen=True)
 class LogLine:
     """One line of a run's log (``iteration``/``batch`` when a batch was in hand)."""
@@ -59,6 +65,10 @@ class LogLine:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the ``--json`` line)."""
         return asdict(self)
+
+    def order(self) -> tuple[float, int, int]:
+        """Time, then the stream id (the tie-break among lines of the same instant)."""
+        return (self.ts, *stream_id_order(self.id))
 
     def to_fields(self) -> dict[str, str]:
         """The stream entry (strings; absent coordinates left out)."""
@@ -115,7 +125,7 @@ def read_logs(r: redis.Redis, run_id: str, *, level: str | None = None,
     raw = r.xrevrange(key, count=limit) if limit and not floor else r.xrange(key)
     lines = [LogLine.from_entry(i, f) for i, f in raw]
     lines = [x for x in lines if LEVELS.get(x.level, logging.INFO) >= floor]
-    lines.sort(key=lambda x: (x.ts, x.id))
+    lines.sort(key=LogLine.order)
     return lines[-limit:] if limit else lines
 
 
@@ -151,5 +161,5 @@ def follow_logs(r: redis.Redis, run_id: str, *, level: str | None = None,
             return
 
 
-__all__ = ["LEVELS", "MAX_LINES", "LogLine", "append_logs", "follow_logs", "level_name",
-           "last_id", "level_number", "log_counts", "read_logs"]
+__all__ = ["LEVELS", "MAX_LINES", "LogLine", "append_logs", "follow_logs", "last_id",
+           "level_name", "level_number", "log_counts", "read_logs", "stream_id_order"]
