@@ -75,3 +75,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if missing:
             raise pytest.UsageError(f"tests/conftest.py: add {missing} to SHARED_WORKER[{group!r}]"
                                     f" (they use the {fixture} fixture)")
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_into_the_repository(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test whose workspace silently became the checkout (no --config, cwd = the repo) would
+    start an embedded broker under ./.mainboard and leave it running: fail it by name."""
+    state = request.config.rootpath / ".mainboard"
+    before = state.exists()
+    yield
+    if not before and state.exists():
+        pytest.fail(f"{request.node.nodeid} wrote {state}: give it a workspace (tmp_path)")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import mainboard
+from mainboard.cli.runview import result_text
 from mainboard.config import Config, load_config
 from mainboard.integrators.driver import RunResult, integrate_local
 from mainboard.receipts import IterationDone, RunCreated
@@ -144,6 +145,7 @@ def test_pause_then_resume_gives_the_uninterrupted_numbers(workspace: Config,
     assert answer["status"] == "paused" and 1 <= answer["iterations"] < 8
     partial = job.join()
     assert partial.stop_reason == "paused" and partial.iterations == answer["iterations"]
+    assert "paused by the user (`mainboard runs resume`" in result_text(partial)
     listed = {r["run_id"]: r for r in json.loads(invoke(workspace, "runs", "list",
                                                          "--json").stdout)}
     assert listed[run_id]["status"] == "paused"

@@ -62,6 +62,16 @@ def _pull(result: RunResult) -> str:
     return f"  ({(result.estimate - result.exact) / result.error:+.2f} sigma)"
 
 
+# a run halted by `runs pause` / `runs stop` carries the status, not a stop rule
+_HALTED = {"paused": "paused by the user (`mainboard runs resume` goes on)",
+           "stopped": "stopped by the user"}
+
+
+def _ending(reason: str) -> str:
+    """How the run ended, in words: the stop rule that fired, or the user's halt."""
+    return _HALTED.get(reason, f"stopped by {reason}")
+
+
 def result_text(result: RunResult) -> str:
     """The human-readable result block."""
     rate = result.samples / result.wall_s if result.wall_s else float("nan")
@@ -73,7 +83,7 @@ def result_text(result: RunResult) -> str:
     training = f" (+{result.training_samples:,} training)" if result.training_samples else ""
     lines += [f"chi2/dof  {result.chi2_dof:.3g}   Q {q}",
               f"samples   {result.samples:,} in {result.iterations} iterations{training}, "
-              f"{result.nan_count} non-finite, stopped by {result.stop_reason}"]
+              f"{result.nan_count} non-finite, {_ending(result.stop_reason)}"]
     if result.wall_s is not None:
         lines.append(f"wall      {result.wall_s:.2f} s ({rate:,.0f} samples/s)")
     return "\n".join(lines)
