@@ -78,6 +78,17 @@ def cli(workspace: Config, *args: str, timeout: float = 120) -> subprocess.Compl
     return run_cli(workspace.path, *args, env=subprocess_env(), timeout=timeout)
 
 
+def show(workspace: Config, *args: str) -> str:
+    """``runs show ARGS`` through the CLI in this process (it only reads receipts)."""
+    from click.testing import CliRunner
+
+    from mainboard.cli import cli as main
+
+    done = CliRunner().invoke(main, ["--config", str(workspace.path), "runs", "show", *args])
+    assert done.exit_code == 0, done.output
+    return done.stdout
+
+
 def local(child: dict[str, Any], point: dict[str, Any], samples: int | None = None,
           name: str | None = None) -> Any:
     """The child run of ``point`` integrated in this process: the reference numbers."""
@@ -126,19 +137,25 @@ def test_a_scan_of_6_points_is_6_child_runs_shown_as_a_table(workspace: Config,
     assert child.created.point == {"integrand.a": [4.0, 4.0], "sampler.alpha": 0.5}
     assert len(done.stderr.strip().splitlines()) >= 6  # one line per child as it ends
 
-    shown = cli(workspace, "runs", "show", got["run_id"][:8])
-    assert shown.returncode == 0, shown.stderr
-    assert "integrand.a" in shown.stdout and "sampler.alpha" in shown.stdout
-    assert sum(line.split()[0].startswith("p") for line in shown.stdout.splitlines()[3:]) == 6
-    table = list(csv.DictReader(io.StringIO(cli(workspace, "runs", "show", "scan6",
-                                                "--csv").stdout)))
+    shown = show(workspace, got["run_id"][:8])
+    assert "integrand.a" in shown and "sampler.alpha" in shown
+    assert sum(line.split()[0].startswith("p") for line in shown.splitlines()[3:]) == 6
+    table = list(csv.DictReader(io.StringIO(show(workspace, "scan6", "--csv"))))
     assert [float(r["estimate"]) for r in table] == [r["estimate"] for r in rows]
     assert table[5]["integrand.a"] == "[6.0, 6.0]" and table[5]["sampler.alpha"] == "0.5"
-    child_shown = cli(workspace, "runs", "show", rows[3]["child"])
-    assert f"child of   {got['run_id']}" in child_shown.stdout
-    again = cli(workspace, "integrate", str(folder / "scan.toml"), "--workers", "0", "--json")
-    assert again.returncode == 0 and json.loads(again.stdout)["rows"] == rows  # not rerun
-    assert "from its receipts" in again.stderr
+    assert json.loads(show(workspace, "scan6", "--json"))["rows"] == rows
+    assert f"child of   {got['run_id']}" in show(workspace, rows[3]["child"])
+    again = integrate_parent(parse_parent({**_scan_data(), "child": CHILD}), 0, config=workspace)
+    assert again["rows"] == rows  # every point taken from its receipts, none run again
+    assert all(len(lines(workspace, r["child"])) == 4 for r in rows)  # created, 2 its, done
+
+
+def _scan_data() -> dict[str, Any]:
+    import tomllib
+
+    data = tomllib.loads(SCAN_TOML)
+    del data["child"]
+    return data
 
 
 def test_a_tuning_study_of_12_trials_2_at_a_time_survives_failing_trials(
@@ -208,7 +225,7 @@ def test_a_killed_parent_resumes_without_rerunning_finished_children(
         workspace: Config, fleet: LocalWorkers) -> None:
     child = copy.deepcopy(CHILD)
     child["integrand"] = {"kind": "python", "target": "tests.run_integrands:slow_gauss",
-                          "params": {"delay": 0.15, "a": 4.0}}
+                          "params": {"delay": 0.1, "a": 4.0}}
     child["name"] = "slow"
     spec = {"name": "study-kill", "child": child, "tune": {
         "optimizer": {"algorithm": "random", "seed": 5, "max_trials": 6},

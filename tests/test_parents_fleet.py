@@ -1,0 +1,119 @@
+"""Live tier: a 3-child integration campaign on a fleet whose only worker is an ssh host
+(a real sshd on loopback, the worker started by ``fleet up`` through paramiko).
+
+``integrate CAMPAIGN.toml --workers 0`` starts no local worker, so every batch of every
+child run is executed by the ssh host's worker: its tasks-done counter grows by at least
+the campaign's batch count, and the total is the children's sum with its error
+propagated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fleet_helpers import (
+    cli,
+    provisioned_root,  # noqa: F401 - session fixture
+    ssh_host,
+    status,
+    stop_broker,
+    up_ok,
+    wait_until,
+    workspace,
+)
+from tests.services import SshServer
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
+BATCH = 2000
+CHILD = """seed = {seed}
+[domain]
+continuous = 2
+[integrand]
+kind = "genz.gaussian"
+a = [{a}, {a}]
+u = [0.5, 0.5]
+[sampler]
+kind = "{sampler}"
+[stop]
+max_samples = 4000
+[batching]
+batch_size = 2000
+batches_per_iteration = 2
+fuse = true
+"""
+CAMPAIGN = """name = "fleet-campaign"
+[campaign]
+max_active_runs = 1
+min_samples_per_child = 4000
+step_samples = 4000
+stop = { max_total_samples = 20000 }
+[[campaign.children]]
+name = "wide"
+coefficient = 1.0
+run = "wide.toml"
+[[campaign.children]]
+name = "narrow"
+coefficient = 0.5
+run = "narrow.toml"
+[[campaign.children]]
+name = "flat"
+coefficient = -2.0
+run = "flat.toml"
+"""
+
+
+@pytest.fixture(scope="module")
+def ssh_fleet(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer,
+              provisioned_root: Path) -> Iterator[Path]:  # noqa: F811
+    """A workspace whose fleet is one worker on the loopback sshd host ``lo``."""
+    ws = workspace(tmp_path_factory.mktemp("parents-fleet") / "ws",
+                   ssh_host("lo", sshd_server, provisioned_root))
+    try:
+        up_ok(ws, "--on", "lo")
+        yield ws
+    finally:
+        cli(ws, "fleet", "down", "--timeout", "20")
+        stop_broker(ws)
+
+
+def test_a_3_child_campaign_runs_on_an_ssh_fleet_host(ssh_fleet: Path) -> None:
+    ws = ssh_fleet
+    for name, a, sampler, seed in (("wide", 2.0, "vegas", 1), ("narrow", 6.0, "vegas", 2),
+                                   ("flat", 3.0, "naive", 3)):
+        (ws / f"{name}.toml").write_text(f'name = "{name}"\n'
+                                         + CHILD.format(seed=seed, a=a, sampler=sampler))
+    (ws / "campaign.toml").write_text(CAMPAIGN)
+    rows = wait_until(lambda: (r := status(ws)) and all(x["online"] for x in r) and r, 90,
+                      "the ssh worker online")
+    assert [r["host"] for r in rows] == ["lo"]
+    before = rows[0]["tasks_done"] or 0
+
+    done = cli(ws, "integrate", "campaign.toml", "--workers", "0", "--json", timeout=240)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["kind"] == "campaign" and got["status"] == "finished"
+    by = {r["label"]: r for r in got["rows"]}
+    assert set(by) == {"wide", "narrow", "flat"}
+    assert sum(r["samples"] for r in by.values()) == 20_000
+    # naive, coefficient -2: the most variance, so every step after the first round
+    assert (by["flat"]["samples"], by["wide"]["samples"], by["narrow"]["samples"]) == \
+        (12_000, 4000, 4000)
+    coeff = {"wide": 1.0, "narrow": 0.5, "flat": -2.0}
+    total = got["total"]
+    assert total["estimate"] == pytest.approx(
+        sum(c * by[n]["estimate"] for n, c in coeff.items()), rel=1e-12)
+    assert total["error"] == pytest.approx(
+        math.sqrt(sum((c * by[n]["error"]) ** 2 for n, c in coeff.items())), rel=1e-12)
+    exact = {n: (math.sqrt(math.pi) / a * math.erf(a / 2)) ** 2
+             for n, a in (("wide", 2.0), ("narrow", 6.0), ("flat", 3.0))}
+    truth = sum(c * exact[n] for n, c in coeff.items())
+    assert abs(total["estimate"] - truth) < 5 * total["error"]
+
+    after = wait_until(lambda: (r := status(ws)) and (r[0]["tasks_done"] or 0) > before and r,
+                       30, "the ssh worker's task count")
+    assert (after[0]["tasks_done"] or 0) - before >= 20_000 // BATCH  # every batch ran there
