@@ -111,14 +111,21 @@ def most_at_once(workspace: Config, parent: str) -> int:
     return peak
 
 
-def test_a_scan_of_6_points_is_6_child_runs_shown_as_a_table(workspace: Config,
-                                                            fleet: LocalWorkers) -> None:
+@pytest.fixture(scope="module")
+def scan(workspace: Config, fleet: LocalWorkers) -> subprocess.CompletedProcess[str]:
+    """``mainboard integrate scan.toml --json`` (child = "child.toml"), on the fleet."""
     folder = workspace.root / "scan"
     folder.mkdir()
     (folder / "child.toml").write_text(CHILD_TOML)
     (folder / "scan.toml").write_text(SCAN_TOML)
     done = cli(workspace, "integrate", str(folder / "scan.toml"), "--workers", "0", "--json")
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_a_scan_of_6_points_is_6_child_runs_shown_as_a_table(
+        workspace: Config, scan: subprocess.CompletedProcess[str]) -> None:
+    done = scan
     got = json.loads(done.stdout)
     assert got["kind"] == "scan" and got["status"] == "finished"
     rows = got["rows"]
@@ -148,6 +155,31 @@ def test_a_scan_of_6_points_is_6_child_runs_shown_as_a_table(workspace: Config,
     again = integrate_parent(parse_parent({**_scan_data(), "child": CHILD}), 0, config=workspace)
     assert again["rows"] == rows  # every point taken from its receipts, none run again
     assert all(len(lines(workspace, r["child"])) == 4 for r in rows)  # created, 2 its, done
+
+
+def test_the_dashboard_plots_a_scan_estimate_against_its_parameter(
+        workspace: Config, scan: subprocess.CompletedProcess[str]) -> None:
+    from tests.chromium import Tab, drive
+    from tests.test_dashboard import INK, start_dashboard, stop_dashboard
+
+    got = json.loads(scan.stdout)
+    dash = start_dashboard(workspace)
+    try:
+        data = dash.api(f"/api/run/{got['run_id']}")
+        assert data["parent"]["kind"] == "scan" and data["parent"]["rows"] == got["rows"]
+
+        async def look(tab: Tab) -> tuple[str, int]:
+            html = await tab.wait_for('id="plot-parent" data-points="6"', 15)
+            return html, await tab.evaluate(INK % "plot-parent")
+
+        html, ink = drive(dash.page(f"/run/{got['run_id']}"), look)
+    finally:
+        stop_dashboard(dash)
+    assert ink > 500, f"the scan plot drew nothing ({ink} dark pixels)"
+    assert "sampler.alpha=0" in html and "sampler.alpha=0.5" in html  # one series per alpha
+    assert html.count('data-child="p') == 6 and "integrand.a" in html
+    for row in got["rows"]:
+        assert f'href="/run/{row["child"]}"' in html
 
 
 def _scan_data() -> dict[str, Any]:
