@@ -366,3 +366,14 @@ def test_a_bad_parent_file_exits_2_with_one_line_and_starts_nothing(workspace: C
     assert not any((workspace.state_dir / "runs").glob("*/receipts.ndjson")) or all(
         "bad-scan" not in p.read_text()
         for p in (workspace.state_dir / "runs").glob("*/receipts.ndjson"))
+
+
+@pytest.mark.parametrize("name", ["alpha-scan", "tune-vegas", "campaign"])
+def test_the_example_parent_files_are_valid(name: str) -> None:
+    from mainboard.parents.spec import load_parent
+    from tests.integration import REPO
+
+    spec = load_parent(REPO / "examples" / f"{name}.toml")
+    assert spec.name == name and isinstance(spec.child or spec.campaign, dict | object)
+    if spec.scan is not None:
+        assert len(spec.scan.points()) == 6
