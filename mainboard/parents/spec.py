@@ -243,7 +243,7 @@ class ParentSpec(_Model):
 
 
 def set_path(data: dict[str, Any], path: str, value: Any) -> None:
-    """Set ``a.b.c`` in nested dicts, making tables on the way; a list index is a number."""
+    """Set ``a.b.c`` in nested dicts, making tables on the way."""
     node: Any = data
     parts = path.split(".")
     for part in parts[:-1]:

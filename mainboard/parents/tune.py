@@ -11,7 +11,6 @@ study goes on.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any
 
@@ -32,25 +31,34 @@ from mainboard.receipts import ChildStarted
 Param = FloatParameter | IntegerParameter | CategoricalParameter
 
 
-def _choices(p: Param, grid_points: int) -> list[Any]:
-    """The values a grid visits for one parameter."""
+def _count(p: Param, grid_points: int) -> int:
+    """How many values a grid visits for one parameter."""
     if isinstance(p, CategoricalParameter):
-        return list(p.values)
+        return len(p.values)
     if isinstance(p, IntegerParameter):
-        return list(range(int(p.min), int(p.max) + 1, int(p.step)))
+        return (int(p.max) - int(p.min)) // int(p.step) + 1
+    return grid_points
+
+
+def _value(p: Param, k: int, grid_points: int) -> Any:
+    """The k-th of the values a grid visits (integers by arithmetic: ranges may be huge)."""
+    if isinstance(p, CategoricalParameter):
+        return p.values[k]
+    if isinstance(p, IntegerParameter):
+        return int(p.min) + k * int(p.step)
     space = np.geomspace if p.log else np.linspace
-    return [float(v) for v in space(p.min, p.max, grid_points)]
+    return float(space(p.min, p.max, grid_points)[k])
 
 
 def corners(tune: TuneSpec) -> list[dict[str, Any]]:
     """Points that reach every parameter's extremes and every category (one parameter
     moved at a time from the lowest corner): enough to find a bound the child refuses."""
-    low = {p.name: _choices(p, 2)[0] for p in tune.parameters}
+    low = {p.name: _value(p, 0, 2) for p in tune.parameters}
     out = [low]
     for p in tune.parameters:
-        values = _choices(p, 2)
-        out += [{**low, p.name: v} for v in (values if isinstance(p, CategoricalParameter)
-                                             else values[-1:])]
+        last = _count(p, 2) - 1
+        ks = range(1, last + 1) if isinstance(p, CategoricalParameter) else [last]
+        out += [{**low, p.name: _value(p, k, 2)} for k in ks if k > 0]
     return out
 
 
@@ -59,24 +67,26 @@ class Optimizer:
 
     def __init__(self, tune: TuneSpec) -> None:
         self.tune = tune
-        self.grid: list[dict[str, Any]] | None = None
-        if tune.optimizer.algorithm == "grid":
-            names = [p.name for p in tune.parameters]
-            axes = [_choices(p, tune.optimizer.grid_points) for p in tune.parameters]
-            self.grid = [dict(zip(names, c, strict=True)) for c in itertools.product(*axes)]
+        self.points = tune.optimizer.grid_points
+        self.sizes = [_count(p, self.points) for p in tune.parameters]
 
     @property
     def trials(self) -> int:
-        """How many trials the study runs."""
+        """How many trials the study runs (a grid: at most its size)."""
         cap = self.tune.optimizer.max_trials
-        return min(cap, len(self.grid)) if self.grid is not None else cap
+        return min(cap, math.prod(self.sizes)) if self.tune.optimizer.algorithm == "grid" \
+            else cap
 
     def params(self, number: int) -> dict[str, Any]:
-        """Trial ``number``'s parameters."""
-        if self.grid is not None:
-            return dict(self.grid[number])
-        rng = np.random.default_rng([self.tune.optimizer.seed, number])
+        """Trial ``number``'s parameters: the grid in order (the last parameter fastest),
+        or random draws seeded with (seed, number)."""
         out: dict[str, Any] = {}
+        if self.tune.optimizer.algorithm == "grid":
+            for p, size in reversed(list(zip(self.tune.parameters, self.sizes, strict=True))):
+                number, k = divmod(number, size)
+                out[p.name] = _value(p, k, self.points)
+            return {p.name: out[p.name] for p in self.tune.parameters}
+        rng = np.random.default_rng([self.tune.optimizer.seed, number])
         for p in self.tune.parameters:
             if isinstance(p, FloatParameter):
                 u = rng.random()
@@ -84,8 +94,7 @@ class Optimizer:
                                                                       - math.log(p.min)))
                                     if p.log else p.min + u * (p.max - p.min))
             else:
-                values = _choices(p, 2)
-                out[p.name] = values[int(rng.integers(len(values)))]
+                out[p.name] = _value(p, int(rng.integers(_count(p, 2))), 2)
         return out
 
     def tell(self, number: int, params: dict[str, Any], value: float | None) -> None:
