@@ -20,14 +20,17 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from mainboard import keys
 from mainboard.errors import BrokerError, first_line
 from mainboard.integrators.plain import to_plain
 from mainboard.integrators.spec import RunSpec
 from mainboard.receipts import ChildDone, ChildStarted, RunCreated, RunResumed
 from mainboard.runs.store import RunHistory
+from mainboard.tasks.outage import BROKER_ERRORS
 from mainboard.tasks.runner import Session, restore_state
 
 log = logging.getLogger(__name__)
@@ -83,7 +86,12 @@ class Children:
     def __enter__(self) -> Children:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if kind is not None:  # Ctrl-C, a lost broker: children pause at a batch boundary
+            for child in self.active.values():  # (`runs resume PARENT` continues them)
+                with suppress(*BROKER_ERRORS):
+                    self.s.r.hset(keys.run_state(child_id(self.parent_id, child.label)),
+                                  "control", "pause")
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     @property
