@@ -1,10 +1,11 @@
-"""Live tier: a 3-child integration campaign on a fleet whose only worker is an ssh host
-(a real sshd on loopback, the worker started by ``fleet up`` through paramiko).
+"""Live tier: a 3-child integration campaign, a 6-point scan and a 12-trial tuning study
+(2 at a time) on a fleet whose only worker is an ssh host (a real sshd on loopback, the
+worker started by ``fleet up`` through paramiko).
 
-``integrate CAMPAIGN.toml --workers 0`` starts no local worker, so every batch of every
-child run is executed by the ssh host's worker: its tasks-done counter grows by at least
-the campaign's batch count, and the total is the children's sum with its error
-propagated.
+With ``--workers 0`` (``workers=0``) no local worker starts, so every batch of every child
+run is executed by the ssh host's worker: its tasks-done counter grows by at least the
+number of batches; the campaign's total is the children's sum with its error propagated.
+Budgets are one to four batches per child.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from mainboard.fleet.sync import sync_fleet
+from mainboard.parents.driver import integrate_parent
+from mainboard.parents.spec import parse_parent
 from tests.fleet_helpers import (
     cli,
+    config,
     provisioned_root,  # noqa: F401 - session fixture
     ssh_host,
     status,
@@ -117,3 +122,34 @@ def test_a_3_child_campaign_runs_on_an_ssh_fleet_host(ssh_fleet: Path) -> None:
     after = wait_until(lambda: (r := status(ws)) and (r[0]["tasks_done"] or 0) > before and r,
                        30, "the ssh worker's task count")
     assert (after[0]["tasks_done"] or 0) - before >= 16_000 // BATCH  # every batch ran there
+
+
+TINY = {"name": "tiny", "seed": 5, "domain": {"continuous": 2},
+        "integrand": {"kind": "genz.gaussian", "a": [4.0, 4.0], "u": [0.5, 0.5]},
+        "sampler": {"kind": "vegas", "bins": 8}, "stop": {"max_samples": 1000},
+        "batching": {"batch_size": 1000, "batches_per_iteration": 1, "fuse": True}}
+
+
+def test_a_6_point_scan_and_a_12_trial_study_run_on_the_ssh_fleet_host(ssh_fleet: Path) -> None:
+    ws = ssh_fleet
+    rows = wait_until(lambda: (r := status(ws)) and all(x["online"] for x in r) and r, 90,
+                      "the ssh worker online")
+    before = rows[0]["tasks_done"] or 0
+    scan = parse_parent({"name": "fleet-scan", "child": TINY, "scan": {
+        "max_concurrent_runs": 2, "parameters": [
+            {"name": "integrand.u", "values": [[0.3, 0.3], [0.5, 0.5], [0.7, 0.7]]},
+            {"name": "sampler.alpha", "values": [0.0, 1.0]}]}})
+    tune = parse_parent({"name": "fleet-tune", "child": TINY, "tune": {
+        "optimizer": {"algorithm": "random", "seed": 3, "max_trials": 12},
+        "objective": {"metric": "relative_error"}, "max_concurrent_trials": 2,
+        "parameters": [{"kind": "integer", "name": "sampler.bins", "min": 2, "max": 32}]}})
+    cfg = config(ws)
+    scanned = integrate_parent(scan, 0, config=cfg, prepare=sync_fleet)
+    tuned = integrate_parent(tune, 0, config=cfg, prepare=sync_fleet)
+    assert [r["status"] for r in scanned["rows"]] == ["finished"] * 6
+    assert [r["status"] for r in tuned["rows"]] == ["finished"] * 12
+    assert all(r["samples"] == 1000 for r in scanned["rows"] + tuned["rows"])
+    assert tuned["best"]["objective"] == min(r["objective"] for r in tuned["rows"])
+    after = wait_until(lambda: (r := status(ws)) and (r[0]["tasks_done"] or 0) >= before + 18
+                       and r, 30, "the ssh worker's task count")
+    assert (after[0]["tasks_done"] or 0) - before >= 18  # every child's batch ran there
