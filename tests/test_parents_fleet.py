@@ -21,6 +21,7 @@ from mainboard.fleet.sync import sync_fleet
 from mainboard.parents.driver import integrate_parent
 from mainboard.parents.spec import parse_parent
 from tests.fleet_helpers import (
+    batch_consumers,
     cli,
     config,
     provisioned_root,  # noqa: F401 - session fixture
@@ -72,6 +73,19 @@ run = "flat.toml"
 """
 
 
+def tasks_done(ws: Path) -> dict[str, int]:
+    """{node: tasks done} of every worker that beats on the workspace's broker (the
+    registry in Redis: no ssh round trip; counted before a task's result is stored)."""
+    from mainboard import keys
+    from mainboard.fleet.workers import broker_route, registry
+
+    route = broker_route(config(ws), start=False)
+    assert route is not None
+    with registry(route) as client:
+        return {n: int(client.hget(keys.worker(n), "tasks_done") or 0)
+                for n in client.zrange(keys.workers_index(), 0, -1)}
+
+
 @pytest.fixture(scope="module")
 def ssh_fleet(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer,
               provisioned_root: Path) -> Iterator[Path]:  # noqa: F811
@@ -96,7 +110,9 @@ def test_a_3_child_campaign_runs_on_an_ssh_fleet_host(ssh_fleet: Path) -> None:
     rows = wait_until(lambda: (r := status(ws)) and all(x["online"] for x in r) and r, 90,
                       "the ssh worker online")
     assert [r["host"] for r in rows] == ["lo"]
-    before = rows[0]["tasks_done"] or 0
+    (node,) = tasks_done(ws)  # the only worker on the broker: the ssh host's
+    assert node.startswith("ssh-lo-"), node
+    before = tasks_done(ws)[node]
 
     done = cli(ws, "integrate", "campaign.toml", "--workers", "0", "--json", timeout=240)
     assert done.returncode == 0, done.stderr
@@ -119,9 +135,8 @@ def test_a_3_child_campaign_runs_on_an_ssh_fleet_host(ssh_fleet: Path) -> None:
     truth = sum(c * exact[n] for n, c in coeff.items())
     assert abs(total["estimate"] - truth) < 5 * total["error"]
 
-    after = wait_until(lambda: (r := status(ws)) and (r[0]["tasks_done"] or 0) > before and r,
-                       30, "the ssh worker's task count")
-    assert (after[0]["tasks_done"] or 0) - before >= 16_000 // BATCH  # every batch ran there
+    # every batch ran there (counted as the task ends, a moment after its result is stored)
+    wait_until(lambda: tasks_done(ws)[node] - before >= 16_000 // BATCH, 30, "batches counted")
 
 
 TINY = {"name": "tiny", "seed": 5, "domain": {"continuous": 2},
@@ -132,9 +147,9 @@ TINY = {"name": "tiny", "seed": 5, "domain": {"continuous": 2},
 
 def test_a_6_point_scan_and_a_12_trial_study_run_on_the_ssh_fleet_host(ssh_fleet: Path) -> None:
     ws = ssh_fleet
-    rows = wait_until(lambda: (r := status(ws)) and all(x["online"] for x in r) and r, 90,
-                      "the ssh worker online")
-    before = rows[0]["tasks_done"] or 0
+    wait_until(lambda: batch_consumers(ws) == 1, 90, "the ssh worker online")
+    (node,) = tasks_done(ws)
+    before = tasks_done(ws)[node]
     scan = parse_parent({"name": "fleet-scan", "child": TINY, "scan": {
         "max_concurrent_runs": 2, "parameters": [
             {"name": "integrand.u", "values": [[0.3, 0.3], [0.5, 0.5], [0.7, 0.7]]},
@@ -150,6 +165,4 @@ def test_a_6_point_scan_and_a_12_trial_study_run_on_the_ssh_fleet_host(ssh_fleet
     assert [r["status"] for r in tuned["rows"]] == ["finished"] * 12
     assert all(r["samples"] == 1000 for r in scanned["rows"] + tuned["rows"])
     assert tuned["best"]["objective"] == min(r["objective"] for r in tuned["rows"])
-    after = wait_until(lambda: (r := status(ws)) and (r[0]["tasks_done"] or 0) >= before + 18
-                       and r, 30, "the ssh worker's task count")
-    assert (after[0]["tasks_done"] or 0) - before >= 18  # every child's batch ran there
+    wait_until(lambda: tasks_done(ws)[node] - before >= 18, 30, "every child's batch counted")
