@@ -235,6 +235,14 @@ class ParentSpec(_Model):
         text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(("parent:" + text).encode()).hexdigest()[:16]
 
+    def trial_samples(self) -> int:
+        """A tuning trial's fixed budget: ``samples_per_trial``, else the child's
+        max_samples (then its only stop condition: every trial draws as many)."""
+        assert self.tune is not None and isinstance(self.child, dict)
+        if self.tune.samples_per_trial is not None:
+            return int(self.tune.samples_per_trial)
+        return int(self.child["stop"]["max_samples"])
+
     def child_spec(self, point: dict[str, Any] | None = None, *, samples: int | None = None,
                    name: str | None = None, file: str = "<parent>") -> RunSpec:
         """The child definition with ``point`` applied (and ``samples`` as its sole stop)."""
@@ -344,7 +352,7 @@ def check_children(spec: ParentSpec, file: str) -> None:
         from mainboard.parents.tune import corners
 
         for point in corners(spec.tune):
-            spec.child_spec(point, samples=spec.tune.samples_per_trial, file=file)
+            spec.child_spec(point, samples=spec.trial_samples(), file=file)
     elif spec.campaign is not None:
         for i, c in enumerate(spec.campaign.children):
             assert isinstance(c.run, dict)

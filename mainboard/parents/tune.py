@@ -188,7 +188,7 @@ def drive(ctx: Context) -> dict[str, Any]:
                 else:
                     label, next_number = f"t{next_number}", next_number + 1
                     params = opt.params(_number(label))
-                outcome = _start(ctx, pool, label, params, tune)
+                outcome = _start(ctx, pool, label, params)
                 if outcome is not None:
                     learn(outcome)
             if not pool.active:
@@ -204,11 +204,11 @@ def drive(ctx: Context) -> dict[str, Any]:
             "best": best}
 
 
-def _start(ctx: Context, pool: Children, label: str, params: dict[str, Any],
-           tune: TuneSpec) -> Outcome | None:
+def _start(ctx: Context, pool: Children, label: str, params: dict[str, Any]
+           ) -> Outcome | None:
     """Start one trial; parameters its child refuses make a failed trial, recorded."""
     try:
-        spec = ctx.spec.child_spec(params, samples=tune.samples_per_trial,
+        spec = ctx.spec.child_spec(params, samples=ctx.spec.trial_samples(),
                                    name=ctx.child_name(label), file=ctx.file)
     except UserError as exc:
         from mainboard.receipts import ChildDone
