@@ -153,7 +153,7 @@ def test_a_scan_of_6_points_is_6_child_runs_shown_as_a_table(
     assert json.loads(show(workspace, "scan6", "--json"))["rows"] == rows
     assert f"child of   {got['run_id']}" in show(workspace, rows[3]["child"])
     again = integrate_parent(parse_parent({**_scan_data(), "child": CHILD}), 0, config=workspace)
-    assert again["rows"] == rows  # every point taken from its receipts, none run again
+    assert again["rows"] == rows  # the same parent: its table, nothing run again
     assert all(len(lines(workspace, r["child"])) == 4 for r in rows)  # created, 2 its, done
 
 

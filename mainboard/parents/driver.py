@@ -83,12 +83,15 @@ def integrate_parent(spec: ParentSpec, workers: int | None = None, *,
                      config: Config | None = None, broker_url: str | None = None,
                      prepare: Prepare | None = None, run_file: str | Path | None = None,
                      report: Report | None = None) -> dict[str, Any]:
-    """Run a parent from the start (children that finished before with the same definition
-    are taken from their receipts, not run again); its table (:func:`table.view`)."""
+    """Run a parent; its table (:func:`table.view`). The id is the content's: a parent that
+    finished before is only shown, one that was interrupted continues (as ``resume``)."""
     use_import_roots(run_file, config.root if config is not None else None)
     with session(spec.run_id(), config, broker_url, workers, prepare=prepare,
                  run_file=run_file) as s:
-        return _drive(s, spec, None, report, str(run_file or spec.name))
+        history = s.store.history(spec.run_id())
+        if history is not None and history.status == "finished":
+            return table.view(history)
+        return _drive(s, spec, history, report, str(run_file or spec.name))
 
 
 def resume_parent(history: RunHistory, workers: int | None = None, *,
