@@ -49,8 +49,10 @@ function parentSeries(p) {
   const xs = [...new Set(rows.map(xOf))].sort((a, b) => a - b);
   const groups = new Map();
   rows.forEach((r, i) => {
-    const key = names.filter((n) => n !== axis).map((n) => `${n}=${JSON.stringify(r.point[n])}`).join(" ")
-      || (p.kind === "campaign" ? "children" : "estimate");
+    // a scan: one series per combination of its other parameters; a study: one series
+    const others = p.kind === "scan" ? names.filter((n) => n !== axis) : [];
+    const key = others.map((n) => `${n}=${JSON.stringify(r.point[n])}`).join(" ")
+      || (p.kind === "campaign" ? "children" : p.kind === "tune" ? "trials" : "estimate");
     if (!groups.has(key)) groups.set(key, []);
     groups.get(key).push([xOf(r, i), r]);
   });
