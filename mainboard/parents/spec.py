@@ -217,12 +217,12 @@ class ParentSpec(_Model):
         if len(given) != 1:
             raise SpecError("", f"needs exactly one of {', '.join(PARENT_KINDS)} (got "
                             f"{', '.join(given) or 'none'})", None, valid=", ".join(PARENT_KINDS))
-        if (self.child is None) == (given[0] != "campaign"):
-            want = "needs" if given[0] != "campaign" else "takes no"
-            raise SpecError("child", f"{given[0]} {want} a child run ([child] table or "
-                            "child = \"other.toml\")", None,
-                            valid="a [child] table or a path" if want == "needs" else
-                            "each [[campaign.children]] names its run")
+        if given[0] != "campaign" and self.child is None:
+            raise SpecError("child", f"{given[0]} needs a child run", None,
+                            valid="a [child] table or child = \"other.toml\"")
+        if given[0] == "campaign" and self.child is not None:
+            raise SpecError("child", "a campaign takes no child run: each child names its own",
+                            None, valid="[[campaign.children]] with name, coefficient, run")
         return self
 
     @property
