@@ -1,6 +1,7 @@
 """Runs that drive runs, on real Redis and real Celery workers: a scan of 6 points, a
 tuning study of 12 trials (2 at a time, one kind of trial failing), a 3-child campaign,
-a parent coordinator killed mid-study and resumed, and bad parent files (exit 2).
+a parent coordinator killed mid-study and resumed, the scan's plot on the dashboard in
+real headless Chromium, and bad parent files (exit 2).
 
 Every child is an ordinary run: its numbers are checked bit for bit against the same
 child run integrated locally (``integrate_local``), so a parent adds bookkeeping, never
