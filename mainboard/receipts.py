@@ -63,6 +63,8 @@ class RunCreated(Payload):
     parent: str | None = None
     from_iteration: int | None = None
     snapshot: dict[str, Any] | None = None  # a clone's starting state (sampler, accumulator)
+    kind: str | None = None  # a parent run (scan, tune, campaign): its spec is the parent's
+    point: dict[str, Any] | None = None  # a child of a parent run: its grid point, trial, name
 
 
 class RunResumed(Payload):
@@ -540,4 +542,34 @@ class StudyVerdict(Payload):
 
 
 for _model in (StudyJob, StudyVerdict):
+    register(_model)
+
+
+class ChildStarted(Payload):
+    """A parent run (scan, tune, campaign) started or extended one child run; ``budget`` is
+    the child's sample budget (a campaign raises it step by step)."""
+
+    topic: ClassVar[str] = "parent.child"
+    run_id: str  # the parent
+    child: str
+    label: str
+    point: dict[str, Any] = Field(default_factory=dict)
+    budget: int | None = None
+
+
+class ChildDone(Payload):
+    """A child run of a parent ended: its result row, or the error that failed it."""
+
+    topic: ClassVar[str] = "parent.child_done"
+    run_id: str  # the parent
+    child: str
+    label: str
+    point: dict[str, Any] = Field(default_factory=dict)
+    status: str  # finished | failed
+    result: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    budget: int | None = None
+
+
+for _model in (ChildStarted, ChildDone):
     register(_model)

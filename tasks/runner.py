@@ -75,13 +75,16 @@ class Session:
     places: dict[str, Any] | None = None  # where the run's files are (tasks.paths.places)
 
     def coordinator(self, state: RunState, progress: ProgressFn | None,
-                    wall_before: float = 0.0) -> Coordinator:
-        """The coordinator of the leased run over this session's broker and workers."""
-        return Coordinator(self.app, self.r, self.store, self.lease.run_id, state,
+                    wall_before: float = 0.0, run_id: str | None = None) -> Coordinator:
+        """The coordinator of the leased run over this session's broker and workers; with
+        ``run_id``, of another run (a parent's child) under its own lease, taken when it
+        starts, so children run side by side on one session."""
+        lease = self.lease if run_id is None else Lease(self.r, run_id)
+        return Coordinator(self.app, self.r, self.store, lease.run_id, state,
                            progress=progress, wall_before=wall_before,
                            health=self.workers.check if self.workers else None,
                            exited=self.workers.exited if self.workers else None,
-                           lease=self.lease, broker=self.broker, outage_budget=self.outage_s,
+                           lease=lease, broker=self.broker, outage_budget=self.outage_s,
                            places=self.places)
 
 
@@ -144,7 +147,7 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
         app.close()
 
 
-def _restore(spec: RunSpec, snapshot: Mapping[str, Any] | None, *, fresh_stop: bool
+def restore_state(spec: RunSpec, snapshot: Mapping[str, Any] | None, *, fresh_stop: bool
              ) -> RunState:
     """The run state a snapshot describes (the initial state for None); workspace modules
     edited since an earlier run in this process are imported afresh (tasks.modules)."""
@@ -162,7 +165,7 @@ def _restore(spec: RunSpec, snapshot: Mapping[str, Any] | None, *, fresh_stop: b
 def _finished_result(history: RunHistory) -> RunResult:
     """The answer of a finished run, rebuilt from its last snapshot (no work done)."""
     spec = parse_run(dict(spec_of(history)))
-    state = _restore(spec, history.last_snapshot[1], fresh_stop=False)
+    state = restore_state(spec, history.last_snapshot[1], fresh_stop=False)
     return replace(state.result(), run_id=history.run_id)
 
 
@@ -171,7 +174,7 @@ def _resume(s: Session, history: RunHistory, progress: ProgressFn | None) -> Run
         return _finished_result(history)
     spec = parse_run(dict(spec_of(history)))
     done, snapshot = history.last_snapshot
-    state = _restore(spec, snapshot, fresh_stop=False)
+    state = restore_state(spec, snapshot, fresh_stop=False)
     s.store.record(RunResumed(run_id=history.run_id, from_iteration=done))
     wall = history.iterations[-1].wall_s if history.iterations else None
     return s.coordinator(state, progress, wall or 0.0).run(fresh=False)
@@ -192,13 +195,13 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
     run_id = spec.run_id()
     # Built before anything starts: an integrand that cannot be imported or built is a
     # user error, refused while no broker, worker or receipt exists yet.
-    fresh = None if resume else _restore(spec, None, fresh_stop=False)
+    fresh = None if resume else restore_state(spec, None, fresh_stop=False)
     with session(run_id, config, broker_url, workers, prepare=prepare,
                  run_file=run_file) as s:
         history = s.store.history(run_id) if resume else None
         if history is not None:
             return _resume(s, history, progress)
-        state = fresh or _restore(spec, None, fresh_stop=False)
+        state = fresh or restore_state(spec, None, fresh_stop=False)
         s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json")))
         return s.coordinator(state, progress).run(fresh=True)
@@ -234,7 +237,7 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
         data["stop"] = {**data["stop"], **overrides}
     spec = parse_run(data, file=f"<clone of {parent.run_id}>")
     run_id = clone_id(spec.run_id(), parent.run_id, from_iteration)
-    state = _restore(spec, snapshot, fresh_stop=True)
+    state = restore_state(spec, snapshot, fresh_stop=True)
     with session(run_id, cfg, broker_url, workers, prepare=prepare) as s:
         s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json"), parent=parent.run_id,
@@ -242,4 +245,5 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
         return s.coordinator(state, progress).run(fresh=True)
 
 
-__all__ = ["Result", "clone", "default_workers", "integrate", "load_spec", "resume", "session"]
+__all__ = ["Result", "clone", "default_workers", "integrate", "load_spec", "restore_state",
+           "resume", "session"]

@@ -26,6 +26,9 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
               as_json: bool) -> None:
     """Integrate RUN.toml on Celery workers and print estimate ± error.
 
+    A file with [scan], [tune] or [campaign] runs child runs (one line each on stderr as
+    it ends) and prints the parent's table.
+
     Exit 0 with the result; 1 when the broker does not answer (one line naming its
     host:port and the fix) or the run failed; 2 for a bad run file or `--workers 0`
     with no fleet worker (start one with `mainboard fleet up`); 3 when the broker went
@@ -34,10 +37,20 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
     from mainboard.cli.runview import ProgressBar, emit
     from mainboard.fleet.sync import integrate as run_integration
     from mainboard.integrators.spec import load_run_file, parse_run
+    from mainboard.parents.spec import is_parent, read_run_data
     from mainboard.tasks.paths import use_import_roots
 
     config = common.load(ctx)
     use_import_roots(run_file, config.root)  # a module next to the run file, or in the workspace
+    data = read_run_data(run_file)
+    if is_parent(data):  # a scan, tune or campaign: runs child runs, prints their table
+        if max_samples is not None:
+            raise click.UsageError("--max-samples applies to one run, not to a scan, tune "
+                                   "or campaign (set the children's budgets in the file)")
+        from mainboard.cli import parentview
+
+        parentview.integrate(data, run_file, config, workers, as_json)
+        return
     spec = load_run_file(run_file)
     if max_samples is not None:
         data = spec.model_dump(mode="json")

@@ -87,14 +87,26 @@ def _detail(h: RunHistory) -> dict[str, Any]:
 @click.option("--timeline", "with_timeline", is_flag=True,
               help="Also each iteration's dispatch, completion, re-sends, adaptation and "
                    "snapshot, and every pause, resume and stop, with times.")
+@click.option("--csv", "as_csv", is_flag=True,
+              help="A scan, tune or campaign: its table as CSV (one line per child).")
 @_JSON
 @click.pass_context
-def show(ctx: click.Context, run: str, with_timeline: bool, as_json: bool) -> None:
-    """One run: definition, status, every iteration's cumulative estimate."""
+def show(ctx: click.Context, run: str, with_timeline: bool, as_csv: bool,
+         as_json: bool) -> None:
+    """One run: definition, status, every iteration's cumulative estimate; a scan, tune
+    or campaign: its table of child runs."""
     from mainboard.runs.timeline import timeline
 
     store, _ = _store(ctx)
     history = store.find(run)
+    if history.created.kind is not None:
+        from mainboard.cli import parentview
+
+        parentview.show(history, as_json, as_csv)
+        return
+    if as_csv:
+        raise click.UsageError(f"--csv exports the table of a scan, tune or campaign; run "
+                               f"{history.run_id} is a single run (use --json)")
     data = _detail(history)
     events = timeline(store, history.run_id) if with_timeline else []
     if with_timeline:
@@ -105,7 +117,10 @@ def show(ctx: click.Context, run: str, with_timeline: bool, as_json: bool) -> No
     click.echo(f"run        {data['run_id']} ({data['name']})")
     click.echo(f"status     {data['status']}" + (f": {data['failure']}" if "failure" in data
                                                   else ""))
-    if data["parent"]:
+    if history.created.point is not None:
+        point = " ".join(f"{k}={v}" for k, v in history.created.point.items())
+        click.echo(f"child of   {data['parent']} at {point}")
+    elif data["parent"]:
         click.echo(f"clone of   {data['parent']} after iteration {data['from_iteration']}")
     spec = data["spec"]
     click.echo(f"integrand  {spec['integrand']['kind']}  sampler {spec['sampler']['kind']}  "
@@ -146,6 +161,11 @@ def resume(ctx: click.Context, run: str, workers: int | None, as_json: bool) -> 
     store, config = _store(ctx)
     use_import_roots(workspace=config.root)  # the run's python modules, found as at first
     history = store.find(run)
+    if history.created.kind is not None:
+        from mainboard.cli import parentview
+
+        parentview.resume(history, config, workers, as_json)
+        return
     spec = history.created.spec
     with ProgressBar(spec["name"], spec["stop"].get("max_samples"), stop=spec["stop"]) as bar:
         result = resume_run(history.run_id, workers, config=config, progress=bar.update)
@@ -174,6 +194,9 @@ def clone(ctx: click.Context, run: str, from_iteration: int | None, max_samples:
     store, config = _store(ctx)
     use_import_roots(workspace=config.root)  # the run's python modules, found as at first
     history = store.find(run)
+    if history.created.kind is not None:
+        raise click.UsageError(f"run {history.run_id} is a {history.created.kind}: clone one of "
+                               "its child runs (`mainboard runs show` lists them)")
     start = from_iteration if from_iteration is not None else history.last_snapshot[0]
     spec = history.created.spec
     with ProgressBar(spec["name"], max_samples or spec["stop"].get("max_samples"),

@@ -76,6 +76,8 @@ class Views:
         """Everything the run page shows; UnknownRun for an id that names no run."""
         h, entry = self.runs.resolve(ref)
         broker = self.broker()
+        if h.created.kind is not None:  # a scan, tune or campaign: its table of children
+            return self._parent(h, broker)
         state = self.live.run_states([h.run_id]).get(h.run_id, {}) if broker["ok"] else {}
         out: dict[str, Any] = {
             "broker": broker, "summary": {**self.runs.row(h), "status": _status(h, state)},
@@ -90,6 +92,13 @@ class Views:
         }
         out.update(self._run_extras(h, broker["ok"]))
         return out
+
+    def _parent(self, h: RunHistory, broker: dict[str, Any]) -> dict[str, Any]:
+        """A parent run's page: its table (parents.table, as `runs show` prints it)."""
+        from mainboard.parents.table import view
+
+        return {"broker": broker, "summary": self.runs.row(h), "settings": h.created.spec,
+                "parent": view(h)}
 
     def runs_version(self) -> str:
         """Changes when the runs list would: a receipt written, a run going live or not."""

@@ -17,6 +17,8 @@ from typing import Any
 
 from mainboard.errors import UserError
 from mainboard.receipts import (
+    ChildDone,
+    ChildStarted,
     IterationDone,
     Payload,
     ReceiptError,
@@ -58,6 +60,7 @@ class RunHistory:
     paused: RunPaused | None = None
     stopped: RunStopped | None = None
     updated: float = 0.0
+    children: list[ChildStarted | ChildDone] = field(default_factory=list)  # a parent's
 
     @property
     def status(self) -> str:
@@ -102,7 +105,7 @@ class RunHistory:
             "samples": last.samples if last else 0,
             "estimate": last.estimate if last else None, "error": last.error if last else None,
             "parent": self.created.parent, "from_iteration": self.created.from_iteration,
-            "updated": self.updated}
+            "kind": self.created.kind or "run", "updated": self.updated}
         if self.failed is not None:
             out["failure"] = self.failed.error
         return out
@@ -145,6 +148,8 @@ class RunStore(ReceiptStore[RunHistory]):
                 current.finished = item
             elif isinstance(item, RunFailed):
                 current.failed = item
+            elif isinstance(item, ChildStarted | ChildDone):
+                current.children.append(item)
         if current is not None:
             current.updated = receipts.path.stat().st_mtime
         return current

@@ -215,6 +215,7 @@ function skeleton() {
 let runRef = REF;  // the name or prefix in the URL until the first answer names the id
 
 function renderRun(run) {
+  if (run.parent) { renderParent(run); return; }  // a scan, tune or campaign: parents.js
   if (!document.getElementById("run-title")) skeleton();
   const sum = run.summary;
   runRef = sum.run_id;

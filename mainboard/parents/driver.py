@@ -1,0 +1,118 @@
+"""Run or resume a parent: one session, the kind's loop, the parent's receipts.
+
+The parent is a run in the run store like any other (``.mainboard/runs/<id>/``): a
+``run.created`` line with ``kind`` (scan, tune, campaign) and the resolved parent
+definition, a ``parent.child`` line per child started and a ``parent.child_done`` line
+per child ended, then ``run.finished`` with the kind's result. A resumed parent (its
+coordinator died) reads those lines back: what ended is not run again, what was running
+continues from its own last snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mainboard.config import Config, load_config
+from mainboard.errors import IntegrationFailed, UserError
+from mainboard.integrators.plain import to_plain
+from mainboard.parents import table
+from mainboard.parents.children import Outcome
+from mainboard.parents.spec import ParentSpec, parse_parent
+from mainboard.receipts import ChildDone, RunCreated, RunFailed, RunFinished, RunResumed
+from mainboard.runs.store import RunHistory, RunStore
+from mainboard.tasks.paths import use_import_roots
+from mainboard.tasks.runner import Prepare, Session, session
+
+Report = Callable[[Outcome], None]
+CHILD_NAME_ROOM = 40  # characters of the parent's name kept in a child's name
+
+
+@dataclass
+class Context:
+    """What a kind's loop needs: the session, the parent, what ended before, the reporter."""
+
+    s: Session
+    spec: ParentSpec
+    parent_id: str
+    prior: list[ChildDone]
+    report: Report | None
+    file: str
+
+    def child_name(self, label: str) -> str:
+        """A child's run name: the parent's and the child's label."""
+        return f"{self.spec.name[:CHILD_NAME_ROOM]}.{label}"
+
+
+def _loop(kind: str) -> Callable[[Context], dict[str, Any]]:
+    if kind == "scan":
+        from mainboard.parents.scan import drive
+    elif kind == "tune":
+        from mainboard.parents.tune import drive
+    else:
+        from mainboard.parents.campaign import drive
+    return drive
+
+
+def _drive(s: Session, spec: ParentSpec, history: RunHistory | None, report: Report | None,
+           file: str) -> dict[str, Any]:
+    parent_id = spec.run_id()
+    if history is None:
+        s.store.record(RunCreated(run_id=parent_id, name=spec.name, kind=spec.kind,
+                                  spec=spec.model_dump(mode="json")))
+        prior: list[ChildDone] = []
+    else:
+        s.store.record(RunResumed(run_id=parent_id, from_iteration=0))
+        prior = [c for c in history.children if isinstance(c, ChildDone)]
+    ctx = Context(s, spec, parent_id, prior, report, file)
+    try:
+        result = _loop(spec.kind)(ctx)
+    except IntegrationFailed as exc:
+        s.store.record(RunFailed(run_id=parent_id, error=str(exc)))
+        raise
+    s.store.record(RunFinished(run_id=parent_id, result=to_plain({"kind": spec.kind,
+                                                                   **result})))
+    done = s.store.history(parent_id)
+    assert done is not None
+    return table.view(done)
+
+
+def integrate_parent(spec: ParentSpec, workers: int | None = None, *,
+                     config: Config | None = None, broker_url: str | None = None,
+                     prepare: Prepare | None = None, run_file: str | Path | None = None,
+                     report: Report | None = None) -> dict[str, Any]:
+    """Run a parent; its table (:func:`table.view`). The id is the content's: a parent that
+    finished before is only shown, one that was interrupted continues (as ``resume``)."""
+    use_import_roots(run_file, config.root if config is not None else None)
+    with session(spec.run_id(), config, broker_url, workers, prepare=prepare,
+                 run_file=run_file) as s:
+        history = s.store.history(spec.run_id())
+        if history is not None and history.status == "finished":
+            return table.view(history)
+        return _drive(s, spec, history, report, str(run_file or spec.name))
+
+
+def resume_parent(history: RunHistory, workers: int | None = None, *,
+                  config: Config | None = None, broker_url: str | None = None,
+                  prepare: Prepare | None = None, report: Report | None = None
+                  ) -> dict[str, Any]:
+    """Continue a parent whose coordinator died: ended children stay, the rest run."""
+    if history.created.kind is None:
+        raise UserError(f"run {history.run_id} is not a scan, tune or campaign")
+    if history.status == "finished":
+        return table.view(history)
+    cfg = config if config is not None else load_config()
+    spec = parse_parent(dict(history.created.spec), file=f"<parent {history.run_id}>")
+    with session(history.run_id, cfg, broker_url, workers, prepare=prepare) as s:
+        current = s.store.history(history.run_id) or history
+        return _drive(s, spec, current, report, f"<parent {history.run_id}>")
+
+
+def find(config: Config, what: str) -> RunHistory:
+    """A run (parent or not) by id, prefix or name."""
+    return RunStore(config.state_dir).find(what)
+
+
+__all__ = ["Context", "find", "integrate_parent", "resume_parent"]
