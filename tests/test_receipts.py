@@ -18,7 +18,6 @@ from mainboard.receipts import (
     redact_env,
 )
 
-
 LINES = 20  # per writer: each append fsyncs, which a loaded CI disk makes slow
 
 
