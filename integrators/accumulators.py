@@ -177,19 +177,28 @@ def combine(estimates: Sequence[IterationEstimate]) -> Combined:
 
 @dataclass
 class RunAccumulator:
-    """All iteration estimates of a run; ``discard`` leaves the first ones out of the result."""
+    """All iteration estimates of a run; ``discard`` leaves the first ones out of the result.
+
+    ``observables`` holds, when the run asks for histograms or moments, each iteration's
+    per-bin and per-order estimates (plain data, see :mod:`~mainboard.integrators.observables`),
+    one entry per entry of ``iterations``.
+    """
 
     kind: str
     width: int
     discard: int = 0
     iterations: list[IterationEstimate] = field(default_factory=list)
+    observables: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, estimate: IterationEstimate) -> None:
-        """Record one finished iteration."""
+    def add(self, estimate: IterationEstimate, observables: dict[str, Any] | None = None
+            ) -> None:
+        """Record one finished iteration (and its observables' estimates, if any)."""
         if estimate.mean.shape != (self.width,):
             raise ValueError(f"iteration has {estimate.mean.shape} components, "
                              f"accumulator expects ({self.width},)")
         self.iterations.append(estimate)
+        if observables is not None:
+            self.observables.append(observables)
 
     @property
     def samples(self) -> int:
@@ -210,13 +219,22 @@ class RunAccumulator:
         """The weighted average of the kept iterations."""
         return combine(self.kept())
 
+    def kept_observables(self) -> list[dict[str, Any]]:
+        """The observables of the iterations :meth:`kept` keeps."""
+        kept = self.observables[self.discard:]
+        return kept or self.observables[-1:]
+
     def snapshot(self) -> dict[str, Any]:
-        """Plain (JSON-safe) data."""
-        return {"kind": self.kind, "width": self.width, "discard": self.discard,
-                "iterations": [e.to_dict() for e in self.iterations]}
+        """Plain (JSON-safe) data; ``observables`` only when the run has some."""
+        out = {"kind": self.kind, "width": self.width, "discard": self.discard,
+               "iterations": [e.to_dict() for e in self.iterations]}
+        if self.observables:
+            out["observables"] = list(self.observables)
+        return out
 
     @classmethod
     def restore(cls, data: Mapping[str, Any]) -> RunAccumulator:
         """Inverse of :meth:`snapshot`."""
         return cls(str(data["kind"]), int(data["width"]), int(data["discard"]),
-                   [IterationEstimate.from_dict(e) for e in data["iterations"]])
+                   [IterationEstimate.from_dict(e) for e in data["iterations"]],
+                   list(data.get("observables", [])))

@@ -1,0 +1,240 @@
+"""Observables beyond the total: histograms of a function of the point, moments of f.
+
+Each batch reduces to plain sums (:class:`Sums`): per histogram bin the weighted values
+sum(w f), their squares sum((w f)^2) and the hit count; per moment order k, sum(w f^k) and
+sum((w f^k)^2), all per real component and over the batch's finite rows only (the rows the
+total counts). Sums add element-wise in batch-index order (and inside a batch in row-slice
+order), so an iteration's sums are bit-identical whoever computed the batches, like the
+total's :class:`~mainboard.integrators.accumulators.Partial`.
+
+An iteration's N finite samples give each bin the estimate S1/N (its share of the integral)
+with variance (S2/N - (S1/N)^2)/(N-1); iterations combine per bin like vegas' ``RAvg``
+(:func:`~mainboard.integrators.accumulators.combine`). A bin with no hit in an iteration says
+nothing about its variance there, so it carries no weight from that iteration; a bin never
+hit reads 0 +- 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mainboard.integrators.accumulators import IterationEstimate, combine
+from mainboard.integrators.errors import BatchError
+from mainboard.integrators.projection import component_labels
+from mainboard.integrators.spec import RunSpec, parse_run
+
+Sums = dict[str, Any]  # {"histograms": {name: {"sum", "sum2", "hits"}}, "moments": {...}}
+Observable = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One histogram of a run: its spec, its observable and its bin edges."""
+
+    name: str
+    of: str
+    fn: Observable
+    edges: np.ndarray
+
+    @property
+    def bins(self) -> int:
+        """Number of bins."""
+        return self.edges.size - 1
+
+    def bin_index(self, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """Each point's bin (-1: outside the range, or a non-finite observable)."""
+        value = np.asarray(self.fn(x, idx), dtype=np.float64)
+        if value.shape != (x.shape[0],):
+            raise BatchError("evaluate", f"histogram {self.name!r}: {self.of} returned shape "
+                             f"{value.shape}, expected ({x.shape[0]},)")
+        where = np.searchsorted(self.edges, value, side="right") - 1
+        where[value == self.edges[-1]] = self.bins - 1  # the high edge is in the last bin
+        where[(where >= self.bins) | ~np.isfinite(value)] = -1
+        return where
+
+
+def _coordinate(axis: str, index: int) -> Observable:
+    if axis == "x":
+        return lambda x, idx: x[:, index]
+    return lambda x, idx: idx[:, index].astype(np.float64)
+
+
+def _target(fn: Callable[..., Any], discrete: bool) -> Observable:
+    if discrete:
+        return lambda x, idx: fn(x, idx)
+    return lambda x, idx: fn(x)
+
+
+@dataclass(frozen=True)
+class Observables:
+    """A run's histograms and moment orders; ``width`` real components per value."""
+
+    histograms: tuple[Histogram, ...]
+    moments: int
+    width: int
+
+    @classmethod
+    def build(cls, spec: Any, width: int, discrete: bool,
+              load: Callable[[str, str], Callable[..., Any]]) -> Observables | None:
+        """From ``[accumulator]`` (None when it asks for nothing); ``load(target, key)``
+        imports a ``module:function`` observable."""
+        if not spec.histograms and not spec.moments:
+            return None
+        made = []
+        for i, h in enumerate(spec.histograms):
+            where = h.coordinate
+            fn = (_coordinate(*where) if where is not None
+                  else _target(load(h.of, f"accumulator.histograms.{i}.of"), discrete))
+            made.append(Histogram(h.name, h.of, fn, np.linspace(h.range[0], h.range[1],
+                                                                  h.bins + 1)))
+        return cls(tuple(made), int(spec.moments), width)
+
+    def bins(self, x: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
+        """Each histogram's bin per point of a batch (computed once per batch)."""
+        return [h.bin_index(x, idx) for h in self.histograms]
+
+    def reduce(self, f: np.ndarray, weights: np.ndarray, bins: Sequence[np.ndarray],
+               finite: np.ndarray | None) -> Sums:
+        """One row slice: ``f`` (n, width) real values, ``weights`` (n,), ``bins`` this
+        slice's bin per point, ``finite`` the rows the total counts (None: all rows)."""
+        if finite is not None:
+            f, weights = f[finite], weights[finite]
+            bins = [b[finite] for b in bins]
+        wf = f * weights[:, None]
+        out: Sums = {"histograms": {}}
+        for h, where in zip(self.histograms, bins, strict=True):
+            inside = where >= 0
+            at, rows = where[inside], wf[inside]
+            out["histograms"][h.name] = {
+                "sum": _per_bin(at, rows, h.bins),
+                "sum2": _per_bin(at, rows * rows, h.bins),
+                "hits": np.bincount(at, minlength=h.bins).astype(np.int64)}
+        if self.moments:
+            with np.errstate(invalid="ignore", over="ignore"):
+                terms = np.stack([weights[:, None] * f ** k for k in
+                                  range(1, self.moments + 1)])  # (K, n, width)
+            out["moments"] = {"sum": terms.sum(axis=1), "sum2": (terms * terms).sum(axis=1)}
+        return out
+
+    def empty(self) -> Sums:
+        """The identity of :func:`add`."""
+        out: Sums = {"histograms": {h.name: {"sum": np.zeros((h.bins, self.width)),
+                                             "sum2": np.zeros((h.bins, self.width)),
+                                             "hits": np.zeros(h.bins, dtype=np.int64)}
+                                    for h in self.histograms}}
+        if self.moments:
+            shape = (self.moments, self.width)
+            out["moments"] = {"sum": np.zeros(shape), "sum2": np.zeros(shape)}
+        return out
+
+
+def _per_bin(at: np.ndarray, rows: np.ndarray, bins: int) -> np.ndarray:
+    """(bins, width) sums of ``rows`` by bin; np.bincount adds in row order."""
+    return np.stack([np.bincount(at, weights=rows[:, c], minlength=bins)
+                     for c in range(rows.shape[1])], axis=1)
+
+
+def add(a: Sums, b: Sums) -> Sums:
+    """Element-wise sum of two batches' (or slices') sums, ``a`` first."""
+    out: Sums = {"histograms": {name: {key: a["histograms"][name][key] + part[key]
+                                       for key in part}
+                                for name, part in b["histograms"].items()}}
+    if "moments" in b:
+        out["moments"] = {key: a["moments"][key] + b["moments"][key] for key in b["moments"]}
+    return out
+
+
+def from_plain(data: Mapping[str, Any]) -> Sums:
+    """Sums as they arrive (codec arrays or JSON lists) back to numpy arrays."""
+    def arrays(part: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v, dtype=np.int64 if k == "hits" else np.float64)
+                for k, v in part.items()}
+
+    out: Sums = {"histograms": {n: arrays(p) for n, p in data["histograms"].items()}}
+    if data.get("moments") is not None:
+        out["moments"] = arrays(data["moments"])
+    return out
+
+
+def _estimate(part: Mapping[str, np.ndarray], count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean S1/N and variance of the mean per entry (inf with fewer than 2 samples)."""
+    s1, s2 = part["sum"], part["sum2"]
+    if count < 2:
+        return np.zeros_like(s1), np.full(s1.shape, np.inf)
+    mean = s1 / count
+    var = np.maximum(s2 / count - mean * mean, 0.0) / (count - 1)
+    return mean, var
+
+
+def iteration_estimates(sums: Sums, count: int) -> dict[str, Any]:
+    """One iteration's per-bin and per-order means and variances (``count`` finite samples);
+    JSON-safe lists, inf variance as the string 'inf' (as IterationEstimate stores it)."""
+    def plain(mean: np.ndarray, var: np.ndarray) -> dict[str, Any]:
+        return IterationEstimate(0, mean.reshape(-1), var.reshape(-1), count, 0).to_dict()
+
+    out: dict[str, Any] = {"histograms": {}}
+    for name, part in sums["histograms"].items():
+        mean, var = _estimate(part, count)
+        var[part["hits"] == 0] = np.inf  # no hit: no information on this bin here
+        out["histograms"][name] = {**plain(mean, var), "hits": part["hits"].tolist()}
+    if "moments" in sums:
+        out["moments"] = plain(*_estimate(sums["moments"], count))
+    return out
+
+
+def _combined(entries: Sequence[Mapping[str, Any]], shape: tuple[int, int]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """RAvg over iterations per entry; entries no iteration informed read 0 +- 0."""
+    comb = combine([IterationEstimate.from_dict(e) for e in entries])
+    with np.errstate(invalid="ignore"):
+        known = np.isfinite(comb.mean) & np.isfinite(comb.error)
+    mean = np.where(known, comb.mean, 0.0).reshape(shape)
+    error = np.where(known, comb.error, 0.0).reshape(shape)
+    return mean, error
+
+
+def combine_observables(specs: Any, iterations: Sequence[Mapping[str, Any]], width: int,
+                        labels: Sequence[str]) -> dict[str, Any]:
+    """The run's histograms and moments from its kept iterations' estimates.
+
+    ``specs`` is ``[accumulator]``; values are per component (``labels``): ``estimate[c][b]``
+    is bin b of component c.
+    """
+    out: dict[str, Any] = {"components": list(labels), "histograms": []}
+    for h in specs.histograms:
+        entries = [it["histograms"][h.name] for it in iterations]
+        mean, error = _combined(entries, (h.bins, width))
+        hits = np.sum([e["hits"] for e in entries], axis=0, dtype=np.int64)
+        out["histograms"].append({
+            "name": h.name, "of": h.of, "bins": h.bins, "range": list(h.range),
+            "edges": np.linspace(h.range[0], h.range[1], h.bins + 1).tolist(),
+            "estimate": mean.T.tolist(), "error": error.T.tolist(), "hits": hits.tolist()})
+    if specs.moments:
+        mean, error = _combined([it["moments"] for it in iterations], (specs.moments, width))
+        out["moments"] = {"orders": list(range(1, specs.moments + 1)),
+                          "estimate": mean.T.tolist(), "error": error.T.tolist()}
+    return out
+
+
+def run_observables(spec: Any, accumulator: Any) -> dict[str, Any] | None:
+    """A run's observables from its spec (a RunSpec or its dict) and accumulator (or its
+    snapshot); None when the run has none or no iteration kept them yet."""
+    if not isinstance(spec, RunSpec):
+        spec = parse_run(dict(spec))
+    kept = (accumulator.kept_observables() if hasattr(accumulator, "kept_observables")
+            else _kept(accumulator))
+    if not kept or (not spec.accumulator.histograms and not spec.accumulator.moments):
+        return None
+    labels = component_labels(spec.integrand)  # one per real component
+    return combine_observables(spec.accumulator, kept, len(labels), labels)
+
+
+def _kept(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """:meth:`RunAccumulator.kept_observables` of an accumulator snapshot."""
+    entries = list(snapshot.get("observables", []))
+    discard = int(snapshot.get("discard", 0))
+    return entries[discard:] or entries[-1:]
