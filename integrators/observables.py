@@ -88,7 +88,7 @@ class Observables:
         for i, h in enumerate(spec.histograms):
             where = h.coordinate
             fn = (_coordinate(*where) if where is not None
-                  else _target(load(h.of, f"accumulator.histograms.{i}.of"), discrete))
+                  else _target(load(h.of, f"accumulator.histograms[{i}].of"), discrete))
             made.append(Histogram(h.name, h.of, fn, np.linspace(h.range[0], h.range[1],
                                                                   h.bins + 1)))
         return cls(tuple(made), int(spec.moments), width)
