@@ -97,6 +97,20 @@ def test_gaussian_peak_bins_and_moments_match_the_normal_distribution() -> None:
         assert abs(est - exact) < 4 * err, (k, est, exact, err)
 
 
+def test_a_histogram_of_the_discrete_channel_splits_the_total_by_coefficient() -> None:
+    run = {**X2, "name": "channels", "domain": {"continuous": 1, "discrete": [3]},
+           "integrand": {"kind": "channels", "coefficients": [1.0, 2.0, 3.0], "sigma": 0.2},
+           "sampler": {"kind": "discrete"}, "stop": {"max_samples": 60_000},
+           "batching": {"batch_size": 5000, "batches_per_iteration": 4},
+           "accumulator": {"histograms": [{"name": "channel", "of": "d0", "bins": 3,
+                                           "range": [-0.5, 2.5]}]}}
+    result = integrate_local(run)
+    assert result.observables is not None and "moments" not in result.observables
+    (hist,) = result.observables["histograms"]
+    exact = np.array([1.0, 2.0, 3.0]) / 6.0 * result.exact  # same peak in every channel
+    assert np.abs(pulls(hist, exact)).max() < 4.0
+
+
 def test_batch_sums_cross_the_wire_and_merge_once_in_batch_order() -> None:
     run = build_run({**X2, "sampler": SAMPLERS["vegas"]})
     state = RunState.start(run)
@@ -125,6 +139,24 @@ def test_runs_without_observables_keep_their_ids_and_snapshots() -> None:
     assert "observables" not in state.snapshot()["accumulator"]
     assert "observables" not in integrate_local({**plain, "stop": {"max_samples": 2000},
                                                  "batching": {"batch_size": 1000}}).to_dict()
+
+
+def test_a_process_integrands_points_are_histogrammed_like_a_python_ones() -> None:
+    """The worker knows the point; the process only returns f: the protocol is unchanged."""
+    repo = Path(__file__).resolve().parent.parent
+    command = [sys.executable, str(repo / "examples" / "process" / "sin_evaluator.py")]
+    run = {**X2, "name": "proc-hist", "domain": {"continuous": 2},
+           "sampler": {"kind": "vegas", "beta": 0.0}, "stop": {"max_samples": 30_000},
+           "accumulator": {"moments": 2, "histograms": [
+               {"name": "x0", "of": "x0", "bins": 6, "range": [0.0, 1.0]},
+               {"name": "x1", "of": "x1", "bins": 4, "range": [0.0, 1.0]}]}}
+    proc = integrate_local({**run, "integrand": {"kind": "process", "command": command}})
+    builtin = integrate_local({**run, "integrand": {
+        "kind": "python", "target": "tests.process_fixtures.targets:sin_x0"}})
+    assert proc.observables == builtin.observables and proc.observables is not None
+    edges = np.array(proc.observables["histograms"][0]["edges"])  # int sin x0 over the bin
+    assert np.abs(pulls(proc.observables["histograms"][0],
+                        np.cos(edges[:-1]) - np.cos(edges[1:]))).max() < 4.0
 
 
 BAD = [
