@@ -51,10 +51,23 @@ class Histogram:
         if value.shape != (x.shape[0],):
             raise BatchError("evaluate", f"histogram {self.name!r}: {self.of} returned shape "
                              f"{value.shape}, expected ({x.shape[0]},)")
-        where = np.searchsorted(self.edges, value, side="right") - 1
-        where[value == self.edges[-1]] = self.bins - 1  # the high edge is in the last bin
-        where[(where >= self.bins) | ~np.isfinite(value)] = -1
-        return where
+        return _locate(self.edges, value)
+
+
+def _locate(edges: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """The bin of each value among equal bins (-1 outside or non-finite): what
+    ``searchsorted(edges, value, "right") - 1`` gives, in O(n) instead of O(n log bins)."""
+    bins = edges.size - 1
+    low, high = edges[0], edges[-1]
+    with np.errstate(invalid="ignore"):
+        inside = (value >= low) & (value <= high)  # False for NaN
+    where = np.full(value.shape, -1, dtype=np.int64)
+    v = value[inside]
+    guess = np.minimum(((v - low) * (bins / (high - low))).astype(np.int64), bins - 1)
+    guess -= v < edges[guess]  # rounding put it one bin high
+    guess += (v >= edges[guess + 1]) & (guess < bins - 1)  # or one bin low
+    where[inside] = guess
+    return where
 
 
 def _coordinate(axis: str, index: int) -> Observable:
@@ -114,10 +127,14 @@ class Observables:
                 "sum2": _per_bin(at, rows * rows, h.bins),
                 "hits": np.bincount(at, minlength=h.bins).astype(np.int64)}
         if self.moments:
+            sums, squares, power = [], [], wf
             with np.errstate(invalid="ignore", over="ignore"):
-                terms = np.stack([weights[:, None] * f ** k for k in
-                                  range(1, self.moments + 1)])  # (K, n, width)
-            out["moments"] = {"sum": terms.sum(axis=1), "sum2": (terms * terms).sum(axis=1)}
+                for k in range(self.moments):  # w f^(k+1), one product per order
+                    if k:
+                        power = power * f
+                    sums.append(power.sum(axis=0))
+                    squares.append(np.einsum("ij,ij->j", power, power))
+            out["moments"] = {"sum": np.stack(sums), "sum2": np.stack(squares)}
         return out
 
     def empty(self) -> Sums:
