@@ -179,16 +179,16 @@ def combine(estimates: Sequence[IterationEstimate]) -> Combined:
 class RunAccumulator:
     """All iteration estimates of a run; ``discard`` leaves the first ones out of the result.
 
-    ``observables`` holds, when the run asks for histograms or moments, each iteration's
-    per-bin and per-order estimates (plain data, see :mod:`~mainboard.integrators.observables`),
-    one entry per entry of ``iterations``.
+    ``observables`` holds, when the run asks for histograms or moments, their running totals
+    over the kept iterations (plain data of O(bins), see
+    :func:`~mainboard.integrators.observables.fold`).
     """
 
     kind: str
     width: int
     discard: int = 0
     iterations: list[IterationEstimate] = field(default_factory=list)
-    observables: list[dict[str, Any]] = field(default_factory=list)
+    observables: dict[str, Any] | None = None
 
     def add(self, estimate: IterationEstimate, observables: dict[str, Any] | None = None
             ) -> None:
@@ -198,7 +198,10 @@ class RunAccumulator:
                              f"accumulator expects ({self.width},)")
         self.iterations.append(estimate)
         if observables is not None:
-            self.observables.append(observables)
+            from mainboard.integrators.observables import fold
+
+            self.observables = fold(self.observables, observables,
+                                    keep=len(self.iterations) > self.discard)
 
     @property
     def samples(self) -> int:
@@ -219,17 +222,12 @@ class RunAccumulator:
         """The weighted average of the kept iterations."""
         return combine(self.kept())
 
-    def kept_observables(self) -> list[dict[str, Any]]:
-        """The observables of the iterations :meth:`kept` keeps."""
-        kept = self.observables[self.discard:]
-        return kept or self.observables[-1:]
-
     def snapshot(self) -> dict[str, Any]:
         """Plain (JSON-safe) data; ``observables`` only when the run has some."""
         out = {"kind": self.kind, "width": self.width, "discard": self.discard,
                "iterations": [e.to_dict() for e in self.iterations]}
-        if self.observables:
-            out["observables"] = list(self.observables)
+        if self.observables is not None:
+            out["observables"] = self.observables
         return out
 
     @classmethod
@@ -237,4 +235,4 @@ class RunAccumulator:
         """Inverse of :meth:`snapshot`."""
         return cls(str(data["kind"]), int(data["width"]), int(data["discard"]),
                    [IterationEstimate.from_dict(e) for e in data["iterations"]],
-                   list(data.get("observables", [])))
+                   data.get("observables"))

@@ -205,7 +205,7 @@ class RunResult:
                    comb.chi2_dof, comb.q_total, state.samples, len(state.accumulator.iterations),
                    state.accumulator.nonfinite, state.run.integrand.exact, state.stop, wall_s,
                    tuple(state.accumulator.iterations), state.training_samples,
-                   run_observables(state.run.spec, state.accumulator))
+                   run_observables(state.run.spec, state.accumulator.observables))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; complex numbers as {"real", "imag"}, exact only when known."""

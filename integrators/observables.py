@@ -9,21 +9,24 @@ total's :class:`~mainboard.integrators.accumulators.Partial`.
 
 An iteration's N finite samples give each bin the estimate S1/N (its share of the integral)
 with variance (S2/N - (S1/N)^2)/(N-1); iterations combine per bin like vegas' ``RAvg``
-(:func:`~mainboard.integrators.accumulators.combine`). A bin with no hit in an iteration says
-nothing about its variance there, so it carries no weight from that iteration; a bin never
-hit reads 0 +- 0.
+(inverse-variance weights), through running sums (:func:`fold`) so a snapshot holds O(bins)
+numbers however long the run. A bin with no hit in an iteration says nothing about its
+variance there, so it carries no weight from that iteration; a bin never hit reads 0 +- 0.
+With VEGAS+ stratification the per-bin variance is the plain one, which ignores the strata:
+larger than the stratified error of the total would suggest (conservative).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mainboard.integrators.accumulators import IterationEstimate, combine
 from mainboard.integrators.errors import BatchError
+from mainboard.integrators.grid import TINY
 from mainboard.integrators.projection import component_labels
 from mainboard.integrators.spec import RunSpec, parse_run
 
@@ -187,71 +190,107 @@ def _estimate(part: Mapping[str, np.ndarray], count: int) -> tuple[np.ndarray, n
     return mean, var
 
 
-def iteration_estimates(sums: Sums, count: int) -> dict[str, Any]:
-    """One iteration's per-bin and per-order means and variances (``count`` finite samples);
-    JSON-safe lists, inf variance as the string 'inf' (as IterationEstimate stores it)."""
-    def plain(mean: np.ndarray, var: np.ndarray) -> dict[str, Any]:
-        return IterationEstimate(0, mean.reshape(-1), var.reshape(-1), count, 0).to_dict()
+def _plain(values: np.ndarray) -> list[Any]:
+    """Floats as JSON keeps them: inf as the string 'inf' (as IterationEstimate stores it)."""
+    return [v if math.isfinite(v) else "inf" for v in values.reshape(-1).tolist()]
 
+
+def _floats(values: Sequence[Any]) -> np.ndarray:
+    return np.asarray([float(v) for v in values], dtype=np.float64)
+
+
+def iteration_estimates(sums: Sums, count: int) -> dict[str, Any]:
+    """One iteration's per-bin and per-order means and variances of the mean (``count``
+    finite samples), as plain data; a bin without a hit has variance inf (no weight)."""
     out: dict[str, Any] = {"histograms": {}}
     for name, part in sums["histograms"].items():
         mean, var = _estimate(part, count)
         var[part["hits"] == 0] = np.inf  # no hit: no information on this bin here
-        out["histograms"][name] = {**plain(mean, var), "hits": part["hits"].tolist()}
+        out["histograms"][name] = {"mean": _plain(mean), "var": _plain(var),
+                                   "hits": part["hits"].tolist()}
     if "moments" in sums:
-        out["moments"] = plain(*_estimate(sums["moments"], count))
+        mean, var = _estimate(sums["moments"], count)
+        out["moments"] = {"mean": _plain(mean), "var": _plain(var)}
     return out
 
 
-def _combined(entries: Sequence[Mapping[str, Any]], shape: tuple[int, int]
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """RAvg over iterations per entry; entries no iteration informed read 0 +- 0."""
-    comb = combine([IterationEstimate.from_dict(e) for e in entries])
-    with np.errstate(invalid="ignore"):
-        known = np.isfinite(comb.mean) & np.isfinite(comb.error)
-    mean = np.where(known, comb.mean, 0.0).reshape(shape)
-    error = np.where(known, comb.error, 0.0).reshape(shape)
-    return mean, error
+def _fold_one(total: Mapping[str, Any] | None, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Add one iteration's entry to running inverse-variance sums (vegas' RAvg, per entry)."""
+    mean, var = _floats(entry["mean"]), _floats(entry["var"])
+    weight = np.zeros_like(var)
+    finite = np.isfinite(var)
+    weight[finite] = 1.0 / np.maximum(var[finite], TINY)
+    sum_w, sum_wm = weight, weight * mean
+    if total is not None:
+        sum_w, sum_wm = _floats(total["sum_w"]) + sum_w, _floats(total["sum_wm"]) + sum_wm
+    out = {"sum_w": sum_w.tolist(), "sum_wm": sum_wm.tolist()}
+    if "hits" in entry:
+        hits = np.asarray(entry["hits"], dtype=np.int64)
+        out["hits"] = (hits if total is None else hits + np.asarray(total["hits"])).tolist()
+    return out
 
 
-def combine_observables(specs: Any, iterations: Sequence[Mapping[str, Any]], width: int,
+def fold(totals: Mapping[str, Any] | None, entry: Mapping[str, Any], keep: bool
+         ) -> dict[str, Any]:
+    """The run's observable totals after one more iteration (``keep``: past ``discard``).
+
+    Plain data of O(bins), whatever the number of iterations, stored in every snapshot:
+    the kept iterations' running sums of 1/var and mean/var per entry, and the last
+    iteration's entry (the result while every iteration so far is discarded).
+    """
+    kept = int(totals["kept"]) if totals else 0
+    if not keep:
+        return {**(dict(totals) if totals else {"kept": 0}), "last": dict(entry)}
+    prev = totals if totals and kept else None
+    out: dict[str, Any] = {"kept": kept + 1, "last": dict(entry), "histograms": {
+        name: _fold_one(prev["histograms"][name] if prev else None, part)
+        for name, part in entry["histograms"].items()}}
+    if "moments" in entry:
+        out["moments"] = _fold_one(prev["moments"] if prev else None, entry["moments"])
+    return out
+
+
+def _result(total: Mapping[str, Any], shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and error per entry; an entry no iteration informed reads 0 +- 0."""
+    sum_w = _floats(total["sum_w"])
+    known = sum_w > 0
+    mean, error = np.zeros_like(sum_w), np.zeros_like(sum_w)
+    mean[known] = _floats(total["sum_wm"])[known] / sum_w[known]
+    error[known] = np.sqrt(1.0 / sum_w[known])
+    return mean.reshape(shape), error.reshape(shape)
+
+
+def combine_observables(specs: Any, totals: Mapping[str, Any], width: int,
                         labels: Sequence[str]) -> dict[str, Any]:
-    """The run's histograms and moments from its kept iterations' estimates.
+    """The run's histograms and moments from its totals (:func:`fold`).
 
     ``specs`` is ``[accumulator]``; values are per component (``labels``): ``estimate[c][b]``
     is bin b of component c.
     """
+    if not totals.get("kept"):  # every iteration so far discarded: the last one alone
+        totals = fold(None, totals["last"], keep=True)
     out: dict[str, Any] = {"components": list(labels), "histograms": []}
     for h in specs.histograms:
-        entries = [it["histograms"][h.name] for it in iterations]
-        mean, error = _combined(entries, (h.bins, width))
-        hits = np.sum([e["hits"] for e in entries], axis=0, dtype=np.int64)
+        total = totals["histograms"][h.name]
+        mean, error = _result(total, (h.bins, width))
         out["histograms"].append({
             "name": h.name, "of": h.of, "bins": h.bins, "range": list(h.range),
             "edges": np.linspace(h.range[0], h.range[1], h.bins + 1).tolist(),
-            "estimate": mean.T.tolist(), "error": error.T.tolist(), "hits": hits.tolist()})
+            "estimate": mean.T.tolist(), "error": error.T.tolist(), "hits": total["hits"]})
     if specs.moments:
-        mean, error = _combined([it["moments"] for it in iterations], (specs.moments, width))
+        mean, error = _result(totals["moments"], (specs.moments, width))
         out["moments"] = {"orders": list(range(1, specs.moments + 1)),
                           "estimate": mean.T.tolist(), "error": error.T.tolist()}
     return out
 
 
-def run_observables(spec: Any, accumulator: Any) -> dict[str, Any] | None:
-    """A run's observables from its spec (a RunSpec or its dict) and accumulator (or its
-    snapshot); None when the run has none or no iteration kept them yet."""
+def run_observables(spec: Any, totals: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A run's observables from its spec (a RunSpec or its dict) and the totals its
+    accumulator keeps (``RunAccumulator.observables``, in every snapshot); None when the
+    run has none or no iteration yet."""
     if not isinstance(spec, RunSpec):
         spec = parse_run(dict(spec))
-    kept = (accumulator.kept_observables() if hasattr(accumulator, "kept_observables")
-            else _kept(accumulator))
-    if not kept or (not spec.accumulator.histograms and not spec.accumulator.moments):
+    if not totals or (not spec.accumulator.histograms and not spec.accumulator.moments):
         return None
     labels = component_labels(spec.integrand)  # one per real component
-    return combine_observables(spec.accumulator, kept, len(labels), labels)
-
-
-def _kept(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """:meth:`RunAccumulator.kept_observables` of an accumulator snapshot."""
-    entries = list(snapshot.get("observables", []))
-    discard = int(snapshot.get("discard", 0))
-    return entries[discard:] or entries[-1:]
+    return combine_observables(spec.accumulator, totals, len(labels), labels)

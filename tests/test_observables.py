@@ -24,7 +24,8 @@ import pytest
 
 import mainboard
 from mainboard.config import Config
-from mainboard.integrators.driver import RunResult, RunState, integrate_local
+from mainboard.integrators.driver import RunResult, RunState, integrate_local, step
+from mainboard.integrators.plain import to_plain
 from mainboard.integrators.spec import load_run_file, parse_run
 from mainboard.integrators.stages import BatchResult, build_run, merge_results, process_batch
 from mainboard.tasks.codec import dumps, loads
@@ -126,6 +127,25 @@ def test_batch_sums_cross_the_wire_and_merge_once_in_batch_order() -> None:
     assert a.observables["moments"]["sum"].tobytes() == b.observables["moments"]["sum"].tobytes()
     assert a.observable_estimates() == b.observable_estimates()
     assert int(a.observables["histograms"]["x"]["hits"].sum()) == sum(sizes)
+
+
+def test_a_snapshot_holds_running_totals_and_resumes_to_the_same_bits() -> None:
+    """The snapshot's size does not grow with iterations; a run restored from its JSON
+    snapshot ends with the numbers of one never interrupted; ``discard`` applies too."""
+    run = build_run({**X2, "sampler": SAMPLERS["vegas"], "stop": {"max_iterations": 6},
+                     "accumulator": {**X2["accumulator"], "discard": 2}})
+    whole = integrate_local(run)
+    state, sizes = RunState.start(run), []
+    while len(state.accumulator.iterations) < 5:
+        step(state)
+        sizes.append(len(json.dumps(to_plain(state.snapshot()["accumulator"]["observables"]))))
+    assert sizes[4] < 1.1 * sizes[2], sizes  # O(bins), not O(iterations * bins)
+    assert state.accumulator.observables["kept"] == 3  # type: ignore[index]
+    snap = json.loads(json.dumps(to_plain(state.snapshot())))
+    resumed = integrate_local(run, state=RunState.restore(run, snap))
+    assert resumed.observables == whole.observables and whole.observables is not None
+    hits = whole.observables["histograms"][0]["hits"]
+    assert sum(hits) == 4 * 40_000  # the 4 kept iterations' points
 
 
 def test_runs_without_observables_keep_their_ids_and_snapshots() -> None:

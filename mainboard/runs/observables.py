@@ -38,7 +38,7 @@ def observables_of(history: RunHistory) -> dict[str, Any] | None:
     _, snapshot = history.last_snapshot
     if not snapshot:
         return None
-    return run_observables(spec, snapshot["accumulator"])
+    return run_observables(spec, snapshot["accumulator"].get("observables"))
 
 
 def require(history: RunHistory) -> dict[str, Any]:
