@@ -28,6 +28,7 @@ from mainboard.integrators.driver import RunResult, RunState, integrate_local, s
 from mainboard.integrators.plain import to_plain
 from mainboard.integrators.spec import load_run_file, parse_run
 from mainboard.integrators.stages import BatchResult, build_run, merge_results, process_batch
+from mainboard.tasks import modules
 from mainboard.tasks.codec import dumps, loads
 from mainboard.tasks.workers import LocalWorkers
 from tests.batch_helpers import invoke
@@ -146,6 +147,15 @@ def test_a_snapshot_holds_running_totals_and_resumes_to_the_same_bits() -> None:
     assert resumed.observables == whole.observables and whole.observables is not None
     hits = whole.observables["histograms"][0]["hits"]
     assert sum(hits) == 4 * 40_000  # the 4 kept iterations' points
+
+
+def test_a_histogram_function_is_a_workspace_module_imported_afresh_when_edited() -> None:
+    """Workers forget an edited workspace module before building a run: histogram
+    functions are among the run's targets, like python integrands."""
+    data = {**X2, "accumulator": {"histograms": [
+        {"name": "r", "of": "histfns:square", "bins": 2, "range": [0.0, 1.0]},
+        {"name": "x", "of": "x0", "bins": 2, "range": [0.0, 1.0]}]}}
+    assert modules.python_targets(data) == ["histfns:square"]
 
 
 def test_runs_without_observables_keep_their_ids_and_snapshots() -> None:
