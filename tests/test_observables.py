@@ -364,14 +364,20 @@ def test_export_of_a_run_without_histograms_says_so_in_one_line(workspace: Confi
     assert "has no histograms or moments: add [[accumulator.histograms]]" in lines[0]
 
 
+SHOT = Path("/tmp/mainboard-test-artifacts/dashboard-histograms.png")  # kept for a look
+
+
 def test_the_dashboard_draws_the_histograms_and_lists_the_moments(
         workspace: Config, distributed: tuple[RunResult, RunResult]) -> None:
     result, _ = distributed
+    SHOT.parent.mkdir(exist_ok=True)
     dash = start_dashboard(workspace)
     try:
         async def look(tab: Tab) -> dict[str, Any]:
             html = await tab.wait_for('id="plot-hist-1" data-points="8"', 20)
             ink = {box: await tab.evaluate(INK % box) for box in ("plot-hist-0", "plot-hist-1")}
+            await tab.evaluate("document.getElementById('histograms').scrollIntoView()")
+            await tab.screenshot(SHOT)
             return {"html": html, "ink": ink}
 
         seen = drive(dash.page(f"/run/{result.run_id}"), look)
