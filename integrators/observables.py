@@ -49,7 +49,8 @@ class Histogram:
         return self.edges.size - 1
 
     def bin_index(self, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        """Each point's bin (-1: outside the range, or a non-finite observable)."""
+        """Each point's bin (``bins``, one past the last: outside the range, or a non-finite
+        observable; a slot bincount fills and the sums leave out)."""
         value = np.asarray(self.fn(x, idx), dtype=np.float64)
         if value.shape != (x.shape[0],):
             raise BatchError("evaluate", f"histogram {self.name!r}: {self.of} returned shape "
@@ -58,13 +59,13 @@ class Histogram:
 
 
 def _locate(edges: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """The bin of each value among equal bins (-1 outside or non-finite): what
+    """The bin of each value among equal bins (``bins`` outside, or non-finite): what
     ``searchsorted(edges, value, "right") - 1`` gives, in O(n) instead of O(n log bins)."""
     bins = edges.size - 1
     low, high = edges[0], edges[-1]
     with np.errstate(invalid="ignore"):
         inside = (value >= low) & (value <= high)  # False for NaN
-    where = np.full(value.shape, -1, dtype=np.int64)
+    where = np.full(value.shape, bins, dtype=np.int64)
     v = value[inside]
     guess = np.minimum(((v - low) * (bins / (high - low))).astype(np.int64), bins - 1)
     guess -= v < edges[guess]  # rounding put it one bin high
@@ -117,19 +118,19 @@ class Observables:
                finite: np.ndarray | None) -> Sums:
         """One row slice: ``f`` (n, width) real values, ``weights`` (n,), ``bins`` this
         slice's bin per point, ``finite`` the rows the total counts (None: all rows)."""
-        if finite is not None:
-            f, weights = f[finite], weights[finite]
-            bins = [b[finite] for b in bins]
-        wf = f * weights[:, None]
+        with np.errstate(invalid="ignore", over="ignore"):  # non-finite rows: out of the sums
+            wf = f * weights[:, None]
+            square = wf * wf
         out: Sums = {"histograms": {}}
-        for h, where in zip(self.histograms, bins, strict=True):
-            inside = where >= 0
-            at, rows = where[inside], wf[inside]
+        for h, at in zip(self.histograms, bins, strict=True):
+            if finite is not None:  # rows the total leaves out go to the overflow slot too
+                at = np.where(finite, at, h.bins)
             out["histograms"][h.name] = {
-                "sum": _per_bin(at, rows, h.bins),
-                "sum2": _per_bin(at, rows * rows, h.bins),
-                "hits": np.bincount(at, minlength=h.bins).astype(np.int64)}
+                "sum": _per_bin(at, wf, h.bins), "sum2": _per_bin(at, square, h.bins),
+                "hits": np.bincount(at, minlength=h.bins + 1)[:h.bins].astype(np.int64)}
         if self.moments:
+            if finite is not None:
+                f, wf = f[finite], wf[finite]
             sums, squares, power = [], [], wf
             with np.errstate(invalid="ignore", over="ignore"):
                 for k in range(self.moments):  # w f^(k+1), one product per order
@@ -153,8 +154,9 @@ class Observables:
 
 
 def _per_bin(at: np.ndarray, rows: np.ndarray, bins: int) -> np.ndarray:
-    """(bins, width) sums of ``rows`` by bin; np.bincount adds in row order."""
-    return np.stack([np.bincount(at, weights=rows[:, c], minlength=bins)
+    """(bins, width) sums of ``rows`` by bin (``at == bins``: left out); np.bincount adds
+    in row order."""
+    return np.stack([np.bincount(at, weights=rows[:, c], minlength=bins + 1)[:bins]
                      for c in range(rows.shape[1])], axis=1)
 
 
