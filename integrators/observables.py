@@ -295,4 +295,8 @@ def run_observables(spec: Any, totals: Mapping[str, Any] | None) -> dict[str, An
     if not totals or (not spec.accumulator.histograms and not spec.accumulator.moments):
         return None
     labels = component_labels(spec.integrand)  # one per real component
-    return combine_observables(spec.accumulator, totals, len(labels), labels)
+    out = combine_observables(spec.accumulator, totals, len(labels), labels)
+    if getattr(spec.sampler, "beta", 0) > 0:
+        out["note"] = ("errors of bins and moments ignore the VEGAS+ strata (beta > 0): "
+                       "conservative, larger than the total's")
+    return out

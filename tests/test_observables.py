@@ -69,6 +69,7 @@ def test_histogram_of_x_squared_matches_its_analytic_bin_integrals(sampler: str)
     edges = np.array(hist["edges"])
     assert np.array_equal(edges, np.linspace(0.0, 1.0, 13))
     assert sum(hist["hits"]) == result.samples  # every point lands in [0, 1]
+    assert ("VEGAS+ strata" in obs.get("note", "")) == (sampler == "vegas+")
     worst = np.abs(pulls(hist, x2_bins(edges))).max()
     assert worst < 4.0, f"{sampler}: a bin is {worst:.2f} sigma off its analytic integral"
     assert math.isclose(sum(hist["estimate"][0]), result.estimate, rel_tol=1e-2)
