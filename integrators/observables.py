@@ -12,8 +12,10 @@ with variance (S2/N - (S1/N)^2)/(N-1); iterations combine per bin like vegas' ``
 (inverse-variance weights), through running sums (:func:`fold`) so a snapshot holds O(bins)
 numbers however long the run. A bin with no hit in an iteration says nothing about its
 variance there, so it carries no weight from that iteration; a bin never hit reads 0 +- 0.
-With VEGAS+ stratification the per-bin variance is the plain one, which ignores the strata:
-larger than the stratified error of the total would suggest (conservative).
+With VEGAS+ stratification the moments get the strata's variance, as the total does (moment 1
+has the total's error); bins keep the plain variance, which ignores the strata: larger than
+the total's would suggest (conservative; see
+:mod:`~mainboard.integrators.observable_strata` for why).
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ import numpy as np
 
 from mainboard.integrators.errors import BatchError
 from mainboard.integrators.grid import TINY
+from mainboard.integrators.observable_strata import (
+    merge_split,
+    split_from_plain,
+    strata_numerator,
+    strata_terms,
+)
 from mainboard.integrators.projection import component_labels
 from mainboard.integrators.spec import RunSpec, parse_run
 
@@ -115,9 +123,13 @@ class Observables:
         return [h.bin_index(x, idx) for h in self.histograms]
 
     def reduce(self, f: np.ndarray, weights: np.ndarray, bins: Sequence[np.ndarray],
-               finite: np.ndarray | None) -> Sums:
+               finite: np.ndarray | None,
+               strata: tuple[np.ndarray, np.ndarray] | None = None) -> Sums:
         """One row slice: ``f`` (n, width) real values, ``weights`` (n,), ``bins`` this
-        slice's bin per point, ``finite`` the rows the total counts (None: all rows)."""
+        slice's bin per point, ``finite`` the rows the total counts (None: all rows);
+        ``strata`` (each row's stratum, samples per stratum) when the batch is stratified:
+        the moments' errors are then the strata's
+        (:mod:`~mainboard.integrators.observable_strata`)."""
         with np.errstate(invalid="ignore", over="ignore"):  # non-finite rows: out of the sums
             wf = f * weights[:, None]
             square = wf * wf
@@ -129,17 +141,23 @@ class Observables:
                 "sum": _per_bin(at, wf, h.bins), "sum2": _per_bin(at, square, h.bins),
                 "hits": np.bincount(at, minlength=h.bins + 1)[:h.bins].astype(np.int64)}
         if self.moments:
-            if finite is not None:
-                f, wf = f[finite], wf[finite]
-            sums, squares, power = [], [], wf
-            with np.errstate(invalid="ignore", over="ignore"):
-                for k in range(self.moments):  # w f^(k+1), one product per order
-                    if k:
-                        power = power * f
-                    sums.append(power.sum(axis=0))
-                    squares.append(np.einsum("ij,ij->j", power, power))
-            out["moments"] = {"sum": np.stack(sums), "sum2": np.stack(squares)}
+            out["moments"] = self._moments(f, wf, finite, strata)
         return out
+
+    def _moments(self, f: np.ndarray, wf: np.ndarray, finite: np.ndarray | None,
+                 strata: tuple[np.ndarray, np.ndarray] | None) -> dict[str, Any]:
+        """Sums of w f^k and (w f^k)^2 for k = 1..K over the finite rows, and the strata's
+        terms of the K orders side by side when stratified."""
+        powers = [wf]
+        with np.errstate(invalid="ignore", over="ignore"):
+            for _ in range(1, self.moments):  # w f^(k+1), one product per order
+                powers.append(powers[-1] * f)
+        terms = {} if strata is None else strata_terms(np.concatenate(powers, axis=1),
+                                                       finite, *strata)
+        if finite is not None:
+            powers = [p[finite] for p in powers]
+        return {"sum": np.stack([p.sum(axis=0) for p in powers]),
+                "sum2": np.stack([np.einsum("ij,ij->j", p, p) for p in powers]), **terms}
 
     def empty(self) -> Sums:
         """The identity of :func:`add`."""
@@ -160,20 +178,33 @@ def _per_bin(at: np.ndarray, rows: np.ndarray, bins: int) -> np.ndarray:
                      for c in range(rows.shape[1])], axis=1)
 
 
+def _add_part(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for key, value in b.items():
+        if key not in a:
+            out[key] = value
+        elif key == "split":
+            out[key] = merge_split(a[key], value)
+        else:
+            out[key] = a[key] + value
+    return out
+
+
 def add(a: Sums, b: Sums) -> Sums:
-    """Element-wise sum of two batches' (or slices') sums, ``a`` first."""
-    out: Sums = {"histograms": {name: {key: a["histograms"][name][key] + part[key]
-                                       for key in part}
+    """Element-wise sum of two batches' (or slices') sums, ``a`` first (split strata's
+    sums joined by stratum)."""
+    out: Sums = {"histograms": {name: _add_part(a["histograms"][name], part)
                                 for name, part in b["histograms"].items()}}
     if "moments" in b:
-        out["moments"] = {key: a["moments"][key] + b["moments"][key] for key in b["moments"]}
+        out["moments"] = _add_part(a["moments"], b["moments"])
     return out
 
 
 def from_plain(data: Mapping[str, Any]) -> Sums:
     """Sums as they arrive (codec arrays or JSON lists) back to numpy arrays."""
-    def arrays(part: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v, dtype=np.int64 if k == "hits" else np.float64)
+    def arrays(part: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: split_from_plain(v) if k == "split"
+                else np.asarray(v, dtype=np.int64 if k == "hits" else np.float64)
                 for k, v in part.items()}
 
     out: Sums = {"histograms": {n: arrays(p) for n, p in data["histograms"].items()}}
@@ -182,12 +213,15 @@ def from_plain(data: Mapping[str, Any]) -> Sums:
     return out
 
 
-def _estimate(part: Mapping[str, np.ndarray], count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Mean S1/N and variance of the mean per entry (inf with fewer than 2 samples)."""
+def _estimate(part: Mapping[str, Any], count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean S1/N and variance of the mean per entry (inf with fewer than 2 samples); the
+    strata's variance when the iteration was stratified (moments only)."""
     s1, s2 = part["sum"], part["sum2"]
     if count < 2:
         return np.zeros_like(s1), np.full(s1.shape, np.inf)
     mean = s1 / count
+    if "csum2" in part:
+        return mean, strata_numerator(part).reshape(mean.shape) / (float(count) * count)
     var = np.maximum(s2 / count - mean * mean, 0.0) / (count - 1)
     return mean, var
 
@@ -296,7 +330,7 @@ def run_observables(spec: Any, totals: Mapping[str, Any] | None) -> dict[str, An
         return None
     labels = component_labels(spec.integrand)  # one per real component
     out = combine_observables(spec.accumulator, totals, len(labels), labels)
-    if getattr(spec.sampler, "beta", 0) > 0:
-        out["note"] = ("errors of bins and moments ignore the VEGAS+ strata (beta > 0): "
-                       "conservative, larger than the total's")
+    if getattr(spec.sampler, "beta", 0) > 0 and spec.accumulator.histograms:
+        out["note"] = ("bin errors ignore the VEGAS+ strata (beta > 0): conservative, "
+                       "larger than the total's")
     return out

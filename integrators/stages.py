@@ -246,6 +246,7 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     sums = obs.empty() if obs is not None else None
     with scope(run):
         bins = obs.bins(batch.x, batch.idx) if obs is not None else []
+        layout = smp.strata_layout(batch) if obs is not None and obs.moments else None
         whole = None if run.integrand.sliceable else run.integrand.evaluate(batch.x, batch.idx)
         for sl in row_slices(n):
             values = (run.integrand.evaluate(batch.x[sl], batch.idx[sl]) if whole is None
@@ -256,8 +257,9 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
                                         None if wf is None else wf[sl])
             partial = partial.merge(part)
             if sums is not None:  # same slices, same order: bit-identical anywhere
-                sums = add_sums(sums, obs.reduce(real_columns(values), batch.weights[sl],
-                                                 [b[sl] for b in bins], part_finite))
+                sums = add_sums(sums, obs.reduce(
+                    real_columns(values), batch.weights[sl], [b[sl] for b in bins],
+                    part_finite, None if layout is None else (layout[0][sl], layout[1])))
             if part_finite is not None:
                 if finite is None:
                     finite = np.ones(n, dtype=bool)

@@ -70,6 +70,9 @@ def test_histogram_of_x_squared_matches_its_analytic_bin_integrals(sampler: str)
     assert np.array_equal(edges, np.linspace(0.0, 1.0, 13))
     assert sum(hist["hits"]) == result.samples  # every point lands in [0, 1]
     assert ("VEGAS+ strata" in obs.get("note", "")) == (sampler == "vegas+")
+    # moment 1 is the total: the same estimate and error (VEGAS+: both the strata's)
+    assert math.isclose(obs["moments"]["estimate"][0][0], result.estimate, rel_tol=1e-12)
+    assert math.isclose(obs["moments"]["error"][0][0], result.error, rel_tol=1e-6)
     worst = np.abs(pulls(hist, x2_bins(edges))).max()
     assert worst < 4.0, f"{sampler}: a bin is {worst:.2f} sigma off its analytic integral"
     assert math.isclose(sum(hist["estimate"][0]), result.estimate, rel_tol=1e-2)
@@ -115,10 +118,11 @@ def test_a_histogram_of_the_discrete_channel_splits_the_total_by_coefficient() -
 
 
 def test_batch_sums_cross_the_wire_and_merge_once_in_batch_order() -> None:
-    run = build_run({**X2, "sampler": SAMPLERS["vegas"]})
+    run = build_run({**X2, "sampler": SAMPLERS["vegas+"]})
     state = RunState.start(run)
+    step(state)  # the second iteration's strata are uneven: some straddle batches
     sizes = state.next_batches()
-    results = [process_batch(run, state.sampler, 0, i, n) for i, n in enumerate(sizes)]
+    results = [process_batch(run, state.sampler, 1, i, n) for i, n in enumerate(sizes)]
     wired = [BatchResult.from_dict(loads(dumps(r.to_dict()))) for r in results]
     random.Random(3).shuffle(wired)  # finished in any order, merged in batch order
     a, b = merge_results(results, expected=len(sizes)), merge_results(wired, len(sizes))
@@ -127,6 +131,7 @@ def test_batch_sums_cross_the_wire_and_merge_once_in_batch_order() -> None:
         for key, value in part.items():
             assert value.tobytes() == b.observables["histograms"][name][key].tobytes(), key
     assert a.observables["moments"]["sum"].tobytes() == b.observables["moments"]["sum"].tobytes()
+    assert a.observables["moments"]["split"], "no stratum straddles two batches"
     assert a.observable_estimates() == b.observable_estimates()
     assert int(a.observables["histograms"]["x"]["hits"].sum()) == sum(sizes)
 
@@ -237,7 +242,6 @@ coefficients = [0.0, 0.0, 1.0]
 [sampler]
 kind = "vegas"
 bins = 32
-beta = 0.0
 [stop]
 max_samples = 150_000
 [batching]
