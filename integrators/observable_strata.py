@@ -1,23 +1,24 @@
-"""Stratified errors of the moments: what VEGAS+ strata do to their variance.
+"""Stratified errors of the observables: what VEGAS+ strata do to their variance.
 
-A stratified iteration (see :mod:`~mainboard.integrators.strata`) estimates a moment by
-(1/N) sum_i w_i f_i^k, with w carrying the stratum factor N / (H n_h). Its variance is the
+A stratified iteration (see :mod:`~mainboard.integrators.strata`) estimates a moment, or a
+histogram bin's integral, by (1/N) sum_i g_i, with g = w f^k (a bin: w f on the rows in the
+bin, 0 elsewhere) and w carrying the stratum factor N / (H n_h). Its variance is the
 strata's, not the plain one (moment 1 gets the total's error this way):
 
     Var = (1/N^2) sum_h c_h (S2_h - S1_h^2 / n_h),   c_h = n_h / (n_h - 1),
 
-S1_h and S2_h the sums of w f^k and (w f^k)^2 over stratum h's samples. A stratum's samples
-are contiguous positions of the iteration, so a row slice (and a batch) holds most of its
-strata whole and shares at most its first and last with its neighbours. A slice reports the
-sum of c_h (w f^k)^2 (``csum2``), the sum over the strata it holds whole of
-S1_h^2 / (n_h - 1) (``sq``), and S1 of the strata it holds only part of (``split``, keyed by
-stratum): those add across slices and batches, in order, before they are squared, so the
-result is as bit-identical as the total.
+S1_h and S2_h the sums of g and g^2 over stratum h's samples: unbiased whenever every
+stratum has 2 samples or more (VEGAS+ allocates at least 2). Per bin it is noisy (an edge
+cuts through strata of a few samples), so iterations are never weighted by it: it is
+propagated through fixed weights (:mod:`~mainboard.integrators.observables`).
 
-Histogram bins keep the plain variance: a bin edge cuts through a few strata of 2 to 8
-samples each, whose within-stratum variance of the bin's indicator is unbiased but so noisy
-(often 0) that the weighted average over iterations would trust the wrong ones; the plain
-variance is larger (conservative) and steady.
+A stratum's samples are contiguous positions of the iteration, so a row slice (and a
+batch) holds most of its strata whole and shares at most its first and last with its
+neighbours. A slice reports per group (bin; one group for the moments) the sum of c_h g^2
+(``csum2``), the sum over the strata it holds whole of S1_h^2 / (n_h - 1) (``sq``), and S1
+per group of the strata it holds only part of (``split``, keyed by stratum): those add
+across slices and batches, in order, before they are squared, so the result is as
+bit-identical as the total.
 """
 
 from __future__ import annotations
@@ -29,12 +30,15 @@ import numpy as np
 
 
 def strata_terms(values: np.ndarray, keep: np.ndarray | None, stratum: np.ndarray,
-                 counts: np.ndarray) -> dict[str, Any]:
-    """One slice's stratified terms of ``values`` (n, m): ``keep`` the rows counted (None:
-    all), ``stratum`` each row's stratum (ascending), ``counts`` samples per stratum in the
-    iteration."""
+                 counts: np.ndarray, group: np.ndarray | None = None, groups: int = 1
+                 ) -> dict[str, Any]:
+    """One slice's stratified terms of ``values`` (n, m) per group: ``keep`` the rows
+    counted (None: all), ``stratum`` each row's stratum (ascending), ``counts`` samples per
+    stratum in the iteration, ``group`` each row's group in [0, groups] (``groups``: left
+    out, like a histogram's overflow slot; None: all in group 0)."""
     m = values.shape[1]
-    out: dict[str, Any] = {"csum2": np.zeros(m), "sq": np.zeros(m), "split": {}}
+    out: dict[str, Any] = {"csum2": np.zeros((groups, m)), "sq": np.zeros((groups, m)),
+                           "split": {}}
     if stratum.size == 0:
         return out
     first = int(stratum[0])
@@ -46,15 +50,26 @@ def strata_terms(values: np.ndarray, keep: np.ndarray | None, stratum: np.ndarra
     c_row = np.repeat(mine * inverse, held)  # n_h / (n_h - 1), 0 below 2 samples
     if keep is not None:
         values = np.where(keep[:, None], values, 0.0)
+    if group is None:
+        group = np.zeros(stratum.size, dtype=np.int64)
+    width = groups + 1  # the left-out slot too: its sums are dropped below
+    cells, cell = np.unique(local * width + group, return_inverse=True)  # (stratum, group)
+    cell_stratum, cell_group = np.divmod(cells, width)
+    counted = whole[cell_stratum] & (cell_group < groups)
+    scale = inverse[cell_stratum]
+    parted = [(h, (cell_stratum == h) & (cell_group < groups)) for h in np.flatnonzero(~whole)]
+    for h, _ in parted:  # at most the first and the last stratum
+        out["split"][str(first + int(h))] = {"s1": np.zeros((groups, m)),
+                                             "scale": float(inverse[h])}
     for c in range(m):
         col = values[:, c]
-        out["csum2"][c] = (c_row * col * col).sum()  # numpy's sums, never BLAS: same bits
-        s1 = np.bincount(local, weights=col, minlength=held.size)
-        out["sq"][c] = (inverse[whole] * s1[whole] ** 2).sum()
-        for h in np.flatnonzero(~whole):  # at most the first and the last stratum
-            part = out["split"].setdefault(str(first + int(h)), {
-                "s1": np.zeros(m), "scale": float(inverse[h])})
-            part["s1"][c] = s1[h]
+        out["csum2"][:, c] = np.bincount(group, weights=c_row * col * col,
+                                         minlength=width)[:groups]
+        s1 = np.bincount(cell.reshape(-1), weights=col, minlength=cells.size)
+        out["sq"][:, c] = np.bincount(cell_group[counted], weights=(scale * s1 * s1)[counted],
+                                      minlength=width)[:groups]
+        for h, mask in parted:
+            out["split"][str(first + int(h))]["s1"][cell_group[mask], c] = s1[mask]
     return out
 
 

@@ -3,19 +3,24 @@
 Each batch reduces to plain sums (:class:`Sums`): per histogram bin the weighted values
 sum(w f), their squares sum((w f)^2) and the hit count; per moment order k, sum(w f^k) and
 sum((w f^k)^2), all per real component and over the batch's finite rows only (the rows the
-total counts). Sums add element-wise in batch-index order (and inside a batch in row-slice
-order), so an iteration's sums are bit-identical whoever computed the batches, like the
-total's :class:`~mainboard.integrators.accumulators.Partial`.
+total counts); under VEGAS+ stratification also the strata's terms of each
+(:mod:`~mainboard.integrators.observable_strata`). Sums add element-wise in batch-index
+order (and inside a batch in row-slice order), so an iteration's sums are bit-identical
+whoever computed the batches, like the total's
+:class:`~mainboard.integrators.accumulators.Partial`.
 
-An iteration's N finite samples give each bin the estimate S1/N (its share of the integral)
-with variance (S2/N - (S1/N)^2)/(N-1); iterations combine per bin like vegas' ``RAvg``
-(inverse-variance weights), through running sums (:func:`fold`) so a snapshot holds O(bins)
-numbers however long the run. A bin with no hit in an iteration says nothing about its
-variance there, so it carries no weight from that iteration; a bin never hit reads 0 +- 0.
-With VEGAS+ stratification the moments get the strata's variance, as the total does (moment 1
-has the total's error); bins keep the plain variance, which ignores the strata: larger than
-the total's would suggest (conservative; see
-:mod:`~mainboard.integrators.observable_strata` for why).
+An iteration's N finite samples give each bin (and moment) the estimate m = S1/N (its share
+of the integral) with the variance of that mean: the strata's when stratified, else
+(S2/N - (S1/N)^2)/(N-1). Iterations combine with weights the data do not choose, w_k = N_k
+(equal for equal iterations): the mean sum w_k m_k / sum w_k is then unbiased and its
+variance sum w_k^2 var_k / (sum w_k)^2 is propagated through those weights. Weighting by
+estimated variances (a bin's own, or the total's as ``RAvg`` does) is not: a bin's variance
+comes from the few strata its edges cut (noisy, often near 0) and the total's correlates
+with the bins near the integrand's peak, and either weight then leans towards iterations
+whose bins came out low (measured with VEGAS+ on x^2: the top bin's pulls averaged -0.9 with
+the total's weights, 0 with these). Drop the unadapted first iterations with ``discard``,
+as for the total. The running sums (:func:`fold`) keep a snapshot O(bins) however long the
+run; a bin never hit reads 0 +- 0.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from mainboard.integrators.errors import BatchError
-from mainboard.integrators.grid import TINY
 from mainboard.integrators.observable_strata import (
     merge_split,
     split_from_plain,
@@ -128,7 +132,7 @@ class Observables:
         """One row slice: ``f`` (n, width) real values, ``weights`` (n,), ``bins`` this
         slice's bin per point, ``finite`` the rows the total counts (None: all rows);
         ``strata`` (each row's stratum, samples per stratum) when the batch is stratified:
-        the moments' errors are then the strata's
+        the bins' and moments' errors are then the strata's
         (:mod:`~mainboard.integrators.observable_strata`)."""
         with np.errstate(invalid="ignore", over="ignore"):  # non-finite rows: out of the sums
             wf = f * weights[:, None]
@@ -137,9 +141,11 @@ class Observables:
         for h, at in zip(self.histograms, bins, strict=True):
             if finite is not None:  # rows the total leaves out go to the overflow slot too
                 at = np.where(finite, at, h.bins)
+            terms = {} if strata is None else strata_terms(wf, None, *strata, at, h.bins)
             out["histograms"][h.name] = {
                 "sum": _per_bin(at, wf, h.bins), "sum2": _per_bin(at, square, h.bins),
-                "hits": np.bincount(at, minlength=h.bins + 1)[:h.bins].astype(np.int64)}
+                "hits": np.bincount(at, minlength=h.bins + 1)[:h.bins].astype(np.int64),
+                **terms}
         if self.moments:
             out["moments"] = self._moments(f, wf, finite, strata)
         return out
@@ -215,7 +221,7 @@ def from_plain(data: Mapping[str, Any]) -> Sums:
 
 def _estimate(part: Mapping[str, Any], count: int) -> tuple[np.ndarray, np.ndarray]:
     """Mean S1/N and variance of the mean per entry (inf with fewer than 2 samples); the
-    strata's variance when the iteration was stratified (moments only)."""
+    strata's variance when the iteration was stratified."""
     s1, s2 = part["sum"], part["sum2"]
     if count < 2:
         return np.zeros_like(s1), np.full(s1.shape, np.inf)
@@ -237,11 +243,11 @@ def _floats(values: Sequence[Any]) -> np.ndarray:
 
 def iteration_estimates(sums: Sums, count: int) -> dict[str, Any]:
     """One iteration's per-bin and per-order means and variances of the mean (``count``
-    finite samples), as plain data; a bin without a hit has variance inf (no weight)."""
-    out: dict[str, Any] = {"histograms": {}}
+    finite samples), as plain data, with the iteration's weight (``count``: fixed by the
+    plan, never by the data)."""
+    out: dict[str, Any] = {"weight": float(count), "histograms": {}}
     for name, part in sums["histograms"].items():
         mean, var = _estimate(part, count)
-        var[part["hits"] == 0] = np.inf  # no hit: no information on this bin here
         out["histograms"][name] = {"mean": _plain(mean), "var": _plain(var),
                                    "hits": part["hits"].tolist()}
     if "moments" in sums:
@@ -250,16 +256,17 @@ def iteration_estimates(sums: Sums, count: int) -> dict[str, Any]:
     return out
 
 
-def _fold_one(total: Mapping[str, Any] | None, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """Add one iteration's entry to running inverse-variance sums (vegas' RAvg, per entry)."""
+def _fold_one(total: Mapping[str, Any] | None, entry: Mapping[str, Any], weight: float
+              ) -> dict[str, Any]:
+    """Add one iteration's entry, weighted by ``weight``, to the running sums of w m and
+    w^2 var per entry."""
     mean, var = _floats(entry["mean"]), _floats(entry["var"])
-    weight = np.zeros_like(var)
-    finite = np.isfinite(var)
-    weight[finite] = 1.0 / np.maximum(var[finite], TINY)
-    sum_w, sum_wm = weight, weight * mean
+    sum_wm = weight * mean
+    sum_wwv = weight * weight * var if weight > 0 else np.zeros_like(var)  # no 0 * inf
     if total is not None:
-        sum_w, sum_wm = _floats(total["sum_w"]) + sum_w, _floats(total["sum_wm"]) + sum_wm
-    out = {"sum_w": sum_w.tolist(), "sum_wm": sum_wm.tolist()}
+        sum_wm = _floats(total["sum_wm"]) + sum_wm
+        sum_wwv = _floats(total["sum_wwv"]) + sum_wwv
+    out = {"sum_wm": sum_wm.tolist(), "sum_wwv": _plain(sum_wwv)}
     if "hits" in entry:
         hits = np.asarray(entry["hits"], dtype=np.int64)
         out["hits"] = (hits if total is None else hits + np.asarray(total["hits"])).tolist()
@@ -271,28 +278,33 @@ def fold(totals: Mapping[str, Any] | None, entry: Mapping[str, Any], keep: bool
     """The run's observable totals after one more iteration (``keep``: past ``discard``).
 
     Plain data of O(bins), whatever the number of iterations, stored in every snapshot:
-    the kept iterations' running sums of 1/var and mean/var per entry, and the last
-    iteration's entry (the result while every iteration so far is discarded).
+    over the kept iterations the running sum of their weights and, per entry, of w m and
+    w^2 var; and the last iteration's entry (the result while every iteration so far is
+    discarded).
     """
     kept = int(totals["kept"]) if totals else 0
     if not keep:
         return {**(dict(totals) if totals else {"kept": 0}), "last": dict(entry)}
     prev = totals if totals and kept else None
-    out: dict[str, Any] = {"kept": kept + 1, "last": dict(entry), "histograms": {
-        name: _fold_one(prev["histograms"][name] if prev else None, part)
+    weight = float(entry["weight"])
+    sum_w = weight if prev is None else float(prev["sum_w"]) + weight
+    out: dict[str, Any] = {"kept": kept + 1, "last": dict(entry), "sum_w": sum_w,
+                           "histograms": {
+        name: _fold_one(prev["histograms"][name] if prev else None, part, weight)
         for name, part in entry["histograms"].items()}}
     if "moments" in entry:
-        out["moments"] = _fold_one(prev["moments"] if prev else None, entry["moments"])
+        out["moments"] = _fold_one(prev["moments"] if prev else None, entry["moments"],
+                                   weight)
     return out
 
 
-def _result(total: Mapping[str, Any], shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and error per entry; an entry no iteration informed reads 0 +- 0."""
-    sum_w = _floats(total["sum_w"])
-    known = sum_w > 0
-    mean, error = np.zeros_like(sum_w), np.zeros_like(sum_w)
-    mean[known] = _floats(total["sum_wm"])[known] / sum_w[known]
-    error[known] = np.sqrt(1.0 / sum_w[known])
+def _result(total: Mapping[str, Any], sum_w: float, shape: tuple[int, int]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and error per entry (``shape``: rows, components); 0 +- 0 without samples."""
+    if sum_w <= 0:
+        return np.zeros(shape), np.zeros(shape)
+    mean = _floats(total["sum_wm"]) / sum_w
+    error = np.sqrt(_floats(total["sum_wwv"])) / sum_w
     return mean.reshape(shape), error.reshape(shape)
 
 
@@ -305,16 +317,17 @@ def combine_observables(specs: Any, totals: Mapping[str, Any], width: int,
     """
     if not totals.get("kept"):  # every iteration so far discarded: the last one alone
         totals = fold(None, totals["last"], keep=True)
+    sum_w = float(totals["sum_w"])
     out: dict[str, Any] = {"components": list(labels), "histograms": []}
     for h in specs.histograms:
         total = totals["histograms"][h.name]
-        mean, error = _result(total, (h.bins, width))
+        mean, error = _result(total, sum_w, (h.bins, width))
         out["histograms"].append({
             "name": h.name, "of": h.of, "bins": h.bins, "range": list(h.range),
             "edges": np.linspace(h.range[0], h.range[1], h.bins + 1).tolist(),
             "estimate": mean.T.tolist(), "error": error.T.tolist(), "hits": total["hits"]})
     if specs.moments:
-        mean, error = _result(totals["moments"], (specs.moments, width))
+        mean, error = _result(totals["moments"], sum_w, (specs.moments, width))
         out["moments"] = {"orders": list(range(1, specs.moments + 1)),
                           "estimate": mean.T.tolist(), "error": error.T.tolist()}
     return out
@@ -329,8 +342,4 @@ def run_observables(spec: Any, totals: Mapping[str, Any] | None) -> dict[str, An
     if not totals or (not spec.accumulator.histograms and not spec.accumulator.moments):
         return None
     labels = component_labels(spec.integrand)  # one per real component
-    out = combine_observables(spec.accumulator, totals, len(labels), labels)
-    if getattr(spec.sampler, "beta", 0) > 0 and spec.accumulator.histograms:
-        out["note"] = ("bin errors ignore the VEGAS+ strata (beta > 0): conservative, "
-                       "larger than the total's")
-    return out
+    return combine_observables(spec.accumulator, totals, len(labels), labels)

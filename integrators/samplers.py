@@ -86,7 +86,7 @@ class Sampler(ABC):
 
     def strata_layout(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
         """(stratum of each row, ascending; samples of each stratum in the iteration) of a
-        stratified batch, for the moments' stratified errors; None when unstratified."""
+        stratified batch, for the observables' stratified errors; None when unstratified."""
         del batch
         return None
 

@@ -246,7 +246,7 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     sums = obs.empty() if obs is not None else None
     with scope(run):
         bins = obs.bins(batch.x, batch.idx) if obs is not None else []
-        layout = smp.strata_layout(batch) if obs is not None and obs.moments else None
+        layout = smp.strata_layout(batch) if obs is not None else None
         whole = None if run.integrand.sliceable else run.integrand.evaluate(batch.x, batch.idx)
         for sl in row_slices(n):
             values = (run.integrand.evaluate(batch.x[sl], batch.idx[sl]) if whole is None
