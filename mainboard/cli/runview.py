@@ -123,8 +123,6 @@ def histograms_text(obs: dict[str, Any]) -> str:
         lines += [f"  [{_num(edges[b], 6):>12}, {_num(edges[b + 1], 6):>12}]  "
                   f"{value(h['estimate'], h['error'], b)}  ({h['hits'][b]:,})"
                   for b in range(h["bins"])]
-    if obs.get("note"):
-        lines.append(f"note       {obs['note']}")
     moments = obs.get("moments")
     if moments:
         lines.append("moments    integral of f^k")

@@ -286,7 +286,7 @@ function renderObservables(obs) {
     box.replaceChildren();
     return;
   }
-  note.textContent = `${obs.histograms.length} histogram(s); bin integrals ± error, per component (${obs.components.join(", ")})${obs.note ? "; " + obs.note : ""}`;
+  note.textContent = `${obs.histograms.length} histogram(s); bin integrals ± error, per component (${obs.components.join(", ")})`;
   const ids = obs.histograms.map((_, i) => `plot-hist-${i}`);
   if (ids.some((id) => !document.getElementById(id)) || box.children.length !== ids.length + (obs.moments ? 1 : 0)) {
     box.replaceChildren(...obs.histograms.map((h, i) => plotBox(ids[i], `${h.name}: ${h.of}, ${h.bins} bins`)),
