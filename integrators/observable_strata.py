@@ -53,7 +53,7 @@ def strata_terms(values: np.ndarray, keep: np.ndarray | None, stratum: np.ndarra
     if group is None:
         group = np.zeros(stratum.size, dtype=np.int64)
     width = groups + 1  # the left-out slot too: its sums are dropped below
-    cells, cell = np.unique(local * width + group, return_inverse=True)  # (stratum, group)
+    cells, cell = _cells(local * width + group)  # the (stratum, group) pairs present
     cell_stratum, cell_group = np.divmod(cells, width)
     counted = whole[cell_stratum] & (cell_group < groups)
     scale = inverse[cell_stratum]
@@ -65,12 +65,26 @@ def strata_terms(values: np.ndarray, keep: np.ndarray | None, stratum: np.ndarra
         col = values[:, c]
         out["csum2"][:, c] = np.bincount(group, weights=c_row * col * col,
                                          minlength=width)[:groups]
-        s1 = np.bincount(cell.reshape(-1), weights=col, minlength=cells.size)
+        s1 = np.bincount(cell, weights=col, minlength=cells.size)
         out["sq"][:, c] = np.bincount(cell_group[counted], weights=(scale * s1 * s1)[counted],
                                       minlength=width)[:groups]
         for h, mask in parted:
             out["split"][str(first + int(h))]["s1"][cell_group[mask], c] = s1[mask]
     return out
+
+
+def _cells(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys, ascending, and each row's index among them, as
+    ``np.unique(key, return_inverse=True)``; by a stable sort, fast here because the keys
+    arrive nearly sorted (rows are in stratum order)."""
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    new = np.empty(key.size, dtype=bool)
+    new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    cell = np.empty(key.size, dtype=np.int64)
+    cell[order] = np.cumsum(new) - 1
+    return ordered[new], cell
 
 
 def merge_split(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
