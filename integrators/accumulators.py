@@ -177,19 +177,31 @@ def combine(estimates: Sequence[IterationEstimate]) -> Combined:
 
 @dataclass
 class RunAccumulator:
-    """All iteration estimates of a run; ``discard`` leaves the first ones out of the result."""
+    """All iteration estimates of a run; ``discard`` leaves the first ones out of the result.
+
+    ``observables`` holds, when the run asks for histograms or moments, their running totals
+    over the kept iterations (plain data of O(bins), see
+    :func:`~mainboard.integrators.observables.fold`).
+    """
 
     kind: str
     width: int
     discard: int = 0
     iterations: list[IterationEstimate] = field(default_factory=list)
+    observables: dict[str, Any] | None = None
 
-    def add(self, estimate: IterationEstimate) -> None:
-        """Record one finished iteration."""
+    def add(self, estimate: IterationEstimate, observables: dict[str, Any] | None = None
+            ) -> None:
+        """Record one finished iteration (and its observables' estimates, if any)."""
         if estimate.mean.shape != (self.width,):
             raise ValueError(f"iteration has {estimate.mean.shape} components, "
                              f"accumulator expects ({self.width},)")
         self.iterations.append(estimate)
+        if observables is not None:
+            from mainboard.integrators.observables import fold
+
+            self.observables = fold(self.observables, observables,
+                                    keep=len(self.iterations) > self.discard)
 
     @property
     def samples(self) -> int:
@@ -211,12 +223,16 @@ class RunAccumulator:
         return combine(self.kept())
 
     def snapshot(self) -> dict[str, Any]:
-        """Plain (JSON-safe) data."""
-        return {"kind": self.kind, "width": self.width, "discard": self.discard,
-                "iterations": [e.to_dict() for e in self.iterations]}
+        """Plain (JSON-safe) data; ``observables`` only when the run has some."""
+        out = {"kind": self.kind, "width": self.width, "discard": self.discard,
+               "iterations": [e.to_dict() for e in self.iterations]}
+        if self.observables is not None:
+            out["observables"] = self.observables
+        return out
 
     @classmethod
     def restore(cls, data: Mapping[str, Any]) -> RunAccumulator:
         """Inverse of :meth:`snapshot`."""
         return cls(str(data["kind"]), int(data["width"]), int(data["discard"]),
-                   [IterationEstimate.from_dict(e) for e in data["iterations"]])
+                   [IterationEstimate.from_dict(e) for e in data["iterations"]],
+                   data.get("observables"))

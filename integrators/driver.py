@@ -19,6 +19,7 @@ import numpy as np
 
 from mainboard.integrators.accumulators import Combined, IterationEstimate, RunAccumulator
 from mainboard.integrators.diagnostics import sampler_diagnostics
+from mainboard.integrators.observables import run_observables
 from mainboard.integrators.owner import owned, produce_iteration, training_wanted
 from mainboard.integrators.samplers import Sampler, restore_sampler
 from mainboard.integrators.seeding import LatentBatch
@@ -117,7 +118,7 @@ class RunState:
             self.training_samples += result.partial.samples
             self.training_iterations += 1
         else:
-            self.accumulator.add(result.estimate())
+            self.accumulator.add(result.estimate(), result.observable_estimates())
         self.sampler.ingest(result.training)
         self.sampler.adapt()
         self.iteration += 1
@@ -194,6 +195,7 @@ class RunResult:
     wall_s: float | None
     iteration_estimates: tuple[IterationEstimate, ...]
     training_samples: int = 0  # of ``samples``: the training phase's, not in the estimate
+    observables: dict[str, Any] | None = None  # histograms and moments, when asked for
 
     @classmethod
     def build(cls, state: RunState, comb: Combined, wall_s: float | None) -> RunResult:
@@ -202,7 +204,8 @@ class RunResult:
                    _shape(comb.mean, state.run.kind), _shape(comb.error, state.run.kind),
                    comb.chi2_dof, comb.q_total, state.samples, len(state.accumulator.iterations),
                    state.accumulator.nonfinite, state.run.integrand.exact, state.stop, wall_s,
-                   tuple(state.accumulator.iterations), state.training_samples)
+                   tuple(state.accumulator.iterations), state.training_samples,
+                   run_observables(state.run.spec, state.accumulator.observables))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; complex numbers as {"real", "imag"}, exact only when known."""
@@ -214,6 +217,8 @@ class RunResult:
                "wall_s": self.wall_s, "training_samples": self.training_samples}
         if self.exact is not None:
             out["exact"] = _plain(self.exact)
+        if self.observables is not None:
+            out["observables"] = self.observables
         return out
 
 

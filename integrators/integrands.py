@@ -252,21 +252,22 @@ def _channels(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
     return Integrand("channels", dim, fn, exact=exact, label="channels", sliceable=True)
 
 
-def load_target(target: str) -> Callable[..., Any]:
-    """Import ``package.module:function`` (attribute paths allowed after the colon)."""
+def load_target(target: str, key: str = "integrand.target") -> Callable[..., Any]:
+    """Import ``package.module:function`` (attribute paths allowed after the colon);
+    errors name ``key``, the run-file key that holds the target."""
     module_name, _, attr = target.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or anything the module raises while importing
         raise ConfigError(f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}",
-                          key="integrand.target", value=target) from None
+                          key=key, value=target) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"module {module_name!r} has no attribute {attr!r}",
-                              key="integrand.target", value=target)
+                              key=key, value=target)
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ConfigError(f"{target} is not callable", key="integrand.target", value=target)
+        raise ConfigError(f"{target} is not callable", key=key, value=target)
     return obj
 
 

@@ -84,6 +84,12 @@ class Sampler(ABC):
         """Per-stratum training data from the signed values w f (n, m); none by default."""
         return {}
 
+    def strata_layout(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
+        """(stratum of each row, ascending; samples of each stratum in the iteration) of a
+        stratified batch, for the observables' stratified errors; None when unstratified."""
+        del batch
+        return None
+
     def ingest(self, training: Mapping[str, np.ndarray]) -> None:
         """Add (merged) training data; adapt() uses everything ingested since the last adapt."""
         self.pending = merge_training([self.pending, training])
@@ -227,6 +233,12 @@ class VegasSampler(Sampler):
             wf2 = unscale
         sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
         return {"grid_sum": sums, "grid_count": counts}
+
+    def strata_layout(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
+        """The batch's strata (from its plan) when it was drawn stratified."""
+        if self.strata is None or "stratum" not in batch.aux:
+            return None
+        return batch.aux["stratum"], self.strata.counts
 
     def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None
                         ) -> Training:

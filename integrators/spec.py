@@ -37,6 +37,12 @@ from mainboard.integrators.spec_checks import (
     check_transforms,
     integrand_components,
 )
+from mainboard.integrators.spec_observables import (
+    MAX_MOMENT,
+    HistogramSpec,
+    check_observables,
+    drop_defaults,
+)
 from mainboard.integrators.spec_process import (
     MaterializerSpec,
     ProcessSamplerSpec,
@@ -287,10 +293,17 @@ def component_count(spec: Any) -> int | str:
 
 class AccumulatorSpec(_Model):
     """``[accumulator]``: value kind (default: what the integrand gives); ``discard`` leaves
-    the first iterations out of the result."""
+    the first iterations out of the result; ``[[accumulator.histograms]]`` and ``moments``
+    (up to order 4) are the observables (:mod:`~mainboard.integrators.spec_observables`)."""
 
     kind: Literal["scalar", "complex", "vector"] | None = None
     discard: NonNegativeInt = 0
+    histograms: list[HistogramSpec] = []
+    moments: Annotated[Int, Field(ge=0, le=MAX_MOMENT)] = 0
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return drop_defaults(handler(self))
 
 
 class StopSpec(_Model):
@@ -363,6 +376,8 @@ class RunSpec(_Model):
             raise SpecError("accumulator.kind", f"the integrand gives {natural} values, so the "
                             f"accumulator kind must be {natural!r}", kind)
         check_training(self.sampler, self.stop, self.integrand)
+        check_observables(self.accumulator.histograms, self.integrand_dim,
+                          self.domain.discrete)
         if self.sampler.kind == "discrete" and not self.domain.discrete:
             raise SpecError("sampler.kind", "the discrete sampler needs domain.discrete "
                             "cardinalities", "discrete")

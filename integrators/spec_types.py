@@ -43,6 +43,8 @@ Text = Annotated[str, Strict()]
 PATTERN_HINTS = {
     "target": "of the form 'package.module:function'",
     "name": "of 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+    "of": "of the form 'x<i>' (a coordinate of the point), 'd<j>' (a discrete coordinate) "
+          "or 'package.module:function' (a function of the point)",
 }
 _NOUNS = {int: ("an integer", "integers"), float: ("a finite number", "finite numbers"),
           str: ("a quoted string", "quoted strings"), bool: ("true or false", "true or false")}

@@ -30,7 +30,10 @@ from mainboard.integrators.accumulators import IterationEstimate, Partial, real_
 from mainboard.integrators.chunking import row_slices
 from mainboard.integrators.domain import Batch, Domain, validate
 from mainboard.integrators.errors import MergeError
-from mainboard.integrators.integrands import Integrand, make_integrand
+from mainboard.integrators.integrands import Integrand, load_target, make_integrand
+from mainboard.integrators.observables import Observables, Sums, iteration_estimates
+from mainboard.integrators.observables import add as add_sums
+from mainboard.integrators.observables import from_plain as sums_from_plain
 from mainboard.integrators.projection import component_labels, project
 from mainboard.integrators.samplers import (
     Sampler,
@@ -55,6 +58,7 @@ class Run:
     transforms: TransformChain
     kind: str
     width: int
+    observables: Observables | None = None  # [accumulator] histograms and moments
 
     def new_sampler(self) -> Sampler:
         """A sampler in its initial state."""
@@ -89,7 +93,9 @@ def build_run(spec: RunSpec | Mapping[str, Any]) -> Run:
                           f"{integrand.components} component(s), its spec says "
                           f"{component_count(spec.integrand)}", key="integrand.kind")
     kind = spec.accumulator_kind
-    return Run(spec, domain, integrand, transforms, kind, integrand.width)
+    observables = Observables.build(spec.accumulator, integrand.width, bool(domain.discrete),
+                                    load_target)
+    return Run(spec, domain, integrand, transforms, kind, integrand.width, observables)
 
 
 @dataclass
@@ -102,12 +108,16 @@ class BatchResult:
     partial: Partial
     training: Training = field(default_factory=dict)
     nonfinite_example: list[float] | None = None
+    observables: Sums | None = None  # histogram and moment sums, when the run asks
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (numpy arrays kept for a binary codec; see plain.to_plain for JSON)."""
-        return {"iteration": self.iteration, "batch_index": self.batch_index,
-                "sampler_version": self.sampler_version, "partial": self.partial.to_dict(),
-                "training": dict(self.training), "nonfinite_example": self.nonfinite_example}
+        out = {"iteration": self.iteration, "batch_index": self.batch_index,
+               "sampler_version": self.sampler_version, "partial": self.partial.to_dict(),
+               "training": dict(self.training), "nonfinite_example": self.nonfinite_example}
+        if self.observables is not None:
+            out["observables"] = self.observables
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BatchResult:
@@ -115,7 +125,9 @@ class BatchResult:
         return cls(int(data["iteration"]), int(data["batch_index"]),
                    int(data["sampler_version"]), Partial.from_dict(data["partial"]),
                    {k: np.asarray(v, dtype=np.float64) for k, v in data["training"].items()},
-                   data.get("nonfinite_example"))
+                   data.get("nonfinite_example"),
+                   None if data.get("observables") is None
+                   else sums_from_plain(data["observables"]))
 
 
 @dataclass
@@ -127,6 +139,7 @@ class IterationResult:
     sampler_version: int
     partial: Partial
     training: Training
+    observables: Sums | None = None
 
     def estimate(self) -> IterationEstimate:
         """Mean and variance of the mean per component (a stratified iteration's variance
@@ -134,6 +147,12 @@ class IterationResult:
         estimate = IterationEstimate.from_partial(self.iteration, self.partial)
         var = stratified_variance(self.training)
         return estimate if var is None else replace(estimate, var=var)
+
+    def observable_estimates(self) -> dict[str, Any] | None:
+        """Per-bin and per-order means and variances of this iteration (None: no observables)."""
+        if self.observables is None:
+            return None
+        return iteration_estimates(self.observables, self.partial.count)
 
 
 def _sampler(run: Run, sampler: Sampler | Mapping[str, Any]) -> Sampler:
@@ -223,7 +242,11 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     projection = getattr(learner, "projection", None)
     projected = np.empty(n) if projection is not None else None
     labels = component_labels(run.spec.integrand)
+    obs = run.observables
+    sums = obs.empty() if obs is not None else None
     with scope(run):
+        bins = obs.bins(batch.x, batch.idx) if obs is not None else []
+        layout = smp.strata_layout(batch) if obs is not None else None
         whole = None if run.integrand.sliceable else run.integrand.evaluate(batch.x, batch.idx)
         for sl in row_slices(n):
             values = (run.integrand.evaluate(batch.x[sl], batch.idx[sl]) if whole is None
@@ -233,6 +256,10 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
             part, part_finite = _reduce(values, batch.weights[sl], wf2[sl],
                                         None if wf is None else wf[sl])
             partial = partial.merge(part)
+            if sums is not None:  # same slices, same order: bit-identical anywhere
+                sums = add_sums(sums, obs.reduce(
+                    real_columns(values), batch.weights[sl], [b[sl] for b in bins],
+                    part_finite, None if layout is None else (layout[0][sl], layout[1])))
             if part_finite is not None:
                 if finite is None:
                     finite = np.ones(n, dtype=bool)
@@ -247,7 +274,7 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
         if wf is not None:
             training.update(smp.strata_training(batch, wf, finite))
     return BatchResult(latent.iteration, latent.batch_index, smp.version, partial, training,
-                       example)
+                       example, sums)
 
 
 def _reduce(values: np.ndarray, weights: np.ndarray, wf2: np.ndarray,
@@ -313,5 +340,9 @@ def merge_results(results: Sequence[BatchResult], expected: int | None = None
     partial = Partial.empty(ordered[0].partial.mean.shape[0])
     for r in ordered:
         partial = partial.merge(r.partial)
+    sums = None
+    for r in ordered:  # exactly once each, in batch-index order, like the total
+        if r.observables is not None:
+            sums = r.observables if sums is None else add_sums(sums, r.observables)
     return IterationResult(ordered[0].iteration, len(ordered), ordered[0].sampler_version,
-                           partial, merge_training([r.training for r in ordered]))
+                           partial, merge_training([r.training for r in ordered]), sums)

@@ -45,13 +45,16 @@ def _user_module(name: str, path: str, prefixes: Sequence[str]) -> bool:
 
 
 def python_targets(spec: Mapping[str, Any]) -> list[str]:
-    """The ``module:function`` targets of a run-file dict (every ``kind = "python"`` table)."""
+    """The ``module:function`` targets of a run-file dict (every ``kind = "python"`` table
+    and every histogram whose ``of`` is a function)."""
     found: list[str] = []
 
     def walk(node: Any) -> None:
         if isinstance(node, Mapping):
             if node.get("kind") == "python" and isinstance(node.get("target"), str):
                 found.append(node["target"])
+            if ":" in str(node.get("of", "")) and "bins" in node:  # a histogram's observable
+                found.append(str(node["of"]))
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):

@@ -43,8 +43,8 @@ def _value(summary: dict[str, Any]) -> str:
 
 @click.group("runs")
 def runs() -> None:
-    """Integration runs of this workspace: list, show, resume, clone, logs, pause, stop,
-    remove, trace."""
+    """Integration runs of this workspace: list, show, export, resume, clone, logs, pause,
+    stop, remove, trace."""
 
 
 @runs.command("list")
@@ -87,14 +87,17 @@ def _detail(h: RunHistory) -> dict[str, Any]:
 @click.option("--timeline", "with_timeline", is_flag=True,
               help="Also each iteration's dispatch, completion, re-sends, adaptation and "
                    "snapshot, and every pause, resume and stop, with times.")
+@click.option("--histograms", "with_histograms", is_flag=True,
+              help="Also the run's histograms (each bin's estimate ± error) and moments.")
 @click.option("--csv", "as_csv", is_flag=True,
               help="A scan, tune or campaign: its table as CSV (one line per child).")
 @_JSON
 @click.pass_context
-def show(ctx: click.Context, run: str, with_timeline: bool, as_csv: bool,
-         as_json: bool) -> None:
+def show(ctx: click.Context, run: str, with_timeline: bool, with_histograms: bool,
+         as_csv: bool, as_json: bool) -> None:
     """One run: definition, status, every iteration's cumulative estimate; a scan, tune
     or campaign: its table of child runs."""
+    from mainboard.runs import observables
     from mainboard.runs.timeline import timeline
 
     store, _ = _store(ctx)
@@ -111,6 +114,8 @@ def show(ctx: click.Context, run: str, with_timeline: bool, as_csv: bool,
     events = timeline(store, history.run_id) if with_timeline else []
     if with_timeline:
         data["timeline"] = [e.to_dict() for e in events]
+    if with_histograms:
+        data["observables"] = observables.require(history)
     if as_json:
         common.echo_json(data)
         return
@@ -141,6 +146,32 @@ def show(ctx: click.Context, run: str, with_timeline: bool, as_csv: bool,
         it = "" if e.iteration is None else f"it {e.iteration}"
         click.echo(f"  {_when(e.time)}  +{e.time - origin:9.3f}s  {e.kind:9}  {it:7}  "
                    f"{e.detail}".rstrip())
+    if with_histograms:
+        from mainboard.cli.runview import histograms_text
+
+        click.echo(histograms_text(data["observables"]))
+
+
+@runs.command("export")
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["hwu", "csv", "json"]), default="hwu",
+              show_default=True, help="HwU (MadGraph's histogram text), CSV rows, or JSON.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write to this file (default: stdout).")
+@click.pass_context
+def export(ctx: click.Context, run: str, fmt: str, output: str | None) -> None:
+    """Write a run's histograms (and moments, in JSON) for plotting tools."""
+    from pathlib import Path
+
+    from mainboard.runs import observables
+
+    store, _ = _store(ctx)
+    text = observables.export(observables.require(store.find(run)), fmt)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    Path(output).write_text(text, encoding="utf-8")
+    click.echo(f"wrote {output}", err=True)
 
 
 @runs.command("resume")

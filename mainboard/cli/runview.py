@@ -114,6 +114,33 @@ def diagnostics_text(diag: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def histograms_text(obs: dict[str, Any]) -> str:
+    """``runs show --histograms``: each histogram's bins (edges, estimate ± error, hits) and
+    the moments of f, one line each."""
+    labels = obs["components"]
+
+    def value(est: list[list[float]], err: list[list[float]], i: int) -> str:
+        if len(labels) == 1:
+            return pm(est[0][i], err[0][i])
+        return ", ".join(f"{label} {pm(est[c][i], err[c][i])}" for c, label in enumerate(labels))
+
+    lines = []
+    for h in obs["histograms"]:
+        lines.append(f"histogram  {h['name']} of {h['of']}: {h['bins']} bins on "
+                     f"[{_num(h['range'][0])}, {_num(h['range'][1])}], "
+                     f"{sum(h['hits']):,} hits")
+        edges = h["edges"]
+        lines += [f"  [{_num(edges[b], 6):>12}, {_num(edges[b + 1], 6):>12}]  "
+                  f"{value(h['estimate'], h['error'], b)}  ({h['hits'][b]:,})"
+                  for b in range(h["bins"])]
+    moments = obs.get("moments")
+    if moments:
+        lines.append("moments    integral of f^k")
+        lines += [f"  k={k}  {value(moments['estimate'], moments['error'], i)}"
+                  for i, k in enumerate(moments["orders"])]
+    return "\n".join(lines)
+
+
 def emit(result: RunResult, as_json: bool) -> None:
     """Print the result on stdout."""
     click.echo(result_json(result) if as_json else result_text(result))
@@ -259,5 +286,5 @@ class ProgressBar:
             self.bar.stop()
 
 
-__all__ = ["ProgressBar", "StopLimits", "emit", "eta_by_rate", "eta_text", "make_bar", "pm",
-           "diagnostics_text", "result_json", "result_text"]
+__all__ = ["ProgressBar", "StopLimits", "emit", "eta_by_rate", "eta_text", "histograms_text",
+           "make_bar", "pm", "diagnostics_text", "result_json", "result_text"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mainboard.errors import MainboardError
 from mainboard.runs.lazy import LazyReceipts
 from mainboard.runs.store import RECEIPTS_NAME, RunHistory, RunStore, UnknownRun
 
@@ -265,6 +266,17 @@ def diagnostics(h: RunHistory) -> dict[str, Any]:
     return out
 
 
+def observables(h: RunHistory) -> dict[str, Any] | None:
+    """The run's histograms and moments from its latest snapshot (None: it has none; a run
+    file this version cannot read shows none rather than breaking the page)."""
+    from mainboard.runs.observables import observables_of
+
+    try:
+        return observables_of(h)
+    except (MainboardError, KeyError, TypeError, ValueError):
+        return None
+
+
 def lineage(data: RunData, h: RunHistory) -> dict[str, Any]:
     """Where the run came from (its parent and branch iteration, its resumes) and its clones."""
     clones = [{"run_id": c.run_id, "name": c.created.name,
@@ -284,5 +296,5 @@ def snapshots(h: RunHistory, held: frozenset[int]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["RunData", "diagnostics", "exact_of", "first_component",
+__all__ = ["RunData", "diagnostics", "exact_of", "first_component", "observables",
            "lineage", "per_iteration", "series", "snapshots", "summary_row"]

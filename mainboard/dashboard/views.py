@@ -89,6 +89,7 @@ class Views:
             "snapshots": rundata.snapshots(h, entry.snapshots),
             "lineage": rundata.lineage(self.runs, h),
             "diagnostics": rundata.diagnostics(h),
+            "observables": rundata.observables(h),
         }
         out.update(self._run_extras(h, broker["ok"]))
         return out

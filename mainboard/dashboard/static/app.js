@@ -206,6 +206,7 @@ function skeleton() {
       section("Workers", el("p", { class: "muted", id: "workers-note" }), el("div", { id: "workers" })),
       section("Timeline", el("div", { id: "timeline" }))),
     section("Logs", el("p", { class: "muted", id: "logs-note" }), el("div", { id: "logs" })),
+    section("Histograms", el("p", { class: "muted", id: "hist-note" }), el("div", { class: "plots", id: "histograms" })),
     el("div", { class: "two" },
       section("Sampler diagnostics", el("p", { class: "muted", id: "diag-note" }), el("div", { id: "diagnostics" })),
       section("Snapshots and lineage", el("div", { id: "lineage" }), el("div", { id: "snapshots" }))),
@@ -252,6 +253,7 @@ function renderRun(run) {
     ["worker", (l) => l.worker], ["host", (l) => l.host], ["message", (l) => l.message, "msg"],
   ], run.logs.slice().reverse()));
   renderDiagnostics(run.diagnostics);
+  renderObservables(run.observables);
   renderLineage(run);
   document.getElementById("settings").textContent = JSON.stringify(run.settings, null, 2);
 }
@@ -272,6 +274,49 @@ function renderDiagnostics(diag) {
   } else {
     note.textContent = diag.kind ? `${diag.kind} sampler: no diagnostics in its snapshots` : "no snapshot yet";
     box.replaceChildren();
+  }
+}
+
+// Each histogram as steps over its bin edges with a ±1σ band, one line per component;
+// the moments of f as a table under them.
+function renderObservables(obs) {
+  const box = document.getElementById("histograms");
+  const note = document.getElementById("hist-note");
+  if (!obs) {
+    note.textContent = "no [[accumulator.histograms]] or moments in this run (or no iteration yet)";
+    box.replaceChildren();
+    return;
+  }
+  note.textContent = `${obs.histograms.length} histogram(s); bin integrals ± error, per component (${obs.components.join(", ")})`;
+  const ids = obs.histograms.map((_, i) => `plot-hist-${i}`);
+  if (ids.some((id) => !document.getElementById(id)) || box.children.length !== ids.length + (obs.moments ? 1 : 0)) {
+    box.replaceChildren(...obs.histograms.map((h, i) => plotBox(ids[i], `${h.name}: ${h.of}, ${h.bins} bins`)),
+      ...(obs.moments ? [el("div", { id: "moments" })] : []));
+  }
+  const colors = ["#2563eb", "#dc2626", "#16a34a", "#9333ea"];
+  const step = uPlot.paths.stepped({ align: 1 });
+  obs.histograms.forEach((h, i) => {
+    const series = [{ label: h.of }];
+    const data = [h.edges];
+    const bands = [];
+    h.estimate.forEach((est, c) => {
+      const color = colors[c % colors.length];
+      const last = (a) => [...a, a[a.length - 1]];  // the last bin's step reaches the high edge
+      const err = h.error[c];
+      series.push({ label: obs.components[c], stroke: color, width: 2, paths: step },
+        { label: "+1σ", stroke: "rgba(0,0,0,0.15)", paths: step }, { label: "-1σ", stroke: "rgba(0,0,0,0.15)", paths: step });
+      data.push(last(est), last(est.map((v, b) => v + err[b])), last(est.map((v, b) => v - err[b])));
+      bands.push({ series: [series.length - 2, series.length - 1], fill: "rgba(37,99,235,0.15)" });
+    });
+    const plotBoxEl = document.getElementById(ids[i]);
+    plotInto(`hist-${i}`, plotBoxEl, { series, bands, scales: { x: { time: false } }, axes: [{ label: h.of }, yAxis({ label: "bin integral" })], height: 240 }, data);
+    plotBoxEl.dataset.points = String(h.bins);
+  });
+  if (obs.moments) {
+    const m = obs.moments;
+    document.getElementById("moments").replaceChildren(table([
+      ["moment", (k) => `∫ f^${k} dx`], ...obs.components.map((label, c) => [label, (k) => pm(m.estimate[c][k - 1], m.error[c][k - 1]), "num"]),
+    ], m.orders, (k) => ({ "data-moment": k })));
   }
 }
 
