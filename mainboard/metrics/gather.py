@@ -1,0 +1,251 @@
+"""One look at the workspace for a scrape: queues, fleet workers, allocations, spend, runs.
+
+Each section reads its own source (Redis for queues and runs, the fleet's schedulers and
+worker registry for workers, receipts for allocations and spend) and a section that
+cannot be read leaves the others intact: its failure is one line in ``errors`` (the
+exposition turns it into ``mainboard_collector_up{section=...} 0``), never a traceback.
+Nothing here writes anything or starts anything (no keeper revival, no broker start).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from mainboard import keys
+from mainboard.bridges.providers.lifecycle import rental_receipts
+from mainboard.config import Config, ProviderHost
+from mainboard.errors import MainboardError, first_line
+from mainboard.fleet.autoscale import pool_paused
+from mainboard.fleet.records import FleetState, read_fleet
+from mainboard.fleet.workers import broker_route
+from mainboard.receipts import RentalCreated, RentalDestroyed, WorkerStarted
+from mainboard.redact import redact_text
+from mainboard.runs.spans import FINAL_STAGES
+from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE
+
+DEFAULT_QUEUE = "celery"  # Celery's own default: tasks sent without a route
+# Worker states of `mainboard_workers`: `fleet status`'s states, with "online" split by
+# whether the worker has a task in hand (busy) or not (idle), so that they add up.
+WORKER_STATES = ("queued", "starting", "busy", "idle", "lost", "unknown")
+RATE_WINDOW_S = 60.0   # batches/s is measured over the last minute of a run's spans
+MIN_WINDOW_S = 1.0
+MAX_RUNS = 1000        # live runs looked at per scrape (newest first)
+TIMEOUT_S = 3.0
+SECTIONS = ("queues", "fleet", "allocations", "runs")
+BROKER_SECTIONS = ("queues", "runs")  # read from the broker: unread while it is down
+
+
+@dataclass(frozen=True)
+class RunRate:
+    """A run a coordinator holds right now: throughput and progress."""
+
+    batches_per_s: float
+    samples: int
+    iteration: int
+
+
+@dataclass
+class Snapshot:
+    """Everything one scrape exposes; plain data, so tests and ``--json`` read it too."""
+
+    broker_up: bool = False
+    queues: dict[str, int] = field(default_factory=dict)
+    workers: dict[tuple[str, str], int] = field(default_factory=dict)  # (pool, state) -> n
+    paused: dict[str, bool] = field(default_factory=dict)
+    submitted: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+    usd_hr: dict[str, float] = field(default_factory=dict)   # provider pools only
+    spent_usd: dict[str, float] = field(default_factory=dict)
+    runs: dict[str, RunRate] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)     # section -> one line
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready (``mainboard metrics --json``)."""
+        workers: dict[str, dict[str, int]] = {}
+        for (pool, state), n in sorted(self.workers.items()):
+            workers.setdefault(pool, {})[state] = n
+        return {"broker_up": self.broker_up, "queues": self.queues, "workers": workers,
+                "paused": self.paused, "allocations_submitted": self.submitted,
+                "allocations_failed": self.failed, "spend_usd_per_hour": self.usd_hr,
+                "spend_usd": self.spent_usd,
+                "runs": {r: vars(v) for r, v in self.runs.items()}, "errors": self.errors}
+
+
+def pool_of(worker: WorkerStarted) -> str:
+    """A worker's pool label: its ``[fleet.pools.NAME]``, else the one-off pool of its host
+    (``fleet up --on HOST`` names that pool after the host)."""
+    return worker.pool or worker.host
+
+
+def client_of(config: Config) -> redis.Redis | None:
+    """A short-timeout client of the workspace's broker; None when the embedded broker is
+    not running (a scrape never starts one)."""
+    route = broker_route(config, start=False)
+    if route is None:
+        return None
+    return redis.Redis.from_url(route.url, socket_timeout=TIMEOUT_S,
+                                socket_connect_timeout=TIMEOUT_S, retry=Retry(NoBackoff(), 0))
+
+
+def known_queues(config: Config, state: FleetState) -> list[str]:
+    """The queues worth watching: mainboard's own, every declared pool's and every live
+    fleet worker's (including the per-host queues)."""
+    names = [BATCH_QUEUE, COORDINATOR_QUEUE, DEFAULT_QUEUE]
+    for pool in config.fleet.pools.values():
+        names += pool.queues
+    for worker in state.live():
+        names += worker.queues
+    return sorted(set(names))
+
+
+def queue_depths(client: redis.Redis, queues: Iterable[str]) -> dict[str, int]:
+    """Messages waiting in each queue (kombu keeps a queue as a list under its name)."""
+    names = list(queues)
+    with client.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.llen(keys.celery_queue(name))
+        return {n: int(v) for n, v in zip(names, pipe.execute(), strict=True)}
+
+
+def worker_counts(config: Config, state: FleetState) -> dict[tuple[str, str], int]:
+    """Live fleet workers by pool and state, as ``fleet status`` sees them (declared pools
+    and pools with live workers get a 0 for every state, so a missing series means
+    "no such pool", not "none of them")."""
+    from mainboard.fleet.status import fleet_status
+
+    counts: Counter[tuple[str, str]] = Counter()
+    pools = set(config.fleet.pools) | {pool_of(w) for w in state.live()}
+    for pool in pools:
+        for st in WORKER_STATES:
+            counts[(pool, st)] = 0
+    if not state.live():
+        return dict(counts)
+    for row in fleet_status(config, timeout=0.5, revive=False):
+        worker = state.started.get(row.worker_id)
+        pool = pool_of(worker) if worker else row.host
+        st = row.state
+        if st == "online":
+            st = "busy" if row.active else "idle"
+        counts[(pool, st if st in WORKER_STATES else "unknown")] += 1
+    return dict(counts)
+
+
+def allocations(config: Config, state: FleetState
+                ) -> tuple[dict[str, int], dict[str, int], dict[str, bool]]:
+    """Allocations submitted (every ``worker.started``) and failed (every
+    ``fleet.scale submit_failed``) per pool, from the fleet's receipts; pools paused."""
+    submitted = Counter(pool_of(w) for w in state.started.values())
+    failed = Counter(s.pool for s in state.scale if s.action == "submit_failed")
+    pools = set(config.fleet.pools) | set(submitted) | set(failed)
+    return ({p: submitted[p] for p in sorted(pools)}, {p: failed[p] for p in sorted(pools)},
+            {p: pool_paused(state, p) for p in sorted(config.fleet.pools)})
+
+
+def spend(config: Config) -> tuple[dict[str, float], dict[str, float]]:
+    """Per provider pool: USD per hour of its rentals alive now, and USD spent so far
+    (each rental at its own price from its ``rental.created`` receipt to its
+    ``rental.destroyed`` one, or now)."""
+    pools: dict[str, str] = {}  # rental id -> pool
+    rented_for: set[str] = set()
+    for worker in read_fleet(config.state_dir).started.values():
+        if worker.rental:
+            pools[worker.rental["rental_id"]] = pool_of(worker)
+    for name, pool in config.fleet.pools.items():
+        if isinstance(config.host(pool.host), ProviderHost):
+            rented_for.add(name)
+    rentals: dict[str, tuple[float, RentalCreated]] = {}
+    ended: dict[str, float] = {}
+    for ts, payload in rental_receipts(config.state_dir).read_timed():
+        if isinstance(payload, RentalCreated):
+            rentals[payload.rental_id] = (ts, payload)
+        elif isinstance(payload, RentalDestroyed):
+            ended[payload.rental_id] = ts
+    now = time.time()
+    rented_for |= set(pools.values())
+    usd_hr = dict.fromkeys(sorted(rented_for), 0.0)
+    spent = dict(usd_hr)
+    for rental_id, (began, created) in rentals.items():
+        pool = pools.get(rental_id)
+        if pool is None:
+            continue  # a job's rental, or one that never got its worker (setup failed)
+        stop = ended.get(rental_id)
+        if stop is None:
+            usd_hr[pool] += created.usd_hr
+        spent[pool] += created.usd_hr * max(0.0, (stop or now) - began) / 3600
+    return usd_hr, spent
+
+
+def run_rates(client: redis.Redis) -> dict[str, RunRate]:
+    """Each run whose coordinator holds its lease: finished batches per second over the
+    last RATE_WINDOW_S of its spans (entry ids are the Redis clock), samples, iteration."""
+    ids = [i.decode() for i in client.zrevrange(keys.runs_index(), 0, MAX_RUNS - 1)]
+    if not ids:
+        return {}
+    with client.pipeline(transaction=False) as pipe:
+        for run_id in ids:
+            pipe.exists(keys.run_lease(run_id))
+        live = [r for r, held in zip(ids, pipe.execute(), strict=True) if held]
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    since = now_ms - int(RATE_WINDOW_S * 1000)
+    out: dict[str, RunRate] = {}
+    for run_id in live:
+        spans = keys.run_spans(run_id)
+        with client.pipeline(transaction=False) as pipe:
+            pipe.xrange(spans, min=f"{since}-0", max="+")
+            pipe.xrange(spans, min="-", max="+", count=1)
+            pipe.hgetall(keys.run_state(run_id))
+            recent, first, state = pipe.execute()
+        done = sum(1 for _id, f in recent if f.get(b"s", b"").decode() in FINAL_STAGES)
+        began = int(first[0][0].decode().partition("-")[0]) if first else now_ms
+        window = max(MIN_WINDOW_S, min(RATE_WINDOW_S, (now_ms - began) / 1000))
+        out[run_id] = RunRate(done / window, int(float(state.get(b"samples", 0) or 0)),
+                              int(state.get(b"iteration", 0) or 0))
+    return out
+
+
+def gather(config: Config, *, fleet: bool = True) -> Snapshot:
+    """One snapshot; ``fleet=False`` leaves out the worker states (they ask schedulers)."""
+    snap = Snapshot()
+    state = read_fleet(config.state_dir)
+
+    def section(name: str, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except (MainboardError, redis.RedisError, OSError, ValueError) as exc:
+            snap.errors[name] = redact_text(first_line(exc))
+
+    client = None
+    try:
+        client = client_of(config)
+        if client is not None:
+            client.ping()
+            snap.broker_up = True
+    except (MainboardError, redis.RedisError, OSError) as exc:
+        snap.errors["broker"] = redact_text(first_line(exc))
+    if client is not None and snap.broker_up:
+        c = client
+        section("queues", lambda: snap.queues.update(queue_depths(c, known_queues(config, state))))
+        section("runs", lambda: snap.runs.update(run_rates(c)))
+
+    def counts() -> None:
+        snap.submitted, snap.failed, snap.paused = allocations(config, state)
+        snap.usd_hr, snap.spent_usd = spend(config)
+
+    section("allocations", counts)
+    if fleet:
+        section("fleet", lambda: snap.workers.update(worker_counts(config, state)))
+    if client is not None:
+        client.close()
+    return snap
+
+
+__all__ = ["RATE_WINDOW_S", "SECTIONS", "WORKER_STATES", "RunRate", "Snapshot", "gather",
+           "pool_of"]
