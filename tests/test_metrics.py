@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
+from mainboard.cli import cli as main
 from mainboard.config import load_config
 from mainboard.fleet.records import read_fleet
 from mainboard.services.broker import EmbeddedBroker
@@ -115,6 +117,10 @@ def test_flower_metrics_match_queues_pools_allocations_and_a_running_integration
     outputs: list[str] = []
     workers: LocalWorkers | None = None
     try:
+        EmbeddedBroker(state).up()  # the batch worker starts while `fleet up` runs
+        workers = LocalWorkers(1, EmbeddedBroker(state).url(), tmp_path / "workers",
+                               prefix="mtr",
+                               env={"PYTHONPATH": subprocess_env()["PYTHONPATH"]}).start()
         up = cli(ws, "fleet", "up")
         outputs += [up.stdout, up.stderr]
         assert up.returncode == 1 and "host 'gone'" in up.stderr, up.stderr  # doomed failed
@@ -158,12 +164,9 @@ def test_flower_metrics_match_queues_pools_allocations_and_a_running_integration
         assert value(samples, "mainboard_spend_usd_per_hour", pool="steady") is None  # owned
 
         # an integration: batches/s > 0 while its coordinator holds it, gone once finished
-        broker_url = EmbeddedBroker(state).url()
-        workers = LocalWorkers(1, broker_url, tmp_path / "workers", prefix="mtr",
-                               env={"PYTHONPATH": subprocess_env()["PYTHONPATH"]}).start()
         wait_until(lambda: ready(workers, tmp_path / "workers"), 60, "the batch worker ready")
-        run = slow_spec(0.15, name="metrics-run", stop={"max_samples": None,
-                                                        "max_iterations": 10},
+        run = slow_spec(0.1, name="metrics-run", stop={"max_samples": None,
+                                                       "max_iterations": 8},
                         batching={"batch_size": 1000, "batches_per_iteration": 4})
         run_id = load_spec(run).run_id()
         job = Background(run, ws)
@@ -178,16 +181,15 @@ def test_flower_metrics_match_queues_pools_allocations_and_a_running_integration
         wait_until(lambda: value(scrape(), "mainboard_run_batches_per_second",
                                  run=run_id) is None, 30, "the finished run's series gone")
 
-        # the same numbers without Flower, once
-        shown = cli(ws, "metrics", "--json")
-        outputs += [shown.stdout, shown.stderr]
-        assert shown.returncode == 0, shown.stderr
-        data = json.loads(shown.stdout)
+        # the same numbers without Flower, once (in process: the CLI's own test is below)
+        shown = CliRunner().invoke(main, ["--config", str(ws / "mainboard.toml"), "metrics",
+                                          "--json"])
+        outputs.append(shown.output)
+        assert shown.exit_code == 0, shown.output
+        data = json.loads(shown.output)
         assert data["queues"]["mtr.waiting"] == WAITING
         assert data["allocations_submitted"]["steady"] == 1
-        text = cli(ws, "metrics")
-        outputs += [text.stdout, text.stderr]
-        assert value(parse(text.stdout), "mainboard_queue_depth", queue="mtr.waiting") == WAITING
+        assert data["workers"]["steady"]["idle"] == 1
 
         secrets = [password, EmbeddedBroker(state).secret_path.read_text().strip()]
         logs = [(state / "flower" / "flower.log").read_text(errors="replace")]
