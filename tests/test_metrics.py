@@ -9,17 +9,13 @@ and each number is checked against its source: the broker, the fleet's receipts,
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from prometheus_client.parser import text_string_to_metric_families
 
 from mainboard.cli import cli as main
 from mainboard.config import load_config
@@ -30,6 +26,7 @@ from mainboard.tasks.runner import integrate, load_spec
 from mainboard.tasks.workers import LocalWorkers
 from tests.fleet_helpers import cli, config, stop_broker, table, wait_until, workspace
 from tests.integration import ready, slow_spec, subprocess_env
+from tests.scrape import Samples, fetch, parse, value
 from tests.services import free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
@@ -51,32 +48,6 @@ host = "gone"
 queues = ["mtr.doomed"]
 jobs = 1
 """
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def fetch(url: str, auth: tuple[str, str] | None = None) -> tuple[int, str]:
-    """Status and body of a GET (4xx answers too)."""
-    request = urllib.request.Request(url)
-    if auth:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def parse(text: str) -> Samples:
-    """``{(sample name, sorted labels): value}`` by prometheus_client's own parser."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
-
-
 def _send(ws: Path, queue: str, n: int) -> None:
     """``n`` real Celery messages to ``queue`` (nobody consumes it)."""
     from mainboard.fleet.workers import broker_route
