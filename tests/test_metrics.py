@@ -182,3 +182,30 @@ def test_metrics_without_a_broker_says_so_and_exits_0(tmp_path: Path) -> None:
     assert value(samples, "mainboard_collector_up", section="queues") == 0
     assert value(samples, "mainboard_workers", pool="steady", state="idle") == 0
     assert not (ws / ".mainboard" / "redis").exists()  # a scrape never starts the broker
+
+
+def test_the_exposition_parses_back_with_hostile_names_and_states_that_add_up() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from mainboard.metrics.exposition import StaticCollector
+    from mainboard.metrics.gather import RunRate, Snapshot
+
+    hostile = 'p"o\\ol\nx{a="b"}'
+    snap = Snapshot(broker_up=True, queues={"q.a": 3}, workers={(hostile, "idle"): 2,
+                                                                   (hostile, "busy"): 1},
+                    submitted={hostile: 4}, failed={hostile: 1}, usd_hr={"gpu": 3.6},
+                    spent_usd={"gpu": 0.25}, runs={"r1": RunRate(2.5, 1000, 3)},
+                    errors={"fleet": "host 'hpc': cannot reach"})
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StaticCollector(snap))
+    samples = parse(generate_latest(registry).decode())
+    assert value(samples, "mainboard_workers", pool=hostile, state="idle") == 2
+    assert value(samples, "mainboard_allocations_submitted_total", pool=hostile) == 4
+    assert value(samples, "mainboard_allocations_failed_total", pool=hostile) == 1
+    assert value(samples, "mainboard_queue_depth", queue="q.a") == 3
+    assert value(samples, "mainboard_spend_usd_per_hour", pool="gpu") == 3.6
+    assert value(samples, "mainboard_spend_usd_total", pool="gpu") == 0.25
+    assert value(samples, "mainboard_run_batches_per_second", run="r1") == 2.5
+    assert value(samples, "mainboard_run_samples_total", run="r1") == 1000
+    assert value(samples, "mainboard_collector_up", section="fleet") == 0
+    assert value(samples, "mainboard_collector_up", section="queues") == 1
