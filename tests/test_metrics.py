@@ -209,3 +209,40 @@ def test_the_exposition_parses_back_with_hostile_names_and_states_that_add_up() 
     assert value(samples, "mainboard_run_samples_total", run="r1") == 1000
     assert value(samples, "mainboard_collector_up", section="fleet") == 0
     assert value(samples, "mainboard_collector_up", section="queues") == 1
+
+
+def test_batches_per_second_counts_final_stages_over_the_window(
+        redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spans written at known Redis times: 30 finished batches (plus their other stages)
+    over the last 10 s is 3 batches/s; a run without a coordinator holding it is absent."""
+    import redis
+
+    from mainboard import keys
+    from mainboard.metrics import gather
+
+    r = redis.Redis.from_url(redis_server.url)
+    run_id, idle_run = "mtr-rate", "mtr-idle"
+    seconds, micros = r.time()
+    now_ms = seconds * 1000 + micros // 1000
+    try:
+        r.zadd(keys.runs_index(), {run_id: 1.0, idle_run: 2.0})
+        r.set(keys.run_lease(run_id), "here:1:t", ex=60)
+        r.hset(keys.run_state(run_id), mapping={"samples": 4000, "iteration": 2})
+        for i in range(30):  # one every 1/3 s, the first 10 s ago
+            at = now_ms - 10_000 + i * 333
+            r.xadd(keys.run_spans(run_id), {"s": "sample", "w": "w1"}, id=f"{at}-0")
+            r.xadd(keys.run_spans(run_id), {"s": "accumulate", "w": "w1"}, id=f"{at}-1")
+        r.xadd(keys.run_spans(idle_run), {"s": "fused"})
+        rates = gather.run_rates(r)
+        assert set(rates) == {run_id}
+        rate = rates[run_id]
+        assert 2.9 <= rate.batches_per_s <= 3.05, rate  # 30 / (10 s + the read's latency)
+        assert (rate.samples, rate.iteration) == (4000, 2)
+        monkeypatch.setattr(gather, "MAX_SPANS_READ", 20)  # a fast run: the window shrinks
+        capped = gather.run_rates(r)[run_id].batches_per_s
+        assert 2.7 <= capped <= 3.4, capped  # 10 finals over the last ~3.3 s
+    finally:
+        r.delete(keys.run_spans(run_id), keys.run_spans(idle_run), keys.run_lease(run_id),
+                 keys.run_state(run_id))
+        r.zrem(keys.runs_index(), run_id, idle_run)
+        r.close()
