@@ -22,6 +22,9 @@ from typing import Any
 from mainboard.config import Config, load_config
 
 log = logging.getLogger("mainboard.metrics")
+# What generate_latest writes (newer clients name 1.0.0 "latest"; 0.0.4 is what every
+# Prometheus, 2.x and 3.x alike, reads without a fallback_scrape_protocol).
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
 _pool = ThreadPoolExecutor(1, thread_name_prefix="mainboard-metrics")  # one scrape at a time
 
 
@@ -47,7 +50,7 @@ def install(state_dir: str, config_path: str | None = None) -> None:
         self.application.purge_offline_worker_metrics()
         body = await asyncio.get_running_loop().run_in_executor(
             _pool, prometheus_client.generate_latest)
-        self.set_header("Content-Type", prometheus_client.CONTENT_TYPE_LATEST)
+        self.set_header("Content-Type", TEXT_FORMAT)
         self.write(body)
 
     Metrics.get = get  # type: ignore[method-assign]  # guarded right after (basic auth)
