@@ -188,7 +188,7 @@ def test_the_exposition_parses_back_with_hostile_names_and_states_that_add_up() 
     from prometheus_client import CollectorRegistry, generate_latest
 
     from mainboard.metrics.exposition import StaticCollector
-    from mainboard.metrics.gather import RunRate, Snapshot
+    from mainboard.metrics.snapshot import RunRate, Snapshot
 
     hostile = 'p"o\\ol\nx{a="b"}'
     snap = Snapshot(broker_up=True, queues={"q.a": 3}, workers={(hostile, "idle"): 2,

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mainboard.config import Config
-from mainboard.metrics.gather import BROKER_SECTIONS, SECTIONS, Snapshot, gather
+from mainboard.metrics.snapshot import BROKER_SECTIONS, SECTIONS, Snapshot
 
 log = logging.getLogger("mainboard.metrics")
 FLEET_CACHE_S = 3.0  # worker states ask every scheduler: a scrape storm asks them once
@@ -87,6 +87,8 @@ class WorkspaceCollector(Collector):
 
     def snapshot(self) -> Snapshot:
         """A fresh snapshot; the fleet part reused when younger than FLEET_CACHE_S."""
+        from mainboard.metrics.gather import gather  # Redis, receipts, schedulers: at scrape
+
         with self._lock:
             cached = self._fleet
             fresh = cached is None or time.monotonic() - cached[0] >= FLEET_CACHE_S

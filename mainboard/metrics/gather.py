@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import redis
 from redis.backoff import NoBackoff
@@ -25,58 +24,18 @@ from mainboard.errors import MainboardError, first_line
 from mainboard.fleet.autoscale import pool_paused
 from mainboard.fleet.records import FleetState, read_fleet
 from mainboard.fleet.workers import broker_route
+from mainboard.metrics.snapshot import WORKER_STATES, RunRate, Snapshot
 from mainboard.receipts import RentalCreated, RentalDestroyed, WorkerStarted
 from mainboard.redact import redact_text
 from mainboard.runs.spans import FINAL_STAGES
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE
 
 DEFAULT_QUEUE = "celery"  # Celery's own default: tasks sent without a route
-# Worker states of `mainboard_workers`: `fleet status`'s states, with "online" split by
-# whether the worker has a task in hand (busy) or not (idle), so that they add up.
-WORKER_STATES = ("queued", "starting", "busy", "idle", "lost", "unknown")
 RATE_WINDOW_S = 60.0   # batches/s is measured over the last minute of a run's spans
 MIN_WINDOW_S = 1.0
 MAX_RUNS = 1000        # live runs looked at per scrape (newest first)
 MAX_SPANS_READ = 20_000  # spans read per run and scrape (a fast run: a shorter window)
 TIMEOUT_S = 3.0
-SECTIONS = ("queues", "fleet", "allocations", "runs")
-BROKER_SECTIONS = ("queues", "runs")  # read from the broker: unread while it is down
-
-
-@dataclass(frozen=True)
-class RunRate:
-    """A run a coordinator holds right now: throughput and progress."""
-
-    batches_per_s: float
-    samples: int
-    iteration: int
-
-
-@dataclass
-class Snapshot:
-    """Everything one scrape exposes; plain data, so tests and ``--json`` read it too."""
-
-    broker_up: bool = False
-    queues: dict[str, int] = field(default_factory=dict)
-    workers: dict[tuple[str, str], int] = field(default_factory=dict)  # (pool, state) -> n
-    paused: dict[str, bool] = field(default_factory=dict)
-    submitted: dict[str, int] = field(default_factory=dict)
-    failed: dict[str, int] = field(default_factory=dict)
-    usd_hr: dict[str, float] = field(default_factory=dict)   # provider pools only
-    spent_usd: dict[str, float] = field(default_factory=dict)
-    runs: dict[str, RunRate] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)     # section -> one line
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready (``mainboard metrics --json``)."""
-        workers: dict[str, dict[str, int]] = {}
-        for (pool, state), n in sorted(self.workers.items()):
-            workers.setdefault(pool, {})[state] = n
-        return {"broker_up": self.broker_up, "queues": self.queues, "workers": workers,
-                "paused": self.paused, "allocations_submitted": self.submitted,
-                "allocations_failed": self.failed, "spend_usd_per_hour": self.usd_hr,
-                "spend_usd": self.spent_usd,
-                "runs": {r: vars(v) for r, v in self.runs.items()}, "errors": self.errors}
 
 
 def pool_of(worker: WorkerStarted) -> str:
@@ -255,5 +214,4 @@ def gather(config: Config, *, fleet: bool = True) -> Snapshot:
     return snap
 
 
-__all__ = ["RATE_WINDOW_S", "SECTIONS", "WORKER_STATES", "RunRate", "Snapshot", "gather",
-           "pool_of"]
+__all__ = ["RATE_WINDOW_S", "gather", "pool_of", "run_rates"]
