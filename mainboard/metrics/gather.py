@@ -91,6 +91,8 @@ def worker_counts(config: Config, state: FleetState) -> dict[tuple[str, str], in
         worker = state.started.get(row.worker_id)
         pool = pool_of(worker) if worker else row.host
         st = row.state
+        if st in ("completed", "stopped"):
+            continue  # retired: gone, its stop receipt not written yet
         if st == "online":
             st = "busy" if row.active else "idle"
         counts[(pool, st if st in WORKER_STATES else "unknown")] += 1
@@ -108,25 +110,26 @@ def allocations(config: Config, state: FleetState
             {p: pool_paused(state, p) for p in sorted(config.fleet.pools)})
 
 
-def spend(config: Config) -> tuple[dict[str, float], dict[str, float]]:
+def spend(config: Config, state: FleetState) -> tuple[dict[str, float], dict[str, float]]:
     """Per provider pool: USD per hour of its rentals alive now, and USD spent so far
     (each rental at its own price from its ``rental.created`` receipt to its
-    ``rental.destroyed`` one, or now)."""
-    pools: dict[str, str] = {}  # rental id -> pool
+    ``rental.destroyed`` one, or now). A rental destroyed because its worker never
+    started (``fleet up`` failed after renting) has no worker, so no pool: not counted."""
+    pools: dict[tuple[str, str], str] = {}  # (provider, rental id) -> pool
     rented_for: set[str] = set()
-    for worker in read_fleet(config.state_dir).started.values():
+    for worker in state.started.values():
         if worker.rental:
-            pools[worker.rental["rental_id"]] = pool_of(worker)
+            pools[(worker.rental["provider"], worker.rental["rental_id"])] = pool_of(worker)
     for name, pool in config.fleet.pools.items():
         if isinstance(config.host(pool.host), ProviderHost):
             rented_for.add(name)
-    rentals: dict[str, tuple[float, RentalCreated]] = {}
-    ended: dict[str, float] = {}
+    rentals: dict[tuple[str, str], tuple[float, RentalCreated]] = {}
+    ended: dict[tuple[str, str], float] = {}
     for ts, payload in rental_receipts(config.state_dir).read_timed():
         if isinstance(payload, RentalCreated):
-            rentals[payload.rental_id] = (ts, payload)
+            rentals[(payload.provider, payload.rental_id)] = (ts, payload)
         elif isinstance(payload, RentalDestroyed):
-            ended[payload.rental_id] = ts
+            ended[(payload.provider, payload.rental_id)] = ts
     now = time.time()
     rented_for |= set(pools.values())
     usd_hr = dict.fromkeys(sorted(rented_for), 0.0)
@@ -134,7 +137,7 @@ def spend(config: Config) -> tuple[dict[str, float], dict[str, float]]:
     for rental_id, (began, created) in rentals.items():
         pool = pools.get(rental_id)
         if pool is None:
-            continue  # a job's rental, or one that never got its worker (setup failed)
+            continue  # a job's rental, or one that never got its worker
         stop = ended.get(rental_id)
         if stop is None:
             usd_hr[pool] += created.usd_hr
@@ -181,7 +184,12 @@ def run_rates(client: redis.Redis) -> dict[str, RunRate]:
 def gather(config: Config, *, fleet: bool = True) -> Snapshot:
     """One snapshot; ``fleet=False`` leaves out the worker states (they ask schedulers)."""
     snap = Snapshot()
-    state = read_fleet(config.state_dir)
+    try:
+        state = read_fleet(config.state_dir)
+    except MainboardError as exc:  # an unreadable fleet.ndjson: the broker's sections still
+        state = FleetState()
+        snap.errors["fleet"] = snap.errors["allocations"] = redact_text(first_line(exc))
+        fleet = False
 
     def section(name: str, fn: Callable[[], object]) -> None:
         try:
@@ -204,9 +212,10 @@ def gather(config: Config, *, fleet: bool = True) -> Snapshot:
 
     def counts() -> None:
         snap.submitted, snap.failed, snap.paused = allocations(config, state)
-        snap.usd_hr, snap.spent_usd = spend(config)
+        snap.usd_hr, snap.spent_usd = spend(config, state)
 
-    section("allocations", counts)
+    if "allocations" not in snap.errors:
+        section("allocations", counts)
     if fleet:
         section("fleet", lambda: snap.workers.update(worker_counts(config, state)))
     if client is not None:
