@@ -173,7 +173,7 @@ def test_flower_metrics_match_queues_pools_allocations_and_a_running_integration
         stop_broker(ws)
 
 
-def test_metrics_without_a_broker_says_so_and_exits_0(tmp_path: Path) -> None:
+def test_metrics_without_a_broker_or_with_a_damaged_record_say_so(tmp_path: Path) -> None:
     ws = workspace(tmp_path / "ws", POOLS.replace('host = "gone"', 'host = "local"'))
     done = cli(ws, "metrics")
     assert done.returncode == 0, done.stderr
@@ -182,6 +182,16 @@ def test_metrics_without_a_broker_says_so_and_exits_0(tmp_path: Path) -> None:
     assert value(samples, "mainboard_collector_up", section="queues") == 0
     assert value(samples, "mainboard_workers", pool="steady", state="idle") == 0
     assert not (ws / ".mainboard" / "redis").exists()  # a scrape never starts the broker
+
+    (ws / ".mainboard").mkdir(exist_ok=True)
+    (ws / ".mainboard" / "fleet.ndjson").write_text("not json\n{}\n")  # a damaged record
+    damaged = CliRunner().invoke(main, ["--config", str(ws / "mainboard.toml"), "metrics"])
+    assert damaged.exit_code == 1
+    samples = parse(damaged.stdout)
+    assert value(samples, "mainboard_collector_up", section="fleet") == 0
+    assert value(samples, "mainboard_collector_up", section="allocations") == 0
+    errors = damaged.stderr.strip().splitlines()
+    assert len(errors) == 2 and all("fleet.ndjson:1" in e for e in errors), errors
 
 
 def test_the_exposition_parses_back_with_hostile_names_and_states_that_add_up() -> None:
