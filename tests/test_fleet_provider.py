@@ -113,3 +113,56 @@ def test_a_worker_idle_past_its_timeout_loses_its_rental(
     assert reason == "idle past idle_timeout"
     assert owned_rentals(ws / ".mainboard") == [] and _listed(sim) == []
     assert "idle past idle_timeout" in (ws / ".mainboard" / "rentals.ndjson").read_text()
+
+
+def test_metrics_show_a_provider_pools_spend_as_the_provider_bills_it(
+        tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
+    """Issue 19, part 7: spend per provider pool on Flower's /metrics, checked against the
+    simulation's own books (its rental record: price and start/end times)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from mainboard.cli import cli as main
+    from mainboard.services.flower import USER, Flower
+    from tests.scrape import fetch, parse, value
+
+    env = {KEY_ENV: sim.api_key}
+    ws = _workspace(tmp_path / "ws", sim, provisioned_root)
+    with (ws / "mainboard.toml").open("a") as toml:
+        toml.write('\n[fleet.pools.rented]\nhost = "gpu"\nqueues = ["mtr.rented"]\njobs = 1\n')
+    up_ok(ws, "--pool", "rented", env=env)
+    try:
+        (worker,) = read_fleet(ws / ".mainboard").live()
+        rental = worker.rental["rental_id"] if worker.rental else ""
+        price = json.loads((sim.state / "state.json").read_text())["rentals"][rental]["dph_total"]
+        flower = Flower(ws / ".mainboard").status()
+        auth = (USER, Path(flower.secret_file).read_text().strip())
+        assert fetch(f"{flower.url}metrics")[0] == 401
+
+        def scrape() -> dict:
+            code, text = fetch(f"{flower.url}metrics", auth)
+            assert code == 200, text
+            return parse(text)
+
+        live = wait_until(lambda: (s := scrape()) and value(
+            s, "mainboard_workers", pool="rented", state="idle") == 1 and s, 60,
+            "the rented worker online and idle")
+        assert value(live, "mainboard_spend_usd_per_hour", pool="rented") == price > 0
+        assert value(live, "mainboard_allocations_submitted_total", pool="rented") == 1
+        assert 0 < value(live, "mainboard_spend_usd_total", pool="rented") < price  # < 1 h
+    finally:
+        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
+        stop_broker(ws)
+    assert down.returncode == 0, down.stderr
+    billed = json.loads((sim.state / "state.json").read_text())["rentals"][rental]
+    assert billed["end"], billed  # destroyed: the clock stopped
+    owed = billed["dph_total"] * (billed["end"] - billed["start"]) / 3600
+    shown = CliRunner().invoke(main, ["--config", str(ws / "mainboard.toml"), "metrics",
+                                      "--no-fleet"])
+    assert shown.exit_code == 0, shown.output
+    after = parse(shown.output)
+    assert value(after, "mainboard_spend_usd_per_hour", pool="rented") == 0
+    spent = value(after, "mainboard_spend_usd_total", pool="rented")
+    # receipts are written just after the provider answers: a few seconds' worth at most
+    assert abs(spent - owed) <= price * 5 / 3600, (spent, owed)

@@ -75,6 +75,7 @@ def _register() -> None:
     from mainboard.cli.flower import flower
     from mainboard.cli.integrate import integrate
     from mainboard.cli.jobs import jobs
+    from mainboard.cli.metrics import metrics
     from mainboard.cli.monitor import monitor
     from mainboard.cli.run import run
     from mainboard.cli.runs import runs
@@ -82,7 +83,7 @@ def _register() -> None:
     from mainboard.cli.submit import submit
 
     for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
-                    monitor, fleet, batch, study, dashboard):
+                    monitor, fleet, batch, study, dashboard, metrics):
         cli.add_command(command)
 
 

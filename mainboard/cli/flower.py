@@ -75,7 +75,7 @@ def flower(ctx: click.Context, port: int | None, as_json: bool) -> None:
     # $MAINBOARD_BROKER_URL, else [broker] url, else the embedded broker (started if needed)
     broker_url = resolve_url(config)
     check_broker(broker_url, config)
-    _emit(server.up(broker_url, port=port), as_json)
+    _emit(server.up(broker_url, port=port, config_path=config.path), as_json)
 
 
 @flower.command("status")

@@ -117,15 +117,18 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
         work += [(launcher, pool.host)] * max(0, pool.target - kept)
     if work:
         with ThreadPoolExecutor(max_workers=min(8, len(work))) as threads:
-            futures = [(host, threads.submit(start_one, launcher, host))
+            futures = [(launcher, host, threads.submit(start_one, launcher, host))
                        for launcher, host in work]
-        for name, future in futures:
+        for launcher, name, future in futures:
             try:
                 report.started.append(future.result())
             except MainboardError as exc:
                 text = one_line(exc)
                 report.failed[name] = text if text.startswith(f"host {name!r}") \
                     else f"host {name!r}: {text}"
+                if launcher.pool:  # counted like the keeper's (mainboard_allocations_failed)
+                    fleet_receipts(config.state_dir).append(FleetScale(
+                        pool=launcher.pool, action="submit_failed", reason=text))
     kept = [p for p in plans if p.declared]
     for pool in kept:  # after our own submissions, so the keeper never doubles them
         fleet_receipts(config.state_dir).append(FleetScale(
@@ -136,7 +139,8 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
         from mainboard.services.flower import Flower
 
         try:
-            report.flower_url = Flower(config.state_dir).up(route.url).url
+            report.flower_url = Flower(config.state_dir).up(route.url,
+                                                            config_path=config.path).url
         except MainboardError as exc:
             report.flower_error = str(exc)
     return report

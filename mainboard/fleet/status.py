@@ -103,8 +103,9 @@ def revive_keeper(config: Config, state: FleetState) -> None:
 
 
 def fleet_status(config: Config, *, include_stopped: bool = False,
-                 timeout: float = 1.0) -> list[WorkerView]:
+                 timeout: float = 1.0, revive: bool = True) -> list[WorkerView]:
     """Every live worker (and, with ``include_stopped``, the stopped ones), oldest first.
+    ``revive=False`` only looks (a metrics scrape never starts a keeper).
 
     The broker must answer (BrokerError in one line otherwise) whenever it is configured
     or live workers use it; an embedded broker that is not running while no worker
@@ -113,7 +114,8 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
     state = read_fleet(config.state_dir)
     live = state.live()
     route = fleet_broker(config, start=False, workers=live)
-    revive_keeper(config, state)
+    if revive:
+        revive_keeper(config, state)
     # A host the keeper gave up on is not asked again: status answers without waiting on it.
     jobs = {**poll_jobs(config, [w for w in live if w.worker_id not in state.lost]),
             **{i: HostError(lost.reason) for i, lost in state.lost.items()}}
