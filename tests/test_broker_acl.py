@@ -158,3 +158,29 @@ def watch_argv(proc: subprocess.Popen[str], state: Path) -> list[str]:
     return seen
 
 
+
+
+def test_broker_worker_url_and_tls_are_checked_and_never_shown(tmp_path: Path) -> None:
+    """``worker_url`` needs ``url``; ``tls`` is for the embedded broker; `config check`
+    hides the worker's password as it hides the coordinator's."""
+    from mainboard.config import load_config
+    from mainboard.errors import ConfigError
+    from mainboard.services.broker import worker_url
+
+    path = tmp_path / "mainboard.toml"
+    for body, key in (('worker_url = "redis://worker:pw1@h:1/0"', "broker.worker_url"),
+                      ('url = "redis://c:pw2@h:1/0"\ntls = true', "broker.tls")):
+        path.write_text(f"[broker]\n{body}\n")
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert key in str(info.value) and "pw1" not in str(info.value)
+    path.write_text('[broker]\nurl = "redis://c:pw2@h:1/0"\n'
+                    'worker_url = "redis://worker:pw3@h:1/0"\n')
+    config = load_config(path)
+    assert worker_url("redis://c:pw2@h:1/0", config) == "redis://worker:pw3@h:1/0"
+    assert worker_url("redis://other:pw@h:1/0", config) == "redis://other:pw@h:1/0"
+    done = subprocess.run([*run_cli_argv(tmp_path), "config", "check", "--json"],
+                          capture_output=True, text=True, cwd=tmp_path, env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["broker"]["worker_url"] == "redis://worker:***@h:1/0"
+    assert "pw3" not in done.stdout and "pw2" not in done.stdout

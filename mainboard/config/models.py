@@ -78,11 +78,12 @@ class BrokerConfig(ConfigModel):
         if self.worker_url and not self.url:
             raise custom_error("worker_url is for the workers of [broker] url, which is not set",
                                "set url as well, or remove worker_url (the embedded broker "
-                               "makes its own worker user)", loc=("worker_url",))
+                               "makes its own worker user)", loc=("worker_url",),
+                               value=redact_url(self.worker_url))
         if self.tls and self.url:
             raise custom_error("tls applies to the embedded broker only",
                                "remove tls and write rediss://...?ssl_ca_certs=CA in url",
-                               loc=("tls",))
+                               loc=("tls",), value=True)
         return self
 
     @field_validator("url", "worker_url")
