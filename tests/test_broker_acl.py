@@ -184,3 +184,36 @@ def test_broker_worker_url_and_tls_are_checked_and_never_shown(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["broker"]["worker_url"] == "redis://worker:***@h:1/0"
     assert "pw3" not in done.stdout and "pw2" not in done.stdout
+
+
+def test_a_run_coordinated_inside_a_worker_needs_no_more_than_the_worker_user(
+        tmp_path: Path) -> None:
+    """The ``mainboard.integrate`` task: a worker (worker user) drives the run itself (lease,
+    INFO's run_id, fleet ping, batches) and gets the in-process numbers; nothing refused."""
+    require("redis-server", "the embedded broker is a real redis-server")
+    from mainboard.tasks import COORDINATOR_QUEUE
+    from mainboard.tasks.app import make_app
+    from mainboard.tasks.integrate import TASK_NAME
+    from mainboard.tasks.workers import LocalWorkers
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "mainboard.toml").write_text('[workspace]\nname = "acl-task"\n')
+    broker = EmbeddedBroker(ws / ".mainboard")
+    broker.up()
+    env = {"MAINBOARD_CONFIG": str(ws / "mainboard.toml"),
+           "PYTHONPATH": subprocess_env()["PYTHONPATH"]}
+    pools = [LocalWorkers(1, broker.url(user=WORKER), tmp_path / "logs", queue=queue,
+                          prefix=name, env=env).start()
+             for name, queue in (("coord", COORDINATOR_QUEUE), ("batch", "mainboard.batches"))]
+    app = make_app(broker_url=broker.url())
+    try:
+        result = app.send_task(TASK_NAME, kwargs={"run": RUN, "workers": 0})
+        got, expected = result.get(timeout=150), integrate_local(RUN)
+        assert (got["estimate"], got["samples"]) == (expected.estimate, 80_000)
+        assert acl_denials(broker) == []
+    finally:
+        app.close()
+        for pool in pools:
+            pool.stop()
+        broker.down()

@@ -4,8 +4,8 @@ Why two users: a worker runs on machines we trust less than the coordinator's (a
 GPU, a shared cluster node). Its password travels to them, so what it can do is cut to
 what a Celery worker of ours needs: keys and channels under ``keys.PREFIX`` (Celery's
 own keys sit under ``keys.CELERY_PREFIX`` through kombu's ``global_keyprefix``) and no
-command of Redis's ``@dangerous`` category (FLUSHALL, FLUSHDB, CONFIG, DEBUG, KEYS, ACL,
-SHUTDOWN, MONITOR, INFO, CLIENT, ...). The coordinator (this workspace's CLI, runs,
+command of Redis's ``@dangerous`` category but INFO (FLUSHALL, FLUSHDB, CONFIG, DEBUG,
+KEYS, ACL, SHUTDOWN, MONITOR, CLIENT, ...). The coordinator (this workspace's CLI, runs,
 Flower, the dashboard) keeps every right: it owns the broker. The ``default`` user is
 off, so a connection without a user name and password is refused.
 
@@ -30,10 +30,12 @@ def worker_rules(db: int = 0) -> str:
     results). Channels: kombu prefixes them the same way; a PSUBSCRIBE pattern (kombu's
     fanout for remote control and events) passes only when it equals an allowed channel
     pattern literally, hence the two spelled out with the database number in them.
+    INFO (in ``@dangerous``) is given back: a run coordinator that a worker runs (the
+    ``mainboard.integrate`` task) tells a restarted broker by INFO's ``run_id``.
     """
     fanout = f"{keys.CELERY_PREFIX}/{db}."
     return (f"resetkeys ~{keys.PREFIX}* resetchannels &{keys.PREFIX}* "
-            f"&{fanout}celery.pidbox &{fanout}celeryev/worker.* +@all -@dangerous")
+            f"&{fanout}celery.pidbox &{fanout}celeryev/worker.* +@all -@dangerous +info")
 
 
 def acl_text(coordinator_password: str, worker_password: str, db: int = 0) -> str:
