@@ -14,13 +14,12 @@ import datetime as dt
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from typing import TYPE_CHECKING, Any
 
 from mainboard.daemon import write_private
+
+if TYPE_CHECKING:  # imported when certificates are made: every CLI start imports this module
+    from cryptography import x509
 
 VALID_FOR = dt.timedelta(days=825)
 RENEW_BEFORE = dt.timedelta(days=30)
@@ -40,16 +39,23 @@ class TlsFiles:
 
 
 def _name(common: str) -> x509.Name:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> str:
+def _pem_key(key: Any) -> str:
+    from cryptography.hazmat.primitives import serialization
+
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption()).decode()
 
 
 def _fresh(files: TlsFiles, now: dt.datetime) -> bool:
     """True when every file exists and the server certificate is valid past the renew window."""
+    from cryptography import x509
+
     if not all(p.exists() for p in (files.ca, files.cert, files.key)):
         return False
     try:
@@ -61,6 +67,11 @@ def _fresh(files: TlsFiles, now: dt.datetime) -> bool:
 
 def ensure_tls(directory: Path) -> TlsFiles:
     """The CA and server certificate under ``directory``, made (or remade) when needed."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
     files = TlsFiles.under(directory)
     now = dt.datetime.now(dt.UTC)
     if _fresh(files, now):
