@@ -392,9 +392,9 @@ class EmbeddedBroker(Daemon):
         if not port:
             raise BrokerError(f"the embedded broker in {self.state_dir} has never been started; "
                               "run `mainboard broker up`")
-        acl, tls = self._mode()
+        acl, tls = self._mode()  # a server started before ACL users knows one password only
         if with_password:
-            password = self._worker_password() if user == WORKER else self._password()
+            password = self._worker_password() if user == WORKER and acl else self._password()
         else:
             password = "***"
         name = user if acl else ""
