@@ -26,7 +26,7 @@ from mainboard.integrators.stages import build_run
 from mainboard.integrators.stop import stop_reason
 from mainboard.receipts import RunCreated, RunResumed
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
-from mainboard.services.broker import BROKER_URL_ENV, EmbeddedBroker, check_broker
+from mainboard.services.broker import BROKER_URL_ENV, EmbeddedBroker, check_broker, worker_url
 from mainboard.tasks import modules
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
@@ -135,7 +135,7 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
         count = workers if workers is not None else (
             0 if fleet_size(app) else default_workers())
         if count:
-            local = LocalWorkers(count, url, cfg.state_dir / "workers").start()
+            local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers").start()
         yield Session(app, r, RunStore(cfg.state_dir), local, lease, where(url),
                       float(cfg.broker.outage), places(run_file, cfg.root))
     finally:

@@ -57,6 +57,13 @@ class SimulatedProviderServer:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def user_data(self) -> str:
+        """Every launch request the simulation kept, as a provider keeps user-data."""
+        from mainboard.bridges.providers.simulated import USER_DATA_LOG
+
+        path = self.state / USER_DATA_LOG
+        return path.read_text() if path.exists() else ""
+
     def crash(self) -> None:
         """SIGKILL the server: its rentals stay up, as after a real crash."""
         self.proc.send_signal(signal.SIGKILL)

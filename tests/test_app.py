@@ -154,7 +154,7 @@ def test_embedded_broker_when_the_config_names_none(tmp_path: Path) -> None:
     try:
         app = make_app(config)
         url = app.conf.broker_url
-        assert url.startswith("redis://:") and "@127.0.0.1:" in url  # loopback, password
+        assert url.startswith("redis://coordinator:") and "@127.0.0.1:" in url  # loopback
         client = redis.Redis.from_url(url)
         assert client.ping()
         client.close()

@@ -79,7 +79,8 @@ def test_up_status_down_round_trip(broker: EmbeddedBroker) -> None:
     assert started.running and started.action == "started"
     assert started.port and started.port != 6379 and started.pid
     assert started.aof_enabled is True and started.keys == 0
-    assert started.url == f"redis://:***@127.0.0.1:{started.port}/0" == broker.display_url
+    assert started.url == f"redis://coordinator:***@127.0.0.1:{started.port}/0" \
+        == broker.display_url
     with redis.Redis.from_url(broker.url()) as client:
         assert client.ping()
         client.set("k", "v")
@@ -119,7 +120,10 @@ def test_password_never_in_ps_output_logs_or_state(broker: EmbeddedBroker) -> No
     assert password not in broker.log_path.read_text()
     assert password not in repr(status) and password not in json.dumps(status.to_dict())
     assert password not in broker.display_url and password in broker.url()
-    for secret_file in (broker.secret_path, broker.conf_path):
+    worker_password = broker.worker_secret_path.read_text().strip()
+    assert worker_password not in ps and worker_password not in broker.log_path.read_text()
+    for secret_file in (broker.secret_path, broker.conf_path, broker.acl_path,
+                        broker.worker_secret_path):
         assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
     assert stat.S_IMODE(broker.redis_dir.stat().st_mode) == 0o700
 

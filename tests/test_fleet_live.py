@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mainboard.fleet.records import read_fleet
 from tests.chromium import render
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.fleet_helpers import (
@@ -38,6 +39,7 @@ from tests.fleet_helpers import (
 )
 from tests.netns import NetnsHost, free_subnet_index, make_netns_host
 from tests.services import SlurmCluster, SshServer
+from tests.test_broker_acl import passwords
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(600)]
 HOSTS = ("local", "lo", "ns", "cluster", "pbs")
@@ -175,10 +177,15 @@ def test_flower_lists_the_workers_of_every_host(fleet: Fleet,
 
 def test_the_broker_password_is_in_no_argv_receipt_or_job_script(fleet: Fleet) -> None:
     password = broker_password(fleet.ws)
-    assert not processes_matching(password)
+    assert not processes_matching(*passwords(fleet.ws / ".mainboard"))  # and the worker's
     assert password not in (fleet.ws / ".mainboard" / "fleet.ndjson").read_text()
     for row in status(fleet.ws):
         assert row["node"] and password not in json.dumps(row)
+    pbs = read_fleet(fleet.ws / ".mainboard").live({"pbs"})[0].job["job_id"]
+    shown = subprocess.run(["qstat", "-f", str(pbs)], env=fleet.slurm.env, capture_output=True,
+                           text=True, timeout=30)
+    assert shown.returncode == 0 and shown.stdout.strip(), shown.stderr
+    assert not any(s in shown.stdout for s in passwords(fleet.ws / ".mainboard"))
     scripts = list(Path(_root_of(fleet)).glob(".mainboard/jobs/*/job.sh"))
     assert scripts and not any(password in s.read_text() for s in scripts)
     secrets = list(Path(_root_of(fleet)).glob(".mainboard/fleet/*.broker"))

@@ -31,6 +31,7 @@ from tests.fleet_helpers import (
     workspace,
 )
 from tests.sim_provider import SimulatedProviderServer
+from tests.test_broker_acl import passwords
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 KEY_ENV = "MB_FLEET_SIM_KEY"
@@ -72,6 +73,11 @@ def test_rented_worker_runs_a_task_and_down_destroys_the_rental(
         assert rental and rows[0]["broker_via"] == "tunnel" and rows[0]["kind"] == "provider"
         sandbox = sim.sandbox(rental)
         assert sandbox["netns"] in _namespaces() and _listed(sim) == [rental]
+        secrets = passwords(ws / ".mainboard")  # the coordinator's and the worker user's
+        user_data = sim.user_data()
+        assert '"request"' in user_data  # the launch request was kept, as user-data is
+        for text in (user_data, sim.log_text()):
+            assert not any(s in text for s in secrets)
     finally:
         down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
         stop_broker(ws)

@@ -162,11 +162,20 @@ class SimulatedProvider:
             found.sort(key=lambda o, f=field: o.get(f, 0), reverse=direction == "desc")
         return found[: int(query.get("limit") or len(found))]
 
+    def record_user_data(self, offer_id: int, body: _F) -> None:
+        """Keep each launch request as a real provider keeps an instance's user-data (its
+        console and logs show it to anyone on the account): ``user-data.log``, a JSON line
+        per request. What the client sends there must hold no secret."""
+        line = json.dumps({"offer": offer_id, "time": time.time(), "request": body})
+        with (self.store.dir / USER_DATA_LOG).open("a") as log:
+            log.write(line + "\n")
+
     def create(self, offer_id: int, body: _F) -> _F:
         """Record the rental (state "loading") first, then build its machine outside the lock."""
         offer = next((o for o in OFFERS if o["id"] == offer_id), None)
         if offer is None:
             raise ApiError(404, "no_such_ask", f"Instance type by id {offer_id} is not available.")
+        self.record_user_data(offer_id, body)
         with self.store.transaction() as state:
             if balance_of(state) < offer["dph_total"] / 60:
                 raise ApiError(402, "insufficient_credit", "not enough credit for a minute")
@@ -251,6 +260,7 @@ _ROUTES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
         ("PUT", r"/asks/(\d+)", "create"), ("GET", r"/instances", "list"),
         ("GET", r"/instances/(\d+)", "show"), ("DELETE", r"/instances/(\d+)", "destroy"),
         ("POST", r"/instances/(\d+)/ssh", "attach"), ("GET", r"/users/current", "user")))
+USER_DATA_LOG = "user-data.log"
 _KEY_IN_QUERY = re.compile(r"(api_key=)[^&\s]*")
 
 

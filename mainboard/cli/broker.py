@@ -26,7 +26,8 @@ def _broker(ctx: click.Context) -> tuple[EmbeddedBroker, str | None]:
 
     config = common.load(ctx)
     external = config.broker.url
-    return EmbeddedBroker(config.state_dir), (redact_url(external) if external else None)
+    return (EmbeddedBroker(config.state_dir, tls=config.broker.tls),
+            redact_url(external) if external else None)
 
 
 def _duration(seconds: int) -> str:

@@ -58,9 +58,10 @@ def _where(host: Any) -> str:
 
 
 def _redacted(dump: dict[str, Any]) -> dict[str, Any]:
-    """Hide the broker password and host env values whose names look secret (interpolated)."""
-    if dump["broker"]["url"]:
-        dump["broker"]["url"] = redact_url(dump["broker"]["url"])
+    """Hide the broker passwords and host env values whose names look secret (interpolated)."""
+    for key in ("url", "worker_url"):
+        if dump["broker"].get(key):
+            dump["broker"][key] = redact_url(dump["broker"][key])
     for host in dump["hosts"].values():
         for name in host["env"]:
             if looks_secret(name):

@@ -62,13 +62,31 @@ class WorkspaceConfig(ConfigModel):
 
 
 class BrokerConfig(ConfigModel):
-    """[broker]: url of an external Redis (absent: the embedded one); how long a run rides
-    out a broker that went away (``outage``, default 5 minutes) before it stops, resumable."""
+    """[broker]: url of an external Redis (absent: the embedded one) and the URL its workers
+    get (``worker_url``: a user with fewer rights; default ``url``); ``tls`` for the
+    embedded one (rediss:// with a CA of its own); how long a run rides out a broker that
+    went away (``outage``, default 5 minutes) before it stops, resumable."""
 
     url: str | None = None
+    worker_url: str | None = None
+    tls: bool = False
     outage: PositiveDuration = 300
 
-    @field_validator("url")
+    @model_validator(mode="after")
+    def _pairs(self) -> BrokerConfig:
+        """worker_url belongs to url; tls to the embedded broker (url says rediss:// itself)."""
+        if self.worker_url and not self.url:
+            raise custom_error("worker_url is for the workers of [broker] url, which is not set",
+                               "set url as well, or remove worker_url (the embedded broker "
+                               "makes its own worker user)", loc=("worker_url",),
+                               value=redact_url(self.worker_url))
+        if self.tls and self.url:
+            raise custom_error("tls applies to the embedded broker only",
+                               "remove tls and write rediss://...?ssl_ca_certs=CA in url",
+                               loc=("tls",), value=True)
+        return self
+
+    @field_validator("url", "worker_url")
     @classmethod
     def _well_formed(cls, value: str | None) -> str | None:
         """A typo fails here, in one line, not later inside redis-py or kombu."""

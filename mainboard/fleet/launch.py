@@ -3,9 +3,12 @@
 Order matters for money and for secrets. Everything that can be refused is refused in
 ``plan`` before any connection (unknown host, bad walltime, queue policy). A provider
 host is rented inside a ``RentalGuard``, so a failure at any later step destroys the
-rental. The broker URL (with its password) reaches the host on stdin into a 0600 file;
-the job script reads it into ``$MAINBOARD_BROKER_URL`` and execs Celery, so it is never
-in an argument list, a receipt or a log.
+rental. The broker URL a worker gets (the broker's worker user: no FLUSHALL, CONFIG,
+KEYS... see ``mainboard.services.acl``) reaches the host on stdin into a 0600 file; the
+job script reads it into ``$MAINBOARD_BROKER_URL`` and execs Celery, so it is never in an
+argument list, the job's environment at submission (``scontrol show job``, ``qstat -f``),
+a provider's user-data, a receipt or a log. A TLS broker's CA file (``ssl_ca_certs`` in
+the URL) is copied beside it and the URL pointed at the copy.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from mainboard.bridges import bridge_for
 from mainboard.bridges.base import Bridge
@@ -151,9 +154,15 @@ def plan(config: Config, names: Sequence[str], options: UpOptions) -> list[str]:
 
 @dataclass(frozen=True)
 class BrokerRoute:
-    """The broker as the fleet sees it; ``url`` holds the password: never print it."""
+    """The broker as the fleet sees it; ``url`` (the coordinator's) and ``workers`` (what
+    its workers get, default ``url``) hold passwords: never print them."""
 
     url: str
+    workers: str | None = None
+
+    @property
+    def worker_url(self) -> str:
+        return self.workers or self.url
 
     @property
     def host(self) -> str:
@@ -168,8 +177,8 @@ class BrokerRoute:
         return self.host in LOOPBACK or self.host.startswith("127.")
 
     def via_port(self, port: int) -> str:
-        """The same URL pointing at ``127.0.0.1:port`` (a tunnel's far end)."""
-        parts = urlsplit(self.url)
+        """The workers' URL pointing at ``127.0.0.1:port`` (a tunnel's far end)."""
+        parts = urlsplit(self.worker_url)
         auth = parts.netloc.rpartition("@")[0]
         return urlunsplit(parts._replace(netloc=f"{auth + '@' if auth else ''}127.0.0.1:{port}"))
 
@@ -206,6 +215,28 @@ def write_secret(transport: Transport, path: str, url: str) -> None:
     script = 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
     transport.run(["/bin/sh", "-c", script, "mb-secret", path], stdin=url.encode(), timeout=60,
                   check=True)
+
+
+CA_PARAM = "ssl_ca_certs"
+
+
+def ship_ca(transport: Transport, url: str, path: str) -> str:
+    """``url`` with its TLS CA file (``ssl_ca_certs``, a path on this machine) copied to
+    ``path`` on the host, and pointing there; unchanged when it names no CA."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    local = next((unquote(v) for k, v in query if k == CA_PARAM), None)
+    if not local:
+        return url
+    try:
+        data = Path(local).read_bytes()
+    except OSError as exc:
+        raise HostError(f"{transport.name}: the broker's CA file {local} ({CA_PARAM} in the "
+                        f"broker URL) cannot be read: {exc.strerror}; fix the path") from None
+    script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
+    transport.run(["/bin/sh", "-c", script, "mb-ca", path], stdin=data, timeout=60, check=True)
+    moved = [(k, path if k == CA_PARAM else v) for k, v in query]
+    return urlunsplit(parts._replace(query=urlencode(moved, quote_via=quote, safe="/")))
 
 
 def remove_secret(transport: Transport, path: str) -> None:
@@ -278,7 +309,7 @@ class Launcher:
         if own:
             return str(own), "direct", None
         if not (self.broker.loopback and target.ssh is not None):
-            return self.broker.url, "direct", None
+            return self.broker.worker_url, "direct", None
         port = free_remote_port(target.transport, python)
         self.receipts.append(WorkerTunnel(
             worker_id=worker_id, host=target.name, ssh=target.ssh, remote_port=port,
@@ -299,6 +330,8 @@ class Launcher:
                 url, via, port = self.route(target, worker_id, python)
             tunnelled = port is not None
             with self.phase(target.name, "submit"):
+                if remote(target.host):
+                    url = ship_ca(target.transport, url, f"{secret[:-len('.broker')]}.ca.crt")
                 write_secret(target.transport, secret, url)
                 queues = [*self.options.queues, host_queue(target.name)]
                 command = worker_command(python, node, queues, self.options.concurrency, secret,

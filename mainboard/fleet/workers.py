@@ -30,21 +30,22 @@ from mainboard.fleet.launch import (
 from mainboard.fleet.records import fleet_receipts
 from mainboard.hosts.access import Hosts
 from mainboard.receipts import WorkerStarted, WorkerStopped
-from mainboard.services.broker import EmbeddedBroker
+from mainboard.services.broker import EmbeddedBroker, worker_url
 
 DRAIN_TIMEOUT_S = 60.0
 CANCEL_WAIT_S = 20.0
 
 def broker_route(config: Config, *, start: bool) -> BrokerRoute | None:
-    """The broker URL (``[broker] url`` or the embedded one, started when ``start``)."""
+    """The broker URLs (``[broker] url`` or the embedded one, started when ``start``): the
+    coordinator's, and its workers' (a user without dangerous commands)."""
     if config.broker.url:
-        return BrokerRoute(config.broker.url)
-    broker = EmbeddedBroker(config.state_dir)
+        return BrokerRoute(config.broker.url, worker_url(config.broker.url, config))
+    broker = EmbeddedBroker(config.state_dir, tls=config.broker.tls if start else None)
     if start:
         broker.up()
     elif not broker.status().running:
         return None
-    return BrokerRoute(broker.url())
+    return BrokerRoute(broker.url(), worker_url(broker.url(), config))
 
 
 def registry(route: BrokerRoute) -> redis.Redis:

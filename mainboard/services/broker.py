@@ -1,11 +1,16 @@
 """The embedded broker: a private, password-protected redis-server per workspace.
 
 Nothing to install or configure for a first run: ``EmbeddedBroker(state_dir).up()``
-starts ``redis-server`` on loopback with a random password kept in
-``state_dir/broker.secret`` (mode 0600). The password lives only in that file and in
-a generated redis.conf (mode 0600); the process is started as ``redis-server CONF``
-so it never shows up in ``ps``. ``[broker] url = "redis://..."`` in mainboard.toml
-replaces all of this with an existing Redis (see :func:`resolve_broker_url`).
+starts ``redis-server`` on loopback with two ACL users (``mainboard.services.acl``): the
+coordinator, whose random password is kept in ``state_dir/broker.secret``, and the
+fleet's worker user (``broker-worker.secret``), cut down to our keys and no dangerous
+command; the ``default`` user is off. Passwords live only in those 0600 files and the
+generated aclfile (0600); the process is started as ``redis-server CONF`` so none shows
+up in ``ps``. With ``[broker] tls = true`` it listens on TLS only (``rediss://``), its
+certificate signed by a CA of its own (``mainboard.services.tls``) that the fleet ships
+to its workers. ``[broker] url = "redis://..."`` in mainboard.toml replaces all of this
+with an existing Redis (see :func:`resolve_broker_url`; ``[broker] worker_url`` names the
+user its workers get).
 """
 
 from __future__ import annotations
@@ -19,16 +24,26 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
-from mainboard.daemon import FORBIDDEN_PORTS, HOST, Daemon, fresh_port, port_is_free, write_private
+from mainboard.daemon import (
+    FORBIDDEN_PORTS,
+    HOST,
+    Daemon,
+    fresh_port,
+    port_is_free,
+    read_or_create_secret,
+    write_private,
+)
 from mainboard.errors import BrokerError, ConfigError, MissingDependency, first_line
 from mainboard.redact import redact_url
+from mainboard.services.acl import COORDINATOR, WORKER, acl_text
+from mainboard.services.tls import TlsFiles, ensure_tls
 
 if TYPE_CHECKING:
     from mainboard.config import Config
@@ -130,9 +145,28 @@ def resolve_broker_url(config: Config) -> str:
             raise ConfigError(problem, file=str(config.path or "<default>"), key="broker.url",
                               value=redact_url(url), valid=REDIS_URL_FORMS)
         return url
-    broker = EmbeddedBroker(config.state_dir)
+    broker = EmbeddedBroker(config.state_dir, tls=config.broker.tls)
     broker.up()
     return broker.url()
+
+
+def worker_url(url: str, config: Config | None = None) -> str:
+    """The URL a worker gets for the broker the coordinator reaches at ``url``: the embedded
+    broker's worker user, or ``[broker] worker_url`` beside ``[broker] url``; any other URL
+    (given as an argument or in the environment) is passed on as it is."""
+    if config is None:
+        return url
+    if config.broker.url:
+        if url == config.broker.url and config.broker.worker_url:
+            return config.broker.worker_url
+        return url
+    broker = EmbeddedBroker(config.state_dir)
+    try:
+        if url == broker.url():
+            return broker.url(user=WORKER)
+    except BrokerError:
+        pass
+    return url
 
 
 @dataclass(frozen=True)
@@ -186,11 +220,16 @@ class EmbeddedBroker(Daemon):
     record_indent = 1
     port_in_exit_error = True  # "in use" in that message makes up() retry on a fresh port
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, tls: bool | None = None) -> None:
+        """``tls``: how ``up`` starts it (None: as it was last started, else plain)."""
         super().__init__(state_dir, "redis", secret="broker.secret", conf="redis.conf",
                          log="redis.log", record="broker.json", lock="broker.lock")
         self.redis_dir = self.dir
         self.pidfile_path = self.redis_dir / "redis.pid"
+        self.acl_path = self.redis_dir / "users.acl"
+        self.worker_secret_path = self.state_dir / "broker-worker.secret"
+        self.tls_files = TlsFiles.under(self.redis_dir / "tls")
+        self.tls = tls
 
     # ----- files -------------------------------------------------------------------------
 
@@ -202,22 +241,42 @@ class EmbeddedBroker(Daemon):
                 data["pid"] = int(self.pidfile_path.read_text().strip())
         if data.get("port") is None:
             with contextlib.suppress(OSError):
-                found = re.search(r"^port (\d+)$", self.conf_path.read_text(), re.MULTILINE)
+                found = re.search(r"^(?:tls-)?port ([1-9]\d*)$", self.conf_path.read_text(),
+                                  re.MULTILINE)
                 data["port"] = int(found.group(1)) if found else None
         return data
 
-    def _write_conf(self, port: int, password: str) -> None:
-        """The generated redis.conf: the only place besides broker.secret holding the password."""
+    def _mode(self) -> tuple[bool, bool]:
+        """(ACL users, TLS) as the running or last started server was set up."""
+        data = self._read_record()
+        return bool(data.get("acl")), bool(data.get("tls"))
+
+    def _worker_password(self) -> str:
+        """The worker user's password (made once, kept in its own 0600 file)."""
+        return read_or_create_secret(self.worker_secret_path, self.secret_bytes)
+
+    def _write_conf(self, port: int, password: str, tls: bool) -> None:
+        """The generated redis.conf and aclfile: the only places besides the secret files
+        holding the passwords. ``tls``: the TLS port only, no plain-text listener."""
+        write_private(self.acl_path, acl_text(password, self._worker_password()))
+        listen = [f"port {port}"]
+        if tls:
+            files = ensure_tls(self.tls_files.ca.parent)
+            listen = ["port 0", f"tls-port {port}",
+                      f"tls-cert-file {_conf_value(str(files.cert))}",
+                      f"tls-key-file {_conf_value(str(files.key))}",
+                      f"tls-ca-cert-file {_conf_value(str(files.ca))}",
+                      "tls-auth-clients no"]
         lines = [
             "# generated by `mainboard broker up`, rewritten on every start; do not edit",
-            f"bind {HOST}", "protected-mode yes", f"port {port}",
+            f"bind {HOST}", "protected-mode yes", *listen,
             "daemonize no", "set-proc-title no",
             f"dir {_conf_value(str(self.redis_dir))}",
             f"pidfile {_conf_value(str(self.pidfile_path))}",
             f"logfile {_conf_value(str(self.log_path))}", "loglevel notice",
             "appendonly yes", "appendfsync everysec", 'save ""',
             "maxmemory-policy noeviction", "tcp-keepalive 60",
-            f"requirepass {password}",
+            f"aclfile {_conf_value(str(self.acl_path))}",
         ]
         write_private(self.conf_path, "\n".join(lines) + "\n")
 
@@ -227,17 +286,23 @@ class EmbeddedBroker(Daemon):
         """The redis-server running our conf file (set-proc-title no keeps argv intact)."""
         return "redis-server", str(self.conf_path)
 
-    def _client(self, port: int, password: str | None) -> redis.Redis:
-        """A client that fails fast: no retries, so a stopped server is noticed at once."""
-        return redis.Redis(host=HOST, port=port, password=password, socket_timeout=3,
-                           socket_connect_timeout=3, retry=Retry(NoBackoff(), 0))
+    def _client(self, port: int, password: str | None, mode: tuple[bool, bool] | None = None
+                ) -> redis.Redis:
+        """A coordinator client that fails fast: no retries, so a stopped server is noticed
+        at once. ``mode``: (ACL users, TLS), by default as recorded."""
+        acl, tls = mode if mode is not None else self._mode()
+        extra: dict[str, Any] = ({"ssl": True, "ssl_cert_reqs": "required",
+                                  "ssl_ca_certs": str(self.tls_files.ca)} if tls else {})
+        return redis.Redis(host=HOST, port=port, username=COORDINATOR if acl else None,
+                           password=password, socket_timeout=3, socket_connect_timeout=3,
+                           retry=Retry(NoBackoff(), 0), **extra)
 
-    def _launch(self, binary: str, port: int, password: str) -> int:
-        """Start redis-server (password only in the conf); return its pid once it answers PING."""
-        self._write_conf(port, password)
-        with self._client(port, password) as client:
-            return self._start([binary, str(self.conf_path)], port, [password],
-                               lambda: _pings(client))
+    def _launch(self, binary: str, port: int, password: str, tls: bool) -> int:
+        """Start redis-server (passwords only in its files); return its pid once it answers."""
+        self._write_conf(port, password, tls)
+        with self._client(port, password, (True, tls)) as client:
+            return self._start([binary, str(self.conf_path)], port,
+                               [password, self._worker_password()], lambda: _pings(client))
 
     # ----- public API ----------------------------------------------------------------------
 
@@ -266,7 +331,13 @@ class EmbeddedBroker(Daemon):
         """Start the broker, or reuse the one already running for this state dir."""
         with self._locked():
             current = self.status()
+            tls = self.tls if self.tls is not None else self._mode()[1]
             if current.running:
+                if self.tls is not None and self._mode()[1] != self.tls:
+                    raise BrokerError(
+                        f"the embedded broker runs {'without' if self.tls else 'with'} TLS "
+                        f"while [broker] tls = {str(self.tls).lower()}; restart it: "
+                        "`mainboard broker down`, then run this again")
                 return replace(current, action="already running")
             binary = find_redis_server()
             password = self._ensure_password()
@@ -275,13 +346,14 @@ class EmbeddedBroker(Daemon):
                 and port_is_free(previous) else fresh_port()
             for attempt in range(3):
                 try:
-                    pid = self._launch(binary, port, password)
+                    pid = self._launch(binary, port, password, tls)
                     break
                 except BrokerError as exc:  # someone grabbed the port between check and bind
                     if attempt == 2 or "in use" not in str(exc):
                         raise
                     port = fresh_port()
-            self._record(pid=pid, port=port, conf=str(self.conf_path), started_at=time.time())
+            self._record(pid=pid, port=port, conf=str(self.conf_path), started_at=time.time(),
+                         acl=True, tls=tls)
         return replace(self.status(), action="started", note=current.note)
 
     def down(self) -> BrokerStatus:
@@ -292,7 +364,7 @@ class EmbeddedBroker(Daemon):
                 with contextlib.suppress(FileNotFoundError):
                     self.pidfile_path.unlink()  # left behind by a killed server
                 if current.note:  # stale pid: forget it, keep the port for the next start
-                    self._record(port=current.port)
+                    self._record(port=current.port, tls=self._mode()[1])
                 return replace(current, action="not running")
             pid, port = current.pid, current.port
             try:
@@ -308,19 +380,29 @@ class EmbeddedBroker(Daemon):
                 if not self._wait_gone(pid, STOP_TIMEOUT):
                     raise BrokerError(f"redis-server pid {pid} did not stop after SHUTDOWN and "
                                       f"SIGTERM; see {self.log_path}")
-            self._record(port=port)  # keep the port for the next start, drop the pid
+            self._record(port=port, tls=self._mode()[1])  # kept for the next start
         return BrokerStatus(running=False, state_dir=str(self.state_dir), pid=pid, port=port,
                             action="stopped")
 
-    def url(self, with_password: bool = True) -> str:
-        """``redis://:PASSWORD@127.0.0.1:PORT/0`` for internal use (e.g. Celery); never print it."""
+    def url(self, with_password: bool = True, user: str = COORDINATOR) -> str:
+        """``redis://USER:PASSWORD@127.0.0.1:PORT/0`` (``rediss://...?ssl_ca_certs=CA`` with
+        TLS) for internal use (Celery); never print it. ``user``: the coordinator (every
+        right) or ``WORKER`` (what fleet and local workers get)."""
         port = self._recorded()[1]
         if not port:
             raise BrokerError(f"the embedded broker in {self.state_dir} has never been started; "
                               "run `mainboard broker up`")
-        password = self._password() if with_password else "***"
-        auth = f":{password}@" if password else ""
-        return f"redis://{auth}{HOST}:{port}/0"
+        acl, tls = self._mode()  # a server started before ACL users knows one password only
+        if with_password:
+            password = self._worker_password() if user == WORKER and acl else self._password()
+        else:
+            password = "***"
+        name = user if acl else ""
+        auth = f"{name}:{password}@" if password else ""
+        if not tls:
+            return f"redis://{auth}{HOST}:{port}/0"
+        ca = quote(str(self.tls_files.ca), safe="/")
+        return f"rediss://{auth}{HOST}:{port}/0?ssl_cert_reqs=required&ssl_ca_certs={ca}"
 
     @property
     def display_url(self) -> str:
