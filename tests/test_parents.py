@@ -153,6 +153,13 @@ def test_a_scan_of_6_points_is_6_child_runs_shown_as_a_table(
     assert table[5]["integrand.a"] == "[6.0, 6.0]" and table[5]["sampler.alpha"] == "0.5"
     assert json.loads(show(workspace, "scan6", "--json"))["rows"] == rows
     assert f"child of   {got['run_id']}" in show(workspace, rows[3]["child"])
+    from click.testing import CliRunner
+
+    from mainboard.cli import cli as main
+
+    listed = CliRunner().invoke(main, ["--config", str(workspace.path), "runs", "list"]).stdout
+    parent_line = next(x for x in listed.splitlines() if x.startswith(got["run_id"][:16]))
+    assert f"scan of child runs: `mainboard runs show {got['run_id']}`" in parent_line
     again = integrate_parent(parse_parent({**_scan_data(), "child": CHILD}), 0, config=workspace)
     assert again["rows"] == rows  # the same parent: its table, nothing run again
     assert all(len(lines(workspace, r["child"])) == 4 for r in rows)  # created, 2 its, done

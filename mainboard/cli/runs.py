@@ -38,6 +38,8 @@ def _when(ts: float) -> str:
 def _value(summary: dict[str, Any]) -> str:
     from mainboard.cli.runview import pm
 
+    if summary.get("kind", "run") != "run":  # a parent's numbers are its children's table
+        return f"{summary['kind']} of child runs: `mainboard runs show {summary['run_id']}`"
     return "-" if summary["estimate"] is None else pm(summary["estimate"], summary["error"])
 
 
