@@ -305,6 +305,10 @@ def test_a_killed_parent_resumes_without_rerunning_finished_children(
     for row in got["rows"]:  # interrupted ones continued: still the numbers of one run
         ref = local(child, row["point"], name=f"study-kill.{row['label']}")
         assert (row["estimate"], row["error"]) == (ref.estimate, ref.error)
+    removed = cli(workspace, "runs", "remove", "study-kill", "--yes", "--json")
+    assert removed.returncode == 0 and json.loads(removed.stdout)["child_runs"] == 6
+    store = RunStore(workspace.state_dir)  # the parent and its trials went together
+    assert all(store.history(r) is None for r in [parent, *(x["child"] for x in got["rows"])])
 
 
 def _toml(spec: dict[str, Any]) -> str:

@@ -128,12 +128,15 @@ def stop(ctx: click.Context, run: str, wait_s: float, as_json: bool) -> None:
 @_JSON
 @click.pass_context
 def remove(ctx: click.Context, run: str, yes: bool, as_json: bool) -> None:
-    """Delete a run's receipts and every Redis key of it (refused while it runs)."""
-    from mainboard.runs.control import live
+    """Delete a run's receipts and every Redis key of it, a parent's child runs with it
+    (refused while any of them runs)."""
+    from mainboard.runs.control import child_ids, live
     from mainboard.runs.control import remove as remove_run
 
     store, history, r = _open(ctx, run)
-    label = f"{history.run_id} ({history.created.name}, {history.status})"
+    children = len(child_ids(history))
+    label = f"{history.run_id} ({history.created.name}, {history.status})" + (
+        f" and its {children} child runs" if children else "")
     if not yes and not live(r, history.run_id):
         if not sys.stdin.isatty():
             raise click.UsageError(f"removing run {label} needs confirmation: pass --yes")
@@ -141,7 +144,8 @@ def remove(ctx: click.Context, run: str, yes: bool, as_json: bool) -> None:
                       err=True)
     keys_gone = remove_run(r, store, history)
     if as_json:
-        common.echo_json({"run_id": history.run_id, "removed": True, "redis_keys": keys_gone})
+        common.echo_json({"run_id": history.run_id, "removed": True, "redis_keys": keys_gone,
+                          "child_runs": children})
         return
     click.echo(f"removed run {label}: receipts and {keys_gone} Redis keys")
 

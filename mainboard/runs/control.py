@@ -81,14 +81,27 @@ def request(r: redis.Redis | None, store: RunStore, history: RunHistory, control
 
 
 def remove(r: redis.Redis | None, store: RunStore, history: RunHistory) -> int:
-    """Delete a run's receipts and every Redis key of it; refused while it runs.
+    """Delete a run's receipts and every Redis key of it, and a parent's child runs with it
+    (they exist only as its points); refused while any of them runs.
 
     Returns how many Redis keys went.
     """
-    run_id = history.run_id
-    if live(r, run_id):
-        raise RunIsRunning(f"run {run_id} ({history.created.name}) is running; pause or stop "
-                           f"it first (`mainboard runs stop {run_id}`)")
+    family = [history, *(child for child in (store.history(c) for c in child_ids(history))
+                         if child is not None)]
+    for member in family:
+        if live(r, member.run_id):
+            what = "run" if member is history else f"child run of {history.run_id}:"
+            raise RunIsRunning(f"{what} {member.run_id} ({member.created.name}) is running; "
+                               f"pause or stop it first (`mainboard runs stop {member.run_id}`)")
+    return sum(_remove_one(r, store, member.run_id) for member in family)
+
+
+def child_ids(history: RunHistory) -> list[str]:
+    """A parent's child run ids in the order they started (none for a plain run)."""
+    return list(dict.fromkeys(item.child for item in history.children))
+
+
+def _remove_one(r: redis.Redis | None, store: RunStore, run_id: str) -> int:
     gone = 0
     if r is not None:
         doomed = list(r.scan_iter(match=keys.run_pattern(run_id), count=500))
@@ -101,4 +114,4 @@ def remove(r: redis.Redis | None, store: RunStore, history: RunHistory) -> int:
     return gone
 
 
-__all__ = ["Outcome", "connect", "live", "remove", "request"]
+__all__ = ["Outcome", "child_ids", "connect", "live", "remove", "request"]
