@@ -565,7 +565,7 @@ class ChildDone(Payload):
     child: str
     label: str
     point: dict[str, Any] = Field(default_factory=dict)
-    status: str  # finished | failed
+    status: str  # finished | failed | paused | stopped (by `mainboard runs`)
     result: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     budget: int | None = None

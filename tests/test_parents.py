@@ -311,6 +311,68 @@ def test_a_killed_parent_resumes_without_rerunning_finished_children(
     assert all(store.history(r) is None for r in [parent, *(x["child"] for x in got["rows"])])
 
 
+def test_a_child_paused_by_hand_pauses_its_parent_and_resume_continues_it(
+        workspace: Config, fleet: LocalWorkers) -> None:
+    """Pausing a child is the user's doing, not a failure: the other points run, the parent
+    ends paused, and `runs resume PARENT` continues that child from its snapshot."""
+    from mainboard.parents.children import child_id
+    from mainboard.receipts import IterationDone
+
+    child = copy.deepcopy(CHILD)
+    child["integrand"] = {"kind": "python", "target": "tests.run_integrands:slow_gauss",
+                          "params": {"delay": 0.1, "a": 4.0}}
+    child["stop"] = {"max_samples": 40_000}
+    spec = {"name": "scan-pause", "child": child, "scan": {
+        "max_concurrent_runs": 1, "parameters": [{"name": "sampler.alpha",
+                                                  "values": [0.5, 1.0]}]}}
+    parent = parse_parent(spec).run_id()
+    first = child_id(parent, "p0")
+    background = subprocess.Popen(
+        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+         "--workers", "0", "--json", str(_write_scan(workspace, spec))], env=subprocess_env(),
+        cwd=workspace.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    receipts = workspace.state_dir / "runs" / first / RECEIPTS_NAME
+    deadline = time.monotonic() + 60
+    while not (receipts.exists() and any(isinstance(x, IterationDone)
+                                         for x in Receipts(receipts).read())):
+        assert time.monotonic() < deadline and background.poll() is None, "p0 never iterated"
+        time.sleep(0.02)
+    assert cli(workspace, "runs", "pause", first).returncode == 0
+    out, err = background.communicate(timeout=120)
+    assert background.returncode == 0, err
+    paused = json.loads(out)
+    assert paused["status"] == "paused", paused
+    assert [r["status"] for r in paused["rows"]] == ["paused", "finished"]
+    assert "runs resume" in paused["rows"][0]["failure"]
+
+    resumed = cli(workspace, "runs", "resume", parent, "--workers", "0", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    got = json.loads(resumed.stdout)
+    assert got["status"] == "finished" and [r["status"] for r in got["rows"]] == ["finished"] * 2
+    assert any(isinstance(x, RunResumed) for _, x in lines(workspace, first))  # continued
+    ref = local(child, got["rows"][0]["point"], name="scan-pause.p0")
+    assert (got["rows"][0]["estimate"], got["rows"][0]["error"]) == (ref.estimate, ref.error)
+
+
+def _write_scan(workspace: Config, spec: dict[str, Any]) -> Path:
+    """A scan parent's file with its child as a [child] table."""
+    from tests.fleet_helpers import toml_value
+
+    child, scan = spec["child"], spec["scan"]
+    out = [f'name = "{spec["name"]}"', "[child]"]
+    out += [f"{k} = {toml_value(v)}" for k, v in child.items() if not isinstance(v, dict)]
+    out += [f"[child.{k}]\n" + "\n".join(
+        f"{kk} = {toml_value(vv) if isinstance(vv, dict) else json.dumps(vv)}"
+        for kk, vv in v.items()) for k, v in child.items() if isinstance(v, dict)]
+    out += ["[scan]", f"max_concurrent_runs = {scan['max_concurrent_runs']}"]
+    for p in scan["parameters"]:
+        out += ["[[scan.parameters]]", f'name = "{p["name"]}"',
+                f"values = {json.dumps(p['values'])}"]
+    path = workspace.root / f"{spec['name']}.toml"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
 def _toml(spec: dict[str, Any]) -> str:
     """The study's TOML (child as a [child] table)."""
     from tests.fleet_helpers import toml_value

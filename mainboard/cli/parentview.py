@@ -26,7 +26,7 @@ def report(outcome: Outcome) -> None:
     point = " ".join(f"{k}={v}" for k, v in outcome.child.point.items())
     row = outcome.row
     what = pm(row["estimate"], row["error"]) if outcome.status == "finished" and \
-        row.get("estimate") is not None else f"failed: {outcome.error}"
+        row.get("estimate") is not None else f"{outcome.status}: {outcome.error}"
     again = " (from its receipts)" if outcome.reused else ""
     print(f"{outcome.child.label:>6} {outcome.run_id} {point}  {what}{again}", file=sys.stderr,
           flush=True)

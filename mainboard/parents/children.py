@@ -59,7 +59,7 @@ class Outcome:
 
     child: Child
     run_id: str
-    status: str  # finished | failed
+    status: str  # finished | failed | paused | stopped (the last two: the user's doing)
     row: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     reused: bool = False  # finished before (a resumed parent): not run again
@@ -165,9 +165,13 @@ class Children:
         except Exception as exc:  # noqa: BLE001 - recorded with its error; siblings go on
             log.warning("child %s (%s) failed: %s", child.label, run_id, exc)
             return Outcome(child, run_id, "failed", error=first_line(str(exc)))
-        if result.get("stop_reason") in ("pause", "stop", "paused", "stopped"):
-            return Outcome(child, run_id, "failed", row_of(result),
-                           error=f"{result['stop_reason']} by `mainboard runs`")
+        if result.get("stop_reason") in ("pause", "paused"):  # the user's: not a failure
+            return Outcome(child, run_id, "paused", row_of(result),
+                           error=f"paused by `mainboard runs pause`; `mainboard runs resume "
+                                 f"{self.parent_id}` continues it")
+        if result.get("stop_reason") in ("stop", "stopped"):
+            return Outcome(child, run_id, "stopped", row_of(result),
+                           error="stopped by `mainboard runs stop` (its partial result)")
         log.debug("child %s done in %.2f s", child.label, time.perf_counter() - began)
         return Outcome(child, run_id, "finished", row_of(result))
 

@@ -21,7 +21,14 @@ from mainboard.integrators.plain import to_plain
 from mainboard.parents import table
 from mainboard.parents.children import Outcome
 from mainboard.parents.spec import ParentSpec, parse_parent
-from mainboard.receipts import ChildDone, RunCreated, RunFailed, RunFinished, RunResumed
+from mainboard.receipts import (
+    ChildDone,
+    RunCreated,
+    RunFailed,
+    RunFinished,
+    RunPaused,
+    RunResumed,
+)
 from mainboard.runs.store import RunHistory, RunStore
 from mainboard.tasks.paths import use_import_roots
 from mainboard.tasks.runner import Prepare, Session, session
@@ -65,15 +72,21 @@ def _drive(s: Session, spec: ParentSpec, history: RunHistory | None, report: Rep
         prior: list[ChildDone] = []
     else:
         s.store.record(RunResumed(run_id=parent_id, from_iteration=0))
-        prior = [c for c in history.children if isinstance(c, ChildDone)]
+        # a child the user paused is continued from its snapshot, as an interrupted one is
+        prior = [c for c in history.children if isinstance(c, ChildDone) and c.status != "paused"]
     ctx = Context(s, spec, parent_id, prior, report, file)
     try:
         result = _loop(spec.kind)(ctx)
     except IntegrationFailed as exc:
         s.store.record(RunFailed(run_id=parent_id, error=str(exc)))
         raise
-    s.store.record(RunFinished(run_id=parent_id, result=to_plain({"kind": spec.kind,
-                                                                   **result})))
+    ended = s.store.history(parent_id)
+    assert ended is not None
+    if any(row["status"] == "paused" for row in table.child_rows(ended)):
+        s.store.record(RunPaused(run_id=parent_id, iteration=0))  # `runs resume` goes on
+    else:
+        s.store.record(RunFinished(run_id=parent_id, result=to_plain({"kind": spec.kind,
+                                                                       **result})))
     done = s.store.history(parent_id)
     assert done is not None
     return table.view(done)
