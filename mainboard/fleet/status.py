@@ -9,6 +9,7 @@ hide the others: its rows say why.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -96,9 +97,16 @@ def revive_keeper(config: Config, state: FleetState) -> None:
     rebuilds everything from the receipts and submits nothing twice."""
     from mainboard.fleet.autoscale import pool_active
     from mainboard.fleet.keeper import ensure_keeper, keeper_pid
+    from mainboard.fleet.reconcile import describe, open_intents, reconcile
 
-    if any(pool_active(state, n) for n in config.fleet.pools) \
-            and keeper_pid(config.state_dir) is None:
+    if keeper_pid(config.state_dir) is not None:
+        return
+    pools = any(pool_active(state, n) for n in config.fleet.pools)
+    if pools or open_intents(state):  # what the dead controller left: adopted or cleaned
+        done = reconcile(config)
+        for line in describe(done):
+            print(line, file=sys.stderr)
+    if pools:
         ensure_keeper(config.root, config.path, config.state_dir)
 
 
@@ -114,6 +122,8 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
     live = state.live()
     route = fleet_broker(config, start=False, workers=live)
     revive_keeper(config, state)
+    state = read_fleet(config.state_dir)  # the reconciler may have adopted workers
+    live = state.live()
     # A host the keeper gave up on is not asked again: status answers without waiting on it.
     jobs = {**poll_jobs(config, [w for w in live if w.worker_id not in state.lost]),
             **{i: HostError(lost.reason) for i, lost in state.lost.items()}}
