@@ -9,7 +9,9 @@ leaves no rental behind; a worker idle past its timeout loses its machine.
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from tests.fleet_helpers import (
     HOST_PYTHON,
     assert_nothing_left,
     cli,
+    kill_keeper_and_lose_starts,
     nodes_of,
     probe,
     provisioned_root,  # noqa: F401 - session fixture
@@ -113,3 +116,54 @@ def test_a_worker_idle_past_its_timeout_loses_its_rental(
     assert reason == "idle past idle_timeout"
     assert owned_rentals(ws / ".mainboard") == [] and _listed(sim) == []
     assert "idle past idle_timeout" in (ws / ".mainboard" / "rentals.ndjson").read_text()
+
+
+def test_a_killed_controller_adopts_its_rental_and_destroys_an_unknown_one(
+        tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
+    """The provider third of tests/test_fleet_reconcile.py: the keeper SIGKILLed, the
+    worker's start receipt lost; `fleet status` finds the rental by its label's owner tag
+    and adopts it (same worker id, same rental), destroys a rental carrying the tag that
+    no receipt knows, and the restarted keeper rents nothing more."""
+    from mainboard.bridges.providers import RestProvider
+    from mainboard.fleet.autoscale import SCALE_TICK_ENV
+    from mainboard.fleet.records import owner_prefix
+
+    env = {KEY_ENV: sim.api_key, SCALE_TICK_ENV: "0.2"}
+    ws = _workspace(tmp_path / "ws", sim, provisioned_root)
+    with (ws / "mainboard.toml").open("a") as toml:
+        toml.write(table("fleet.pools.gpus", host="gpu", queues=["t19r.gpu"], jobs=1))
+    try:
+        up_ok(ws, "--no-flower", env=env)
+        prefix = owner_prefix(ws / ".mainboard")
+        (worker,) = read_fleet(ws / ".mainboard").live()
+        assert kill_keeper_and_lose_starts(ws) == [worker.worker_id]
+        market = RestProvider("sim", api_url=sim.url, api_key_env=KEY_ENV,
+                              env={KEY_ENV: sim.api_key})
+        stray = market.rent(market.cheapest().id, ssh_public_key=_public_key(tmp_path),
+                            label=f"mainboard-gpu-{prefix}beef00")
+        done = cli(ws, "fleet", "status", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        (row,) = json.loads(done.stdout)
+        assert (row["worker_id"], row["rental_id"]) == (worker.worker_id,
+                                                        worker.rental["rental_id"])
+        assert f"fleet: adopted worker {worker.worker_id}" in done.stderr, done.stderr
+        assert f"cleaned sim: rental {stray.id} (its worker never started)" in done.stderr
+        time.sleep(2.0)  # ten ticks of the restarted keeper's autoscaler
+        state = read_fleet(ws / ".mainboard")
+        assert [w.worker_id for w in state.live()] == [worker.worker_id]
+        assert not [e for e in state.scale if e.action == "submit"]
+        books = json.loads((sim.state / "state.json").read_text())["rentals"].values()
+        ours = sorted(str(r["id"]) for r in books if prefix in r["label"])
+        assert ours == sorted([worker.rental["rental_id"], stray.id])  # one rent, ever
+        assert _listed(sim) == [worker.rental["rental_id"]]
+    finally:
+        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
+        stop_broker(ws)
+    assert down.returncode == 0, down.stderr
+    assert _listed(sim) == []
+
+
+def _public_key(tmp_path: Path) -> str:
+    from mainboard.hosts.rentals import rental_key
+
+    return rental_key(tmp_path / "stray-key")[1]
