@@ -81,6 +81,27 @@ def queue_depth(client: redis.Redis, queues: Sequence[str]) -> int:
     return sum(int(client.llen(keys.celery_queue(q))) for q in queues)
 
 
+RECENT_RUNS = 200  # the newest runs asked for demand (older ones have long finished)
+
+
+def run_demand(client: redis.Redis, queues: Sequence[str]) -> int:
+    """Batches the running runs' coordinators still wait for on ``queues`` (a coordinator
+    that died leaves no lease: its run is no demand)."""
+    ids = client.zrevrange(keys.runs_index(), 0, RECENT_RUNS - 1)
+    if not ids:
+        return 0
+    with client.pipeline(transaction=False) as pipe:
+        for run_id in ids:
+            pipe.hmget(keys.run_state(run_id), "status", "outstanding", "queue")
+            pipe.exists(keys.run_lease(run_id))
+        replies = pipe.execute()
+    total = 0
+    for (status, outstanding, queue), leased in zip(replies[::2], replies[1::2], strict=True):
+        if status == "running" and leased and queue in queues and outstanding:
+            total += int(outstanding)
+    return total
+
+
 def _left(worker: WorkerStarted, pool: PoolConfig, began: float | None, now: float
           ) -> float | None:
     """Seconds until the worker retires before its walltime (None: no walltime known)."""
@@ -160,9 +181,10 @@ class Autoscaler:
                                 _left(worker, pool, began, now)))
         with registry(BrokerRoute(url)) as client:
             depth = queue_depth(client, pool.queues)
+            demand = run_demand(client, pool.queues)
         host = self.config.host(pool.host)
         price = host.max_usd_hr if isinstance(host, ProviderHost) else None
-        look.view = PoolView(name, pool, allocs, queue_depth=depth,
+        look.view = PoolView(name, pool, allocs, queue_depth=depth, outstanding=demand,
                              failures=failures(state, name), usd_hr=price,
                              spent_usd=self.spent(name, price), jobs=asked(state, name),
                              paused=pool_paused(state, name),
@@ -185,7 +207,8 @@ class Autoscaler:
                          "running": view.count("running"),
                          "idle": sum(a.state == "running" and a.active == 0
                                      for a in view.allocs),
-                         "lost": look.lost, "queue_depth": view.queue_depth})
+                         "lost": look.lost, "queue_depth": view.queue_depth,
+                         "outstanding": view.outstanding})
         return rows
 
     def spent(self, name: str, price: float | None) -> float:

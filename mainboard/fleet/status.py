@@ -180,5 +180,6 @@ def pool_status(config: Config) -> list[dict[str, object]]:
     if route is None:
         return [{"pool": n, "host": p.host, "autoscaled": p.autoscaled, "active": False,
                  "paused": False, "target": 0, "pending": 0, "running": 0, "idle": 0,
-                 "lost": 0, "queue_depth": 0} for n, p in config.fleet.pools.items()]
+                 "lost": 0, "queue_depth": 0, "outstanding": 0}
+                for n, p in config.fleet.pools.items()]
     return Autoscaler(config).summary(state, route.url)
