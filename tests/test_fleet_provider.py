@@ -26,6 +26,7 @@ from tests.fleet_helpers import (
     nodes_of,
     probe,
     provisioned_root,  # noqa: F401 - session fixture
+    send_tasks,
     status,
     stop_broker,
     table,
@@ -167,3 +168,49 @@ def _public_key(tmp_path: Path) -> str:
     from mainboard.hosts.rentals import rental_key
 
     return rental_key(tmp_path / "stray-key")[1]
+
+
+def test_a_provider_pool_stays_within_its_price_limits(
+        tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
+    """`dear`: $3.60/h machines, max_usd_hr 4, three tasks waiting: never more than one
+    rental at once (sampled twice a second), the others wait with a hold line naming
+    max_usd_hr. `broke`: budget_usd 0.25 and a 5-minute walltime (one allocation may cost
+    $0.30): nothing is ever rented, the hold line names budget_usd."""
+    from mainboard.fleet.autoscale import SCALE_TICK_ENV
+
+    env = {KEY_ENV: sim.api_key, SCALE_TICK_ENV: "0.3"}
+    ws = workspace(
+        tmp_path / "ws",
+        table("providers.sim", kind="simulated", api_url=sim.url, api_key_env=KEY_ENV),
+        table("hosts.h200", kind="provider", provider="sim", gpu="SIM H200", max_usd_hr=4.0,
+              root=str(provisioned_root), python=HOST_PYTHON, env={"UV_OFFLINE": "1"}),
+        table("fleet.pools.dear", host="h200", queues=["t19p.dear"], max_jobs=3,
+              max_usd_hr=4.0, idle_timeout=2),
+        table("fleet.pools.broke", host="h200", queues=["t19p.broke"], max_jobs=2,
+              budget_usd=0.25, walltime="5m", retire_before="1m"))
+    most = 0
+    try:
+        up_ok(ws, "--no-flower", env={KEY_ENV: sim.api_key, **env})
+        send_tasks(ws, "t19p.broke", 1)[0].app.close()
+        results = send_tasks(ws, "t19p.dear", 3)
+        try:
+            while not all(r.ready() for r in results):
+                most = max(most, len(_listed(sim)))
+                assert most <= 1, "two $3.60/h machines at once under max_usd_hr 4"
+                time.sleep(0.5)
+            ran = [r.get() for r in results]
+        finally:
+            results[0].app.close()
+    finally:
+        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
+        stop_broker(ws)
+    assert down.returncode == 0, down.stderr
+    assert most == 1 and len({r["task_id"] for r in ran}) == 3
+    scale = read_fleet(ws / ".mainboard").scale
+    dear = [e for e in scale if e.pool == "dear"]
+    assert any(e.action == "hold" and "max_usd_hr 4: 1 allocation(s) at $3.6/h" in e.reason
+               for e in dear), [e.reason for e in dear]
+    broke = [e for e in scale if e.pool == "broke"]
+    assert not [e for e in broke if e.action == "submit"]
+    assert any(e.action == "hold" and "budget_usd 0.25" in e.reason for e in broke), broke
+    assert _listed(sim) == []

@@ -24,8 +24,8 @@ from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one
 from tests.fleet_helpers import (
     HOST_PYTHON,
     cli,
-    config,
     provisioned_root,  # noqa: F401 - session fixture
+    send_tasks,
     stop_broker,
     table,
     up_ok,
@@ -74,8 +74,8 @@ def test_burst_within_limits_drains_and_scales_to_zero_bad_partition_pauses(
     try:
         up_ok(ws, "--no-flower", env=env)
         prefix = owner_prefix(ws / ".mainboard")
-        _send(ws, "t19s.nope", 1)[0].app.close()
-        results = _send(ws, "t19s.burst", TASKS)
+        send_tasks(ws, "t19s.nope", 1, 0.1)[0].app.close()
+        results = send_tasks(ws, "t19s.burst", TASKS, 0.1)
         app = results[0].app
         samples: list[Counter[str]] = []
         done: list[dict] = []
@@ -108,13 +108,3 @@ def test_burst_within_limits_drains_and_scales_to_zero_bad_partition_pauses(
     (pause,) = [e for e in read_fleet(ws / ".mainboard").scale if e.action == "pause"]
     assert "\n" not in pause.reason and "fleet resume-pool nopart" in pause.reason
 
-
-def _send(ws: Path, queue: str, n: int) -> list:
-    from mainboard.fleet.workers import broker_route
-    from mainboard.tasks.app import make_app
-    from mainboard.tasks.fleet import PROBE_TASK
-
-    route = broker_route(config(ws), start=False)
-    assert route is not None
-    app = make_app(broker_url=route.url)
-    return [app.send_task(PROBE_TASK, kwargs={"sleep_s": 0.1}, queue=queue) for _ in range(n)]
