@@ -172,7 +172,7 @@ def _public_key(tmp_path: Path) -> str:
 
 def test_a_provider_pool_stays_within_its_price_limits(
         tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
-    """`dear`: $3.60/h machines, max_usd_hr 4, three tasks waiting: never more than one
+    """`dear`: $3.60/h machines, max_usd_hr 4, backlog 3, three 2-s tasks: never more than one
     rental at once (sampled twice a second), the others wait with a hold line naming
     max_usd_hr. `broke`: budget_usd 0.25 and a 5-minute walltime (one allocation may cost
     $0.30): nothing is ever rented, the hold line names budget_usd."""
@@ -184,7 +184,7 @@ def test_a_provider_pool_stays_within_its_price_limits(
         table("providers.sim", kind="simulated", api_url=sim.url, api_key_env=KEY_ENV),
         table("hosts.h200", kind="provider", provider="sim", gpu="SIM H200", max_usd_hr=4.0,
               root=str(provisioned_root), python=HOST_PYTHON, env={"UV_OFFLINE": "1"}),
-        table("fleet.pools.dear", host="h200", queues=["t19p.dear"], max_jobs=3,
+        table("fleet.pools.dear", host="h200", queues=["t19p.dear"], max_jobs=3, backlog=3,
               max_usd_hr=4.0, idle_timeout=2),
         table("fleet.pools.broke", host="h200", queues=["t19p.broke"], max_jobs=2,
               budget_usd=0.25, walltime="5m", retire_before="1m"))
@@ -192,7 +192,7 @@ def test_a_provider_pool_stays_within_its_price_limits(
     try:
         up_ok(ws, "--no-flower", env={KEY_ENV: sim.api_key, **env})
         send_tasks(ws, "t19p.broke", 1)[0].app.close()
-        results = send_tasks(ws, "t19p.dear", 3)
+        results = send_tasks(ws, "t19p.dear", 3, sleep_s=2.0)
         try:
             while not all(r.ready() for r in results):
                 most = max(most, len(_listed(sim)))
