@@ -132,6 +132,8 @@ class Autoscaler:
         self.config = config
         self.pools = dict(config.fleet.pools)  # fixed pools too: their dead get replaced
         self.said: dict[str, str] = {}  # pool -> last hold reason (written once, not per tick)
+        self.stopping: set[str] = set()  # worker ids being drained by a stop thread
+        self._lock = threading.Lock()
 
     def active(self) -> bool:
         """Any pool started and not stopped: the keeper must stay."""
@@ -152,7 +154,10 @@ class Autoscaler:
 
     def look(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> Look:
         """The pool as it is now; nothing is changed (``fleet status --pools`` asks too)."""
-        members = [w for w in state.live() if w.pool == name and w.worker_id not in state.lost]
+        with self._lock:
+            stopping = set(self.stopping)
+        members = [w for w in state.live() if w.pool == name and w.worker_id not in state.lost
+                   and w.worker_id not in stopping]
         found = poll_jobs(self.config, members)
         look = Look(members={w.worker_id: w for w in members})
         entries = registry_entries(BrokerRoute(url), [w.node for w in members]) if members else {}
@@ -263,10 +268,28 @@ class Autoscaler:
             self.record(name, view, decision)
         elif decision.action in ("cancel", "retire"):
             self.record(name, view, decision)
-            stop_workers(self.config, [members[i] for i in decision.worker_ids],
-                         reason=f"autoscale {decision.action}: {decision.reason}")
+            self.stop_later([members[i] for i in decision.worker_ids],
+                            f"autoscale {decision.action}: {decision.reason}")
         elif decision.action == "submit":
             self.submit(name, pool, view, decision)
+
+    def stop_later(self, workers: list[WorkerStarted], reason: str) -> None:
+        """Drain and stop ``workers`` in a thread of their own: the next look (another
+        pool's, or this one's next idle worker) does not wait for their warm shutdown."""
+        ids = {w.worker_id for w in workers}
+        with self._lock:
+            self.stopping |= ids
+
+        def stop() -> None:
+            try:
+                stop_workers(self.config, workers, reason=reason)
+            except Exception as exc:  # noqa: BLE001 - the next look sees them again
+                log.warning("stopping %s: %s", ", ".join(sorted(ids)), exc)
+            finally:
+                with self._lock:
+                    self.stopping -= ids
+
+        threading.Thread(target=stop, name="autoscale-stop", daemon=True).start()
 
     def submit(self, name: str, pool: PoolConfig, view: PoolView, decision: Decision) -> None:
         from mainboard.fleet.control import one_line, start_one
