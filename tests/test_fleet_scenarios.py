@@ -29,13 +29,28 @@ from tests.fleet_helpers import (
     stop_broker,
     table,
     up_ok,
-    wait_until,
     workspace,
 )
 from tests.services import SlurmCluster
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 TASKS, IDLE_S = 200, 5
+
+
+def _timeline(ws: Path, last: float) -> str:
+    """The fleet's decisions and stops, in seconds relative to the last task's result."""
+    import json
+
+    shift = time.time() - time.monotonic()
+    lines = []
+    for line in (ws / ".mainboard" / "fleet.ndjson").read_text().splitlines():
+        record = json.loads(line)
+        if record["topic"] in ("fleet.scale", "worker.stopped", "worker.started"):
+            payload = record["payload"]
+            what = payload.get("action") or record["topic"]
+            lines.append(f"{record['ts'] - shift - last:+7.1f} {what} "
+                         f"{payload.get('worker_ids') or payload.get('worker_id')}")
+    return "no allocation left idle_timeout + 10 s after the last task:\n" + "\n".join(lines)
 
 
 def _allocations(slurm: SlurmCluster, prefix: str) -> Counter[str]:
@@ -85,8 +100,10 @@ def test_burst_within_limits_drains_and_scales_to_zero_bad_partition_pauses(
             assert len(samples) < 240, f"{len(done)} of {TASKS} tasks after 240 samples"
             time.sleep(1.0)
         last = time.monotonic()
-        wait_until(lambda: not _allocations(slurm_cluster, prefix), IDLE_S + 10,
-                   "no allocation left idle_timeout + 10 s after the last task")
+        deadline = last + IDLE_S + 10
+        while _allocations(slurm_cluster, prefix) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert not _allocations(slurm_cluster, prefix), _timeline(ws, last)
         print(f"\nscaled to zero {time.monotonic() - last:.1f} s after the last task; "
               f"{len(samples)} samples, most running {max(s['RUNNING'] for s in samples)}")
     finally:

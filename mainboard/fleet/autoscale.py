@@ -29,6 +29,7 @@ from mainboard.fleet.pools import pool_options
 from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
 from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, lead_time, target
 from mainboard.fleet.workers import (
+    DRAIN_TIMEOUT_S,
     broker_route,
     poll_jobs,
     registry,
@@ -269,11 +270,13 @@ class Autoscaler:
         elif decision.action in ("cancel", "retire"):
             self.record(name, view, decision)
             self.stop_later([members[i] for i in decision.worker_ids],
-                            f"autoscale {decision.action}: {decision.reason}")
+                            f"autoscale {decision.action}: {decision.reason}",
+                            # a cancelled one never beat: no task in hand, nothing to drain
+                            drain_s=0.0 if decision.action == "cancel" else DRAIN_TIMEOUT_S)
         elif decision.action == "submit":
             self.submit(name, pool, view, decision)
 
-    def stop_later(self, workers: list[WorkerStarted], reason: str) -> None:
+    def stop_later(self, workers: list[WorkerStarted], reason: str, drain_s: float) -> None:
         """Drain and stop ``workers`` in a thread of their own: the next look (another
         pool's, or this one's next idle worker) does not wait for their warm shutdown."""
         ids = {w.worker_id for w in workers}
@@ -282,7 +285,7 @@ class Autoscaler:
 
         def stop() -> None:
             try:
-                stop_workers(self.config, workers, reason=reason)
+                stop_workers(self.config, workers, reason=reason, timeout=drain_s)
             except Exception as exc:  # noqa: BLE001 - the next look sees them again
                 log.warning("stopping %s: %s", ", ".join(sorted(ids)), exc)
             finally:
