@@ -37,7 +37,8 @@ COMMAND_TIMEOUT_S = 120.0
 _UID_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _FACTS = "mb-facts:"
 _LOG = "mb-log:"
-LOG_CHUNK = 1 << 20  # bytes per read of a followed log
+LOG_CHUNK = 1 << 20
+TAG_ENV = "MAINBOARD_JOB_TAG"  # the job script exports its spec's tag (process hosts list it)  # bytes per read of a followed log
 
 
 class JobRecord(BaseModel):
@@ -167,7 +168,8 @@ class Bridge(ABC):
             workdir = posixpath.join(self.root, workdir)
         return render(
             spec, paths, headers=headers, workdir=workdir, root=self.root,
-            env={**self.host.env, **spec.env}, modules=list(getattr(self.host, "modules", [])),
+            env={**self.host.env, **spec.env, **({TAG_ENV: spec.tag} if spec.tag else {})},
+            modules=list(getattr(self.host, "modules", [])),
             container=self.container,
             job_id=self.job_id_env if self.job_id_env is not None else shlex.quote(uid),
             watchdog_walltime=not self.enforces_walltime,
@@ -194,7 +196,11 @@ class Bridge(ABC):
     def submit(self, spec: JobSpec | None = None, /, **params: object) -> JobRecord:
         """Check policy, write the script into a fresh job directory and submit it (one command)."""
         spec = self.prepare(spec, **params)
-        uid = new_uid(spec.name)
+        return self.submit_prepared(spec, new_uid(spec.name))
+
+    def submit_prepared(self, spec: JobSpec, uid: str) -> JobRecord:
+        """Submit an already ``prepare``d spec into job directory ``uid`` (a caller that must
+        record the job before it exists, such as the fleet's reconciler, picks the uid)."""
         paths = JobPaths(self.job_dir(uid))
         script = self.render_script(spec, paths, uid)
         # Only the job directory is private (the script holds env values); the job itself
@@ -207,6 +213,11 @@ class Bridge(ABC):
         job_id = self.accepted(done.stdout, uid)
         return JobRecord(job_id=job_id, uid=uid, host=self.name, kind=self.kind, name=spec.name,
                          job_dir=paths.job_dir, submitted_at=time.time(), spec=spec)
+
+    def tagged(self, prefix: str) -> dict[str, str] | None:
+        """``{tag: job id}`` of the jobs alive on the host whose ``spec.tag`` starts with
+        ``prefix``, from the host's own listing; None: this host kind cannot list by tag."""
+        return None
 
     def accepted(self, stdout: str, uid: str) -> str:
         """The job id from the submit command's output."""

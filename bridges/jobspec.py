@@ -79,6 +79,8 @@ class JobSpec(BaseModel):
     retire_before: Duration = Field(None, description="signal the command this long before walltime")
     retire_signal: Signal = RETIRE_SIGNAL
     extra: list[str] = Field(default_factory=list, description="extra scheduler header options")
+    tag: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+                            description="an owner tag the host's own listing finds the job by")
 
     @field_validator("command")
     @classmethod

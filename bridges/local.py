@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 import re
 import shlex
 
 from mainboard.errors import HostError
 
-from .base import Bridge, DirFacts, JobPaths
+from .base import TAG_ENV, Bridge, DirFacts, JobPaths
 from .jobstate import JobState, JobStatus
 
 
@@ -49,6 +50,24 @@ class ProcessBridge(Bridge):
         dirs = {job_id: job_dirs.get(job_id) or self.job_dir(job_id) for job_id in ids}
         facts = self.read_facts(list(dirs.values()))
         return {job_id: process_status(facts[d], d) for job_id, d in dirs.items()}
+
+    def tagged(self, prefix: str) -> dict[str, str] | None:
+        """Live jobs whose script exports a tag starting with ``prefix`` (the job
+        directories under the root are the host's whole listing)."""
+        script = ('for f in "$1"/*/job.sh; do t=$(grep -m1 "^export $2=" "$f" 2>/dev/null) && '
+                  'printf "mb-tag:%s %s\\n" "$(basename "$(dirname "$f")")" "${t#*=}"; done; '
+                  "exit 0")
+        jobs = posixpath.join(self.root, ".mainboard", "jobs")
+        done = self._run(["/bin/sh", "-c", script, "mb-tagged", jobs, TAG_ENV])
+        dirs: dict[str, str] = {}
+        tags: dict[str, str] = {}
+        for line in done.stdout.splitlines():
+            uid, _, tag = line.removeprefix("mb-tag:").strip().partition(" ")
+            if line.startswith("mb-tag:") and tag.startswith(prefix) \
+                    and self.job_id_regex.match(uid):
+                dirs[uid], tags[uid] = self.job_dir(uid), tag
+        alive = self._query(list(dirs), dirs) if dirs else {}
+        return {tags[u]: u for u, found in alive.items() if found.state is JobState.RUNNING}
 
     def cancel_text(self, ids: list[str], job_dirs: dict[str, str]) -> str:
         """Mark, TERM each script's process group, wait, then KILL what is left (and its child)."""

@@ -103,6 +103,8 @@ class SlurmBridge(Bridge):
         if spec.account:
             lines.append(f"-A {spec.account}")
         lines.append(f"-N {spec.nodes}")
+        if spec.tag:
+            lines.append(f"--comment={spec.tag}")
         if spec.retire_before:
             lines.append(f"--signal=B:{spec.retire_signal}@{spec.retire_before}")
         return [*lines, *spec.extra]
@@ -123,6 +125,18 @@ class SlurmBridge(Bridge):
         missing = [i for i in ids if i not in found]
         if missing:
             found.update(self._sacct(missing))
+        return found
+
+    def tagged(self, prefix: str) -> dict[str, str] | None:
+        """Jobs still queued or running whose ``--comment`` (the spec's tag) starts with
+        ``prefix``, as slurmctld lists them."""
+        done = self.run(["squeue", "-h", "-t", "PD,R,CF,S", "-o", "%i|%k"], timeout=60)
+        done.check()
+        found = {}
+        for line in done.stdout.splitlines():
+            job_id, _, comment = line.strip().partition("|")
+            if comment.startswith(prefix) and self.job_id_regex.match(job_id):
+                found[comment] = job_id
         return found
 
     def _sacct(self, ids: list[str]) -> dict[str, JobStatus]:

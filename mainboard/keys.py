@@ -78,6 +78,8 @@ def run_state(run_id: str) -> str:
 
     ``status`` is one of ``RUN_STATUSES``; ``control`` (``pause`` or ``stop``) is a request
     the coordinator honours at the next batch boundary (``mainboard runs pause|stop``).
+    ``outstanding`` (batches of the current iteration not yet merged) and ``queue`` (where
+    they are sent) are the run's demand, which the fleet's autoscaler adds to queue depth.
     """
     return f"{PREFIX}run:{_run(run_id)}:state"
 

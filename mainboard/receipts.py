@@ -252,6 +252,22 @@ class WorkerStarted(Payload):
     pool: str | None = None               # the [fleet.pools.NAME] it belongs to
 
 
+class WorkerSubmitting(Payload):
+    """A fleet worker is about to be rented or submitted (written first, so a controller
+    killed in between can find the allocation by ``tag`` at the scheduler or provider and
+    adopt it). ``draft`` is its ``worker.started`` without the job id and submission time
+    (empty while a rental is still being made); ``pid`` is the submitting process: while
+    it lives, the submission is in flight and no reconciler touches it."""
+
+    topic: ClassVar[str] = "worker.submitting"
+    worker_id: str
+    host: str
+    tag: str
+    pid: int
+    pool: str | None = None
+    draft: dict[str, Any] = Field(default_factory=dict)
+
+
 class WorkerLost(Payload):
     """The fleet keeper gave up reaching a worker's host (its tunnel retry budget ran out):
     no longer dialled; ``fleet down --force`` forgets it."""
@@ -291,7 +307,8 @@ TOPICS: dict[str, type[Payload]] = {
     cls.topic: cls for cls in (RunCreated, RunResumed, IterationDone, RunFinished, RunFailed,
                                 RentalCreated, RentalDestroyed, JobSubmitted, JobStateChanged,
                                 JobFinished, JobPulled, JobRouted, MonitorPass, WorkerTunnel,
-                                WorkerStarted, WorkerStopped, WorkerLost, FleetScale)
+                                WorkerStarted, WorkerStopped, WorkerLost, FleetScale,
+                                WorkerSubmitting)
 }
 
 

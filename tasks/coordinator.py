@@ -187,6 +187,7 @@ class Coordinator:
         self.steer.mark("dispatch")
         for i in sorted(pending):
             self.chain_for(k, i, sizes[i], base).apply_async()
+        self._demand(len(pending))
         started = time.monotonic()
         next_check = started + self.poll_s
         while pending - self.steer.parked or (pending and not self.steer.halting):
@@ -203,7 +204,9 @@ class Coordinator:
                 entry = self.r.lpop(done_key)
             if pending and time.monotonic() >= next_check:
                 self._watch(k, sizes, live, started, base)
+                self._demand(len(pending - self.steer.parked))
                 next_check = time.monotonic() + self.poll_s
+        self._demand(0)
         if pending:  # halted with batches never sampled: their stored siblings stay
             raise Halt(self.steer.halting or "pause", len(sizes) - len(pending))
         self.steer.mark("complete")
@@ -213,6 +216,12 @@ class Coordinator:
                                  expected=len(sizes))
         except MergeError as exc:
             raise IntegrationFailed(f"run {self.run_id}: {exc}") from exc
+
+    def _demand(self, outstanding: int) -> None:
+        """What this run still waits for, where the fleet's autoscaler reads it (the
+        batches a worker holds or that travel between stages are in no queue)."""
+        self.r.hset(keys.run_state(self.run_id), mapping={"outstanding": outstanding,
+                                                          "queue": BATCH_QUEUE})
 
     def _watch(self, k: int, sizes: list[int], live: Liveness, started: float,
                base: int) -> None:

@@ -227,4 +227,5 @@ def probe(self: Any, sleep_s: float = 0.0, until_path: str | None = None) -> dic
         time.sleep(0.1)
     return {"node": self.request.hostname, "host": os.environ.get(HOST_ENV, ""),
             "worker_id": _fleet_worker() or "", "pid": os.getpid(),
-            "hostname": socket.gethostname(), "job_id": os.environ.get("MAINBOARD_JOB_ID", "")}
+            "hostname": socket.gethostname(), "job_id": os.environ.get("MAINBOARD_JOB_ID", ""),
+            "task_id": self.request.id}

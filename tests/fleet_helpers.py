@@ -27,12 +27,14 @@ HOST_PYTHON = "/usr/bin/python3"  # the same base python on every "host": one sh
 
 
 def toml_value(value: Any) -> str:
-    """A TOML value for str/int/float/bool/dict (JSON strings are TOML basic strings)."""
+    """A TOML value for str/int/float/bool/list/dict (JSON strings are TOML basic strings)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) \
             + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, (int, float)):
         return repr(value)
     return json.dumps(str(value))
@@ -196,3 +198,39 @@ def provisioned_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
                   project=local_project(root / ".wheels"))
         _ROOT["root"] = root
     return _ROOT["root"]
+
+
+def kill_keeper_and_lose_starts(ws: Path) -> list[str]:
+    """SIGKILL the fleet keeper and drop the ``worker.started`` receipts from the fleet
+    record: what a controller killed between asking the scheduler (or provider) and
+    recording the answer leaves. The ids of the workers whose record was dropped."""
+    import signal
+
+    from mainboard.fleet.keeper import keeper_pid
+
+    state = ws / ".mainboard"
+    pid = keeper_pid(state)
+    assert pid and pid > 0, "no fleet keeper runs"
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: keeper_pid(state) is None, 10, "the keeper gone")
+    path = state / "fleet.ndjson"
+    lines = path.read_text().splitlines(keepends=True)
+    dropped = [json.loads(line) for line in lines if json.loads(line)["topic"] == "worker.started"]
+    assert dropped, "no worker.started receipt in the fleet record"
+    path.write_text("".join(line for line in lines
+                            if json.loads(line)["topic"] != "worker.started"))
+    return [d["payload"]["worker_id"] for d in dropped]
+
+
+def send_tasks(ws: Path, queue: str, n: int, sleep_s: float = 0.5) -> list[Any]:
+    """``n`` probe tasks (each waits ``sleep_s``) sent to ``queue``; their AsyncResults
+    (one app: close ``results[0].app`` when done)."""
+    from mainboard.fleet.workers import broker_route
+    from mainboard.tasks.app import make_app
+    from mainboard.tasks.fleet import PROBE_TASK
+
+    route = broker_route(config(ws), start=False)
+    assert route is not None, "the broker is not running"
+    app = make_app(broker_url=route.url)
+    return [app.send_task(PROBE_TASK, kwargs={"sleep_s": sleep_s}, queue=queue)
+            for _ in range(n)]

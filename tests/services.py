@@ -211,8 +211,11 @@ class SlurmCluster:
             _terminate(proc)
 
 
-def start_slurm(directory: Path, cpus: int = 2) -> SlurmCluster:
-    """Start munged, slurmctld and slurmd with state in ``directory`` (fresh state each time)."""
+def start_slurm(directory: Path, cpus: int = 8) -> SlurmCluster:
+    """Start munged, slurmctld and slurmd with state in ``directory`` (fresh state each time).
+
+    ``cpus`` more than the machine has (config_overrides): several fleet allocations run at
+    once on this one node, as on a cluster."""
     munged = require("munged", "apt-get install munge")
     slurmctld = require("slurmctld", "apt-get install slurm-wlm")
     slurmd = require("slurmd", "apt-get install slurm-wlm")
@@ -261,7 +264,8 @@ JobCompType=jobcomp/filetxt
 JobCompLoc={d}/jobcomp.txt
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
 MpiDefault=none
 ReturnToService=2
 SchedulerParameters=sched_interval=1

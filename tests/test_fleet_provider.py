@@ -9,7 +9,9 @@ leaves no rental behind; a worker idle past its timeout loses its machine.
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,11 @@ from tests.fleet_helpers import (
     HOST_PYTHON,
     assert_nothing_left,
     cli,
+    kill_keeper_and_lose_starts,
     nodes_of,
     probe,
     provisioned_root,  # noqa: F401 - session fixture
+    send_tasks,
     status,
     stop_broker,
     table,
@@ -172,3 +176,100 @@ def test_metrics_show_a_provider_pools_spend_as_the_provider_bills_it(
     spent = value(after, "mainboard_spend_usd_total", pool="rented")
     # receipts are written just after the provider answers: a few seconds' worth at most
     assert abs(spent - owed) <= price * 5 / 3600, (spent, owed)
+
+
+def test_a_killed_controller_adopts_its_rental_and_destroys_an_unknown_one(
+        tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
+    """The provider third of tests/test_fleet_reconcile.py: the keeper SIGKILLed, the
+    worker's start receipt lost; `fleet status` finds the rental by its label's owner tag
+    and adopts it (same worker id, same rental), destroys a rental carrying the tag that
+    no receipt knows, and the restarted keeper rents nothing more."""
+    from mainboard.bridges.providers import RestProvider
+    from mainboard.fleet.autoscale import SCALE_TICK_ENV
+    from mainboard.fleet.records import owner_prefix
+
+    env = {KEY_ENV: sim.api_key, SCALE_TICK_ENV: "0.2"}
+    ws = _workspace(tmp_path / "ws", sim, provisioned_root)
+    with (ws / "mainboard.toml").open("a") as toml:
+        toml.write(table("fleet.pools.gpus", host="gpu", queues=["t19r.gpu"], jobs=1))
+    try:
+        up_ok(ws, "--no-flower", env=env)
+        prefix = owner_prefix(ws / ".mainboard")
+        (worker,) = read_fleet(ws / ".mainboard").live()
+        assert kill_keeper_and_lose_starts(ws) == [worker.worker_id]
+        market = RestProvider("sim", api_url=sim.url, api_key_env=KEY_ENV,
+                              env={KEY_ENV: sim.api_key})
+        stray = market.rent(market.cheapest().id, ssh_public_key=_public_key(tmp_path),
+                            label=f"mainboard-gpu-{prefix}beef00")
+        done = cli(ws, "fleet", "status", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        (row,) = json.loads(done.stdout)
+        assert (row["worker_id"], row["rental_id"]) == (worker.worker_id,
+                                                        worker.rental["rental_id"])
+        assert f"fleet: adopted worker {worker.worker_id}" in done.stderr, done.stderr
+        assert f"cleaned sim: rental {stray.id} (its worker never started)" in done.stderr
+        time.sleep(2.0)  # ten ticks of the restarted keeper's autoscaler
+        state = read_fleet(ws / ".mainboard")
+        assert [w.worker_id for w in state.live()] == [worker.worker_id]
+        assert not [e for e in state.scale if e.action == "submit"]
+        books = json.loads((sim.state / "state.json").read_text())["rentals"].values()
+        ours = sorted(str(r["id"]) for r in books if prefix in r["label"])
+        assert ours == sorted([worker.rental["rental_id"], stray.id])  # one rent, ever
+        assert _listed(sim) == [worker.rental["rental_id"]]
+    finally:
+        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
+        stop_broker(ws)
+    assert down.returncode == 0, down.stderr
+    assert _listed(sim) == []
+
+
+def _public_key(tmp_path: Path) -> str:
+    from mainboard.hosts.rentals import rental_key
+
+    return rental_key(tmp_path / "stray-key")[1]
+
+
+def test_a_provider_pool_stays_within_its_price_limits(
+        tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
+    """`dear`: $3.60/h machines, max_usd_hr 4, backlog 3, three 2-s tasks: never more than one
+    rental at once (sampled twice a second), the others wait with a hold line naming
+    max_usd_hr. `broke`: budget_usd 0.25 and a 5-minute walltime (one allocation may cost
+    $0.30): nothing is ever rented, the hold line names budget_usd."""
+    from mainboard.fleet.autoscale import SCALE_TICK_ENV
+
+    env = {KEY_ENV: sim.api_key, SCALE_TICK_ENV: "0.3"}
+    ws = workspace(
+        tmp_path / "ws",
+        table("providers.sim", kind="simulated", api_url=sim.url, api_key_env=KEY_ENV),
+        table("hosts.h200", kind="provider", provider="sim", gpu="SIM H200", max_usd_hr=4.0,
+              root=str(provisioned_root), python=HOST_PYTHON, env={"UV_OFFLINE": "1"}),
+        table("fleet.pools.dear", host="h200", queues=["t19p.dear"], max_jobs=3, backlog=3,
+              max_usd_hr=4.0, idle_timeout=2),
+        table("fleet.pools.broke", host="h200", queues=["t19p.broke"], max_jobs=2,
+              budget_usd=0.25, walltime="5m", retire_before="1m"))
+    most = 0
+    try:
+        up_ok(ws, "--no-flower", env={KEY_ENV: sim.api_key, **env})
+        send_tasks(ws, "t19p.broke", 1)[0].app.close()
+        results = send_tasks(ws, "t19p.dear", 3, sleep_s=2.0)
+        try:
+            while not all(r.ready() for r in results):
+                most = max(most, len(_listed(sim)))
+                assert most <= 1, "two $3.60/h machines at once under max_usd_hr 4"
+                time.sleep(0.5)
+            ran = [r.get() for r in results]
+        finally:
+            results[0].app.close()
+    finally:
+        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
+        stop_broker(ws)
+    assert down.returncode == 0, down.stderr
+    assert most == 1 and len({r["task_id"] for r in ran}) == 3
+    scale = read_fleet(ws / ".mainboard").scale
+    dear = [e for e in scale if e.pool == "dear"]
+    assert any(e.action == "hold" and "max_usd_hr 4: 1 allocation(s) at $" in e.reason
+               for e in dear), [e.reason for e in dear]
+    broke = [e for e in scale if e.pool == "broke"]
+    assert not [e for e in broke if e.action == "submit"]
+    assert any(e.action == "hold" and "budget_usd 0.25" in e.reason for e in broke), broke
+    assert _listed(sim) == []

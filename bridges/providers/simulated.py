@@ -50,7 +50,8 @@ OFFERS: tuple[_F, ...] = tuple(
         (9001, "SIM RTX 4090", 1, 24564, 0.40, 8.0, 32000),
         (9002, "SIM RTX 4090", 2, 24564, 0.80, 16.0, 64000),
         (9003, "SIM A100 80GB", 1, 81920, 1.60, 16.0, 128000),
-        (9004, "SIM H100 SXM", 1, 81559, 2.90, 24.0, 192000)))
+        (9004, "SIM H100 SXM", 1, 81559, 2.90, 24.0, 192000),
+        (9005, "SIM H200", 1, 143771, 3.60, 32.0, 256000)))
 _OPS = {"eq": lambda a, b: a == b, "neq": lambda a, b: a != b, "lt": lambda a, b: a < b,
         "lte": lambda a, b: a <= b, "gt": lambda a, b: a > b, "gte": lambda a, b: a >= b,
         "in": lambda a, b: a in b, "notin": lambda a, b: a not in b}

@@ -170,7 +170,8 @@ def _pools(rows: list[dict[str, object]], as_json: bool) -> None:
     if not rows:
         click.echo("no pools declared (add [fleet.pools.NAME] to mainboard.toml)")
         return
-    keys = ("pool", "host", "target", "pending", "running", "idle", "lost", "queue_depth")
+    keys = ("pool", "host", "target", "pending", "running", "idle", "lost", "queue_depth",
+            "outstanding")
     table = [tuple(k.upper().replace("_", " ") for k in keys)] + [
         tuple(str(r[k]) + (" (paused)" if k == "pool" and r["paused"] else "") for k in keys)
         for r in rows]

@@ -29,6 +29,7 @@ from mainboard.fleet.pools import pool_options
 from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
 from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, lead_time, target
 from mainboard.fleet.workers import (
+    DRAIN_TIMEOUT_S,
     broker_route,
     poll_jobs,
     registry,
@@ -81,6 +82,27 @@ def queue_depth(client: redis.Redis, queues: Sequence[str]) -> int:
     return sum(int(client.llen(keys.celery_queue(q))) for q in queues)
 
 
+RECENT_RUNS = 200  # the newest runs asked for demand (older ones have long finished)
+
+
+def run_demand(client: redis.Redis, queues: Sequence[str]) -> int:
+    """Batches the running runs' coordinators still wait for on ``queues`` (a coordinator
+    that died leaves no lease: its run is no demand)."""
+    ids = client.zrevrange(keys.runs_index(), 0, RECENT_RUNS - 1)
+    if not ids:
+        return 0
+    with client.pipeline(transaction=False) as pipe:
+        for run_id in ids:
+            pipe.hmget(keys.run_state(run_id), "status", "outstanding", "queue")
+            pipe.exists(keys.run_lease(run_id))
+        replies = pipe.execute()
+    total = 0
+    for (status, outstanding, queue), leased in zip(replies[::2], replies[1::2], strict=True):
+        if status == "running" and leased and queue in queues and outstanding:
+            total += int(outstanding)
+    return total
+
+
 def _left(worker: WorkerStarted, pool: PoolConfig, began: float | None, now: float
           ) -> float | None:
     """Seconds until the worker retires before its walltime (None: no walltime known)."""
@@ -111,6 +133,8 @@ class Autoscaler:
         self.config = config
         self.pools = dict(config.fleet.pools)  # fixed pools too: their dead get replaced
         self.said: dict[str, str] = {}  # pool -> last hold reason (written once, not per tick)
+        self.stopping: set[str] = set()  # worker ids being drained by a stop thread
+        self._lock = threading.Lock()
 
     def active(self) -> bool:
         """Any pool started and not stopped: the keeper must stay."""
@@ -131,7 +155,10 @@ class Autoscaler:
 
     def look(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> Look:
         """The pool as it is now; nothing is changed (``fleet status --pools`` asks too)."""
-        members = [w for w in state.live() if w.pool == name and w.worker_id not in state.lost]
+        with self._lock:
+            stopping = set(self.stopping)
+        members = [w for w in state.live() if w.pool == name and w.worker_id not in state.lost
+                   and w.worker_id not in stopping]
         found = poll_jobs(self.config, members)
         look = Look(members={w.worker_id: w for w in members})
         entries = registry_entries(BrokerRoute(url), [w.node for w in members]) if members else {}
@@ -160,9 +187,10 @@ class Autoscaler:
                                 _left(worker, pool, began, now)))
         with registry(BrokerRoute(url)) as client:
             depth = queue_depth(client, pool.queues)
+            demand = run_demand(client, pool.queues)
         host = self.config.host(pool.host)
         price = host.max_usd_hr if isinstance(host, ProviderHost) else None
-        look.view = PoolView(name, pool, allocs, queue_depth=depth,
+        look.view = PoolView(name, pool, allocs, queue_depth=depth, outstanding=demand,
                              failures=failures(state, name), usd_hr=price,
                              spent_usd=self.spent(name, price), jobs=asked(state, name),
                              paused=pool_paused(state, name),
@@ -185,7 +213,8 @@ class Autoscaler:
                          "running": view.count("running"),
                          "idle": sum(a.state == "running" and a.active == 0
                                      for a in view.allocs),
-                         "lost": look.lost, "queue_depth": view.queue_depth})
+                         "lost": look.lost, "queue_depth": view.queue_depth,
+                         "outstanding": view.outstanding})
         return rows
 
     def spent(self, name: str, price: float | None) -> float:
@@ -240,10 +269,30 @@ class Autoscaler:
             self.record(name, view, decision)
         elif decision.action in ("cancel", "retire"):
             self.record(name, view, decision)
-            stop_workers(self.config, [members[i] for i in decision.worker_ids],
-                         reason=f"autoscale {decision.action}: {decision.reason}")
+            self.stop_later([members[i] for i in decision.worker_ids],
+                            f"autoscale {decision.action}: {decision.reason}",
+                            # a cancelled one never beat: no task in hand, nothing to drain
+                            drain_s=0.0 if decision.action == "cancel" else DRAIN_TIMEOUT_S)
         elif decision.action == "submit":
             self.submit(name, pool, view, decision)
+
+    def stop_later(self, workers: list[WorkerStarted], reason: str, drain_s: float) -> None:
+        """Drain and stop ``workers`` in a thread of their own: the next look (another
+        pool's, or this one's next idle worker) does not wait for their warm shutdown."""
+        ids = {w.worker_id for w in workers}
+        with self._lock:
+            self.stopping |= ids
+
+        def stop() -> None:
+            try:
+                stop_workers(self.config, workers, reason=reason, timeout=drain_s)
+            except Exception as exc:  # noqa: BLE001 - the next look sees them again
+                log.warning("stopping %s: %s", ", ".join(sorted(ids)), exc)
+            finally:
+                with self._lock:
+                    self.stopping -= ids
+
+        threading.Thread(target=stop, name="autoscale-stop", daemon=True).start()
 
     def submit(self, name: str, pool: PoolConfig, view: PoolView, decision: Decision) -> None:
         from mainboard.fleet.control import one_line, start_one

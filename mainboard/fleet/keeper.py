@@ -211,9 +211,24 @@ class Keeper:
             stop_workers(self.config, idle, reason="idle past idle_timeout")
         return True
 
+    def reconcile(self) -> None:
+        """Adopt or clean what a killed controller left (see ``mainboard.fleet.reconcile``)."""
+        from mainboard.fleet.reconcile import describe, reconcile, worth_reconciling
+
+        if not worth_reconciling(self.config, read_fleet(self.state_dir)):
+            return
+        try:
+            done = reconcile(self.config)
+        except Exception as exc:  # noqa: BLE001 - the tunnels must still be held
+            log.warning("reconcile failed: %s", exc)
+            return
+        for line in [*describe(done), *done.errors]:
+            log.info("%s", line)
+
     def run(self) -> None:
         from mainboard.fleet.autoscale import SCALE_TICK_ENV, SCALE_TICK_S, run_autoscaler
 
+        self.reconcile()  # before any decision: what a killed keeper left is adopted first
         if self.scaler is not None:
             every = float(os.environ.get(SCALE_TICK_ENV) or SCALE_TICK_S)
             threading.Thread(target=run_autoscaler, args=(self.scaler, self.stop, every),

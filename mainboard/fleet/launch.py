@@ -14,6 +14,7 @@ the URL) is copied beside it and the URL pointed at the copy.
 from __future__ import annotations
 
 import contextlib
+import os
 import posixpath
 import secrets
 import shlex
@@ -26,16 +27,22 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from mainboard.bridges import bridge_for
-from mainboard.bridges.base import Bridge
+from mainboard.bridges.base import Bridge, JobRecord, new_uid
 from mainboard.bridges.jobspec import JobSpec, check_policy, format_walltime, resolve
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Transport
 from mainboard.config import Config, HostConfig, NotPositive, ProviderHost, positive_duration
 from mainboard.errors import ConfigError, HostError, UserError
-from mainboard.fleet.records import check_queue, fleet_receipts, host_queue, node_prefix
+from mainboard.fleet.records import (
+    check_queue,
+    fleet_receipts,
+    host_queue,
+    node_prefix,
+    owner_tag,
+)
 from mainboard.hosts.access import TAG, ensure_root, tagged
 from mainboard.ids import safe_word
-from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerTunnel
+from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerSubmitting, WorkerTunnel
 from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
 from mainboard.tasks.fleet import GPU_ENV, RETIRE_ENV
 from mainboard.tasks.paths import WORKSPACE_ENV
@@ -113,7 +120,8 @@ def worker_command(python: str, node: str, queues: Sequence[str], concurrency: i
 
 
 def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: str,
-                command: str = "celery worker", root: str | None = None) -> JobSpec:
+                command: str = "celery worker", root: str | None = None,
+                tag: str | None = None) -> JobSpec:
     """The job that runs one worker on ``name``, with host defaults and queue policy applied."""
     spec = JobSpec.from_params(
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
@@ -123,7 +131,7 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
              "MAINBOARD_HOST_KIND": host.kind,
              **({GPU_ENV: "1"} if options.gpus else {}),
              **({WORKSPACE_ENV: root} if root else {})},  # its copy of the workspace
-        workdir=root)  # retire_signal: JobSpec's default, Celery's warm shutdown
+        workdir=root, tag=tag)  # retire_signal: JobSpec's default, Celery's warm shutdown
     spec = resolve(spec, host)
     check_policy(spec, host, name)
     if spec.walltime is not None:
@@ -317,12 +325,20 @@ class Launcher:
         self._ensure_keeper()
         return self.broker.via_port(self._wait_tunnel(worker_id, 30.0)), "tunnel", port
 
-    def start(self, target: Target, idle_timeout: float | None = None) -> WorkerStarted:
+    def intent(self, worker_id: str, host: str, draft: dict[str, Any] | None = None) -> None:
+        """The ``worker.submitting`` receipt: written before the scheduler or provider is
+        asked, so a reconciler finds what a killed controller left (by its tag)."""
+        self.receipts.append(WorkerSubmitting(
+            worker_id=worker_id, host=host, tag=owner_tag(self.config.state_dir, worker_id),
+            pid=os.getpid(), pool=self.pool, draft=draft or {}))
+
+    def start(self, target: Target, idle_timeout: float | None = None,
+              worker_id: str | None = None) -> WorkerStarted:
         """Provision, route, write the secret and submit the worker job on ``target``."""
-        worker_id = secrets.token_hex(3)
+        worker_id = worker_id or new_worker_id()
         node = node_prefix(target.host.kind, target.name)
         secret = posixpath.join(target.root, ".mainboard", "fleet", f"{worker_id}.broker")
-        tunnelled = False
+        tunnelled = intended = False
         try:
             with self.phase(target.name, "provision"):
                 python = self.python_for(target)
@@ -337,21 +353,41 @@ class Launcher:
                 command = worker_command(python, node, queues, self.options.concurrency, secret,
                                          root=target.root, job_suffix=True)
                 spec = worker_spec(target.name, target.host, self.options, worker_id=worker_id,
-                                   command=command, root=target.root)
-                record = target.make_bridge(target.root).submit(spec)
-            node = f"{node}-{record.job_id}"  # as the worker names itself (job_suffix)
+                                   command=command, root=target.root,
+                                   tag=owner_tag(self.config.state_dir, worker_id))
+                bridge = target.make_bridge(target.root)
+                spec = bridge.prepare(spec)
+                uid = new_uid(spec.name)
+                fields = dict(
+                    worker_id=worker_id, host=target.name, kind=target.host.kind, node=node,
+                    queues=queues, concurrency=self.options.concurrency, root=target.root,
+                    python=python, broker_via=via, secret_path=secret, tunnel_port=port,
+                    ssh=target.ssh if target.rental else None, rental=target.rental,
+                    idle_timeout_s=idle_timeout, pool=self.pool)
+                self.intent(worker_id, target.name, {**fields, "job": {
+                    "uid": uid, "host": target.name, "kind": bridge.kind, "name": spec.name,
+                    "submitted_at": time.time(),
+                    "job_dir": bridge.job_dir(uid), "spec": spec.model_dump(mode="json")}})
+                intended = True
+                record = bridge.submit_prepared(spec, uid)
         except BaseException as exc:
-            if tunnelled:
+            if tunnelled or intended:
                 self.receipts.append(WorkerStopped(worker_id=worker_id, host=target.name,
                                                    reason=f"fleet up failed: {exc}"[:500]))
             remove_secret(target.transport, secret)
             raise
-        started = WorkerStarted(
-            worker_id=worker_id, host=target.name, kind=target.host.kind, node=node,
-            queues=queues, concurrency=self.options.concurrency,
-            job=record.model_dump(mode="json"), root=target.root, python=python,
-            broker_via=via, secret_path=secret, tunnel_port=port,
-            ssh=target.ssh if target.rental else None, rental=target.rental,
-            idle_timeout_s=idle_timeout, pool=self.pool)
+        started = adopted(fields, record)
         self.receipts.append(started)
         return started
+
+
+def new_worker_id() -> str:
+    return secrets.token_hex(3)
+
+
+def adopted(draft: dict[str, Any], record: JobRecord) -> WorkerStarted:
+    """The ``worker.started`` of a draft (a ``worker.submitting``'s) once its job has an id:
+    the node is as the worker names itself (``job_suffix``)."""
+    fields = {k: v for k, v in draft.items() if k != "job"}
+    return WorkerStarted.model_validate({**fields, "node": f"{draft['node']}-{record.job_id}",
+                                         "job": record.model_dump(mode="json")})

@@ -16,7 +16,8 @@ from mainboard.bridges.providers.bridge import ProviderBridge, known_hosts_for, 
 from mainboard.bridges.providers.lifecycle import FLEET
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import ConfigError
-from mainboard.fleet.launch import Launcher, Target, ssh_dict
+from mainboard.fleet.launch import Launcher, Target, new_worker_id, ssh_dict
+from mainboard.fleet.records import owner_tag
 from mainboard.hosts.access import ensure_root
 from mainboard.hosts.rentals import adapter, rent_cheapest, rental_key
 from mainboard.receipts import WorkerStarted
@@ -53,9 +54,12 @@ def start_rented(launcher: Launcher, name: str) -> WorkerStarted:
     idle = idle_timeout_for(config, host, launcher.options.idle_timeout)
     market = adapter(config, host)
     identity, public = rental_key(config.state_dir)
+    worker_id = new_worker_id()
+    launcher.intent(worker_id, name)  # before the rental: a killed controller's is found
     with fleet_guard(market, config, name) as guard:
         with launcher.phase(name, "rent"):
-            rental = rent_cheapest(guard, config, name, host, public)
+            rental = rent_cheapest(guard, config, name, host, public,
+                                   tag=owner_tag(config.state_dir, worker_id))
         known = known_hosts_for(config.state_dir, host.provider, rental.id)
         transport = rental_transport(rental, name=name, identity=identity, known_hosts=known)
         with launcher.phase(name, "connect"):
@@ -67,4 +71,4 @@ def start_rented(launcher: Launcher, name: str) -> WorkerStarted:
 
         target = Target(name, host, transport, root, make, ssh_dict(transport),
                         {"provider": host.provider, "rental_id": rental.id})
-        return launcher.start(target, idle_timeout=idle)
+        return launcher.start(target, idle_timeout=idle, worker_id=worker_id)

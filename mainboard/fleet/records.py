@@ -10,6 +10,7 @@ its picture after a restart. Nothing here holds a credential: broker URLs live o
 from __future__ import annotations
 
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,10 +22,13 @@ from mainboard.receipts import (
     WorkerLost,
     WorkerStarted,
     WorkerStopped,
+    WorkerSubmitting,
     WorkerTunnel,
 )
 
 FLEET_FILE = "fleet.ndjson"
+OWNER_FILE = "fleet-owner"
+TAG_PREFIX = "mbf-"
 HOST_QUEUE_PREFIX = "mainboard.host."
 _QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
@@ -32,6 +36,37 @@ _QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 def fleet_receipts(state_dir: Path) -> Receipts:
     """The fleet's receipts log under a workspace state directory."""
     return Receipts(Path(state_dir) / FLEET_FILE)
+
+
+def fleet_owner(state_dir: Path) -> str:
+    """This workspace's fleet owner id (made once, kept in the state directory): every
+    allocation carries it in its tag, so a restarted controller tells its own from others'."""
+    path = Path(state_dir) / OWNER_FILE
+    try:
+        found = path.read_text().strip()
+    except FileNotFoundError:
+        found = ""
+    if re.fullmatch(r"[0-9a-f]{8}", found):
+        return found
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = secrets.token_hex(4)
+    try:
+        with open(path, "x") as handle:  # two processes at once: the first one wins
+            handle.write(fresh + "\n")
+    except FileExistsError:
+        return fleet_owner(state_dir)
+    return fresh
+
+
+def owner_prefix(state_dir: Path) -> str:
+    """What every tag of this workspace's allocations starts with."""
+    return f"{TAG_PREFIX}{fleet_owner(state_dir)}-"
+
+
+def owner_tag(state_dir: Path, worker_id: str) -> str:
+    """``mbf-<owner>-<worker id>``: the SLURM comment, the process job's exported tag, the
+    rental's label suffix."""
+    return owner_prefix(state_dir) + worker_id
 
 
 def host_queue(host: str) -> str:
@@ -61,6 +96,7 @@ class FleetState:
     tunnels: dict[str, WorkerTunnel] = field(default_factory=dict)
     stopped: dict[str, WorkerStopped] = field(default_factory=dict)
     lost: dict[str, WorkerLost] = field(default_factory=dict)
+    submitting: dict[str, WorkerSubmitting] = field(default_factory=dict)
     scale: list[FleetScale] = field(default_factory=list)
 
     def live(self, hosts: set[str] | None = None) -> list[WorkerStarted]:
@@ -86,6 +122,8 @@ def read_fleet(state_dir: Path) -> FleetState:
             state.stopped[payload.worker_id] = payload
         elif isinstance(payload, WorkerLost):
             state.lost[payload.worker_id] = payload
+        elif isinstance(payload, WorkerSubmitting):
+            state.submitting[payload.worker_id] = payload
         elif isinstance(payload, FleetScale):
             state.scale.append(payload)
     return state

@@ -129,7 +129,8 @@ def decide(view: PoolView) -> list[Decision]:
     goal = target(view)
     staying = [a for a in view.allocs if not view.retiring(a)]  # the retiring are replaced
     pending, current = view.count("pending"), len(staying)
-    work = f"{view.queue_depth} task(s) queued, {sum(a.active for a in view.allocs)} in hand"
+    work = f"{view.queue_depth} task(s) queued, {sum(a.active for a in view.allocs)} in hand" \
+        + (f", {view.outstanding} batch(es) awaited by runs" if view.outstanding else "")
     if goal > current:
         room = view.pool.backlog - pending
         wanted = min(goal - current, max(0, room))

@@ -9,6 +9,7 @@ hide the others: its rows say why.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 
@@ -96,9 +97,16 @@ def revive_keeper(config: Config, state: FleetState) -> None:
     rebuilds everything from the receipts and submits nothing twice."""
     from mainboard.fleet.autoscale import pool_active
     from mainboard.fleet.keeper import ensure_keeper, keeper_pid
+    from mainboard.fleet.reconcile import describe, open_intents, reconcile
 
-    if any(pool_active(state, n) for n in config.fleet.pools) \
-            and keeper_pid(config.state_dir) is None:
+    if keeper_pid(config.state_dir) is not None:
+        return
+    pools = any(pool_active(state, n) for n in config.fleet.pools)
+    if pools or open_intents(state):  # what the dead controller left: adopted or cleaned
+        done = reconcile(config)
+        for line in describe(done):
+            print(line, file=sys.stderr)
+    if pools:
         ensure_keeper(config.root, config.path, config.state_dir)
 
 
@@ -114,8 +122,10 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
     state = read_fleet(config.state_dir)
     live = state.live()
     route = fleet_broker(config, start=False, workers=live)
-    if revive:
+    if revive:  # a metrics scrape never (re)starts the keeper
         revive_keeper(config, state)
+        state = read_fleet(config.state_dir)  # the reconciler may have adopted workers
+        live = state.live()
     # A host the keeper gave up on is not asked again: status answers without waiting on it.
     jobs = {**poll_jobs(config, [w for w in live if w.worker_id not in state.lost]),
             **{i: HostError(lost.reason) for i, lost in state.lost.items()}}
@@ -172,5 +182,6 @@ def pool_status(config: Config) -> list[dict[str, object]]:
     if route is None:
         return [{"pool": n, "host": p.host, "autoscaled": p.autoscaled, "active": False,
                  "paused": False, "target": 0, "pending": 0, "running": 0, "idle": 0,
-                 "lost": 0, "queue_depth": 0} for n, p in config.fleet.pools.items()]
+                 "lost": 0, "queue_depth": 0, "outstanding": 0}
+                for n, p in config.fleet.pools.items()]
     return Autoscaler(config).summary(state, route.url)

@@ -1,0 +1,100 @@
+"""Live tier: a fleet controller SIGKILLed and restarted finds its allocations again.
+
+Two pools of one allocation each, on the session's real SLURM and on a loopback sshd.
+The keeper is SIGKILLed and the fleet record loses its ``worker.started`` receipts (what
+a controller killed between sbatch/ssh and writing the answer leaves); a job carrying
+this workspace's owner tag that no receipt knows is put into SLURM too. ``fleet status``
+(no keeper runs) reconciles: the same two worker ids with the same job ids, found by
+their owner tag (SLURM ``--comment``, the ssh job's exported tag); the unknown job is
+cancelled; the restarted keeper submits nothing (SLURM holds exactly one job of the
+pool, the ssh host one job directory). The provider case is in test_fleet_provider.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from mainboard.fleet.autoscale import SCALE_TICK_ENV
+from mainboard.fleet.records import owner_prefix, read_fleet
+from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
+from tests.fleet_helpers import (
+    HOST_PYTHON,
+    cli,
+    kill_keeper_and_lose_starts,
+    provisioned_root,  # noqa: F401 - session fixture
+    ssh_host,
+    stop_broker,
+    table,
+    up_ok,
+    wait_until,
+    workspace,
+)
+from tests.services import SlurmCluster, SshServer
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
+
+
+def _slurm_jobs(slurm: SlurmCluster, prefix: str) -> dict[str, str]:
+    """Every job slurmctld remembers whose comment starts with ``prefix``: id -> state."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%k|%T"], env=slurm.env,
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line.split("|") for line in out.split()]
+    return {i: state for i, comment, state in rows if comment.startswith(prefix)}
+
+
+def _tagged_dirs(root: Path, prefix: str) -> list[str]:
+    """Job directories on the host root whose script exports this workspace's tag."""
+    return sorted(p.parent.name for p in (root / ".mainboard" / "jobs").glob("*/job.sh")
+                  if f"MAINBOARD_JOB_TAG={prefix}" in p.read_text())
+
+
+def test_a_killed_controller_adopts_its_allocations_and_submits_nothing_twice(
+        tmp_path: Path, slurm_cluster: SlurmCluster, sshd_server: SshServer,  # noqa: F811
+        provisioned_root: Path) -> None:  # noqa: F811
+    ws = workspace(
+        tmp_path / "ws",
+        table("hosts.cluster", kind="slurm", partition="debug", root=str(provisioned_root),
+              python=HOST_PYTHON, env={"SLURM_CONF": str(slurm_cluster.conf)}),
+        ssh_host("lo", sshd_server, provisioned_root),
+        table("fleet.pools.hpc", host="cluster", queues=["t19r.hpc"], jobs=1),
+        table("fleet.pools.lo", host="lo", queues=["t19r.lo"], jobs=1))
+    env = {SCALE_TICK_ENV: "0.2"}
+    try:
+        up_ok(ws, "--no-flower", env=env)
+        prefix = owner_prefix(ws / ".mainboard")
+        before = {w.worker_id: w.job["job_id"] for w in read_fleet(ws / ".mainboard").live()}
+        assert {w.pool for w in read_fleet(ws / ".mainboard").live()} == {"hpc", "lo"}
+        lost = kill_keeper_and_lose_starts(ws)
+        assert sorted(lost) == sorted(before) and not read_fleet(ws / ".mainboard").live()
+        orphan = subprocess.run(
+            ["sbatch", "--parsable", f"--comment={prefix}feed00", "--wrap", "sleep 300"],
+            env=slurm_cluster.env, capture_output=True, text=True, check=True).stdout.strip()
+
+        done = cli(ws, "fleet", "status", "--json", env=env)  # no keeper: it reconciles
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(done.stdout)
+        assert {r["worker_id"]: r["job_id"] for r in rows} == before
+        for worker_id in before:
+            assert f"fleet: adopted worker {worker_id}" in done.stderr, done.stderr
+        assert f"cleaned cluster: job {orphan} (no receipt knows it)" in done.stderr
+        adopt = [e for e in read_fleet(ws / ".mainboard").scale if e.action == "adopt"]
+        assert sorted(i for e in adopt for i in e.worker_ids) == sorted(before)
+
+        time.sleep(2.0)  # ten ticks of the restarted keeper's autoscaler
+        state = read_fleet(ws / ".mainboard")
+        assert {w.worker_id for w in state.live()} == set(before)
+        assert not [e for e in state.scale if e.action == "submit"]
+        jobs = wait_until(lambda: (j := _slurm_jobs(slurm_cluster, prefix))
+                          and j[orphan] == "CANCELLED" and j, 30, "the orphan cancelled")
+        hpc = [i for i in before.values() if i.isdigit()]
+        assert sorted(jobs) == sorted([*hpc, orphan])  # one sbatch for the pool, ever
+        assert len(_tagged_dirs(provisioned_root, prefix)) == 2  # lo's, and hpc's script
+    finally:
+        down = cli(ws, "fleet", "down", "--timeout", "20")
+        stop_broker(ws)
+    assert down.returncode == 0, down.stderr
