@@ -1,7 +1,8 @@
 """The run coordinator: one iteration at a time, batches on workers, numbers as if local.
 
-Per iteration k: publish the sampler snapshot of k, send a group of per-batch chains (no
-chords), wait on the completion list while watching liveness (re-sending lost batches),
+Per iteration k: publish the sampler snapshot of k, send its batches (bundles of a fused
+run, per-batch chains of a chained one: :mod:`~mainboard.tasks.dispatch`; no groups or
+chords), block on the completion list while watching liveness (re-sending lost units),
 read the stored BatchResults and merge them in batch-index order, fold the merge into the
 :class:`~mainboard.integrators.driver.RunState` (accumulate, adapt), snapshot to Redis and
 to a receipt line, check the stop condition. The arithmetic is the integrators' own, so
@@ -14,7 +15,7 @@ ends, and workers end theirs when they see the run's final status.
 
 A process sampler has one owner, this coordinator (:mod:`~mainboard.integrators.owner`):
 planning iteration k produces its latent batches here, in batch order, and each batch's
-chain starts at ``materialize`` (or ``fused``) with the points in the message; re-sends and
+chain starts at ``materialize`` (or its bundle carries them) with the points in the message; re-sends and
 the redo after a broker outage send the same latent batch again, never a new one. Workers
 never start a sampler process. A resumed run restarts the sampler from its last snapshot
 and drops the unfinished iteration's stored results (their batches came from the dead
@@ -33,8 +34,7 @@ from functools import partial
 from typing import Any
 
 import redis
-from celery import Celery, chain
-from celery.canvas import Signature
+from celery import Celery
 
 from mainboard import keys
 from mainboard.errors import IntegrationFailed
@@ -52,15 +52,17 @@ from mainboard.integrators.stages import (
 )
 from mainboard.receipts import IterationDone, RunFailed, RunFinished
 from mainboard.runs.store import RunStore
-from mainboard.tasks import BATCH_QUEUE, STAGE_PREFIX
+from mainboard.tasks import BATCH_QUEUE
+from mainboard.tasks.bundles import parse_done
 from mainboard.tasks.codec import dumps, loads
-from mainboard.tasks.context import BatchRef
+from mainboard.tasks.dispatch import Dispatch
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.liveness import Deaths, Liveness, LostBatch, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
-from mainboard.tasks.steering import Halt, Steering, shadow_name
+from mainboard.tasks.steering import Halt, Steering
 
 POLL_S = 0.25
+DRAIN = 1000  # done-list entries taken per round trip after the blocking pop
 OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
 IDLE_WARNING_S = 30.0
 log = logging.getLogger(__name__)
@@ -117,7 +119,7 @@ class Coordinator:
                  health: Callable[[], None] | None = None,
                  exited: Callable[[], int] | None = None, lease: Lease | None = None,
                  broker: str = "the broker", outage_budget: float = DEFAULT_BUDGET_S,
-                 places: dict[str, Any] | None = None) -> None:
+                 places: dict[str, Any] | None = None, workers: int = 0) -> None:
         self.app, self.r, self.store, self.run_id, self.state = app, r, store, run_id, state
         self.places = places  # where the run's files are (tasks.paths.places), for workers
         self.progress, self.poll_s = progress, poll_s
@@ -129,35 +131,9 @@ class Coordinator:
         self.outage = Outage(r, broker, run_id, outage_budget)
         self.deaths = Deaths(r, exited)
         self._published = 0  # outages after which the run's keys were written again
-        spec = state.run.spec
-        names = ["fused"] if spec.batching.fuse else (
-            ["materialize", *(["transform"] if spec.transforms else []), "evaluate",
-             "accumulate"])
-        self.stage_names = ["sample", *names]
-        self.latents: list[dict[str, Any]] | None = None  # an owned sampler's batches of k
+        self.workers = workers  # worker slots known to be there (local workers started)
+        self.dispatch = Dispatch(app, run_id, state.run.spec)
         self.steer = Steering(r, store, run_id)
-
-    # ----- dispatch -----------------------------------------------------------------------
-
-    def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
-        """The per-batch chain: sample | materialize | [transform] | evaluate | accumulate."""
-        opts = {"queue": BATCH_QUEUE, "ignore_result": True}
-        name = self.state.run.spec.name
-        rest = [self.app.signature(STAGE_PREFIX + stage,
-                                   shadow=shadow_name(stage, name, k + 1, batch), **opts)
-                for stage in self.stage_names[1:]]
-        if self.latents is not None:  # produced here by the owner: the points travel along
-            message = {"ref": BatchRef(self.run_id, k, batch, n, attempt).to_dict(),
-                       "latent": self.latents[batch]}
-            first = self.app.signature(STAGE_PREFIX + self.stage_names[1], args=(message,),
-                                       immutable=True,
-                                       shadow=shadow_name(self.stage_names[1], name, k + 1,
-                                                          batch), **opts)
-            return chain(first, *rest[1:])
-        first = self.app.signature(STAGE_PREFIX + "sample", args=(self.run_id, k, batch, n,
-                                                                  attempt), immutable=True,
-                                   shadow=shadow_name("sample", name, k + 1, batch), **opts)
-        return chain(first, *rest)
 
     # ----- one iteration ------------------------------------------------------------------
 
@@ -180,27 +156,22 @@ class Coordinator:
         pending = set(range(len(sizes))) - stored
         live = Liveness(self.timing)
         base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
-        for i in sorted(pending):
-            live.sent(i, base)
-        # One chain at a time, not a group: a group subscribes the result backend to its id,
-        # and a dangling subscription raises at exit once the broker is gone.
+        units = self.dispatch.plan(pending, max(self.workers, self.deaths.alive))
+        # One message per unit (bundle or chain), not a group: a group subscribes the result
+        # backend to its id, and a dangling subscription raises at exit once the broker is
+        # gone. All of them go out in one pipeline.
         self.steer.mark("dispatch")
-        for i in sorted(pending):
-            self.chain_for(k, i, sizes[i], base).apply_async()
+        with self.dispatch.sending():
+            for unit in units:
+                live.sent(unit.lead, base)
+                self.dispatch.send(k, unit, sizes, base)
         started = time.monotonic()
         next_check = started + self.poll_s
         while pending - self.steer.parked or (pending and not self.steer.halting):
-            item = self.r.blpop([done_key], timeout=self.poll_s)
-            entry = item[1] if item else None
-            while entry is not None:
-                if entry.startswith(b"e:"):
-                    raise self._fail(k, entry)
-                if entry.startswith(b"p:"):  # not sampled: the run pauses or stops
-                    self.steer.parked.add(int(entry[2:]))
-                else:
-                    pending.discard(int(entry))
-                    live.finished(int(entry))
-                entry = self.r.lpop(done_key)
+            # Event-driven: block on the done list; the watch runs every poll_s regardless.
+            item = self.r.blpop([done_key], timeout=max(0.001, next_check - time.monotonic()))
+            if item is not None:
+                self._drain(k, [item[1], *(self.r.lpop(done_key, DRAIN) or [])], pending, live)
             if pending and time.monotonic() >= next_check:
                 self._watch(k, sizes, live, started, base)
                 next_check = time.monotonic() + self.poll_s
@@ -213,6 +184,20 @@ class Coordinator:
                                  expected=len(sizes))
         except MergeError as exc:
             raise IntegrationFailed(f"run {self.run_id}: {exc}") from exc
+
+    def _drain(self, k: int, entries: list[bytes], pending: set[int], live: Liveness) -> None:
+        """Fold done-list entries in: stored batches (a unit complete once all its members
+        are), parked batches of a halting run, or a failure (raised)."""
+        for entry in entries:
+            if entry.startswith(b"e:"):
+                raise self._fail(k, entry)
+            if entry.startswith(b"p:"):  # not sampled: the run pauses or stops
+                self.steer.parked.add(int(entry[2:]))
+                continue
+            done = parse_done(entry)
+            pending.difference_update(done.batches)
+            for lead in self.dispatch.completed(done, pending):
+                live.finished(lead)
 
     def _watch(self, k: int, sizes: list[int], live: Liveness, started: float,
                base: int) -> None:
@@ -238,14 +223,15 @@ class Coordinator:
                         "consuming the %s queue? (celery -A mainboard.tasks.app worker -Q %s)",
                         self.run_id, IDLE_WARNING_S, BATCH_QUEUE, BATCH_QUEUE)
         self.steer.poll()
-        for batch, reason in resend:
+        for lead, reason in resend:  # a lost bundle goes out again whole
+            unit = self.dispatch.units[lead]
             if self.steer.halting:  # lost while halting: left for the resume, not re-sent
-                self.steer.parked.add(batch)
+                self.steer.parked.update(unit.members)
                 continue
-            attempt = base + live.next_number(batch)
-            self.steer.resent(k + 1, batch, attempt, reason)
-            live.sent(batch, attempt)
-            self.chain_for(k, batch, sizes[batch], attempt).apply_async()
+            attempt = base + live.next_number(lead)
+            self.steer.resent(k + 1, lead, attempt, reason)
+            live.sent(lead, attempt)
+            self.dispatch.send(k, unit, sizes, attempt)
 
     # ----- the loop -----------------------------------------------------------------------
 
@@ -349,7 +335,7 @@ class Coordinator:
                     sizes = self.state.next_batches()  # an owned sampler produces them here
                 if not sizes:
                     break
-                self.latents = None if self.state.latents is None else \
+                self.dispatch.latents = None if self.state.latents is None else \
                     [latent.to_dict() for latent in self.state.latents]
                 self.outage.run(self.steer.boundary)
                 with self._sampler_work(f"the sampler before iteration {k}", "snapshot"):
