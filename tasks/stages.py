@@ -73,6 +73,8 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
                            ref.iteration + 1, ref.batch, stage)
     began, clock = time.time(), time.perf_counter()
     try:
+        if members is not None:
+            ctx.stage = "sample"  # a load failure is its first stage's, as in a chain
         # an instant stage leaves the check to the next one, a bundle to its body
         ctx.load(check_stored=claim and members is None)
         if stage == "sample" or members is not None:
@@ -239,8 +241,10 @@ def bundle(self: Task, message: Message) -> Message:
         for j, (i, n) in todo:
             c.ref = replace(lead, batch=i, n=n)  # an error names the member that failed
             began, t0 = time.time(), time.perf_counter()
+            c.stage = "sample"
             latent = LatentBatch.from_dict(latents[j]) if latents is not None else \
                 stages.sample(c.run, not_owned(c.sampler), lead.iteration, i, n)
+            c.stage = "fused"
             result = stages.process_latent(c.run, c.sampler, latent)
             results.append((i, codec.dumps(result.to_dict())))
             telemetry.span(ship, "fused", lead.run, lead.iteration + 1, i, n, lead.attempt,
@@ -251,7 +255,8 @@ def bundle(self: Task, message: Message) -> Message:
                               time.perf_counter() - clock, slot)
         return c.forward(stored=stored > 0, batches=[i for _, (i, _) in todo])
 
-    return run_stage(self, lead, "bundle", body, final=True, members=[i for i, _ in members])
+    # the stage is "fused" (claims, spans): the bundle runs that stage for each member
+    return run_stage(self, lead, "fused", body, final=True, members=[i for i, _ in members])
 
 
 def _unstored(c: StageContext, lead: BatchRef, members: list[tuple[int, int]]
