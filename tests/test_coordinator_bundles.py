@@ -3,22 +3,16 @@
 Live tests: a real redis-server and real `celery worker` subprocesses; bundles on (sized by
 the coordinator, or bounded by ``max_bundle``) and off (``max_bundle = 1``) give the local
 driver's numbers to the last bit on 1 and 2 workers; a bundle bound larger than an
-iteration (and an uneven last iteration) is cut at the iteration's end; a worker killed
-mid-bundle (its pool child, or the whole worker) loses nothing and counts each batch once.
-The rest checks the planning and sizing rules and the run-file knob without services.
+iteration (and an uneven last iteration) is cut at the iteration's end. (A worker killed mid-bundle:
+tests/test_coordinator_liveness.py.) The rest checks the planning and sizing rules and the run-file knob without services.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 import mainboard
 from mainboard.config import Config
@@ -29,10 +23,9 @@ from mainboard.integrators.stop import plan_iteration
 from mainboard.tasks import bundles, dispatch
 from mainboard.tasks.bundles import Bundle, Done, Sizer, parse_done, plan_bundles
 from mainboard.tasks.workers import LocalWorkers
-from tests.integration import GAUSS_4D, fleet_iter, slow_spec, spec, write_workspace
+from tests.integration import GAUSS_4D, fleet_iter, spec, write_workspace
 from tests.services import RedisServer
 from tests.test_coordinator_determinism import same_numbers
-from tests.test_coordinator_liveness import timed, wait_for_claim
 
 # 3 iterations of 6 batches of 2,000: small batches, so the coordinator bundles them.
 SMALL = spec(GAUSS_4D, name="bundled", stop={"max_samples": 36_000},
@@ -99,50 +92,6 @@ def test_bundles_never_straddle_an_iteration_end(workspace: Config,
         assert sorted(members) == list(range(len(members)))  # each batch once, no other's
     # one worker known: each iteration went out as one bundle, the last one of 3 batches
     assert [members for _, members, _ in sent] == [(0, 1, 2, 3, 4)] * 2 + [(0, 1, 2)]
-
-
-# ----- live: a worker killed mid-bundle -------------------------------------------------------
-
-BUNDLED_SLOW = slow_spec(0.15, name="slow-bundles", stop={"max_samples": 320_000},
-                         batching={"batches_per_iteration": 8, "max_bundle": 4})
-
-
-@pytest.fixture
-def own_fleet(redis_server: RedisServer, tmp_path: Path) -> Iterator[LocalWorkers]:
-    yield from fleet_iter(2, redis_server, tmp_path / "fleet")
-
-
-@pytest.mark.live
-@pytest.mark.parametrize("victim", ["pool_child", "whole_worker"])
-def test_worker_killed_mid_bundle_loses_nothing(victim: str, own_fleet: LocalWorkers,
-                                                redis_server: RedisServer, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """4 iterations of 8 batches of 0.15 s in bundles of 4 (0.6 s) on 2 workers; one is
-    killed while it holds a bundle. The bundle goes out again whole and every batch counts
-    once: the numbers are the undisturbed run's."""
-    workspace = write_workspace(tmp_path / "ws", redis_server)
-    monkeypatch.setattr(bundles, "TARGET_S", 10.0)  # bundles of max_bundle, for the kill
-    undisturbed, _ = timed(BUNDLED_SLOW, workspace)
-    same_numbers(undisturbed, integrate_local(BUNDLED_SLOW))
-    outcome: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: outcome.update(zip(
-        ("result", "seconds"), timed(BUNDLED_SLOW, workspace), strict=True)), daemon=True)
-    thread.start()
-    r = redis.Redis.from_url(redis_server.url)
-    node, pool_pid = wait_for_claim(r, undisturbed.run_id, "fused")
-    index = [n.replace("%h", "") for n in own_fleet.nodes].index(node.split("@")[0] + "@")
-    master = own_fleet.procs[index]
-    if victim == "pool_child":
-        os.kill(pool_pid, signal.SIGKILL)
-    else:
-        os.killpg(master.pid, signal.SIGKILL)
-    thread.join(120)
-    assert not thread.is_alive(), "the run did not finish after the kill"
-    same_numbers(outcome["result"], undisturbed)
-    assert outcome["result"].samples == 320_000 and outcome["result"].iterations == 4
-    if victim == "whole_worker":
-        log = tmp_path / "fleet" / f"{own_fleet.nodes[1 - index].split('@')[0]}.log"
-        assert "'attempt': 1" in log.read_text()  # re-sent by the coordinator, whole
 
 
 # ----- planning, sizing, the run-file knob ---------------------------------------------------
