@@ -34,6 +34,8 @@ PRIOR_S_PER_SAMPLE = 1e-6  # before anything was measured: a guess that keeps ta
 UNKNOWN_WORKERS = 8  # bundles per iteration at least, before any worker was seen
 AUTO_MAX = 4096  # the cap when the run sets no max_bundle
 EWMA = 0.3
+DRAIN = 1000  # done-list entries taken in one round trip
+_BLMPOP = True  # the server knows BLMPOP (Redis >= 7.0) until it says otherwise
 
 # Store a bundle's results in one round trip: only while the iteration is live (its sampler
 # key exists), each member at most once (HSETNX), then one done entry naming the members
@@ -104,6 +106,20 @@ def store_bundle(r: redis.Redis, run_id: str, iteration: int, lead: int, attempt
               keys.batch_claim(run_id, iteration, lead, attempt)], args=args))
 
 
+def pop_done(r: redis.Redis, key: str, timeout: float) -> list[bytes]:
+    """Block until the done list has entries (at most ``timeout`` s), then take up to
+    ``DRAIN`` of them in the same round trip (BLMPOP; BLPOP then LPOP before Redis 7)."""
+    global _BLMPOP
+    if _BLMPOP:
+        try:
+            got = r.blmpop(timeout, 1, key, direction="LEFT", count=DRAIN)
+            return list(got[1]) if got else []
+        except redis.ResponseError:  # an older server: no BLMPOP
+            _BLMPOP = False
+    item = r.blpop([key], timeout=timeout)
+    return [item[1], *(r.lpop(key, DRAIN) or [])] if item else []
+
+
 @dataclass
 class Sizer:
     """How many batches a bundle carries: enough compute to amortise a task (``TARGET_S``),
@@ -142,4 +158,5 @@ class Sizer:
         return max(1, min(by_time, share, self.max_bundle or AUTO_MAX))
 
 
-__all__ = ["TARGET_S", "Bundle", "Done", "Sizer", "parse_done", "plan_bundles", "store_bundle"]
+__all__ = ["TARGET_S", "Bundle", "Done", "Sizer", "parse_done", "plan_bundles", "pop_done",
+           "store_bundle"]

@@ -53,7 +53,7 @@ from mainboard.integrators.stages import (
 from mainboard.receipts import IterationDone, RunFailed, RunFinished
 from mainboard.runs.store import RunStore
 from mainboard.tasks import BATCH_QUEUE
-from mainboard.tasks.bundles import parse_done
+from mainboard.tasks.bundles import parse_done, pop_done
 from mainboard.tasks.codec import dumps, loads
 from mainboard.tasks.dispatch import Dispatch
 from mainboard.tasks.lease import Lease
@@ -62,7 +62,6 @@ from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
 from mainboard.tasks.steering import Halt, Steering
 
 POLL_S = 0.25
-DRAIN = 1000  # done-list entries taken per round trip after the blocking pop
 OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
 IDLE_WARNING_S = 30.0
 log = logging.getLogger(__name__)
@@ -132,6 +131,7 @@ class Coordinator:
         self.deaths = Deaths(r, exited)
         self._published = 0  # outages after which the run's keys were written again
         self.workers = workers  # worker slots known to be there (local workers started)
+        self._guarded = 0.0  # when the broker and the lease were last checked
         self.dispatch = Dispatch(app, run_id, state.run.spec)
         self.steer = Steering(r, store, run_id)
 
@@ -148,11 +148,11 @@ class Coordinator:
                                  f"at stage {rec['stage']!r} on worker {rec['worker']}: {cause}",
                                  batch=batch, stage=rec["stage"])
 
-    def _collect(self, k: int, sizes: list[int]) -> IterationResult:
+    def _collect(self, k: int, sizes: list[int], stored: set[int]) -> IterationResult:
+        """Send what is not ``stored`` yet (a resumed iteration keeps its stored batches),
+        wait for it, merge the iteration."""
         results_key, done_key = keys.iteration_results(self.run_id, k), \
             keys.iteration_done(self.run_id, k)
-        self.r.delete(keys.iteration_errors(self.run_id, k), done_key)
-        stored = {int(f) for f in self.r.hkeys(results_key)}  # a resumed iteration keeps these
         pending = set(range(len(sizes))) - stored
         live = Liveness(self.timing)
         base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
@@ -169,9 +169,9 @@ class Coordinator:
         next_check = started + self.poll_s
         while pending - self.steer.parked or (pending and not self.steer.halting):
             # Event-driven: block on the done list; the watch runs every poll_s regardless.
-            item = self.r.blpop([done_key], timeout=max(0.001, next_check - time.monotonic()))
-            if item is not None:
-                self._drain(k, [item[1], *(self.r.lpop(done_key, DRAIN) or [])], pending, live)
+            entries = pop_done(self.r, done_key, max(0.001, next_check - time.monotonic()))
+            if entries:
+                self._drain(k, entries, pending, live)
             if pending and time.monotonic() >= next_check:
                 self._watch(k, sizes, live, started, base)
                 next_check = time.monotonic() + self.poll_s
@@ -205,6 +205,7 @@ class Coordinator:
         re-send lost batches."""
         self.outage.check()
         self.lease.refresh()
+        self._guarded = time.monotonic()
         if self.health is not None:
             self.health()
         if self.deaths.poll():
@@ -305,12 +306,18 @@ class Coordinator:
     def _iteration(self, k: int, sizes: list[int], sampler: bytes) -> IterationResult:
         """Publish iteration ``k``'s sampler, send its batches, collect them; a broker outage
         anywhere in here redoes it whole (what is stored already is kept)."""
-        self.outage.check()
+        if time.monotonic() >= self._guarded + self.poll_s:  # else the watch does it in time
+            self.outage.check()
+            self.lease.refresh()
+            self._guarded = time.monotonic()
         if self._published != self.outage.count:
             self._publish()
-        self.lease.refresh()
-        self.r.set(keys.iteration_sampler(self.run_id, k), sampler)
-        return self._collect(k, sizes)
+        with self.r.pipeline(transaction=False) as pipe:  # one round trip to start
+            pipe.set(keys.iteration_sampler(self.run_id, k), sampler)
+            pipe.delete(keys.iteration_errors(self.run_id, k), keys.iteration_done(self.run_id, k))
+            pipe.hkeys(keys.iteration_results(self.run_id, k))
+            stored = pipe.execute()[-1]
+        return self._collect(k, sizes, {int(f) for f in stored})
 
     def _start(self, fresh: bool) -> None:
         if fresh:
