@@ -222,7 +222,7 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     learner = getattr(smp, "inner", smp)  # a process sampler learns projection(f) * w
     projection = getattr(learner, "projection", None)
     projected = np.empty(n) if projection is not None else None
-    labels = component_labels(run.spec.integrand)
+    labels = component_labels(run.spec.integrand) if projection is not None else []
     with scope(run):
         whole = None if run.integrand.sliceable else run.integrand.evaluate(batch.x, batch.idx)
         for sl in row_slices(n):
