@@ -315,9 +315,8 @@ STOP_LIMITS = ("max_samples", "max_iterations", "absolute_error", "relative_erro
 
 class BatchingSpec(_Model):
     """``[batching]``: samples per batch, batches per iteration, fused stages, and at most
-    how many batches one task of a fused run carries (``max_bundle``; unset: sized by the
-    coordinator from measured task time). Bundling never changes the numbers, so an unset
-    ``max_bundle`` is left out of the definition (run ids stay what they were)."""
+    how many batches one task of a fused run carries (``max_bundle``; unset: sized from
+    measured task time, and left out of the definition, so run ids stay as they were)."""
 
     batch_size: Int = Field(default=100_000, ge=1, le=100_000_000)
     batches_per_iteration: Int = Field(default=10, ge=1, le=1_000_000)
