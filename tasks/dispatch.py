@@ -45,6 +45,8 @@ class Dispatch:
         self.units: dict[int, Bundle] = {}  # lead -> unit, of the iteration in hand
         self.unit_of: dict[int, int] = {}  # batch -> lead
         self._producer: Producer | None = None
+        self._batch = contextlib.ExitStack()  # the publish batch open while sending
+        self._count = 0  # messages sent in this sending()
 
     # ----- planning -------------------------------------------------------------------------
 
@@ -73,17 +75,26 @@ class Dispatch:
 
     @contextlib.contextmanager
     def sending(self) -> Iterator[None]:
-        """One producer for the messages sent inside, published in one pipeline at the end
-        (kombu's publish batch) instead of a Redis client and round trip per message."""
+        """One producer for the messages sent inside, published in pipelines (kombu's
+        publish batch) instead of a Redis client and a round trip per message. The batch is
+        flushed after the 1st, 2nd, 4th, 8th... message: the first units reach the workers
+        at once, the rest in a few round trips."""
         if self._producer is not None:  # nested: the outer one flushes
             yield
             return
-        with self.app.producer_or_acquire() as producer, producer.batch():
-            self._producer = producer
+        with self.app.producer_or_acquire() as producer, contextlib.ExitStack() as batch:
+            self._producer, self._batch, self._count = producer, batch, 0
+            batch.enter_context(producer.batch())
             try:
                 yield
             finally:
                 self._producer = None
+
+    def _sent(self) -> None:
+        self._count += 1
+        if self._count & (self._count - 1) == 0:  # a power of two: flush, start a new batch
+            self._batch.close()
+            self._batch.enter_context(self._producer.batch())  # type: ignore[union-attr]
 
     def send(self, k: int, unit: Bundle, sizes: Sequence[int], attempt: int) -> None:
         """Publish one unit of iteration ``k`` as attempt ``attempt``."""
@@ -93,6 +104,7 @@ class Dispatch:
             else:
                 self.chain_for(k, unit.lead, sizes[unit.lead], attempt).apply_async(
                     producer=self._producer)
+            self._sent()
 
     def _send_bundle(self, k: int, unit: Bundle, sizes: Sequence[int], attempt: int) -> None:
         lead = unit.lead
