@@ -241,7 +241,7 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     learner = getattr(smp, "inner", smp)  # a process sampler learns projection(f) * w
     projection = getattr(learner, "projection", None)
     projected = np.empty(n) if projection is not None else None
-    labels = component_labels(run.spec.integrand)
+    labels = component_labels(run.spec.integrand) if projection is not None else []
     obs = run.observables
     sums = obs.empty() if obs is not None else None
     with scope(run):

@@ -87,24 +87,40 @@ def _leaf_problem(obj: Any) -> str | None:
     return f"type {type(obj).__module__}.{type(obj).__qualname__} is not supported"
 
 
-def _check(obj: Any, path: str, depth: int) -> None:
-    """Walk ``obj`` once and raise a CodecError naming the path of the first bad value."""
+Path = tuple[Any, ...]  # (parent path, key or index), or ("value",) at the root
+
+
+def _render(path: Path) -> str:
+    """``value['a'][0]`` from the linked path (built only when a value is refused)."""
+    parts: list[str] = []
+    while len(path) == 2:
+        path, key = path
+        parts.append(f"[{key!r}]" if isinstance(key, str | bytes) else f"[{key}]")
+    return path[0] + "".join(reversed(parts))
+
+
+def _check(obj: Any, path: Path, depth: int) -> None:
+    """Walk ``obj`` once and raise a CodecError naming the path of the first bad value
+    (the path is linked, not formatted, on the way down: this runs for every message)."""
     kind = type(obj)
     if kind in _LEAVES:
         return
     if depth > _MAX_DEPTH:
-        raise CodecError(f"cannot encode {path}: nested deeper than {_MAX_DEPTH} levels")
+        raise CodecError(f"cannot encode {_render(path)}: nested deeper than {_MAX_DEPTH} "
+                         "levels")
     if isinstance(obj, dict):
         for key, value in obj.items():
             if not isinstance(key, str | bytes):
-                raise CodecError(f"cannot encode {path}: dict key {key!r} is "
+                raise CodecError(f"cannot encode {_render(path)}: dict key {key!r} is "
                                  f"{type(key).__name__}; only str or bytes keys are supported")
-            _check(value, f"{path}[{key!r}]", depth + 1)
+            if type(value) not in _LEAVES:
+                _check(value, (path, key), depth + 1)
     elif isinstance(obj, list | tuple):
         for index, value in enumerate(obj):
-            _check(value, f"{path}[{index}]", depth + 1)
+            if type(value) not in _LEAVES:
+                _check(value, (path, index), depth + 1)
     elif (problem := _leaf_problem(obj)) is not None:
-        raise CodecError(f"cannot encode {path}: {problem}; supported: {_SUPPORTED}")
+        raise CodecError(f"cannot encode {_render(path)}: {problem}; supported: {_SUPPORTED}")
 
 
 def _pack_array(arr: np.ndarray) -> bytes:
@@ -145,7 +161,7 @@ def _default(obj: Any) -> Any:
 
 def dumps(obj: Any) -> bytes:
     """Encode ``obj`` to bytes; raises CodecError naming the first unsupported value."""
-    _check(obj, "value", 0)
+    _check(obj, ("value",), 0)
     try:
         return msgpack.packb(obj, default=_default, use_bin_type=True, strict_types=True)
     except CodecError:

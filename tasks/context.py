@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -317,13 +317,15 @@ class StageContext:
         self.run = load_run(self.r, ref.run)
         self.sampler = load_sampler(self.r, self.run, ref)
 
-    def hold(self) -> None:
-        """Before sampling: a run asked to pause or stop samples nothing new; the batch is
-        parked (``p:<batch>`` on the done list tells the coordinator) and skipped."""
+    def hold(self, batches: Sequence[int] = ()) -> None:
+        """Before sampling: a run asked to pause or stop samples nothing new; the batch (or
+        each batch of a bundle) is parked (``p:<batch>`` on the done list tells the
+        coordinator) and skipped."""
         ref = self.ref
         if self.r.hget(keys.run_state(ref.run), "control") is None:
             return
-        self.r.lpush(keys.iteration_done(ref.run, ref.iteration), f"p:{ref.batch}")
+        self.r.lpush(keys.iteration_done(ref.run, ref.iteration),
+                     *[f"p:{b}" for b in (batches or (ref.batch,))])
         raise Skip(f"{ref}: the run pauses or stops; batch left for the resume")
 
     def processes(self) -> contextlib.AbstractContextManager[None]:

@@ -1,7 +1,8 @@
 """The run coordinator: one iteration at a time, batches on workers, numbers as if local.
 
-Per iteration k: publish the sampler snapshot of k, send a group of per-batch chains (no
-chords), wait on the completion list while watching liveness (re-sending lost batches),
+Per iteration k: publish the sampler snapshot of k, send its batches (bundles of a fused
+run, per-batch chains of a chained one: :mod:`~mainboard.tasks.dispatch`; no groups or
+chords), block on the completion list while watching liveness (re-sending lost units),
 read the stored BatchResults and merge them in batch-index order, fold the merge into the
 :class:`~mainboard.integrators.driver.RunState` (accumulate, adapt), snapshot to Redis and
 to a receipt line, check the stop condition. The arithmetic is the integrators' own, so
@@ -14,7 +15,7 @@ ends, and workers end theirs when they see the run's final status.
 
 A process sampler has one owner, this coordinator (:mod:`~mainboard.integrators.owner`):
 planning iteration k produces its latent batches here, in batch order, and each batch's
-chain starts at ``materialize`` (or ``fused``) with the points in the message; re-sends and
+chain starts at ``materialize`` (or its bundle carries them) with the points in the message; re-sends and
 the redo after a broker outage send the same latent batch again, never a new one. Workers
 never start a sampler process. A resumed run restarts the sampler from its last snapshot
 and drops the unfinished iteration's stored results (their batches came from the dead
@@ -33,8 +34,7 @@ from functools import partial
 from typing import Any
 
 import redis
-from celery import Celery, chain
-from celery.canvas import Signature
+from celery import Celery
 
 from mainboard import keys
 from mainboard.errors import IntegrationFailed
@@ -52,13 +52,14 @@ from mainboard.integrators.stages import (
 )
 from mainboard.receipts import IterationDone, RunFailed, RunFinished
 from mainboard.runs.store import RunStore
-from mainboard.tasks import BATCH_QUEUE, STAGE_PREFIX
+from mainboard.tasks import BATCH_QUEUE
+from mainboard.tasks.bundles import parse_done, pop_done
 from mainboard.tasks.codec import dumps, loads
-from mainboard.tasks.context import BatchRef
+from mainboard.tasks.dispatch import Dispatch
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.liveness import Deaths, Liveness, LostBatch, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
-from mainboard.tasks.steering import Halt, Steering, shadow_name
+from mainboard.tasks.steering import Halt, Steering
 
 POLL_S = 0.25
 OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
@@ -117,7 +118,7 @@ class Coordinator:
                  health: Callable[[], None] | None = None,
                  exited: Callable[[], int] | None = None, lease: Lease | None = None,
                  broker: str = "the broker", outage_budget: float = DEFAULT_BUDGET_S,
-                 places: dict[str, Any] | None = None) -> None:
+                 places: dict[str, Any] | None = None, workers: int = 0) -> None:
         self.app, self.r, self.store, self.run_id, self.state = app, r, store, run_id, state
         self.places = places  # where the run's files are (tasks.paths.places), for workers
         self.progress, self.poll_s = progress, poll_s
@@ -129,35 +130,10 @@ class Coordinator:
         self.outage = Outage(r, broker, run_id, outage_budget)
         self.deaths = Deaths(r, exited)
         self._published = 0  # outages after which the run's keys were written again
-        spec = state.run.spec
-        names = ["fused"] if spec.batching.fuse else (
-            ["materialize", *(["transform"] if spec.transforms else []), "evaluate",
-             "accumulate"])
-        self.stage_names = ["sample", *names]
-        self.latents: list[dict[str, Any]] | None = None  # an owned sampler's batches of k
+        self.workers = workers  # worker slots known to be there (local workers started)
+        self._guarded = 0.0  # when the broker and the lease were last checked
+        self.dispatch = Dispatch(app, run_id, state.run.spec)
         self.steer = Steering(r, store, run_id)
-
-    # ----- dispatch -----------------------------------------------------------------------
-
-    def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
-        """The per-batch chain: sample | materialize | [transform] | evaluate | accumulate."""
-        opts = {"queue": BATCH_QUEUE, "ignore_result": True}
-        name = self.state.run.spec.name
-        rest = [self.app.signature(STAGE_PREFIX + stage,
-                                   shadow=shadow_name(stage, name, k + 1, batch), **opts)
-                for stage in self.stage_names[1:]]
-        if self.latents is not None:  # produced here by the owner: the points travel along
-            message = {"ref": BatchRef(self.run_id, k, batch, n, attempt).to_dict(),
-                       "latent": self.latents[batch]}
-            first = self.app.signature(STAGE_PREFIX + self.stage_names[1], args=(message,),
-                                       immutable=True,
-                                       shadow=shadow_name(self.stage_names[1], name, k + 1,
-                                                          batch), **opts)
-            return chain(first, *rest[1:])
-        first = self.app.signature(STAGE_PREFIX + "sample", args=(self.run_id, k, batch, n,
-                                                                  attempt), immutable=True,
-                                   shadow=shadow_name("sample", name, k + 1, batch), **opts)
-        return chain(first, *rest)
 
     # ----- one iteration ------------------------------------------------------------------
 
@@ -172,36 +148,31 @@ class Coordinator:
                                  f"at stage {rec['stage']!r} on worker {rec['worker']}: {cause}",
                                  batch=batch, stage=rec["stage"])
 
-    def _collect(self, k: int, sizes: list[int]) -> IterationResult:
+    def _collect(self, k: int, sizes: list[int], stored: set[int]) -> IterationResult:
+        """Send what is not ``stored`` yet (a resumed iteration keeps its stored batches),
+        wait for it, merge the iteration."""
         results_key, done_key = keys.iteration_results(self.run_id, k), \
             keys.iteration_done(self.run_id, k)
-        self.r.delete(keys.iteration_errors(self.run_id, k), done_key)
-        stored = {int(f) for f in self.r.hkeys(results_key)}  # a resumed iteration keeps these
         pending = set(range(len(sizes))) - stored
         live = Liveness(self.timing)
         base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
-        for i in sorted(pending):
-            live.sent(i, base)
-        # One chain at a time, not a group: a group subscribes the result backend to its id,
-        # and a dangling subscription raises at exit once the broker is gone.
+        units = self.dispatch.plan(pending, max(self.workers, self.deaths.alive))
+        # One message per unit (bundle or chain), not a group: a group subscribes the result
+        # backend to its id, and a dangling subscription raises at exit once the broker is
+        # gone. All of them go out in one pipeline.
         self.steer.mark("dispatch")
-        for i in sorted(pending):
-            self.chain_for(k, i, sizes[i], base).apply_async()
+        with self.dispatch.sending():
+            for unit in units:
+                live.sent(unit.lead, base)
+                self.dispatch.send(k, unit, sizes, base)
         self._demand(len(pending))
         started = time.monotonic()
         next_check = started + self.poll_s
         while pending - self.steer.parked or (pending and not self.steer.halting):
-            item = self.r.blpop([done_key], timeout=self.poll_s)
-            entry = item[1] if item else None
-            while entry is not None:
-                if entry.startswith(b"e:"):
-                    raise self._fail(k, entry)
-                if entry.startswith(b"p:"):  # not sampled: the run pauses or stops
-                    self.steer.parked.add(int(entry[2:]))
-                else:
-                    pending.discard(int(entry))
-                    live.finished(int(entry))
-                entry = self.r.lpop(done_key)
+            # Event-driven: block on the done list; the watch runs every poll_s regardless.
+            entries = pop_done(self.r, done_key, max(0.001, next_check - time.monotonic()))
+            if entries:
+                self._drain(k, entries, pending, live)
             if pending and time.monotonic() >= next_check:
                 self._watch(k, sizes, live, started, base)
                 self._demand(len(pending - self.steer.parked))
@@ -223,12 +194,27 @@ class Coordinator:
         self.r.hset(keys.run_state(self.run_id), mapping={"outstanding": outstanding,
                                                           "queue": BATCH_QUEUE})
 
+    def _drain(self, k: int, entries: list[bytes], pending: set[int], live: Liveness) -> None:
+        """Fold done-list entries in: stored batches (a unit complete once all its members
+        are), parked batches of a halting run, or a failure (raised)."""
+        for entry in entries:
+            if entry.startswith(b"e:"):
+                raise self._fail(k, entry)
+            if entry.startswith(b"p:"):  # not sampled: the run pauses or stops
+                self.steer.parked.add(int(entry[2:]))
+                continue
+            done = parse_done(entry)
+            pending.difference_update(done.batches)
+            for lead in self.dispatch.completed(done, pending):
+                live.finished(lead)
+
     def _watch(self, k: int, sizes: list[int], live: Liveness, started: float,
                base: int) -> None:
         """Notice a restarted broker, refresh the lease, observe claims and progress,
         re-send lost batches."""
         self.outage.check()
         self.lease.refresh()
+        self._guarded = time.monotonic()
         if self.health is not None:
             self.health()
         if self.deaths.poll():
@@ -247,14 +233,15 @@ class Coordinator:
                         "consuming the %s queue? (celery -A mainboard.tasks.app worker -Q %s)",
                         self.run_id, IDLE_WARNING_S, BATCH_QUEUE, BATCH_QUEUE)
         self.steer.poll()
-        for batch, reason in resend:
+        for lead, reason in resend:  # a lost bundle goes out again whole
+            unit = self.dispatch.units[lead]
             if self.steer.halting:  # lost while halting: left for the resume, not re-sent
-                self.steer.parked.add(batch)
+                self.steer.parked.update(unit.members)
                 continue
-            attempt = base + live.next_number(batch)
-            self.steer.resent(k + 1, batch, attempt, reason)
-            live.sent(batch, attempt)
-            self.chain_for(k, batch, sizes[batch], attempt).apply_async()
+            attempt = base + live.next_number(lead)
+            self.steer.resent(k + 1, lead, attempt, reason)
+            live.sent(lead, attempt)
+            self.dispatch.send(k, unit, sizes, attempt)
 
     # ----- the loop -----------------------------------------------------------------------
 
@@ -328,12 +315,18 @@ class Coordinator:
     def _iteration(self, k: int, sizes: list[int], sampler: bytes) -> IterationResult:
         """Publish iteration ``k``'s sampler, send its batches, collect them; a broker outage
         anywhere in here redoes it whole (what is stored already is kept)."""
-        self.outage.check()
+        if time.monotonic() >= self._guarded + self.poll_s:  # else the watch does it in time
+            self.outage.check()
+            self.lease.refresh()
+            self._guarded = time.monotonic()
         if self._published != self.outage.count:
             self._publish()
-        self.lease.refresh()
-        self.r.set(keys.iteration_sampler(self.run_id, k), sampler)
-        return self._collect(k, sizes)
+        with self.r.pipeline(transaction=False) as pipe:  # one round trip to start
+            pipe.set(keys.iteration_sampler(self.run_id, k), sampler)
+            pipe.delete(keys.iteration_errors(self.run_id, k), keys.iteration_done(self.run_id, k))
+            pipe.hkeys(keys.iteration_results(self.run_id, k))
+            stored = pipe.execute()[-1]
+        return self._collect(k, sizes, {int(f) for f in stored})
 
     def _start(self, fresh: bool) -> None:
         if fresh:
@@ -358,7 +351,7 @@ class Coordinator:
                     sizes = self.state.next_batches()  # an owned sampler produces them here
                 if not sizes:
                     break
-                self.latents = None if self.state.latents is None else \
+                self.dispatch.latents = None if self.state.latents is None else \
                     [latent.to_dict() for latent in self.state.latents]
                 self.outage.run(self.steer.boundary)
                 with self._sampler_work(f"the sampler before iteration {k}", "snapshot"):

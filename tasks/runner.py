@@ -85,7 +85,8 @@ class Session:
                            health=self.workers.check if self.workers else None,
                            exited=self.workers.exited if self.workers else None,
                            lease=lease, broker=self.broker, outage_budget=self.outage_s,
-                           places=self.places)
+                           places=self.places,
+                           workers=self.workers.count if self.workers else 0)
 
 
 def _embedded_idle(cfg: Config, broker_url: str | None) -> bool:

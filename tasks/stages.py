@@ -19,9 +19,12 @@ ends (see :mod:`mainboard.tasks.context`) and when the worker process shuts down
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +32,7 @@ from celery import Task, shared_task
 from celery.exceptions import Ignore
 from celery.signals import worker_process_shutdown, worker_shutdown
 
+from mainboard import keys
 from mainboard.integrators import stages
 from mainboard.integrators.domain import Batch
 from mainboard.integrators.errors import BatchError
@@ -36,7 +40,8 @@ from mainboard.integrators.owner import owned
 from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
-from mainboard.tasks import STAGE_PREFIX, telemetry
+from mainboard.tasks import STAGE_PREFIX, codec, telemetry
+from mainboard.tasks.bundles import store_bundle
 from mainboard.tasks.context import BatchRef, Skip, StageContext, release_all
 from mainboard.tasks.outage import REDIS_DOWN
 from mainboard.tasks.routing import BatchTask
@@ -52,22 +57,28 @@ def _stage_task(name: str) -> Callable[[Callable[..., Any]], Any]:
 
 
 def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContext], Any],
-              *, final: bool = False, claim: bool = True) -> Any:
+              *, final: bool = False, claim: bool = True,
+              members: Sequence[int] | None = None) -> Any:
     """Run ``body`` under a heartbeat claim; on failure record an error record, then re-raise.
 
     A delivery with nothing to do (duplicate, stale) ends its chain quietly; called on its
     own, the task returns ``{"ref", "stored": False, "skipped": why}`` instead. An instant
     stage (``claim=False``) skips the heartbeat claim and only reports its progress; a lost
     one is noticed because later batches overtake it (see :mod:`mainboard.tasks.liveness`).
+    A bundle (``members``: its batch indices) checks its members itself and ships one span
+    per member.
     """
     ctx = StageContext(task.app.conf.broker_url, ref, stage, task.request.hostname)
     ship = telemetry.enter(ctx.url, task.request.hostname or ctx.holder, ref.run,
                            ref.iteration + 1, ref.batch, stage)
     began, clock = time.time(), time.perf_counter()
     try:
-        ctx.load(check_stored=claim)  # an instant stage leaves the check to the next one
-        if stage == "sample":
-            ctx.hold()
+        if members is not None:
+            ctx.stage = "sample"  # a load failure is its first stage's, as in a chain
+        # an instant stage leaves the check to the next one, a bundle to its body
+        ctx.load(check_stored=claim and members is None)
+        if stage == "sample" or members is not None:
+            ctx.hold(members or ())
         with ctx.claim() if claim else nullcontext(), ctx.processes():
             out = body(ctx)
     except Skip as skip:
@@ -83,7 +94,7 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
                   type(exc).__name__, exc)
         raise
     finally:
-        if began:
+        if began and members is None:
             telemetry.span(ship, stage, ref.run, ref.iteration + 1, ref.batch, ref.n,
                            ref.attempt, began, time.perf_counter() - clock)
     if not final:
@@ -184,8 +195,13 @@ def transform(self: Task, message: Message) -> Message:
 
 
 @_stage_task("evaluate")
-def evaluate(self: Task, message: Message) -> Message:
-    """Stage 4: integrand values reduced to a BatchResult (partial sums, training data)."""
+def evaluate(self: Task, message: Message, store: bool = False) -> Message:
+    """Stage 4: integrand values reduced to a BatchResult (partial sums, training data);
+    with ``store=True`` (the coordinator's chains) it also stores it once and signals the
+    coordinator, which saves the chain an ``accumulate`` task."""
+    if store:
+        return run_stage(self, _ref(message), "evaluate", lambda c: _store(
+            c, _evaluate(c, message, _batch(message))), final=True)
     return run_stage(self, _ref(message), "evaluate", lambda c: c.forward(
         result=_evaluate(c, message, _batch(message))))
 
@@ -207,5 +223,55 @@ def fused(self: Task, message: Message) -> Message:
     return run_stage(self, _ref(message), "fused", body, final=True)
 
 
-__all__ = ["accumulate", "evaluate", "fused", "materialize", "pack_batch", "run_stage", "sample",
+@_stage_task("bundle")
+def bundle(self: Task, message: Message) -> Message:
+    """Several batches of one iteration (``"batches": [[index, n], ...]``), each sampled
+    (or given as a latent batch by the owner: ``"latents"``), materialized, transformed and
+    evaluated by its own index, the results stored in one round trip
+    (:mod:`mainboard.tasks.bundles`). ``ref`` names the bundle's first batch and attempt."""
+    lead = _ref(message)
+    members = [(int(i), int(n)) for i, n in message["batches"]]
+    latents = message.get("latents")
+    node = self.request.hostname
+
+    def body(c: StageContext) -> Message:
+        ship = telemetry.shipper(c.url, node or c.holder)
+        todo = _unstored(c, lead, members)
+        results, clock = [], time.perf_counter()
+        for j, (i, n) in todo:
+            c.ref = replace(lead, batch=i, n=n)  # an error names the member that failed
+            began, t0 = time.time(), time.perf_counter()
+            c.stage = "sample"
+            latent = LatentBatch.from_dict(latents[j]) if latents is not None else \
+                stages.sample(c.run, not_owned(c.sampler), lead.iteration, i, n)
+            c.stage = "fused"
+            result = stages.process_latent(c.run, c.sampler, latent)
+            results.append((i, codec.dumps(result.to_dict())))
+            telemetry.span(ship, "fused", lead.run, lead.iteration + 1, i, n, lead.attempt,
+                           began, time.perf_counter() - t0)
+        c.ref = lead
+        slot = f"{node or c.holder}|{os.getpid()}|{threading.get_ident()}"
+        stored = store_bundle(c.r, lead.run, lead.iteration, lead.batch, lead.attempt, results,
+                              time.perf_counter() - clock, slot)
+        return c.forward(stored=stored > 0, batches=[i for _, (i, _) in todo])
+
+    # the stage is "fused" (claims, spans): the bundle runs that stage for each member
+    return run_stage(self, lead, "fused", body, final=True, members=[i for i, _ in members])
+
+
+def _unstored(c: StageContext, lead: BatchRef, members: list[tuple[int, int]]
+              ) -> list[tuple[int, tuple[int, int]]]:
+    """(position, member) of the members not stored yet; a first attempt skips the look-up
+    (the coordinator sends only unstored batches; a late duplicate is refused per batch)."""
+    if lead.attempt == 0:
+        return list(enumerate(members))
+    results = keys.iteration_results(lead.run, lead.iteration)
+    with c.r.pipeline(transaction=False) as pipe:
+        for i, _ in members:
+            pipe.hexists(results, str(i))
+        stored = pipe.execute()
+    return [(j, m) for j, (m, done) in enumerate(zip(members, stored, strict=True)) if not done]
+
+
+__all__ = ["accumulate", "bundle", "evaluate", "fused", "materialize", "pack_batch", "run_stage", "sample",
            "transform", "unpack_batch"]

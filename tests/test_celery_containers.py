@@ -289,7 +289,7 @@ def test_a_run_on_the_container_worker_is_bit_identical_to_the_local_driver(
     assert result.samples == 40_000 and abs(result.estimate - result.exact) < 5 * result.error
     logs = celery_setup.worker.logs()
     # Flower and the worker log show the shadow name: stage, run name, iteration, batch
-    assert "Task integrate.fused[run=containers it=1 b=0]" in logs, logs[-3000:]
+    assert "Task integrate.bundle[run=containers it=1 b=0]" in logs, logs[-3000:]
     assert " succeeded in " in logs, logs[-3000:]
 
 

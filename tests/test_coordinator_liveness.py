@@ -1,7 +1,7 @@
 """A worker killed with SIGKILL mid-run loses nothing; liveness decisions in isolation.
 
 The kill tests run real `celery worker` subprocesses on a real Redis and kill one of two
-mid-batch: only its pool child (the worker master survives and Celery requeues), or the
+mid-batch (or mid-bundle: several batches in one task): only its pool child (the worker master survives and Celery requeues), or the
 whole process group (as when a node dies; Redis would hold the message for the whole
 visibility timeout). The coordinator must notice through the batch's heartbeat claim,
 re-send, and end with exactly the undisturbed run's numbers.
@@ -24,6 +24,7 @@ import mainboard
 from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import IntegrationFailed
+from mainboard.tasks import bundles
 from mainboard.tasks.liveness import (
     DEATH_FLOOR_S,
     FIFO_GRACE_S,
@@ -110,6 +111,44 @@ def test_worker_killed_mid_batch_loses_nothing(victim: str, fuse: bool, workspac
         assert master.wait(5) == -signal.SIGKILL
         log = tmp_path / "fleet" / f"{fleet.nodes[1 - index].split('@')[0]}.log"
         assert "'attempt': 1" in log.read_text()  # re-sent by the coordinator, not by Redis
+
+
+# ----- live: a worker killed mid-bundle -------------------------------------------------------
+
+BUNDLED_SLOW = slow_spec(0.1, name="slow-bundles", stop={"max_samples": 240_000},
+                         batching={"batches_per_iteration": 8, "max_bundle": 4})
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("victim", ["pool_child", "whole_worker"])
+def test_worker_killed_mid_bundle_loses_nothing(victim: str, workspace: Config,
+                                                fleet: LocalWorkers, redis_server: RedisServer,
+                                                tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """3 iterations of 8 batches of 0.1 s in bundles of 4 (0.4 s) on 2 workers; one is
+    killed while it holds a bundle. The bundle goes out again whole and every batch counts
+    once: the numbers are the undisturbed run's."""
+    monkeypatch.setattr(bundles, "TARGET_S", 10.0)  # bundles of max_bundle, for the kill
+    undisturbed, _ = timed(BUNDLED_SLOW, workspace)
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.update(zip(
+        ("result", "seconds"), timed(BUNDLED_SLOW, workspace), strict=True)), daemon=True)
+    thread.start()
+    r = redis.Redis.from_url(redis_server.url)
+    node, pool_pid = wait_for_claim(r, undisturbed.run_id, "fused")
+    index = [n.replace("%h", "") for n in fleet.nodes].index(node.split("@")[0] + "@")
+    master = fleet.procs[index]
+    if victim == "pool_child":
+        os.kill(pool_pid, signal.SIGKILL)
+    else:
+        os.killpg(master.pid, signal.SIGKILL)
+    thread.join(120)
+    assert not thread.is_alive(), "the run did not finish after the kill"
+    same_numbers(outcome["result"], undisturbed)
+    assert outcome["result"].samples == 240_000 and outcome["result"].iterations == 3
+    if victim == "whole_worker":
+        log = tmp_path / "fleet" / f"{fleet.nodes[1 - index].split('@')[0]}.log"
+        assert "'attempt': 1" in log.read_text()  # re-sent by the coordinator, whole
 
 
 @pytest.mark.live

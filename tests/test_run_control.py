@@ -200,7 +200,7 @@ def test_stop_ends_with_a_partial_result_and_remove_waits_for_it(workspace: Conf
     assert {r.worker for r in rows} == set(_nodes(fleet))
     assert sum(r.batches for r in rows) >= 4 and all(r.samples_per_s > 0 for r in rows)
     logs = fleet_log(fleet)
-    assert "integrate.sample[run=stoppable it=1 b=0]" in logs  # Celery logs the shadow name
+    assert "integrate.bundle[run=stoppable it=1 b=0]" in logs  # Celery logs the shadow name
 
     removed = invoke(workspace, "runs", "remove", run_id, "--yes", "--json")
     assert removed.returncode == 0, removed.stderr

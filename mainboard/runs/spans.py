@@ -19,7 +19,9 @@ import redis
 from mainboard import keys
 
 MAX_SPANS = 500_000
-FINAL_STAGES = ("accumulate", "fused")  # the stage that stores a batch's result
+# The stage that stores a batch's result: ``evaluate`` ends a chain since chains lost their
+# ``accumulate`` task (older runs have both: count a batch attempt once).
+FINAL_STAGES = ("accumulate", "fused", "evaluate")
 
 
 def clock_offset(r: redis.Redis) -> float:

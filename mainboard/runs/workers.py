@@ -50,7 +50,8 @@ def worker_table(r: redis.Redis, run_id: str, spans: list[Span] | None = None
     rows = []
     for name in names:
         mine = [s for s in spans if s.worker == name]
-        final = [s for s in mine if s.stage in FINAL_STAGES]
+        final = list({(s.iteration, s.batch, s.attempt): s for s in mine
+                      if s.stage in FINAL_STAGES}.values())
         busy = sum(s.duration for s in mine)
         samples = sum(s.n for s in final)
         last = max((s.start + s.duration for s in mine), default=None)

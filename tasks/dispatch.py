@@ -1,0 +1,136 @@
+"""How one run's batches go out to the workers: bundles, or per-batch chains.
+
+Why apart from the coordinator: what a message looks like (a bundle of a fused run, a chain
+``sample | materialize | [transform] | evaluate`` of a chained one, a latent batch from an
+owned sampler) and how it is published (one kept producer, messages of a dispatch sent in
+one Redis pipeline) change independently of the iteration loop, which only asks for the
+units of an iteration, sends them, and learns which units are complete.
+
+A fused run sends bundles (:mod:`mainboard.tasks.bundles`), sized per iteration by a
+:class:`~mainboard.tasks.bundles.Sizer`; a chained run (``fuse = false``) sends one chain
+per batch whose ``evaluate`` also stores the result (no ``accumulate`` task). Either way the
+unit of liveness and re-sending is a :class:`~mainboard.tasks.bundles.Bundle` (one member
+for a chain), named by its first batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from celery import Celery, chain
+from celery.canvas import Signature
+from kombu import Producer
+
+from mainboard.integrators.spec import RunSpec
+from mainboard.tasks import BATCH_QUEUE, STAGE_PREFIX
+from mainboard.tasks.bundles import Bundle, Done, Sizer, plan_bundles
+from mainboard.tasks.context import BatchRef
+from mainboard.tasks.steering import shadow_name
+
+OPTIONS = {"queue": BATCH_QUEUE, "ignore_result": True}
+
+
+class Dispatch:
+    """The messages of one run's batches, and which units an iteration is cut into."""
+
+    def __init__(self, app: Celery, run_id: str, spec: RunSpec) -> None:
+        self.app, self.run_id, self.name = app, run_id, spec.name
+        self.fused = spec.batching.fuse
+        self.batch_size = spec.batching.batch_size
+        self.stages = ["materialize", *(["transform"] if spec.transforms else []), "evaluate"]
+        self.sizer = Sizer(spec.batching.max_bundle)
+        self.latents: list[dict[str, Any]] | None = None  # an owned sampler's batches of k
+        self.units: dict[int, Bundle] = {}  # lead -> unit, of the iteration in hand
+        self.unit_of: dict[int, int] = {}  # batch -> lead
+        self._producer: Producer | None = None
+        self._batch = contextlib.ExitStack()  # the publish batch open while sending
+        self._count = 0  # messages sent in this sending()
+
+    # ----- planning -------------------------------------------------------------------------
+
+    def plan(self, pending: Iterable[int], workers: int = 0) -> list[Bundle]:
+        """Cut the batches still to compute into units (bundles of a fused run, single
+        batches of a chained one); ``workers``: worker slots known to be there."""
+        todo = sorted(pending)
+        size = 1
+        if self.fused:
+            self.sizer.next_iteration()
+            size = self.sizer.size(len(todo), self.batch_size, workers)
+        units = plan_bundles(todo, size)
+        self.units = {u.lead: u for u in units}
+        self.unit_of = {b: u.lead for u in units for b in u.members}
+        return units
+
+    def completed(self, done: Done, pending: set[int]) -> list[int]:
+        """Fold one done entry in: the leads of units now complete (none of their members
+        pending)."""
+        self.sizer.record(done)
+        leads = {self.unit_of[b] for b in done.batches if b in self.unit_of}
+        return sorted(lead for lead in leads
+                      if not any(m in pending for m in self.units[lead].members))
+
+    # ----- sending --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def sending(self) -> Iterator[None]:
+        """One producer for the messages sent inside, published in pipelines (kombu's
+        publish batch) instead of a Redis client and a round trip per message. The batch is
+        flushed after the 1st, 2nd, 4th, 8th... message: the first units reach the workers
+        at once, the rest in a few round trips."""
+        if self._producer is not None:  # nested: the outer one flushes
+            yield
+            return
+        with self.app.producer_or_acquire() as producer, contextlib.ExitStack() as batch:
+            self._producer, self._batch, self._count = producer, batch, 0
+            batch.enter_context(producer.batch())
+            try:
+                yield
+            finally:
+                self._producer = None
+
+    def _sent(self) -> None:
+        self._count += 1
+        if self._count & (self._count - 1) == 0:  # a power of two: flush, start a new batch
+            self._batch.close()
+            self._batch.enter_context(self._producer.batch())  # type: ignore[union-attr]
+
+    def send(self, k: int, unit: Bundle, sizes: Sequence[int], attempt: int) -> None:
+        """Publish one unit of iteration ``k`` as attempt ``attempt``."""
+        with self.sending():
+            if self.fused:
+                self._send_bundle(k, unit, sizes, attempt)
+            else:
+                self.chain_for(k, unit.lead, sizes[unit.lead], attempt).apply_async(
+                    producer=self._producer)
+            self._sent()
+
+    def _send_bundle(self, k: int, unit: Bundle, sizes: Sequence[int], attempt: int) -> None:
+        lead = unit.lead
+        message: dict[str, Any] = {
+            "ref": BatchRef(self.run_id, k, lead, sizes[lead], attempt).to_dict(),
+            "batches": [[i, sizes[i]] for i in unit.members]}
+        if self.latents is not None:  # produced here by the owner: the points travel along
+            message["latents"] = [self.latents[i] for i in unit.members]
+        self.app.send_task(STAGE_PREFIX + "bundle", args=(message,), producer=self._producer,
+                           shadow=shadow_name("bundle", self.name, k + 1, lead), **OPTIONS)
+
+    def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
+        """The per-batch chain: sample | materialize | [transform] | evaluate (storing)."""
+        def sig(stage: str, **extra: Any) -> Signature:
+            return self.app.signature(STAGE_PREFIX + stage, **extra,
+                                      shadow=shadow_name(stage, self.name, k + 1, batch),
+                                      **OPTIONS)
+
+        rest = [sig(stage) for stage in self.stages[:-1]]
+        rest.append(sig("evaluate", kwargs={"store": True}))
+        if self.latents is not None:  # an owned sampler's batch starts at materialize
+            message = {"ref": BatchRef(self.run_id, k, batch, n, attempt).to_dict(),
+                       "latent": self.latents[batch]}
+            return chain(sig(self.stages[0], args=(message,), immutable=True), *rest[1:])
+        return chain(sig("sample", args=(self.run_id, k, batch, n, attempt), immutable=True),
+                     *rest)
+
+
+__all__ = ["Dispatch"]
