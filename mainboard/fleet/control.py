@@ -132,6 +132,8 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
                 text = one_line(exc)
                 report.failed[name] = text if text.startswith(f"host {name!r}") \
                     else f"host {name!r}: {text}"
+    if work and not config.fleet.pools and not read_fleet(config.state_dir).live():
+        stop_keeper(config.state_dir)  # started alongside, but nothing came up to hold
     kept = [p for p in plans if p.declared]
     for pool in kept:  # after our own submissions, so the keeper never doubles them
         fleet_receipts(config.state_dir).append(FleetScale(

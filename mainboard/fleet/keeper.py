@@ -38,6 +38,7 @@ LOST_AFTER_ENV = "MAINBOARD_TUNNEL_LOST_AFTER_S"  # the retry budget (tests shor
 LOST_AFTER_S = 120.0  # a host unreachable this long is marked lost and no longer dialled
 IDLE_CHECK_S = 5.0
 LINGER_S = 5.0  # nothing to hold for this long: exit
+FIRST_LINGER_S = 30.0  # before anything was held: `fleet up` starts the keeper early
 log = logging.getLogger("mainboard.fleet.keeper")
 
 
@@ -156,9 +157,11 @@ class Keeper:
         self.down_since: dict[str, float] = {}  # worker id -> first failure of this outage
         self.lost_after = float(os.environ.get(LOST_AFTER_ENV) or LOST_AFTER_S)
         self.next_try: dict[str, float] = {}
-        from mainboard.fleet.autoscale import Autoscaler
+        self.scaler = None
+        if self.config.fleet.pools:  # imported only then: the keeper's start is on `fleet up`'s path
+            from mainboard.fleet.autoscale import Autoscaler
 
-        self.scaler = Autoscaler(self.config) if self.config.fleet.pools else None
+            self.scaler = Autoscaler(self.config)
         self.stop = threading.Event()
         self.wake = threading.Event()  # set by WAKE_SIGNAL (and on stop): sync at once
         self._transports: dict[str, object] = {}
@@ -239,7 +242,7 @@ class Keeper:
             every = float(os.environ.get(SCALE_TICK_ENV) or SCALE_TICK_S)
             threading.Thread(target=run_autoscaler, args=(self.scaler, self.stop, every),
                              name="autoscale", daemon=True).start()
-        last_idle_check, idle_since = 0.0, None
+        last_idle_check, idle_since, linger = 0.0, time.monotonic(), FIRST_LINGER_S
         while not self.stop.is_set():  # the first sync at once: `fleet up` is waiting on it
             self.wake.clear()
             busy = self.sync_tunnels()
@@ -252,10 +255,10 @@ class Keeper:
                     log.warning("idle check failed: %s", exc)
                     busy = True
             if busy:
-                idle_since = None
+                idle_since, linger = None, LINGER_S
             elif idle_since is None:
                 idle_since = time.monotonic()
-            elif time.monotonic() - idle_since >= LINGER_S:
+            elif time.monotonic() - idle_since >= linger:
                 log.info("nothing left to keep; exiting")
                 break
             self.wake.wait(TICK_S)
