@@ -32,7 +32,7 @@ from mainboard.statedir import fleet_dir
 STAMPS = "env-stamps.json"
 _TAG = "mb-warm:"
 MARKER = ".mainboard-env.json"  # the provision driver's marker, written last in an env
-# Runs on the environment's python with the root as its directory; stdlib only.
+# Runs on the environment's python (-S: stdlib only, no site to import) in the root.
 _CODE = f"""\
 import json, os, socket, sys
 root, env_dir, key, version, secret, tunnel = sys.argv[1:7]
@@ -125,7 +125,7 @@ def prepare(transport: Transport, stamp: Stamp, secret: str, url: tuple[str, str
     host is not as stamped (nothing written then) or the command failed."""
     q = shlex.quote
     script = (f"mkdir -p -- {q(stamp.root)} && cd -- {q(stamp.root)} && exec {q(stamp.python)} "
-              f"-c {q(_CODE)} {q(stamp.root)} {q(stamp.env_dir)} {q(stamp.key)} "
+              f"-S -c {q(_CODE)} {q(stamp.root)} {q(stamp.env_dir)} {q(stamp.key)} "
               f"{q(stamp.python_version)} {q(secret)} {'1' if tunnel else '0'}")
     head, tail = url
     done = transport.run(["/bin/sh", "-c", script], timeout=60,
