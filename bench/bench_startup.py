@@ -49,8 +49,9 @@ FLEET_TARGET = 1.5
 INTEGRATE_TARGET_S = 1.2
 
 
-def _cli(ws: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "mainboard", "--config",
+def _cli(ws: Path, *args: str, timeout: float = 600, python: str = sys.executable
+         ) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([python, "-m", "mainboard", "--config",
                            str(ws / "mainboard.toml"), *args], cwd=ws, capture_output=True,
                           text=True, timeout=timeout)
     if done.returncode != 0:
@@ -85,20 +86,20 @@ def by_hand(ws: Path, server: Any, root: Path, python: str) -> float:
     return took
 
 
-def by_fleet(ws: Path, *flags: str) -> dict[str, float]:
+def by_fleet(ws: Path, *flags: str, python: str = sys.executable) -> dict[str, float]:
     """Seconds: `mainboard fleet up --on ssh` returned, and its first probe done."""
     url = broker_route(config(ws), start=True)
     assert url is not None
     start = time.perf_counter()
-    _cli(ws, "fleet", "up", "--on", "ssh", *flags)
+    _cli(ws, "fleet", "up", "--on", "ssh", *flags, python=python)
     returned = time.perf_counter() - start
     _probe(url.url, host_queue("ssh"))
     took = time.perf_counter() - start
-    _cli(ws, "fleet", "down", "--timeout", "30")
+    _cli(ws, "fleet", "down", "--timeout", "30", python=python)
     return {"returned": returned, "total": took}
 
 
-def fleet_part(base: Path, runs: int) -> list[str]:
+def fleet_part(base: Path, runs: int, other: str | None) -> list[str]:
     from mainboard.bridges.project import local_project
     from mainboard.bridges.provision import provision
     from mainboard.bridges.transport import LocalTransport
@@ -110,54 +111,69 @@ def fleet_part(base: Path, runs: int) -> list[str]:
                     project=local_project(base / "ws" / ".mainboard"))
     sshd = start_sshd(base / "sshd")
     ws = workspace(base / "ws", ssh_host("ssh", sshd, root))
+    sides = {"": sys.executable, **({" (--other)": other} if other else {})}
     try:
-        by_fleet(ws)  # provisioned already: this warms the host's page cache and stamp
-        rows: dict[str, list[float]] = {"hand": [], "up": [], "up-return": [],
-                                        "up-noflower": []}
+        for python in sides.values():
+            by_fleet(ws, python=python)  # env provisioned already: the first start stamps it
+        rows: dict[str, list[float]] = {"hand": []}
         for _ in range(runs):
             rows["hand"].append(by_hand(ws, sshd, root, env.python))
-            fleet = by_fleet(ws)
-            rows["up"].append(fleet["total"])
-            rows["up-return"].append(fleet["returned"])
-            rows["up-noflower"].append(by_fleet(ws, "--no-flower")["total"])
+            for label, python in sides.items():
+                fleet = by_fleet(ws, python=python)
+                rows.setdefault("up" + label, []).append(fleet["total"])
+                rows.setdefault("up-return" + label, []).append(fleet["returned"])
+                rows.setdefault("up-noflower" + label, []).append(
+                    by_fleet(ws, "--no-flower", python=python)["total"])
     finally:
         EmbeddedBroker(ws / ".mainboard").down()
         sshd.stop()
     med = {k: statistics.median(v) for k, v in rows.items()}
-    ratio = med["up"] / med["hand"]
-    return [f"ssh host, environment provisioned ({runs} rounds, medians)",
-            f"  by hand (ssh binary + celery worker) to first task  {med['hand']:6.2f} s",
-            f"  mainboard fleet up to first task                    {med['up']:6.2f} s"
-            f"   (command returned at {med['up-return']:.2f} s)",
-            f"  mainboard fleet up --no-flower to first task        {med['up-noflower']:6.2f} s",
-            f"  ratio fleet up / by hand  {ratio:5.2f}x   (target <= {FLEET_TARGET}x: "
-            f"{'met' if ratio <= FLEET_TARGET else 'NOT met'})"]
+    lines = [f"ssh host, environment provisioned ({runs} rounds, medians)",
+             f"  by hand (ssh binary + celery worker) to first task  {med['hand']:6.2f} s"]
+    for label in sides:
+        ratio = med["up-noflower" + label] / med["hand"]
+        lines += [f"  fleet up{label} to first task  {med['up' + label]:6.2f} s (returned at "
+                  f"{med['up-return' + label]:.2f} s; Flower starts with it)",
+                  f"  fleet up --no-flower{label} to first task  "
+                  f"{med['up-noflower' + label]:6.2f} s",
+                  f"  ratio fleet up --no-flower{label} / by hand  {ratio:5.2f}x   (target <= "
+                  f"{FLEET_TARGET}x: {'met' if ratio <= FLEET_TARGET else 'NOT met'}); with "
+                  f"Flower {med['up' + label] / med['hand']:5.2f}x"]
+    return lines
 
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gauss-8d.toml"
 
 
-def integrate_part(base: Path, runs: int, samples: int) -> list[str]:
+def integrate_part(base: Path, runs: int, samples: int, other: str | None) -> list[str]:
     from mainboard.services.broker import EmbeddedBroker
 
     ws = workspace(base / "ws-integrate")
     run_file = ws / "gauss-8d.toml"
-    command, inner = [], []
-    for i in range(runs):  # a new name each run: a new run, not the finished one again
-        EmbeddedBroker(ws / ".mainboard").down()  # idle: the broker starts from nothing
-        run_file.write_text(EXAMPLE.read_text().replace('"gauss-8d"', f'"startup-{i}"'))
-        start = time.perf_counter()
-        done = _cli(ws, "integrate", str(run_file), "--max-samples", str(samples), "--json")
-        command.append(time.perf_counter() - start)
-        inner.append(float(json.loads(done.stdout)["wall_s"]))
+    sides = {"": sys.executable, **({" (--other)": other} if other else {})}
+    command: dict[str, list[float]] = {label: [] for label in sides}
+    inner: dict[str, list[float]] = {label: [] for label in sides}
+    for i in range(runs):
+        for j, (label, python) in enumerate(sides.items()):
+            EmbeddedBroker(ws / ".mainboard").down()  # idle: the broker starts from nothing
+            # a new name each time: a new run, not the finished one again
+            run_file.write_text(EXAMPLE.read_text().replace('"gauss-8d"', f'"startup-{i}-{j}"'))
+            start = time.perf_counter()
+            done = _cli(ws, "integrate", str(run_file), "--max-samples", str(samples), "--json",
+                        python=python)
+            command[label].append(time.perf_counter() - start)
+            inner[label].append(float(json.loads(done.stdout)["wall_s"]))
+            time.sleep(2.0)  # the workers of the last run leave
     EmbeddedBroker(ws / ".mainboard").down()
-    cmd, integ = statistics.median(command), statistics.median(inner)
-    over = cmd - integ
-    return [f"integrate on an idle workspace (examples/gauss-8d.toml, --max-samples {samples:g};"
-            f" {runs} runs, medians)",
-            f"  whole command {cmd:6.2f} s   integration {integ:6.2f} s   overhead {over:5.2f} s"
-            f"   (target <= {INTEGRATE_TARGET_S} s: "
-            f"{'met' if over <= INTEGRATE_TARGET_S else 'NOT met'})"]
+    lines = [f"integrate on an idle workspace (examples/gauss-8d.toml, --max-samples {samples:g};"
+             f" {runs} runs, medians)"]
+    for label in sides:
+        cmd, integ = statistics.median(command[label]), statistics.median(inner[label])
+        over = cmd - integ
+        lines.append(f"  whole command{label} {cmd:6.2f} s   integration (its wall_s) {integ:6.2f} s"
+                     f"   overhead {over:5.2f} s   (target <= {INTEGRATE_TARGET_S} s: "
+                     f"{'met' if over <= INTEGRATE_TARGET_S else 'NOT met'})")
+    return lines
 
 
 def main() -> None:
@@ -165,15 +181,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="rounds per side (medians)")
     parser.add_argument("--parts", default="fleet,integrate", help="fleet, integrate")
     parser.add_argument("--samples", type=int, default=2_000_000)
+    parser.add_argument("--other", default=None, metavar="PYTHON",
+                        help="also time this interpreter's mainboard (another checkout's venv, "
+                             "e.g. before a change) in the same rounds")
     args = parser.parse_args()
     parts = {p for p in args.parts.split(",") if p}
     base = Path(tempfile.mkdtemp(prefix="mb-bench-startup-"))
     lines = [f"load before: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} cores"]
     try:
         if "fleet" in parts:
-            lines += fleet_part(base, args.runs)
+            lines += fleet_part(base, args.runs, args.other)
         if "integrate" in parts:
-            lines += integrate_part(base, args.runs, args.samples)
+            lines += integrate_part(base, args.runs, args.samples, args.other)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     lines.append(f"load after: {os.getloadavg()[0]:.2f} (1-min)")
