@@ -3,7 +3,10 @@ hand over ssh, each to its first task done; and the `integrate` command vs the i
 
 Run from the repository root:
 
-    .venv/bin/python bench/bench_startup.py [--runs 3] [--parts fleet,integrate]
+    .venv/bin/python bench/bench_startup.py [--runs 3] [--parts fleet,integrate] [--other PY]
+
+``--other PY`` times another checkout's mainboard (its venv's python, e.g. the commit
+before a change) in the same rounds, so before and after share the load.
 
 fleet: a real loopback sshd (tests/services.start_sshd) whose host root holds the worker
 environment already (provisioned once before timing: the case the target is about). Each
