@@ -41,7 +41,7 @@ from mainboard.tasks.app import make_app  # noqa: E402
 from mainboard.tasks.fleet import PROBE_TASK  # noqa: E402
 from tests.fleet_helpers import HOST_PYTHON, config, ssh_host, table, workspace  # noqa: E402
 
-PARTS = ("rent", "connect", "provision", "route", "submit", "queue", "boot", "task")
+PARTS = ("rent", "connect", "provision", "route", "submit", "tunnel", "queue", "boot", "task")
 KINDS = ("local", "ssh", "netns", "slurm", "pbs", "provider")
 
 

@@ -96,11 +96,26 @@ def self_cpu() -> float:
     return u.ru_utime + u.ru_stime
 
 
+def ready(processes: int, url: str, timeout: float = 300.0) -> None:
+    """Until every worker process answers (a loaded machine boots them slowly; the run's
+    own wait for a fleet is a few seconds only)."""
+    from mainboard.tasks.app import make_app
+    from mainboard.tasks.workers import fleet_size
+
+    app = make_app(broker_url=url)
+    deadline = time.monotonic() + timeout
+    while fleet_size(app) < processes:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{processes} worker processes not ready after {timeout:g} s")
+    app.close()
+
+
 def measure(workers: int, cost_ms: float, seconds: float, config: Any, url: str,
             root: Path) -> dict[str, float]:
     procs = start(workers, url, root / f"logs-{workers}")
     r = redis.Redis.from_url(url)
     try:
+        ready(len(procs), url)
         warm = spec(workers, 8 * workers, cost_ms)
         deadline = time.monotonic() + 180  # a loaded machine starts workers slowly
         while True:

@@ -29,6 +29,10 @@ STAGE_TASKS = ("sample", "materialize", "transform", "evaluate", "accumulate", "
 STAGE_PREFIX = "mainboard.stages."
 # Names kept working after a rename (see CHANGELOG.md): old attribute -> stage task.
 STAGE_ALIASES = {"materialise": "materialize"}
+# Fleet worker settings the launcher needs too, here so it need not import Celery for them.
+HEARTBEAT_S = 5.0  # a worker's heartbeat period (mainboard.tasks.fleet)
+GPU_ENV = "MAINBOARD_GPU_PIN"  # set for GPU pools: one device per worker process
+RETIRE_ENV = "MAINBOARD_RETIRE_BEFORE"  # seconds before the allocation ends (SLURM workers)
 
 __all__ = ["BATCH_QUEUE", "COORDINATOR_QUEUE", "STAGE_TASKS", "TASK_MODULES", "task"]
 

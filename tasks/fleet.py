@@ -34,14 +34,12 @@ from celery.signals import (
 )
 
 from mainboard import keys
+from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV
 
-HEARTBEAT_S = 5.0
 BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then goes
 PROBE_TASK = "mainboard.fleet.probe"
 WORKER_ENV = "MAINBOARD_FLEET_WORKER"
 HOST_ENV = "MAINBOARD_FLEET_HOST"
-GPU_ENV = "MAINBOARD_GPU_PIN"  # set for GPU pools: one device per worker process
-RETIRE_ENV = "MAINBOARD_RETIRE_BEFORE"  # seconds before the allocation ends (SLURM workers)
 END_RECHECK_S = 60.0
 log = logging.getLogger("mainboard.fleet")
 

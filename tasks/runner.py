@@ -32,7 +32,13 @@ from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS, where
 from mainboard.tasks.paths import places, remembered, use_import_roots
-from mainboard.tasks.workers import LocalWorkers, fleet_size, no_fleet, require_fleet
+from mainboard.tasks.workers import (
+    LocalWorkers,
+    fleet_size,
+    no_fleet,
+    nobody_listens,
+    require_fleet,
+)
 
 Result = RunResult
 RunLike = RunSpec | Mapping[str, Any] | str | Path
@@ -108,9 +114,11 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     the batch queue, else one local worker per core; ``workers=N`` starts N local workers;
     ``workers=0`` uses the fleet only: it never starts the embedded broker, and with no
     fleet worker answering within ``FLEET_WAIT_S`` it is refused (``no_fleet``).
-    ``prepare(config)`` runs once the lease is held, before any worker starts or any batch
-    is sent: the fleet layer syncs the workspace to its hosts there (``run_file`` says
-    where the run's own modules are, for the workers).
+    ``prepare(config)`` runs once the lease is held, before any batch is sent: the fleet
+    layer syncs the workspace to its hosts there (``run_file`` says where the run's own
+    modules are, for the workers). Local workers known to be wanted (``workers=N``, or no
+    client of the broker could answer a broadcast) start right after the lease, so they
+    boot meanwhile; a finished run does not wait for them to exit.
     """
     from mainboard.tasks.app import make_app, resolve_url
 
@@ -122,30 +130,40 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
         raise no_fleet("the embedded broker is not running, so no fleet worker is either")
     url = resolve_url(cfg, broker_url)
     check_broker(url, cfg)
-    app = make_app(cfg, broker_url=url)
     r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10,
                              health_check_interval=25)
     lease = Lease(r, run_id)
     local: LocalWorkers | None = None
+    app: Celery | None = None
+    finished = False
     try:
         lease.acquire()
+        # Known without asking Celery (nobody could answer a broadcast): local workers
+        # start now and boot while the app is built and the fleet (if any) is synced.
+        count = workers if workers is not None else (
+            default_workers() if nobody_listens(r) else None)
+        if count:
+            local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers").start()
+        app = make_app(cfg, broker_url=url)
         if workers == 0:
             require_fleet(app, where(url))
         if prepare is not None:
             prepare(cfg)
-        count = workers if workers is not None else (
-            0 if fleet_size(app) else default_workers())
-        if count:
-            local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers").start()
+        if count is None:
+            count = 0 if fleet_size(app, r=r) else default_workers()
+            if count:
+                local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers").start()
         yield Session(app, r, RunStore(cfg.state_dir), local, lease, where(url),
                       float(cfg.broker.outage), places(run_file, cfg.root))
+        finished = True
     finally:
-        if local is not None:
-            local.stop()
+        if local is not None:  # a finished run needs nothing they hold: not waited on
+            local.stop(wait=not finished)
         with suppress(*BROKER_ERRORS):
             lease.release()
         r.close()
-        app.close()
+        if app is not None:
+            app.close()
 
 
 def restore_state(spec: RunSpec, snapshot: Mapping[str, Any] | None, *, fresh_stop: bool

@@ -16,13 +16,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from celery import Celery
+if TYPE_CHECKING:  # not imported at run time: the CLI starts workers before it needs Celery
+    import redis
+    from celery import Celery
 
 from mainboard.errors import IntegrationFailed, UserError
 from mainboard.tasks import BATCH_QUEUE
@@ -84,20 +88,24 @@ class LocalWorkers:
                     preexec_fn=_die_with_parent if sys.platform == "linux" else None))
         return self
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Warm shutdown (finish the task in hand), then SIGKILL whatever is left."""
+    def stop(self, timeout: float = STOP_TIMEOUT_S, *, wait: bool = True) -> None:
+        """Warm shutdown (finish the task in hand), then SIGKILL whatever is left.
+
+        ``wait=False`` (a run that finished: nothing in hand is still needed) returns once
+        every worker is told; a daemon thread reaps them and kills stragglers, and should
+        this process exit first, each worker finishes its warm shutdown by itself (and its
+        parent-death signal is SIGTERM again), so the command's exit does not wait on theirs.
+        """
         for proc in self.procs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        if not wait:
+            procs, self.procs = self.procs, []
+            threading.Thread(target=_reap, args=(procs, timeout), name="reap-local-workers",
+                             daemon=True).start()
+            return
+        _reap(self.procs, timeout)
         self.procs.clear()
 
     def exited(self) -> int:
@@ -119,8 +127,38 @@ class LocalWorkers:
         self.stop()
 
 
-def fleet_size(app: Celery, queue: str = BATCH_QUEUE, timeout: float = 1.0) -> int:
-    """How many running workers consume ``queue`` (asks them over the broker)."""
+def _reap(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    """Wait for signalled workers until ``timeout``, then SIGKILL each one left."""
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def nobody_listens(r: redis.Redis) -> bool:
+    """True when no other client of the broker holds a pub/sub subscription, so no Celery
+    worker could answer a broadcast (remote control rides on one): asking would only wait
+    out its timeout. False when unsure (CLIENT LIST refused by an ACL, say)."""
+    import redis as redis_lib
+
+    try:
+        me, clients = r.client_id(), r.client_list()
+    except redis_lib.RedisError:
+        return False
+    return not any(int(c.get("sub") or 0) + int(c.get("psub") or 0) + int(c.get("ssub") or 0)
+                   for c in clients if str(c.get("id")) != str(me))
+
+
+def fleet_size(app: Celery, queue: str = BATCH_QUEUE, timeout: float = 1.0,
+               r: redis.Redis | None = None) -> int:
+    """How many running workers consume ``queue`` (asks them over the broker); with the
+    broker's client ``r``, 0 at once when no worker could be listening (``nobody_listens``)."""
+    if r is not None and nobody_listens(r):
+        return 0
     replies = app.control.inspect(timeout=timeout).active_queues() or {}
     return sum(any(q.get("name") == queue for q in queues) for queues in replies.values())
 

@@ -51,3 +51,52 @@ def test_hostile_run_names_are_refused(hostile: str, tmp_path: Path,
     done = run_cli(workspace.path, "runs", "show", "--", hostile)
     assert done.returncode == 2 and "no run matches" in done.stderr
     assert "pwned" not in done.stdout
+
+
+@pytest.mark.live
+def test_nobody_listens_until_a_worker_subscribes(tmp_path: Path) -> None:
+    """A broker without a subscriber is answered at once (no broadcast waited out); a real
+    worker's remote-control subscription, or any subscriber, makes it ask."""
+    import redis
+
+    from mainboard.tasks.app import make_app
+    from mainboard.tasks.workers import fleet_size, nobody_listens
+
+    server = start_redis(tmp_path / "redis")  # its own: no other test's subscribers
+    r = redis.Redis.from_url(server.url)
+    app = make_app(broker_url=server.url)
+    workers = LocalWorkers(1, server.url, tmp_path / "logs")
+    try:
+        assert nobody_listens(r)
+        start = time.monotonic()
+        assert fleet_size(app, timeout=5.0, r=r) == 0
+        assert time.monotonic() - start < 5.0  # not the broadcast's timeout
+        pubsub = redis.Redis.from_url(server.url).pubsub()
+        pubsub.subscribe("anything")
+        pubsub.get_message(timeout=1.0)
+        assert not nobody_listens(r)
+        pubsub.close()
+        workers.start()
+        deadline = time.monotonic() + 120
+        while not fleet_size(app, timeout=1.0, r=r):
+            assert time.monotonic() < deadline, "the worker never answered"
+        assert not nobody_listens(r)
+    finally:
+        workers.stop()
+        app.close()
+        r.close()
+        server.stop()
+
+
+@pytest.mark.live
+def test_stop_without_waiting_returns_and_the_workers_still_exit(tmp_path: Path,
+                                                                  redis_server: RedisServer
+                                                                  ) -> None:
+    workers = LocalWorkers(2, redis_server.url, tmp_path / "logs").start()
+    procs = list(workers.procs)
+    workers.stop(wait=False)
+    assert workers.procs == [] and workers.exited() == 0
+    deadline = time.monotonic() + 60
+    while any(p.poll() is None for p in procs):  # reaped by the stop's thread
+        assert time.monotonic() < deadline, "local workers still running after 60 s"
+        time.sleep(0.1)

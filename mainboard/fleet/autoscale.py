@@ -37,7 +37,7 @@ from mainboard.fleet.workers import (
     stop_workers,
 )
 from mainboard.receipts import FleetScale, WorkerStarted, WorkerStopped
-from mainboard.tasks.fleet import HEARTBEAT_S
+from mainboard.tasks import HEARTBEAT_S
 
 SCALE_TICK_ENV = "MAINBOARD_SCALE_TICK_S"  # tests shorten it
 SCALE_TICK_S = 5.0

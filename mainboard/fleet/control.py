@@ -13,6 +13,7 @@ call ``fleet_down``. Flower starts with the fleet and stops with its last worker
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from functools import partial
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import CommandFailed, MainboardError, UserError
-from mainboard.fleet.keeper import ensure_keeper, stop_keeper, wait_tunnel
+from mainboard.fleet.keeper import ensure_keeper, stop_keeper, wait_tunnel, wake_keeper
 from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions, plan
 from mainboard.fleet.pools import plan_pools
 from mainboard.fleet.records import fleet_receipts, read_fleet
@@ -115,7 +116,12 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
         launcher = _launcher(config, pool.options, route, timings)
         launcher.pool = pool.name if pool.declared else None
         work += [(launcher, pool.host)] * max(0, pool.target - kept)
+    flower_up = _start_flower(config, route) if flower and work else None
     if work:
+        if any(launcher.tunnels(config.host(host)) for launcher, host in work):
+            # the keeper's start (a new process) overlaps the hosts' connect and provision
+            threading.Thread(target=ensure_keeper, name="keeper-start", daemon=True,
+                             args=(config.root, config.path, config.state_dir)).start()
         with ThreadPoolExecutor(max_workers=min(8, len(work))) as threads:
             futures = [(launcher, host, threads.submit(start_one, launcher, host))
                        for launcher, host in work]
@@ -129,28 +135,56 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
                 if launcher.pool:  # counted like the keeper's (mainboard_allocations_failed)
                     fleet_receipts(config.state_dir).append(FleetScale(
                         pool=launcher.pool, action="submit_failed", reason=text))
+    if work and not config.fleet.pools and not read_fleet(config.state_dir).live():
+        stop_keeper(config.state_dir)  # started alongside, but nothing came up to hold
     kept = [p for p in plans if p.declared]
     for pool in kept:  # after our own submissions, so the keeper never doubles them
         fleet_receipts(config.state_dir).append(FleetScale(
             pool=pool.name, action="start", reason="fleet up", target=pool.target))
     if kept:  # the keeper keeps them: replacing the dead, following the work
         ensure_keeper(config.root, config.path, config.state_dir)
-    if flower and report.started:
+    if flower_up is not None:
+        flower_up.join()
+        report.flower_url, report.flower_error = flower_up.url, flower_up.error
+        if not report.started and not read_fleet(config.state_dir).live():
+            from mainboard.services.flower import Flower
+
+            Flower(config.state_dir).down()  # started alongside, but no worker came up
+            report.flower_url = None
+    return report
+
+
+class _FlowerStart(threading.Thread):
+    """Flower starting alongside the hosts' launches (it takes seconds to answer)."""
+
+    def __init__(self, config: Config, route: BrokerRoute) -> None:
+        super().__init__(name="flower-start", daemon=True)
+        self.config, self.route = config, route
+        self.url: str | None = None
+        self.error: str | None = None
+
+    def run(self) -> None:
         from mainboard.services.flower import Flower
 
         try:
-            report.flower_url = Flower(config.state_dir).up(route.url,
-                                                            config_path=config.path).url
-        except MainboardError as exc:
-            report.flower_error = str(exc)
-    return report
+            self.url = Flower(self.config.state_dir).up(self.route.url,
+                                                        config_path=self.config.path).url
+        except (MainboardError, OSError) as exc:
+            self.error = str(exc)
+
+
+def _start_flower(config: Config, route: BrokerRoute) -> _FlowerStart:
+    started = _FlowerStart(config, route)
+    started.start()
+    return started
 
 
 def _launcher(config: Config, options: UpOptions, route: BrokerRoute,
               timings: dict[str, dict[str, float]] | None) -> Launcher:
     keeper_args = (config.root, config.path, config.state_dir)
     launcher = Launcher(config, options, route, partial(ensure_keeper, *keeper_args),
-                        partial(wait_tunnel, *keeper_args))
+                        partial(wait_tunnel, *keeper_args),
+                        partial(wake_keeper, config.state_dir))
     if timings is not None:
         launcher.timings = timings  # per host and phase, for `bench/bench_fleet.py`
     return launcher

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from mainboard.bridges.tunnel import TunnelStatus
+from mainboard.daemon import process_cmdline
 from mainboard.errors import TunnelError
 from mainboard.fleet.records import read_fleet
 from mainboard.redact import install_log_redaction
@@ -37,6 +38,7 @@ LOST_AFTER_ENV = "MAINBOARD_TUNNEL_LOST_AFTER_S"  # the retry budget (tests shor
 LOST_AFTER_S = 120.0  # a host unreachable this long is marked lost and no longer dialled
 IDLE_CHECK_S = 5.0
 LINGER_S = 5.0  # nothing to hold for this long: exit
+FIRST_LINGER_S = 30.0  # before anything was held: `fleet up` starts the keeper early
 log = logging.getLogger("mainboard.fleet.keeper")
 
 
@@ -60,8 +62,27 @@ def keeper_pid(state_dir: Path) -> int | None:
     return None
 
 
+_STARTING = threading.Lock()  # one start at a time in this process (hosts launch in threads)
+WAKE_SIGNAL = signal.SIGUSR1  # "the receipts changed: look now", instead of the next tick
+
+
 def ensure_keeper(root: Path, config_path: Path | None, state_dir: Path) -> None:
     """Start the keeper for this workspace unless one runs (it refuses to run twice)."""
+    with _STARTING:
+        _ensure_keeper(root, config_path, state_dir)
+
+
+def wake_keeper(state_dir: Path) -> None:
+    """Make the running keeper read the receipts now (a new tunnel is wanted); its pid is
+    checked to be a keeper first, so a stale pid file never signals a stranger."""
+    pid = keeper_pid(state_dir)
+    if pid is None or pid <= 0 or "mainboard.fleet.keeper" not in (process_cmdline(pid) or ""):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, WAKE_SIGNAL)
+
+
+def _ensure_keeper(root: Path, config_path: Path | None, state_dir: Path) -> None:
     if keeper_pid(state_dir) is not None:
         return
     argv = [sys.executable, "-m", "mainboard.fleet.keeper", "--root", str(root)]
@@ -136,10 +157,13 @@ class Keeper:
         self.down_since: dict[str, float] = {}  # worker id -> first failure of this outage
         self.lost_after = float(os.environ.get(LOST_AFTER_ENV) or LOST_AFTER_S)
         self.next_try: dict[str, float] = {}
-        from mainboard.fleet.autoscale import Autoscaler
+        self.scaler = None
+        if self.config.fleet.pools:  # imported only then: the keeper's start is on `fleet up`'s path
+            from mainboard.fleet.autoscale import Autoscaler
 
-        self.scaler = Autoscaler(self.config) if self.config.fleet.pools else None
+            self.scaler = Autoscaler(self.config)
         self.stop = threading.Event()
+        self.wake = threading.Event()  # set by WAKE_SIGNAL (and on stop): sync at once
         self._transports: dict[str, object] = {}
 
     def sync_tunnels(self) -> bool:
@@ -233,8 +257,9 @@ class Keeper:
             every = float(os.environ.get(SCALE_TICK_ENV) or SCALE_TICK_S)
             threading.Thread(target=run_autoscaler, args=(self.scaler, self.stop, every),
                              name="autoscale", daemon=True).start()
-        last_idle_check, idle_since = 0.0, None
-        while not self.stop.wait(TICK_S):
+        last_idle_check, idle_since, linger = 0.0, time.monotonic(), FIRST_LINGER_S
+        while not self.stop.is_set():  # the first sync at once: `fleet up` is waiting on it
+            self.wake.clear()
             busy = self.sync_tunnels()
             busy = busy or (self.scaler is not None and self.scaler.active())
             if time.monotonic() - last_idle_check >= IDLE_CHECK_S:
@@ -245,12 +270,13 @@ class Keeper:
                     log.warning("idle check failed: %s", exc)
                     busy = True
             if busy:
-                idle_since = None
+                idle_since, linger = None, LINGER_S
             elif idle_since is None:
                 idle_since = time.monotonic()
-            elif time.monotonic() - idle_since >= LINGER_S:
+            elif time.monotonic() - idle_since >= linger:
                 log.info("nothing left to keep; exiting")
                 break
+            self.wake.wait(TICK_S)
         self.tunnels.close_all()
 
 
@@ -263,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     install_log_redaction()  # tunnel and worker errors may quote a broker URL
     os.chdir(args.root)
     keeper = Keeper(args.root, args.config)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: (keeper.stop.set(), keeper.wake.set()))
+    signal.signal(WAKE_SIGNAL, lambda *_: keeper.wake.set())  # before the pid is published
     with open(keeper.paths["lock"], "a") as lock:
         deadline = time.monotonic() + 2.0  # `keeper_pid` probes hold the lock for an instant
         while True:
@@ -274,8 +303,6 @@ def main(argv: list[str] | None = None) -> int:
                     return 0  # another keeper holds this workspace
                 time.sleep(0.05)
         keeper.paths["pid"].write_text(f"{os.getpid()}\n")
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: keeper.stop.set())
         log.info("fleet keeper %d for %s", os.getpid(), keeper.state_dir)
         keeper.run()
         with contextlib.suppress(OSError):

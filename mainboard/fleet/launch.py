@@ -19,6 +19,7 @@ import posixpath
 import secrets
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -29,10 +30,12 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 from mainboard.bridges import bridge_for
 from mainboard.bridges.base import Bridge, JobRecord, new_uid
 from mainboard.bridges.jobspec import JobSpec, check_policy, format_walltime, resolve
+from mainboard.bridges.project import Project
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Transport
 from mainboard.config import Config, HostConfig, NotPositive, ProviderHost, positive_duration
 from mainboard.errors import ConfigError, HostError, UserError
+from mainboard.fleet import warm
 from mainboard.fleet.records import (
     check_queue,
     fleet_receipts,
@@ -40,11 +43,11 @@ from mainboard.fleet.records import (
     node_prefix,
     owner_tag,
 )
-from mainboard.hosts.access import TAG, ensure_root, tagged
+from mainboard.fleet.warm import Stamp, free_remote_port, remove_secret, write_secret
+from mainboard.hosts.access import ensure_root
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerSubmitting, WorkerTunnel
-from mainboard.tasks import BATCH_QUEUE, TASK_MODULES
-from mainboard.tasks.fleet import GPU_ENV, RETIRE_ENV
+from mainboard.tasks import BATCH_QUEUE, GPU_ENV, RETIRE_ENV, TASK_MODULES
 from mainboard.tasks.paths import WORKSPACE_ENV
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
@@ -184,11 +187,17 @@ class BrokerRoute:
     def loopback(self) -> bool:
         return self.host in LOOPBACK or self.host.startswith("127.")
 
-    def via_port(self, port: int) -> str:
-        """The workers' URL pointing at ``127.0.0.1:port`` (a tunnel's far end)."""
-        parts = urlsplit(self.worker_url)
+    def via_port(self, port: int, url: str | None = None) -> str:
+        """The workers' URL (or ``url``) pointing at ``127.0.0.1:port`` (a tunnel's far end)."""
+        head, tail = self.around_port(url)
+        return f"{head}{port}{tail}"
+
+    def around_port(self, url: str | None = None) -> tuple[str, str]:
+        """``via_port``'s URL before and after the port (the host picks the port itself)."""
+        parts = urlsplit(url or self.worker_url)
         auth = parts.netloc.rpartition("@")[0]
-        return urlunsplit(parts._replace(netloc=f"{auth + '@' if auth else ''}127.0.0.1:{port}"))
+        head = f"{parts.scheme}://{auth + '@' if auth else ''}127.0.0.1:"
+        return head, urlunsplit(("", "", parts.path, parts.query, parts.fragment))
 
 
 def remote(host: HostConfig) -> bool:
@@ -207,25 +216,12 @@ def ssh_from_dict(params: dict[str, Any], name: str) -> SshTransport:
     return SshTransport.from_description(params, name)
 
 
-def free_remote_port(transport: Transport, python: str) -> int:
-    """A TCP port nobody listens on at the host's 127.0.0.1 (the tunnel's far end)."""
-    code = ("import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
-            f"print('{TAG}%d' % s.getsockname()[1])")
-    done = transport.run([python, "-c", code], timeout=60, check=True)
-    found = tagged(done.stdout)
-    if not found or not found.isdigit():
-        raise HostError(f"{transport.name}: could not pick a free port for the broker tunnel")
-    return int(found)
-
-
-def write_secret(transport: Transport, path: str, url: str) -> None:
-    """The broker URL into a fresh 0600 file on the host, through stdin (never argv)."""
-    script = 'umask 077 && mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-    transport.run(["/bin/sh", "-c", script, "mb-secret", path], stdin=url.encode(), timeout=60,
-                  check=True)
-
-
 CA_PARAM = "ssl_ca_certs"
+
+
+def ca_path(secret: str) -> str:
+    """Where a worker's copy of the broker's CA goes: beside its URL file."""
+    return f"{secret[:-len('.broker')]}.ca.crt"
 
 
 def ship_ca(transport: Transport, url: str, path: str) -> str:
@@ -247,12 +243,6 @@ def ship_ca(transport: Transport, url: str, path: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(moved, quote_via=quote, safe="/")))
 
 
-def remove_secret(transport: Transport, path: str) -> None:
-    """Best effort: the worker has the URL in its environment already."""
-    with contextlib.suppress(Exception):
-        transport.run(["rm", "-f", "--", path], timeout=30)
-
-
 @dataclass
 class Target:
     """One host made reachable for a launch: its transport, absolute root and bridge maker."""
@@ -264,6 +254,9 @@ class Target:
     make_bridge: Callable[[str], Bridge]
     ssh: dict[str, Any] | None = None
     rental: dict[str, str] | None = None
+    root_text: str = ""          # the root as configured (``root`` resolves it)
+    stamp_id: str | None = None  # a host whose starts can be warm (fleet.warm)
+    stamp: Stamp | None = None   # what the last full start found there
 
 
 class Launcher:
@@ -271,12 +264,34 @@ class Launcher:
 
     def __init__(self, config: Config, options: UpOptions, broker: BrokerRoute,
                  ensure_keeper: Callable[[], None],
-                 wait_tunnel: Callable[[str, float], int]) -> None:
+                 wait_tunnel: Callable[[str, float], int],
+                 wake_keeper: Callable[[], None] = lambda: None) -> None:
         self.config, self.options, self.broker = config, options, broker
         self.receipts = fleet_receipts(config.state_dir)
         self._ensure_keeper, self._wait_tunnel = ensure_keeper, wait_tunnel
+        self._wake_keeper = wake_keeper
         self.timings: dict[str, dict[str, float]] = {}  # host -> phase -> seconds (bench)
         self.pool: str | None = None  # the [fleet.pools.NAME] its workers belong to
+        self._project: Project | None = None
+        self._project_lock = threading.Lock()
+
+    def project(self) -> Project:
+        """mainboard as installed here (its source hashed once per ``fleet up``)."""
+        with self._project_lock:
+            if self._project is None:
+                from mainboard.bridges.project import local_project
+
+                self._project = local_project(self.config.state_dir)
+            return self._project
+
+    def _stamp_id(self, name: str, host: HostConfig) -> str | None:
+        """The warm-start stamp of a host that provisions plainly (no container, not here)."""
+        if host.kind == "local" or getattr(host, "container", None):
+            return None
+        from mainboard.bridges.provision import manifest_digest
+
+        return warm.stamp_id(self.config, name, manifest_digest(self.config, name,
+                                                                self.project()))
 
     @contextlib.contextmanager
     def phase(self, host: str, name: str) -> Iterator[None]:
@@ -294,13 +309,52 @@ class Launcher:
         text = host.root or default
         if not remote(host) and not posixpath.isabs(text):
             text = str(self.config.root / Path(text).expanduser())
-        with self.phase(name, "connect"):
-            root = ensure_root(transport, name, text)
+        stamp_id = self._stamp_id(name, host)
+        stamp = warm.lookup(self.config, stamp_id) if stamp_id else None
+        if stamp is None:
+            with self.phase(name, "connect"):
+                root = ensure_root(transport, name, text)
+        else:  # checked (and created) by the warm start's one command
+            root = stamp.root
         container_name = getattr(host, "container", None)
         container = self.config.containers[container_name] if container_name else None
         return Target(name, host, transport, root, lambda r: bridge_for(
             name, host, transport, container=container, root=r),
-            ssh_dict(transport) if isinstance(transport, SshTransport) else None)
+            ssh_dict(transport) if isinstance(transport, SshTransport) else None,
+            root_text=text, stamp_id=stamp_id, stamp=stamp)
+
+    def warm_start(self, target: Target, worker_id: str, secret: str
+                   ) -> tuple[str, str, str, int | None] | None:
+        """(python, url, via, port) after one command on a host as stamped (root, env,
+        port, secret), the tunnel asked of the keeper; None: take the full path."""
+        stamp = target.stamp
+        if stamp is None or getattr(target.host, "broker_url", None):
+            return None
+        tunnel = self.broker.loopback and target.ssh is not None
+        from mainboard.bridges.pins import require_env_python
+
+        require_env_python(self.config, target.name, stamp.python_version)  # a [deps] pin
+        url = self.broker.worker_url
+        if remote(target.host) and CA_PARAM in url:  # TLS: the CA first (one more command)
+            url = ship_ca(target.transport, url, ca_path(secret))
+        head_tail = self.broker.around_port(url) if tunnel else (url, "")
+        ready = warm.prepare(target.transport, stamp, secret, head_tail, tunnel=tunnel)
+        if ready is None:
+            warm.record(self.config, target.stamp_id or "", None)
+            return None
+        if ready.port is None:
+            return stamp.python, url, "direct", None
+        self._ask_tunnel(target, worker_id, ready.port)
+        return stamp.python, self.broker.via_port(ready.port, url), "tunnel", ready.port
+
+    def _ask_tunnel(self, target: Target, worker_id: str, port: int) -> None:
+        """Record the wanted tunnel and wake the keeper if it runs (a keeper starting reads
+        the receipts first thing; ``await_tunnel`` starts one if none does)."""
+        assert target.ssh is not None
+        self.receipts.append(WorkerTunnel(
+            worker_id=worker_id, host=target.name, ssh=target.ssh, remote_port=port,
+            local_host=self.broker.host, local_port=self.broker.port))
+        self._wake_keeper()
 
     def python_for(self, target: Target) -> str:
         """This interpreter for the local host; elsewhere the provisioned environment's."""
@@ -308,22 +362,38 @@ class Launcher:
             return sys.executable
         from mainboard.bridges.provision import provision_host
 
-        return provision_host(self.config, target.name, target.transport, root=target.root).python
+        env = provision_host(self.config, target.name, target.transport, root=target.root,
+                             project=self.project())
+        if target.stamp_id:  # the next start on this host can be warm
+            warm.record(self.config, target.stamp_id, warm.Stamp(
+                target.root, env.python, env.key, env.env_dir, env.python_version))
+        return env.python
+
+    def tunnels(self, host: HostConfig) -> bool:
+        """True when a worker on ``host`` reaches the broker through the keeper's tunnel."""
+        return not getattr(host, "broker_url", None) and self.broker.loopback and remote(host)
 
     def route(self, target: Target, worker_id: str, python: str) -> tuple[str, str, int | None]:
         """(url, "direct"|"tunnel", remote port): a tunnel when a remote host cannot reach a
-        loopback-only broker; a ``broker_url`` given for the host wins."""
+        loopback-only broker; a ``broker_url`` given for the host wins. A tunnel is asked
+        of the keeper (recorded, the keeper woken) but not waited for: ``start`` submits
+        the worker first, so it boots while the keeper dials (``await_tunnel``)."""
         own = getattr(target.host, "broker_url", None)
         if own:
             return str(own), "direct", None
         if not (self.broker.loopback and target.ssh is not None):
             return self.broker.worker_url, "direct", None
         port = free_remote_port(target.transport, python)
-        self.receipts.append(WorkerTunnel(
-            worker_id=worker_id, host=target.name, ssh=target.ssh, remote_port=port,
-            local_host=self.broker.host, local_port=self.broker.port))
-        self._ensure_keeper()
-        return self.broker.via_port(self._wait_tunnel(worker_id, 30.0)), "tunnel", port
+        self._ask_tunnel(target, worker_id, port)
+        return self.broker.via_port(port), "tunnel", port
+
+    def await_tunnel(self, worker_id: str, port: int) -> None:
+        """Until the keeper forwards ``port`` (TunnelError after 30 s)."""
+        self._ensure_keeper()  # mostly started already, alongside the launch
+        forwarded = self._wait_tunnel(worker_id, 30.0)
+        if forwarded != port:  # the keeper binds the recorded port or fails
+            raise HostError(f"the tunnel of worker {worker_id} came up on port {forwarded}, "
+                            f"not the recorded {port}")
 
     def intent(self, worker_id: str, host: str, draft: dict[str, Any] | None = None) -> None:
         """The ``worker.submitting`` receipt: written before the scheduler or provider is
@@ -339,16 +409,29 @@ class Launcher:
         node = node_prefix(target.host.kind, target.name)
         secret = posixpath.join(target.root, ".mainboard", "fleet", f"{worker_id}.broker")
         tunnelled = intended = False
+        record: JobRecord | None = None
         try:
             with self.phase(target.name, "provision"):
-                python = self.python_for(target)
-            with self.phase(target.name, "route"):
-                url, via, port = self.route(target, worker_id, python)
+                found = self.warm_start(target, worker_id, secret)
+            if found is None:
+                if target.stamp is not None:  # not as stamped: the full path, root first
+                    with self.phase(target.name, "connect"):
+                        target.root = ensure_root(target.transport, target.name,
+                                                  target.root_text)
+                    secret = posixpath.join(target.root, ".mainboard", "fleet",
+                                            f"{worker_id}.broker")
+                with self.phase(target.name, "provision"):
+                    python = self.python_for(target)
+                with self.phase(target.name, "route"):
+                    url, via, port = self.route(target, worker_id, python)
+            else:
+                python, url, via, port = found
             tunnelled = port is not None
             with self.phase(target.name, "submit"):
-                if remote(target.host):
-                    url = ship_ca(target.transport, url, f"{secret[:-len('.broker')]}.ca.crt")
-                write_secret(target.transport, secret, url)
+                if found is None:
+                    if remote(target.host):
+                        url = ship_ca(target.transport, url, ca_path(secret))
+                    write_secret(target.transport, secret, url)
                 queues = [*self.options.queues, host_queue(target.name)]
                 command = worker_command(python, node, queues, self.options.concurrency, secret,
                                          root=target.root, job_suffix=True)
@@ -370,12 +453,19 @@ class Launcher:
                     "job_dir": bridge.job_dir(uid), "spec": spec.model_dump(mode="json")}})
                 intended = True
                 record = bridge.submit_prepared(spec, uid)
+            if port is not None:  # the worker boots meanwhile (Celery retries its connection)
+                with self.phase(target.name, "tunnel"):
+                    self.await_tunnel(worker_id, port)
         except BaseException as exc:
             if tunnelled or intended:
                 self.receipts.append(WorkerStopped(worker_id=worker_id, host=target.name,
                                                    reason=f"fleet up failed: {exc}"[:500]))
+            if record is not None:  # submitted, but its tunnel never came up
+                with contextlib.suppress(Exception):
+                    target.make_bridge(target.root).cancel([record])
             remove_secret(target.transport, secret)
             raise
+        assert record is not None  # submitted, or the except above re-raised
         started = adopted(fields, record)
         self.receipts.append(started)
         return started

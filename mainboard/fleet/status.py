@@ -23,7 +23,7 @@ from mainboard.fleet.launch import BrokerRoute
 from mainboard.fleet.records import FleetState, read_fleet
 from mainboard.fleet.workers import job_of, poll_jobs, registry_entries
 from mainboard.receipts import WorkerStarted
-from mainboard.tasks.fleet import HEARTBEAT_S
+from mainboard.tasks import HEARTBEAT_S
 
 STALE_AFTER_S = 3 * HEARTBEAT_S
 ALIVE_STATES = frozenset({"online", "starting"})
