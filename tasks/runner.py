@@ -46,6 +46,14 @@ ProgressFn = Callable[[Progress], None]
 Prepare = Callable[[Config], object]  # e.g. mainboard.fleet.sync.sync_fleet
 
 
+def _standby(prepare: Prepare | None, cfg: Config) -> Callable[[], str | None] | None:
+    """A fleet layer's hook may also say what starts workers on demand
+    (``prepare.standby(config)``, e.g. an autoscaled pool at zero): then ``workers=0``
+    waits for it instead of refusing the run."""
+    hook = getattr(prepare, "standby", None)
+    return (lambda: hook(cfg)) if hook is not None else None
+
+
 def load_spec(run: RunLike) -> RunSpec:
     """A validated RunSpec from a model, a run-file dict or a RUN.toml path."""
     if isinstance(run, RunSpec):
@@ -146,7 +154,7 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
             local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers").start()
         app = make_app(cfg, broker_url=url)
         if workers == 0:
-            require_fleet(app, where(url))
+            require_fleet(app, where(url), standby=_standby(prepare, cfg))
         if prepare is not None:
             prepare(cfg)
         if count is None:

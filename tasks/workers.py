@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -31,6 +32,8 @@ if TYPE_CHECKING:  # not imported at run time: the CLI starts workers before it 
 from mainboard.errors import IntegrationFailed, UserError
 from mainboard.tasks import BATCH_QUEUE
 from mainboard.tasks.paths import pythonpath
+
+log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 15.0
 FLEET_WAIT_S = 5.0  # how long `workers=0` asks for a fleet worker before giving up
@@ -170,13 +173,20 @@ def no_fleet(why: str) -> UserError:
 
 
 def require_fleet(app: Celery, broker: str, queue: str = BATCH_QUEUE,
-                  wait_s: float = FLEET_WAIT_S) -> int:
+                  wait_s: float = FLEET_WAIT_S,
+                  standby: Callable[[], str | None] | None = None) -> int:
     """How many fleet workers consume ``queue``, asked until one answers within ``wait_s``
-    (a worker busy starting may miss one broadcast); :func:`no_fleet` when none does."""
+    (a worker busy starting may miss one broadcast); :func:`no_fleet` when none does,
+    unless ``standby()`` names what will start one (an autoscaled pool at zero): 0 then."""
     deadline = time.monotonic() + wait_s
     while not (count := fleet_size(app, queue)):
         if time.monotonic() >= deadline:
-            raise no_fleet(f"no worker consumes {queue} on the broker at {broker}")
+            pool = standby() if standby is not None else None
+            if pool is None:
+                raise no_fleet(f"no worker consumes {queue} on the broker at {broker}")
+            log.warning("no worker consumes %s yet: %s starts one for this run's batches",
+                        queue, pool)
+            return 0
     return count
 
 

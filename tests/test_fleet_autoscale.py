@@ -155,3 +155,49 @@ def _keeper_killed_then_worker_killed(ws: Path) -> None:
     assert first.worker_id in read_fleet(state).stopped
     (submit,) = [e for e in _events(ws, "steady") if e.action == "submit"]
     assert "0 allocation(s), target 1" in submit.reason
+
+
+RUN_TOML = """name = "from-zero"
+seed = 7
+[domain]
+continuous = 2
+[integrand]
+kind = "genz.gaussian"
+a = [4.0, 4.0]
+u = [0.5, 0.5]
+[sampler]
+kind = "vegas"
+[stop]
+max_samples = 8000
+[batching]
+batch_size = 2000
+batches_per_iteration = 2
+"""
+
+
+def test_a_run_on_an_autoscaled_pool_at_zero_starts_its_worker(tmp_path: Path) -> None:
+    """`--workers 0` with no worker yet is not refused when the keeper grows a pool that
+    consumes the batch queue from zero: it says so, the run's batches are the demand, the
+    pool submits a worker and the run ends with the numbers of a local run."""
+    from mainboard.integrators.driver import integrate_local
+    from mainboard.tasks.runner import load_spec
+
+    ws = workspace(tmp_path / "ws", "\n[fleet.pools.runs]\nhost = \"local\"\n"
+                                     "max-jobs = 1\nidle-timeout = 1\n")
+    (ws / "run.toml").write_text(RUN_TOML)
+    env = {SCALE_TICK_ENV: "0.2"}
+    try:
+        up = cli(ws, "fleet", "up", "--no-flower", "--json", env=env)
+        assert up.returncode == 0 and json.loads(up.stdout)["started"] == [], up.stderr
+        done = cli(ws, "integrate", "run.toml", "--workers", "0", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        assert "pool 'runs' (autoscaled, up to 1 allocation(s) on local) starts one" \
+            in done.stderr
+        got = json.loads(done.stdout)
+        ref = integrate_local(load_spec(ws / "run.toml"))
+        assert (got["estimate"], got["samples"]) == (ref.estimate, 8000)
+        runs = [e for e in read_fleet(ws / ".mainboard").scale if e.pool == "runs"]
+        assert [e.action for e in runs][:2] == ["start", "submit"], runs
+    finally:
+        cli(ws, "fleet", "down")
+        stop_broker(ws)

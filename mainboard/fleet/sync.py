@@ -132,6 +132,26 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
         return [f.result() for f in futures]
 
 
+def standby_pool(config: Config) -> str | None:
+    """A declared, autoscaled pool consuming the batch queue that the running keeper will
+    grow from zero for a run's batches (none: a run with ``--workers 0`` is refused)."""
+    from mainboard.fleet.autoscale import pool_active, pool_paused
+    from mainboard.fleet.keeper import keeper_pid
+
+    if keeper_pid(config.state_dir) is None:
+        return None
+    state = read_fleet(config.state_dir)
+    for name, pool in config.fleet.pools.items():
+        if pool.autoscaled and (pool.max_jobs or 0) > 0 and BATCH_QUEUE in pool.queues \
+                and pool_active(state, name) and not pool_paused(state, name):
+            return (f"pool {name!r} (autoscaled, up to {pool.max_jobs} allocation(s) on "
+                    f"{pool.host})")
+    return None
+
+
+sync_fleet.standby = standby_pool  # type: ignore[attr-defined]  # read by tasks.runner
+
+
 def integrate(run: runner.RunLike, workers: int | None = None, *,
               config: Config | None = None, broker_url: str | None = None,
               progress: runner.ProgressFn | None = None, resume: bool = False,
@@ -153,4 +173,5 @@ def clone(what: str, from_iteration: int, workers: int | None = None, **options:
     return runner.clone(what, from_iteration, workers, prepare=sync_fleet, **options)
 
 
-__all__ = ["HostSync", "clone", "evaluating", "integrate", "mirror_of", "resume", "sync_fleet"]
+__all__ = ["HostSync", "clone", "evaluating", "integrate", "mirror_of", "resume", "standby_pool",
+           "sync_fleet"]
