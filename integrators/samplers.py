@@ -213,8 +213,9 @@ class VegasSampler(Sampler):
             fill = _Stratify(self.bin_corners, self.strata.nstrat,
                              self.bins / self.strata.nstrat, first, local)
             x, jac, bins = self.tables.draw(rng, latent.n, into=fill)
-            jac *= np.repeat(self.strata.factors[first:first + local.size], local)
-            aux = {"bins": bins.T, "stratum": fill.stratum}
+            scale = np.repeat(self.strata.factors[first:first + local.size], local)
+            jac *= scale
+            aux = {"bins": bins.T, "stratum": fill.stratum, "stratum_factor": scale}
         if factor != 1.0:
             jac *= factor
         return Batch(x=x.T, idx=idx, weights=jac, aux=aux)
@@ -222,9 +223,9 @@ class VegasSampler(Sampler):
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
         """Per-dimension per-bin sums of |w f|^2 and counts (stratified: |w f|^2 without
         the stratum factor, i.e. (J f)^2 up to a constant, as the grid wants)."""
-        if "stratum" in batch.aux and self.strata is not None:
-            unscale = self.strata.factors_squared.take(batch.aux["stratum"], mode="clip")
-            np.divide(wf2, unscale, out=unscale)  # in range (the plan's): no index checks
+        if "stratum_factor" in batch.aux:  # the factor per sample, from materialize
+            unscale = np.square(batch.aux["stratum_factor"])
+            np.divide(wf2, unscale, out=unscale)
             wf2 = unscale
         sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
         return {"grid_sum": sums, "grid_count": counts}
@@ -284,7 +285,7 @@ class _Stratify:
     + corner, so how the axes are split is a matter of speed, not of numbers."""
 
     #: An axis whose corner changes every fewer rows than this, on average, is gathered.
-    BLOCK_ROWS = 1024
+    BLOCK_ROWS = 512
 
     def __init__(self, corners: np.ndarray, nstrat: np.ndarray, step: np.ndarray,
                  first: int, counts: np.ndarray) -> None:

@@ -129,11 +129,6 @@ class StrataPlan:
         """Weight factor of a sample in each stratum, N / (H n_h)."""
         return self.total / (float(self.counts.size) * self.counts)
 
-    @cached_property
-    def factors_squared(self) -> np.ndarray:
-        """The weight factors squared (training divides them out of |w f|^2)."""
-        return self.factors * self.factors
-
     def layout(self, batch_index: int, n: int) -> np.ndarray:
         """The stratum number of each sample of batch ``batch_index`` (n,), ascending."""
         return self.runs(*self.share(batch_index, n))
@@ -168,10 +163,9 @@ def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | N
         out["strata_count"][ids] = np.add.reduceat(finite.astype(np.float64), starts)
         values = np.where(finite, wf.T, 0.0)
     for c in range(width):
-        col = np.ascontiguousarray(values[c])
+        col = values[c]
         out["strata_sum"][c, ids] = np.add.reduceat(col, starts)
-        col *= col
-        out["strata_sum2"][c, ids] = np.add.reduceat(col, starts)
+        out["strata_sum2"][c, ids] = np.add.reduceat(np.square(col), starts)
     return out
 
 
