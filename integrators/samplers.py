@@ -34,7 +34,10 @@ def merge_training(parts: Sequence[Mapping[str, np.ndarray]]) -> Training:
     for part in parts:
         for key, arr in part.items():
             arr = np.asarray(arr, dtype=np.float64)
-            out[key] = out[key] + arr if key in out else arr.copy()
+            if key in out:
+                out[key] += arr  # in place: no fresh (page-faulting) array per batch
+            else:
+                out[key] = arr.copy()
     return out
 
 
