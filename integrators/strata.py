@@ -144,28 +144,27 @@ def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | N
     """Per-stratum count, sum and sum of squares of the weighted values wf (n, m),
     non-finite rows left out; full-length arrays, zero outside the batch's strata, so
     batches merge by addition (see :func:`combine`). ``stratum`` is ascending (the plan's
-    layout): each stratum is one run of rows, summed by ``reduceat`` over the runs rather
-    than scattered per sample."""
+    layout), so the batch's strata are one contiguous span of the arrays."""
     width = wf.shape[1]
     out = {"strata_count": np.zeros(strata), "strata_sum": np.zeros((width, strata)),
            "strata_sum2": np.zeros((width, strata))}
-    n = stratum.size
-    if n == 0:
+    if stratum.size == 0:
         return out
-    starts = np.flatnonzero(stratum[1:] != stratum[:-1])
-    starts += 1
-    starts = np.concatenate(([0], starts))
-    ids = stratum[starts]
+    first = int(stratum[0])
+    local = stratum - first
+    span = slice(first, first + int(local[-1]) + 1)  # ascending: the batch's strata
+    size = span.stop - first
     if finite is None:
-        out["strata_count"][ids] = np.diff(starts, append=n)
-        values = wf.T
+        out["strata_count"][span] = np.bincount(local, minlength=size)
     else:  # non-finite rows count as absent: zeros in the sums, not in the counts
-        out["strata_count"][ids] = np.add.reduceat(finite.astype(np.float64), starts)
-        values = np.where(finite, wf.T, 0.0)
+        out["strata_count"][span] = np.bincount(local, weights=finite.astype(np.float64),
+                                                minlength=size)
+        wf = np.where(finite[:, None], wf, 0.0)
     for c in range(width):
-        col = values[c]
-        out["strata_sum"][c, ids] = np.add.reduceat(col, starts)
-        out["strata_sum2"][c, ids] = np.add.reduceat(np.square(col), starts)
+        col = wf[:, c]
+        out["strata_sum"][c, span] = np.bincount(local, weights=col, minlength=size)
+        out["strata_sum2"][c, span] = np.bincount(local, weights=np.square(col),
+                                                  minlength=size)
     return out
 
 
