@@ -154,9 +154,8 @@ def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | N
     local = stratum - first
     span = slice(first, first + int(local[-1]) + 1)  # ascending: the batch's strata
     size = span.stop - first
-    if finite is None:  # runs of a sorted array: their ends by binary search, no pass
-        ends = np.searchsorted(stratum, np.arange(first + 1, span.stop + 1))
-        out["strata_count"][span] = np.diff(ends, prepend=0)
+    if finite is None:
+        out["strata_count"][span] = np.bincount(local, minlength=size)
     else:  # non-finite rows count as absent: zeros in the sums, not in the counts
         out["strata_count"][span] = np.bincount(local, weights=finite.astype(np.float64),
                                                 minlength=size)
