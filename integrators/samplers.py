@@ -12,6 +12,7 @@ Common interface (all state is plain data so a coordinator can snapshot and ship
 
 from __future__ import annotations
 
+import bisect
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +34,10 @@ def merge_training(parts: Sequence[Mapping[str, np.ndarray]]) -> Training:
     for part in parts:
         for key, arr in part.items():
             arr = np.asarray(arr, dtype=np.float64)
-            out[key] = out[key] + arr if key in out else arr.copy()
+            if key in out:
+                out[key] += arr  # in place: no fresh (page-faulting) array per batch
+            else:
+                out[key] = arr.copy()
     return out
 
 
@@ -215,11 +219,12 @@ class VegasSampler(Sampler):
             aux = {"bins": bins.T}
         else:
             first, local = self.strata.share(latent.batch_index, latent.n)
-            mine = slice(first, first + local.size)  # the batch's strata, in order
-            x, jac, bins = self.tables.draw(rng, latent.n, into=_Stratify(
-                self.bin_corners[:, mine], self.bins / self.strata.nstrat, local))
-            jac *= np.repeat(self.strata.factors[mine], local)  # runs: no gather
-            aux = {"bins": bins.T, "stratum": StrataPlan.runs(first, local)}
+            fill = _Stratify(self.bin_corners, self.strata.nstrat,
+                             self.bins / self.strata.nstrat, first, local)
+            x, jac, bins = self.tables.draw(rng, latent.n, into=fill)
+            scale = np.repeat(self.strata.factors[first:first + local.size], local)
+            jac *= scale
+            aux = {"bins": bins.T, "stratum": fill.stratum, "stratum_factor": scale}
         if factor != 1.0:
             jac *= factor
         return Batch(x=x.T, idx=idx, weights=jac, aux=aux)
@@ -227,9 +232,9 @@ class VegasSampler(Sampler):
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
         """Per-dimension per-bin sums of |w f|^2 and counts (stratified: |w f|^2 without
         the stratum factor, i.e. (J f)^2 up to a constant, as the grid wants)."""
-        if "stratum" in batch.aux and self.strata is not None:
-            unscale = self.strata.factors_squared.take(batch.aux["stratum"], mode="clip")
-            np.divide(wf2, unscale, out=unscale)  # in range (the plan's): no index checks
+        if "stratum_factor" in batch.aux:  # the factor per sample, from materialize
+            unscale = np.square(batch.aux["stratum_factor"])
+            np.divide(wf2, unscale, out=unscale)
             wf2 = unscale
         sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
         return {"grid_sum": sums, "grid_count": counts}
@@ -285,29 +290,58 @@ def _array(value: Any, dtype: Any) -> np.ndarray | None:
 
 class _Stratify:
     """Fill callback for ``GridTables.draw``: uniform draws moved into each sample's stratum
-    and scaled to bin units at once, N y = N corner + u N / nstrat, slice by slice in the
-    grid's own work array (a batch-sized buffer would push the slice out of cache). A
-    batch's samples come in runs, one per stratum (``counts``, in stratum order): a slice
-    finds its runs by binary search and gathers only its own strata's corners."""
+    and scaled to bin units at once, N y = u N / nstrat + N corner, slice by slice in the
+    grid's own work array (a batch-sized buffer would push the slice out of cache).
 
-    def __init__(self, corners: np.ndarray, step: np.ndarray, counts: np.ndarray) -> None:
-        self.corners, self.step = corners, step[:, None]
-        self.ends = np.cumsum(counts)  # one past each run, batch positions
+    A batch's samples come in runs, one per stratum (``counts``, in stratum order, numbered
+    row-major from ``first``). An axis whose corner stays put over long stretches of rows
+    (a slow axis: the first ones) gets its corner added as a constant over each stretch;
+    only the fast axes gather a corner per sample. Either way every y is the same u * step
+    + corner, so how the axes are split is a matter of speed, not of numbers."""
+
+    #: An axis whose corner changes every fewer rows than this, on average, is gathered.
+    BLOCK_ROWS = 512
+
+    def __init__(self, corners: np.ndarray, nstrat: np.ndarray, step: np.ndarray,
+                 first: int, counts: np.ndarray) -> None:
+        self.step = step[:, None]
+        self.stratum = StrataPlan.runs(first, counts)  # the batch's stratum per sample
+        n, dim = self.stratum.size, nstrat.size
+        stride = np.ones(dim, dtype=np.int64)
+        stride[:-1] = np.cumprod(nstrat[::-1])[::-1][1:]
+        per_row = counts.size / max(n, 1)  # strata per row, on average
+        slow = 0
+        while slow < dim and stride[slow] >= self.BLOCK_ROWS * per_row:
+            slow += 1
+        self.slow = slow
+        self.corners = corners[slow:]  # fast axes' corners, indexed by absolute stratum
+        starts = np.concatenate(([0], np.cumsum(counts)))  # of each run, and the end
+        last = first + counts.size
+        self.blocks: list[tuple[list[int], list[float]]] = []
+        for j in range(slow):  # one stretch per change of the axis' corner
+            heads = np.arange((first // stride[j] + 1) * stride[j], last, stride[j])
+            at = np.concatenate(([first], heads))
+            rows = starts[at - first].tolist() + [n]
+            values = corners[j].take(at).tolist()
+            self.blocks.append((rows, values))
 
     def __call__(self, rng: np.random.Generator, part: np.ndarray, sl: slice,
                  low: np.ndarray) -> None:
-        ends = self.ends
-        a = int(np.searchsorted(ends, sl.start, side="right"))
-        b = int(np.searchsorted(ends, sl.stop - 1, side="right")) + 1
-        run = np.minimum(ends[a:b], sl.stop)  # the slice's part of runs a .. b - 1
-        run[1:] -= ends[a:b - 1]
-        run[0] -= sl.start
-        stratum = np.repeat(np.arange(a, b, dtype=np.intp), run)
-        for j, row in enumerate(self.corners):  # the method: no per-call dispatch cost
-            row.take(stratum, out=low[j], mode="clip")  # in range: no checks needed
         rng.random(out=part)
         part *= self.step
-        part += low
+        lo, hi = sl.start, sl.stop
+        for j, (rows, values) in enumerate(self.blocks):
+            row = part[j]
+            b = bisect.bisect_right(rows, lo) - 1
+            while rows[b] < hi:
+                row[max(rows[b], lo) - lo:min(rows[b + 1], hi) - lo] += values[b]
+                b += 1
+        if self.corners.shape[0]:
+            stratum = self.stratum[sl]
+            fast = low[self.slow:]
+            for j, row in enumerate(self.corners):  # the method: no per-call dispatch cost
+                row.take(stratum, out=fast[j], mode="clip")  # in range: no checks needed
+            part[self.slow:] += fast
 
 
 SamplerFactory = Callable[..., Sampler]

@@ -29,9 +29,9 @@ import numpy as np
 #: Share of an iteration's samples placed by variance; the rest is spread evenly (vegas'
 #: ``neval_frac``).
 ADAPTIVE_FRACTION = 0.75
-#: At most this many strata: each batch result carries four arrays of this length.
+#: At most this many strata: each batch result carries three arrays of this length.
 MAX_STRATA = 2 ** 15
-KEYS = ("strata_count", "strata_sum", "strata_m2", "strata_sq")
+KEYS = ("strata_count", "strata_sum", "strata_sum2")
 
 
 def strata_shape(total: int, dim: int) -> np.ndarray:
@@ -129,11 +129,6 @@ class StrataPlan:
         """Weight factor of a sample in each stratum, N / (H n_h)."""
         return self.total / (float(self.counts.size) * self.counts)
 
-    @cached_property
-    def factors_squared(self) -> np.ndarray:
-        """The weight factors squared (training divides them out of |w f|^2)."""
-        return self.factors * self.factors
-
     def layout(self, batch_index: int, n: int) -> np.ndarray:
         """The stratum number of each sample of batch ``batch_index`` (n,), ascending."""
         return self.runs(*self.share(batch_index, n))
@@ -146,46 +141,42 @@ class StrataPlan:
 
 def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | None,
                      strata: int) -> dict[str, np.ndarray]:
-    """Per-stratum count, sum, within-batch M2 and sum^2/count of the weighted values wf
-    (n, m), non-finite rows left out; full-length arrays, zero outside the batch's strata,
-    so batches merge by addition (see :func:`combine`). ``stratum`` is ascending (the
-    plan's layout), so each stratum's mean is repeated over its run rather than gathered
-    per sample."""
-    keep = slice(None) if finite is None else finite
-    ids, values = stratum[keep], wf[keep]
+    """Per-stratum count, sum and sum of squares of the weighted values wf (n, m),
+    non-finite rows left out; full-length arrays, zero outside the batch's strata, so
+    batches merge by addition (see :func:`combine`). ``stratum`` is ascending (the plan's
+    layout), so the batch's strata are one contiguous span of the arrays."""
     width = wf.shape[1]
     out = {"strata_count": np.zeros(strata), "strata_sum": np.zeros((width, strata)),
-           "strata_m2": np.zeros((width, strata)), "strata_sq": np.zeros((width, strata))}
-    if ids.size == 0:
+           "strata_sum2": np.zeros((width, strata))}
+    if stratum.size == 0:
         return out
-    first = int(ids[0])
-    local = ids - first
-    runs = np.bincount(local)  # samples per stratum
-    count = runs.astype(np.float64)
-    span = slice(first, first + count.size)
-    out["strata_count"][span] = count
-    used = runs > 0
+    first = int(stratum[0])
+    local = stratum - first
+    span = slice(first, first + int(local[-1]) + 1)  # ascending: the batch's strata
+    size = span.stop - first
+    if finite is None:
+        out["strata_count"][span] = np.bincount(local, minlength=size)
+    else:  # non-finite rows count as absent: zeros in the sums, not in the counts
+        out["strata_count"][span] = np.bincount(local, weights=finite.astype(np.float64),
+                                                minlength=size)
+        wf = np.where(finite[:, None], wf, 0.0)
     for c in range(width):
-        col = np.ascontiguousarray(values[:, c])
-        total = np.bincount(local, weights=col, minlength=count.size)
-        mean = np.divide(total, count, out=np.zeros_like(total), where=used)
-        dev = col - np.repeat(mean, runs)
-        dev *= dev
-        out["strata_sum"][c, span] = total
-        out["strata_m2"][c, span] = np.bincount(local, weights=dev, minlength=count.size)
-        out["strata_sq"][c, span] = np.divide(total * total, count,
-                                              out=np.zeros_like(total), where=used)
+        col = wf[:, c]
+        out["strata_sum"][c, span] = np.bincount(local, weights=col, minlength=size)
+        out["strata_sum2"][c, span] = np.bincount(local, weights=np.square(col),
+                                                  minlength=size)
     return out
 
 
 def combine(training: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Merged batch statistics -> (samples per stratum (H,), each stratum's term of the
-    variance of the mean (m, H)): n_h / (n_h - 1) M2_h / N^2, zero below 2 samples."""
+    variance of the mean (m, H)): n_h / (n_h - 1) M2_h / N^2 with M2_h = sum2 - sum^2 / n_h
+    (the vegas package's per-hypercube variance), zero below 2 samples."""
     n = training["strata_count"]
-    m2 = training["strata_m2"] + training["strata_sq"] - np.divide(
+    m2 = training["strata_sum2"] - np.divide(
         training["strata_sum"] ** 2, n, out=np.zeros_like(training["strata_sum"]),
         where=n > 0)
-    np.maximum(m2, 0.0, out=m2)  # the split strata's cancellation may round below zero
+    np.maximum(m2, 0.0, out=m2)  # a near-constant stratum may round below zero
     total = n.sum()
     ok = n >= 2
     scale = np.divide(n, (n - 1.0) * total * total, out=np.zeros_like(n), where=ok)

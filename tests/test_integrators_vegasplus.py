@@ -18,10 +18,16 @@ import vegas
 from mainboard.cli.runview import result_json, result_text
 from mainboard.integrators.driver import RunState, integrate_local, step
 from mainboard.integrators.integrands import make_integrand, ridge
-from mainboard.integrators.samplers import restore_sampler
+from mainboard.integrators.samplers import _Stratify, restore_sampler
 from mainboard.integrators.spec import RidgeSpec
 from mainboard.integrators.stages import build_run, merge_results, process_batch
-from mainboard.integrators.strata import StrataPlan, allocate, strata_shape
+from mainboard.integrators.strata import (
+    StrataPlan,
+    allocate,
+    batch_statistics,
+    combine,
+    strata_shape,
+)
 from mainboard.tasks.codec import dumps, loads
 
 CLASSIC = {"name": "old", "seed": 5, "domain": {"continuous": 3, "discrete": [2]},
@@ -65,6 +71,48 @@ def test_plan_shares_every_position_out_once_and_survives_a_snapshot() -> None:
     b = merge_results([process_batch(run, copy, 1, i, n) for i, n in enumerate(sizes)])
     assert a.estimate().mean.tolist() == b.estimate().mean.tolist()
     assert a.estimate().var.tolist() == b.estimate().var.tolist()
+
+
+def test_strata_points_and_statistics_do_not_depend_on_how_axes_are_filled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slow axes get their corner per stretch of rows, fast ones per sample: the same points
+    either way; each sample lies in its stratum; the per-stratum sums give the two-pass
+    variance of every stratum."""
+    spec = {**CLASSIC, "domain": {"continuous": 5}, "sampler": {"kind": "vegas", "bins": 12,
+                                                              "beta": 0.75},
+            "integrand": {"kind": "genz.gaussian", "a": [4.0] * 5, "u": [0.45] * 5}}
+    run = build_run(spec)
+    state = RunState.start(run)
+    step(state)  # learned allocation: uneven runs
+    sizes = state.next_batches()
+    smp = state.sampler
+    latent = smp.sample(run.spec.seed, 1, 1, sizes[1])
+    batches = []
+    for rows in (1, 10 ** 9, _Stratify.BLOCK_ROWS):  # every axis by stretches, gathered, mixed
+        monkeypatch.setattr(_Stratify, "BLOCK_ROWS", rows)
+        batches.append(smp.materialize(latent))
+    for other in batches[1:]:
+        assert np.array_equal(other.x, batches[0].x)
+        assert np.array_equal(other.weights, batches[0].weights)
+    batch, plan = batches[0], smp.strata
+    stratum = batch.aux["stratum"]
+    y_cell = (smp.edges[np.arange(5)[:, None], batch.aux["bins"].T] <= batch.x.T)  # in bin
+    assert y_cell.all()
+    coords = np.stack(np.unravel_index(stratum, tuple(plan.nstrat)))  # stratum cell per axis
+    bin_cell = batch.aux["bins"].T * plan.nstrat[:, None] // smp.bins  # bins -> strata cells
+    assert np.array_equal(coords, bin_cell)
+    wf = np.random.default_rng(4).normal(size=(batch.n, 2))
+    finite = np.ones(batch.n, dtype=bool)
+    finite[::97] = False
+    wf[~finite] = np.nan
+    stats = batch_statistics(stratum, wf, finite, int(np.prod(plan.nstrat)))
+    n, terms = combine(stats)
+    total = n.sum()
+    for h in np.unique(stratum)[::37]:
+        rows = wf[(stratum == h) & finite]
+        assert n[h] == len(rows)
+        want = rows.var(axis=0, ddof=1) * len(rows) / total ** 2
+        assert terms[:, h] == pytest.approx(want, rel=1e-9)
 
 
 def _ridge_vegas(budget: int, seed: int) -> float:
