@@ -86,4 +86,5 @@ def _nothing_written_into_the_repository(request: pytest.FixtureRequest) -> Iter
     before = state.exists()
     yield
     if not before and state.exists():
-        pytest.fail(f"{request.node.nodeid} wrote {state}: give it a workspace (tmp_path)")
+        pytest.fail(f"{state} appeared during {request.node.nodeid} (or a test running beside "
+                    f"it on another xdist worker): give that test a workspace (tmp_path)")

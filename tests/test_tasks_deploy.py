@@ -127,13 +127,18 @@ def celery_parse(argv: list[str]) -> tuple[str, dict[str, Any]]:
     """Parse a shipped ``celery ...`` argv with Celery's own click commands, without running
     it: each option's type converts its value (``--hostname`` through Celery's
     ``host_format(default_nodename(value))``). Returns the subcommand and its parameters."""
-    from celery.app.utils import find_app
+    import importlib
+
     from celery.bin.base import CLIContext
     from celery.bin.celery import celery
 
     at = next(i for i, word in enumerate(argv) if i and word in celery.commands)
     top = celery.make_context("celery", argv[1:at])
-    obj = CLIContext(app=find_app(top.params["app"]), no_color=True, workdir=None)
+    # The -A module must import; its `app` is not built here: building it resolves the
+    # broker, which in the checkout would start an embedded Redis under ./.mainboard.
+    module, _, attr = str(top.params["app"]).partition(":")
+    assert hasattr(importlib.import_module(module), "get_app") and attr in ("", "app")
+    obj = CLIContext(app=Celery("parse", set_as_current=False), no_color=True, workdir=None)
     command = celery.commands[argv[at]]
     return argv[at], command.make_context(argv[at], argv[at + 1:], parent=top, obj=obj).params
 
