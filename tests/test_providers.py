@@ -91,7 +91,7 @@ def _assert_gone(box: dict) -> None:
 
 def test_simulated_offers_filtered_by_gpu_and_max_price(provider: RestProvider) -> None:
     everything = provider.offers()
-    assert [o.id for o in everything] == ["9001", "9002", "9003", "9004"]  # cheapest first
+    assert [o.id for o in everything] == ["9001", "9002", "9003", "9004", "9005"]  # cheapest first
     assert all(o.gpu.startswith("SIM ") and o.region == "SIM" for o in everything)
     assert {o.id for o in provider.offers(gpu="SIM_RTX_4090")} == {"9001", "9002"}
     assert [o.id for o in provider.offers(gpu="SIM_RTX_4090", max_usd_hr=0.5)] == ["9001"]
