@@ -9,6 +9,7 @@ is captured and, with ``stream``, forwarded live as it arrives.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
 import re
 import shlex
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -216,17 +218,22 @@ def _feed_stdin(pipe: IO[bytes], data: bytes) -> None:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """TERM, then KILL, the command's whole process group (it runs in its own session)."""
+    """TERM, then KILL, the command's whole process group (it runs in its own session):
+    until the group is empty, not only its shell (a shell's children outlive it)."""
     for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
-        try:
-            proc.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(0.05)  # reap the leader, so only live members keep the group
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 class LocalTransport(Transport):
@@ -260,9 +267,9 @@ class LocalTransport(Transport):
         if stdin is not None:
             threads.append(threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin),
                                             daemon=True))
-        for thread in threads:
-            thread.start()
-        try:
+        try:  # Ctrl-C while the pumps start must stop the command too
+            for thread in threads:
+                thread.start()
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
