@@ -42,7 +42,9 @@ def test_append_and_replay_typed(tmp_path: Path) -> None:
 
 def test_concurrent_writers_never_interleave(tmp_path: Path) -> None:
     path = tmp_path / "r.ndjson"
-    procs = [multiprocessing.Process(target=_writer, args=(str(path), k * 100)) for k in range(3)]
+    # spawn, not fork: a forked xdist worker inherits its threads and exit handlers (30 s in CI)
+    spawn = multiprocessing.get_context("spawn")
+    procs = [spawn.Process(target=_writer, args=(str(path), k * 100)) for k in range(3)]
     for p in procs:
         p.start()
     for p in procs:
