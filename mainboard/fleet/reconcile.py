@@ -23,13 +23,13 @@ PBS hosts cannot be listed by tag here (their records are trusted as they are).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mainboard.bridges.base import Bridge, JobRecord
 from mainboard.config import Config, ProviderHost
+from mainboard.daemon import pid_alive
 from mainboard.errors import MainboardError
 from mainboard.fleet.launch import adopted
 from mainboard.fleet.records import FleetState, fleet_receipts, owner_prefix, read_fleet
@@ -52,20 +52,10 @@ class Reconciled:
     errors: list[str] = field(default_factory=list)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def open_intents(state: FleetState) -> dict[str, WorkerSubmitting]:
     """Recorded submissions with neither a start nor a stop, whose submitter is dead."""
     return {i: s for i, s in state.submitting.items()
-            if i not in state.started and i not in state.stopped and not _alive(s.pid)}
+            if i not in state.started and i not in state.stopped and not pid_alive(s.pid)}
 
 
 class Reconciler:
