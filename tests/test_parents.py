@@ -321,7 +321,7 @@ def test_a_child_paused_by_hand_pauses_its_parent_and_resume_continues_it(
     child = copy.deepcopy(CHILD)
     child["integrand"] = {"kind": "python", "target": "tests.run_integrands:slow_gauss",
                           "params": {"delay": 0.1, "a": 4.0}}
-    child["stop"] = {"max_samples": 40_000}
+    child["stop"] = {"max_samples": 60_000}  # 15 iterations: the pause lands in the first few
     spec = {"name": "scan-pause", "child": child, "scan": {
         "max_concurrent_runs": 1, "parameters": [{"name": "sampler.alpha",
                                                   "values": [0.5, 1.0]}]}}
@@ -337,7 +337,12 @@ def test_a_child_paused_by_hand_pauses_its_parent_and_resume_continues_it(
                                          for x in Receipts(receipts).read())):
         assert time.monotonic() < deadline and background.poll() is None, "p0 never iterated"
         time.sleep(0.02)
-    assert cli(workspace, "runs", "pause", first).returncode == 0
+    from mainboard.runs.control import connect, request
+
+    store = RunStore(workspace.state_dir)  # in this process: a CLI start could miss the child
+    history = store.history(first)
+    assert history is not None
+    assert request(connect(workspace), store, history, "pause").status == "paused"
     out, err = background.communicate(timeout=120)
     assert background.returncode == 0, err
     paused = json.loads(out)
