@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import redis
-from kombu.exceptions import OperationalError
+from kombu.exceptions import BatchPublishError, OperationalError
 
 from mainboard.errors import BrokerLost
 from mainboard.services.broker import address as where  # host:port for messages
@@ -31,8 +31,10 @@ class BrokerRestarted(Exception):
 
 
 REDIS_DOWN: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
+# BatchPublishError: a pipelined publish (tasks/dispatch) cut by the outage; what it held is
+# re-sent with the step and stored set-if-absent, so "delivery is uncertain" costs nothing
 BROKER_ERRORS: tuple[type[BaseException], ...] = (
-    *REDIS_DOWN, OperationalError, ConnectionError, BrokerRestarted)
+    *REDIS_DOWN, OperationalError, BatchPublishError, ConnectionError, BrokerRestarted)
 DEFAULT_BUDGET_S = 300.0
 FIRST_WAIT_S = 0.5
 MAX_WAIT_S = 5.0
