@@ -87,7 +87,8 @@ class ProcessBridge(Bridge):
             "done\n"
             f"for d in {dirs}; do\n"
             '  running "$d" || continue\n'
-            '  kill -KILL "-$(cat "$d/child")"; kill -KILL "-$p" || kill -KILL "$p"\n'
+            # the script first: it must not live to record its child's death (137)
+            '  kill -KILL "-$p" || kill -KILL "$p"; kill -KILL "-$(cat "$d/child")"\n'
             "done 2>/dev/null; exit 0")
 
 
