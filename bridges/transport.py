@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
@@ -236,6 +236,22 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[list[int]]:
+    """SIGINT noted in the yielded list instead of raised (main thread only: elsewhere
+    Python delivers no KeyboardInterrupt anyway). The command exec'd meanwhile gets the
+    default disposition back, as exec resets caught signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class LocalTransport(Transport):
     """This machine, via subprocess: shell text through /bin/sh, argv lists exec'd directly."""
 
@@ -251,23 +267,31 @@ class LocalTransport(Transport):
             workdir.mkdir(parents=True, exist_ok=True)
         args: str | list[str] = text if isinstance(command, str) else [
             os.fspath(a) for a in command]
-        try:
-            proc = subprocess.Popen(
-                args, shell=isinstance(args, str), cwd=workdir, env={**os.environ, **env},
-                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        except (FileNotFoundError, PermissionError) as exc:
+        # Ctrl-C is noted, not raised, while the command starts: one raised inside Popen (the
+        # command already running, `proc` not yet ours) would leave it running in its session.
+        with _ctrl_c_deferred() as pressed:
+            try:
+                proc = subprocess.Popen(
+                    args, shell=isinstance(args, str), cwd=workdir, env={**os.environ, **env},
+                    stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                failed: OSError | None = None
+            except (FileNotFoundError, PermissionError) as exc:
+                failed = exc
+        if failed is not None:
             # What a shell would say and return, so argv and text commands fail alike.
-            missing = isinstance(exc, FileNotFoundError)
-            output.feed("stderr", f"{args[0]}: {'command not found' if missing else exc.strerror}\n"
-                        .encode())
+            missing = isinstance(failed, FileNotFoundError)
+            output.feed("stderr", f"{args[0]}: "
+                        f"{'command not found' if missing else failed.strerror}\n".encode())
             return 127 if missing else 126
         threads = [threading.Thread(target=_pump, args=(proc.stdout, "stdout", output), daemon=True),
                    threading.Thread(target=_pump, args=(proc.stderr, "stderr", output), daemon=True)]
         if stdin is not None:
             threads.append(threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin),
                                             daemon=True))
-        try:  # Ctrl-C while the pumps start must stop the command too
+        try:  # a Ctrl-C noted while it started is raised here, where it stops the command
+            if pressed:
+                raise KeyboardInterrupt
             for thread in threads:
                 thread.start()
             proc.wait(timeout)
