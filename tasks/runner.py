@@ -19,6 +19,7 @@ import redis
 from celery import Celery
 
 from mainboard.config import Config, load_config
+from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import UserError
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.spec import RunSpec, load_run_file, parse_run
@@ -26,7 +27,7 @@ from mainboard.integrators.stages import build_run
 from mainboard.integrators.stop import stop_reason
 from mainboard.receipts import RunCreated, RunResumed
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
-from mainboard.services.broker import BROKER_URL_ENV, EmbeddedBroker, check_broker, worker_url
+from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
 from mainboard.tasks import modules
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
