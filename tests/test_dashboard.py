@@ -372,6 +372,9 @@ def test_bad_port_and_busy_port_exit_2_with_one_line(workspace: Config) -> None:
 
     bad = dashboard("--port", "70000")
     assert bad.exit_code == 2 and "70000" in bad.stderr and not bad.stdout
+    host = dashboard("--host", "no-such-host.invalid")
+    assert host.exit_code == 2 and not host.stdout and host.stderr.count("\n") == 1
+    assert "--host no-such-host.invalid: not an address" in host.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
