@@ -341,6 +341,9 @@ def test_thousand_runs_render_and_the_broker_going_down_is_shown(
     assert opened.read_text() == dash.url
     data = dash.api("/api/runs")
     assert data["broker"]["ok"] and data["total"] == 1000 and len(data["runs"]) == 1000
+    # the list carries its version: an opening page asks for the data at once, and its
+    # next poll of the version finds it unchanged
+    assert data["version"] == dash.api("/api/runs-version")["version"]
 
     rows = "document.querySelectorAll('tr[data-run-id]').length"
     banner = "(b => b.hidden ? '' : b.textContent)(document.getElementById('banner'))"

@@ -29,6 +29,13 @@ def _digest(parts: list[str]) -> str:
     return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
 
 
+def _runs_digest(histories: list[RunHistory], broker_ok: bool,
+                 states: dict[str, dict[str, str]]) -> str:
+    parts = [f"{h.run_id}:{h.updated}" for h in histories]
+    parts += [f"{k}:{v.get('live')}:{v.get('status')}" for k, v in sorted(states.items())]
+    return _digest([str(broker_ok), *parts])
+
+
 def _status(h: RunHistory, state: dict[str, str]) -> str:
     """The receipts' verdict, sharpened by Redis: live runs are running (or paused)."""
     status = h.status
@@ -70,7 +77,8 @@ class Views:
             rows.append(row)
         rows.sort(key=lambda r: (r["status"] not in ("running", "paused"), -r["updated"]))
         return {"broker": broker, "total": len(rows), "offset": offset, "limit": limit,
-                "runs": rows[offset:offset + limit]}
+                "runs": rows[offset:offset + limit],
+                "version": _runs_digest(histories, broker["ok"], states)}
 
     def run(self, ref: str) -> dict[str, Any]:
         """Everything the run page shows; UnknownRun for an id that names no run."""
@@ -102,14 +110,13 @@ class Views:
                 "parent": view(h)}
 
     def runs_version(self) -> str:
-        """Changes when the runs list would: a receipt written, a run going live or not."""
+        """Changes when the runs list would: a receipt written, a run going live or not (the
+        list's data carries the same digest, so an opening page needs no version first)."""
         histories = self.runs.histories()
         broker = self.live.probe()
         open_ids = [h.run_id for h in histories if h.status == "unfinished"]
         states = self.live.run_states(open_ids) if broker.ok else {}
-        parts = [f"{h.run_id}:{h.updated}" for h in histories]
-        parts += [f"{k}:{v.get('live')}:{v.get('status')}" for k, v in sorted(states.items())]
-        return _digest([str(broker.ok), *parts])
+        return _runs_digest(histories, broker.ok, states)
 
     def run_version(self, ref: str) -> str:
         """Changes when the run page would: a receipt, the live state, the broker, and every
