@@ -10,9 +10,10 @@ folds the runs in a background thread from its start, snapshots unread) and warm
 each later poll costs), the list page itself in headless Chromium (from navigation start
 until all rows are drawn), and the CLI's `runs list --json` and `runs show NAME --json`
 (name resolution reads the runs without their snapshots, then the one run in full), each
-a fresh process. Then a client polls like an open run page does (version every second, data on
-change) while the dashboard is idle, and while a real run (one local worker) streams
-iterations; RSS and CPU come from /proc of the dashboard process. Nothing is asserted.
+a fresh process. Then a client polls like an open run page does (version every second, data
+on change) while the dashboard is idle, and while a real run (one local worker) streams
+iterations for the whole window (then is stopped with `Run.stop`); RSS and CPU come from
+/proc of the dashboard process. Nothing is asserted.
 
     .venv/bin/python bench/bench_dashboard.py [--runs 1000] [--seconds 20]
 """
@@ -192,7 +193,7 @@ def main() -> None:
             idle = measure(dash.pid, args.seconds, base, token, page)
             print(f"idle, one open run page polling: CPU {idle['cpu_pct']:.1f}% of a core, "
                   f"RSS {idle['rss_mb']:.0f} MB, {idle['fetches']} data fetches")
-            streaming = spec(name="streaming", stop={"max_samples": 4_000_000},
+            streaming = spec(name="streaming", stop={"max_samples": 1_000_000_000},
                              batching={"batch_size": 10_000, "batches_per_iteration": 4})
             from mainboard.integrators.spec import parse_run
 
@@ -207,6 +208,7 @@ def main() -> None:
             print(f"while a run streams ({len(state['series'])} iterations so far, one open "
                   f"page): CPU {live['cpu_pct']:.1f}% of a core, RSS {live['rss_mb']:.0f} MB, "
                   f"{live['fetches']} data fetches")
+            mainboard.run(live_id, config).stop()  # it streams until told to stop
             worker.join()
         finally:
             if dash is not None:
