@@ -173,7 +173,7 @@ def test_pause_then_resume_gives_the_uninterrupted_numbers(workspace: Config,
 def test_stop_ends_with_a_partial_result_and_remove_waits_for_it(workspace: Config,
                                                                  fleet: LocalWorkers,
                                                                  tmp_path: Path) -> None:
-    run = slow_spec(0.05, name="stoppable", stop={"max_samples": 200_000},
+    run = slow_spec(0.05, name="stoppable", stop={"max_samples": 2_000_000},
                     batching={"batch_size": 5000, "batches_per_iteration": 4})
     job = Background(run, workspace)
     run_id = load_spec(run).run_id()
@@ -191,7 +191,7 @@ def test_stop_ends_with_a_partial_result_and_remove_waits_for_it(workspace: Conf
     assert "stop requested" in followed and "run stopped after iteration" in followed
     assert "before the follow" not in followed and "INFO  coordinator" in followed  # once
     assert outcome.status == "stopped" and partial.stop_reason == "stopped"
-    assert 0 < partial.samples < 200_000 and partial.iterations == outcome.iteration
+    assert 0 < partial.samples < 2_000_000 and partial.iterations == outcome.iteration
     shown = json.loads(invoke(workspace, "runs", "show", "stoppable", "--json").stdout)
     assert shown["status"] == "stopped"
 
