@@ -19,6 +19,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
+from mainboard import keys
 from mainboard.cli import cli
 from mainboard.config import Config
 from mainboard.dashboard.runextras import _logs as dashboard_logs
@@ -26,8 +27,9 @@ from mainboard.receipts import RunCreated
 from mainboard.runs import logs as run_logs
 from mainboard.runs import spans as run_spans
 from mainboard.runs.logs import LogLine, append_logs, log_counts, read_logs
-from mainboard.runs.spans import read_spans, run_workers
+from mainboard.runs.spans import Span, append_spans, read_spans, run_workers
 from mainboard.runs.store import RunStore
+from mainboard.runs.workers import WorkerRow, WorkerTally, worker_table
 from mainboard.tasks import telemetry
 from tests.integration import spec, write_workspace
 from tests.services import RedisServer
@@ -120,3 +122,35 @@ def test_a_run_log_is_a_ring_that_counts_what_it_dropped(
     _, note = dashboard_logs(r, run_id)
     assert note.endswith(f"of {kept:,} lines kept for the run; {dropped:,} older lines "
                          "dropped by the cap")
+
+
+def test_the_dashboards_worker_tally_reads_only_new_spans_and_matches_a_full_read(
+        redis_server: RedisServer) -> None:
+    """The run page keeps a tally per run between requests; whatever arrives in between
+    (new batches, a re-sent attempt, the same final span twice, the stream recreated when the
+    run is removed and run again), its rows are those of a full read."""
+    run_id = "c10c000000000003"
+    r = redis.Redis.from_url(redis_server.url)
+
+    def ship(*spans: tuple[str, str, int, int, int]) -> None:
+        with r.pipeline(transaction=False) as pipe:
+            append_spans(pipe, run_id, [Span(stage, run_id, it, b, 1000, worker, 1e9 + it,
+                                             0.5, attempt)
+                                        for stage, worker, it, b, attempt in spans])
+            pipe.execute()
+
+    def same(tally: WorkerTally) -> list[WorkerRow]:
+        rows = tally.table(r)
+        assert rows == worker_table(r, run_id)
+        return rows
+
+    tally = WorkerTally(run_id)
+    assert same(tally) == []
+    ship(("sample", "a@h", 1, 0, 0), ("evaluate", "a@h", 1, 0, 0), ("evaluate", "b@h", 1, 1, 0))
+    assert [(w.worker, w.batches, w.busy_s) for w in same(tally)] == [("a@h", 1, 1.0),
+                                                                     ("b@h", 1, 0.5)]
+    ship(("evaluate", "b@h", 1, 1, 0), ("fused", "a@h", 2, 0, 0), ("fused", "a@h", 2, 1, 1))
+    assert [(w.batches, w.samples) for w in same(tally)] == [(3, 3000), (1, 1000)]
+    r.delete(keys.run_spans(run_id))  # removed, then run again: a new stream
+    ship(("fused", "c@h", 1, 0, 0))
+    assert [w.worker for w in same(tally)] == ["c@h"]

@@ -18,6 +18,7 @@ from mainboard.dashboard import rundata
 from mainboard.dashboard.live import Live
 from mainboard.errors import MainboardError, first_line
 from mainboard.runs.store import RunHistory
+from mainboard.runs.workers import WorkerTally
 
 PAGE_SIZE = 1000
 FLEET_CACHE_S = 3.0
@@ -57,6 +58,7 @@ class Views:
         self._fleet: tuple[float, dict[str, Any]] | None = None
         self._fleet_lock = threading.Lock()
         self.timelines: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run id -> (stamp, events)
+        self.tallies: dict[str, WorkerTally] = {}  # run id -> its spans summed so far
 
     def broker(self) -> dict[str, Any]:
         """Whether the broker answers, and the one line to show when it does not."""
