@@ -386,3 +386,28 @@ def test_bad_port_and_busy_port_exit_2_with_one_line(workspace: Config) -> None:
     assert busy.exit_code == 2 and not busy.stdout
     assert busy.stderr.strip().count("\n") == 0 and f"--port {port}" in busy.stderr
     assert busy.stderr.startswith("mainboard: error: ") and "Traceback" not in busy.stderr
+
+
+def test_the_chi2_series_kept_between_refreshes_is_the_series_computed_afresh() -> None:
+    """The run page keeps each run's chi2/dof and Q series and combines only new
+    iterations; appended, changed (the run run again) or with another ``discard``, the
+    series is the one computed from nothing, and the runs list's value is its last point."""
+    import numpy as np
+
+    from mainboard.dashboard.rundata import Chi2Memo, _chi2_now, _chi2_series
+    from mainboard.integrators.accumulators import IterationEstimate, RunAccumulator
+
+    def snapshot(means: list[float], discard: int = 0) -> dict[str, Any]:
+        acc = RunAccumulator("real", 1, discard, [
+            IterationEstimate(k, np.array([m]), np.array([1e-4 * (1 + k % 3)]), 1000, 0)
+            for k, m in enumerate(means, 1)])
+        return {"accumulator": acc.snapshot()}
+
+    rng = np.random.default_rng(3)
+    means = list(1.0 + 0.01 * rng.standard_normal(40))
+    memo = Chi2Memo()
+    for shown in (means[:10], means[:10], means[:25], [*means[:5], 2.0, *means[6:25]],
+                  means[:40]):
+        assert _chi2_series(snapshot(shown), memo) == _chi2_series(snapshot(shown))
+    assert _chi2_series(snapshot(means, 3), memo) == _chi2_series(snapshot(means, 3))
+    assert _chi2_now(snapshot(means, 3)) == _chi2_series(snapshot(means, 3))[-1][0]

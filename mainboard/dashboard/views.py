@@ -59,6 +59,7 @@ class Views:
         self._fleet_lock = threading.Lock()
         self.timelines: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run id -> (stamp, events)
         self.tallies: dict[str, WorkerTally] = {}  # run id -> its spans summed so far
+        self.chi2: dict[str, rundata.Chi2Memo] = {}  # run id -> its chi2/dof series so far
 
     def broker(self) -> dict[str, Any]:
         """Whether the broker answers, and the one line to show when it does not."""
@@ -93,7 +94,8 @@ class Views:
             "broker": broker, "summary": {**self.runs.row(h), "status": _status(h, state)},
             "live_state": state, "settings": h.created.spec,
             "exact": rundata.exact_of(h),
-            "series": rundata.series(h, entry.times),
+            "series": rundata.series(h, entry.times,
+                                     self.chi2.setdefault(h.run_id, rundata.Chi2Memo())),
             "result": h.finished.result if h.finished else None,
             "failure": h.failed.model_dump() if h.failed else None,
             "snapshots": rundata.snapshots(h, entry.snapshots),
