@@ -204,10 +204,10 @@ def main() -> None:
             while not (runs / live_id).exists():
                 time.sleep(0.1)
             live = measure(dash.pid, args.seconds, base, token, f"/api/run/{live_id}")
-            _, state = get(base, token, f"/api/run/{live_id}")
+            took, state = get(base, token, f"/api/run/{live_id}")
             print(f"while a run streams ({len(state['series'])} iterations so far, one open "
                   f"page): CPU {live['cpu_pct']:.1f}% of a core, RSS {live['rss_mb']:.0f} MB, "
-                  f"{live['fetches']} data fetches")
+                  f"{live['fetches']} data fetches; the run page's data then {took:.3f} s")
             mainboard.run(live_id, config).stop()  # it streams until told to stop
             worker.join()
         finally:
