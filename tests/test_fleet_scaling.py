@@ -69,13 +69,32 @@ def test_a_provider_pool_stays_within_max_usd_hr_and_budget_usd() -> None:
     priced = pool(max_usd_hr=4, walltime="1h")
     (d,) = decide(PoolView("gpu", priced, queue_depth=50, usd_hr=3.60))
     assert (d.action, d.count) == ("submit", 1)  # a second would be $7.20/h
-    (d,) = decide(PoolView("gpu", priced, running(1), queue_depth=50, usd_hr=3.60))
+    (d,) = decide(PoolView("gpu", priced, running(1), queue_depth=50, usd_hr=3.60,
+                           rented_usd_hr=3.60))
     assert d.action == "hold" and "max_usd_hr 4" in d.reason
     budget = pool(budget_usd=10, walltime="1h")
     (d,) = decide(PoolView("gpu", budget, queue_depth=50, usd_hr=3.60, spent_usd=5.0))
     assert (d.action, d.count) == ("submit", 1)  # $5 + $3.60 fits, $5 + $7.20 does not
     (d,) = decide(PoolView("gpu", budget, queue_depth=50, usd_hr=3.60, spent_usd=7.0))
     assert d.action == "hold" and "budget_usd 10" in d.reason
+
+
+def test_the_price_limit_is_the_offers_rented_plus_the_next_offer() -> None:
+    """Spend per hour is what the rented offers cost (their receipts), not allocations
+    times a price; one more is judged on the offer it would rent, one rental per look."""
+    limit = pool(max_usd_hr=1.5, backlog=4)
+    (d,) = decide(PoolView("gpu", limit, queue_depth=50, usd_hr=0.40))
+    assert (d.action, d.count) == ("submit", 1)  # one at a time: the next price is asked anew
+    (d,) = decide(PoolView("gpu", limit, running(1), queue_depth=50, usd_hr=0.80,
+                           rented_usd_hr=0.40))
+    assert (d.action, d.count) == ("submit", 1)  # $0.40 + $0.80 = $1.20 <= $1.50
+    (d,) = decide(PoolView("gpu", limit, running(2), queue_depth=50, usd_hr=1.60,
+                           rented_usd_hr=1.20))
+    assert d.action == "hold" and d.reason.endswith(
+        "max_usd_hr 1.5: 2 allocation(s) rented at $1.20/h, the next offer costs $1.60/h")
+    (d,) = decide(PoolView("gpu", limit, running(3), queue_depth=50, usd_hr=0.40,
+                           rented_usd_hr=1.00))
+    assert (d.action, d.count) == ("submit", 1)  # a cheap offer came back: it fits
 
 
 def test_a_fixed_pool_keeps_its_count_replacing_the_lost_and_never_shrinks() -> None:
