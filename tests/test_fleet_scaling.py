@@ -124,3 +124,19 @@ def test_a_worker_near_its_walltime_is_replaced_early_enough_to_overlap() -> Non
     idle = [Alloc("old", "running", active=0, idle_s=5, left_s=lead - 1)]
     assert decide(PoolView("cpu", pool(), idle, lead_s=lead)) == []  # no work: no successor
     assert lead_time([]) == 60.0
+
+
+def test_time_left_is_the_workers_own_retire_clock_when_it_said_one() -> None:
+    """A SLURM worker records when it retires (its allocation's end from squeue minus
+    retire-before); the worker's start plus walltime is later by its boot, so the
+    replacement would come late. Without the record, that estimate is what is left."""
+    from mainboard.fleet.autoscale import _left
+    from mainboard.receipts import WorkerStarted
+
+    worker = WorkerStarted(worker_id="w", host="hpc", kind="slurm", node="mb-hpc", queues=[],
+                           concurrency=1, job={"spec": {"walltime": 180}}, root="/r",
+                           python="py", broker_via="direct", secret_path="/s")
+    limited = pool(walltime="3m", retire_before="60s")
+    assert _left(worker, limited, {"retire_at": "1100.0"}, began=1010.0, now=1000.0) == 100.0
+    assert _left(worker, limited, {}, began=1010.0, now=1000.0) == 130.0  # 1010 + 180 - 60
+    assert _left(worker, limited, {}, began=None, now=1000.0) is None
