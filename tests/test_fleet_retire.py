@@ -1,15 +1,16 @@
 """Live tier: a SLURM pool hands over before walltime (issue 19, scenario e).
 
 A pool of one 3-minute allocation (SLURM's time limit counts minutes) with retire-before
-60 s, fed 20 s tasks without a pause. The worker reads its allocation's end from squeue
-and retires by its own clock 60 s before it (SLURM's ``--signal`` fires up to 60 s early,
-so it is only a backstop at 30 s); it writes that time into the registry, and the keeper's
+2 minutes (the handover comes one minute in: the test takes about 2 minutes, not 3), fed
+20 s tasks without a pause. The worker reads its allocation's end from squeue and
+retires by its own clock 120 s before it (SLURM's ``--signal`` fires up to 60 s early,
+so it is only a backstop at 60 s); it writes that time into the registry, and the keeper's
 autoscaler submits the replacement the pool's lead time earlier, so the replacement is
 RUNNING before its predecessor has drained. Checked from SLURM's own record (``sacct -c``,
 the jobcomp file): no fleet job ended TIMEOUT, the replacement started before its
 predecessor ended; from the workers' logs and the results: no task ran twice, the task in
 hand at retirement finished on the old worker. The test ends once the first handover is
-verified (about 3 minutes).
+verified.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_a_pool_hands_over_before_walltime_without_timeout_or_a_task_run_twice(
         "hosts.cluster", kind="slurm", partition="debug", root=str(provisioned_root),
         python=HOST_PYTHON, env={"SLURM_CONF": str(slurm_cluster.conf)}), table(
         "fleet.pools.wall", host="cluster", queues=[QUEUE], walltime="3m",
-        **{"retire-before": "60s", "min-jobs": 1, "max-jobs": 1, "idle-timeout": "10m"}))
+        **{"retire-before": "2m", "min-jobs": 1, "max-jobs": 1, "idle-timeout": "10m"}))
     env = {SCALE_TICK_ENV: "1"}
     up_ok(ws, "--no-flower", env=env)
     release = tmp_path / "release"
@@ -130,14 +131,14 @@ def _handover(ws: Path, feeder: Feeder, slurm: SlurmCluster) -> None:
     state = ws / ".mainboard"
     (first,) = read_fleet(state).live()
     first_dir = Path(first.job["job_dir"])
-    assert "#SBATCH --signal=B:INT@30" in (first_dir / "job.sh").read_text()  # the backstop
+    assert "#SBATCH --signal=B:INT@60" in (first_dir / "job.sh").read_text()  # the backstop
     second = wait_until(lambda: [w for w in read_fleet(state).started.values()
                                  if w.worker_id != first.worker_id], 180,
                         "the replacement submitted")[0]
     assert "Warm shutdown" not in _logs(first_dir), "the replacement must come before retiring"
     wait_until(lambda: "Warm shutdown" in _logs(first_dir), 120, "the first worker retiring")
     said = re.search(r"retiring: allocation \S+ ends at \S+, (\d+) s from now", _logs(first_dir))
-    assert said and 50 <= int(said.group(1)) <= 60, _logs(first_dir)[-2000:]  # not early
+    assert said and 110 <= int(said.group(1)) <= 120, _logs(first_dir)[-2000:]  # not early
     ids = [first.job["job_id"], second.job["job_id"]]
     done = wait_until(lambda: (s := _sacct(slurm, ids)).get(ids[0]) and s, 60,
                       "the first job in SLURM's completion record")
