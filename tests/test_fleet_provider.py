@@ -66,9 +66,12 @@ def test_rented_worker_runs_a_task_and_down_destroys_the_rental(
         tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
     env = {KEY_ENV: sim.api_key}
     ws = _workspace(tmp_path / "ws", sim, provisioned_root)
+    (ws / "launch_mirror.txt").write_text(str(tmp_path))
     lines = up_ok(ws, "--on", "gpu", "--no-flower", env=env)
     try:
         assert any("broker via tunnel, rental " in line for line in lines), lines
+        # a fresh rental gets the workspace at launch (a pool grown mid-run has no sync before)
+        assert (provisioned_root / "launch_mirror.txt").read_text() == str(tmp_path)
         found = probe(ws, "gpu")
         assert found["hostname"].startswith("sim-gpu-")  # ran on the rented machine
         rows = wait_until(lambda: (r := status(ws, env=env)) and r[0]["online"] and r, 60,
