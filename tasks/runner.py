@@ -44,6 +44,8 @@ from mainboard.tasks.workers import (
 Result = RunResult
 RunLike = RunSpec | Mapping[str, Any] | str | Path
 ProgressFn = Callable[[Progress], None]
+
+
 class Prepare(Protocol):
     """What the layer above (the fleet, ``mainboard.fleet.sync.PREPARE``) does for a run
     once its lease is held; an object handed in, so ``tasks`` never imports the fleet."""
