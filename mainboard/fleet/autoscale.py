@@ -302,6 +302,9 @@ class Autoscaler:
         launcher = Launcher(self.config, pool_options(pool, UpOptions()), route,
                             partial(ensure_keeper, *args), partial(wait_tunnel, *args))
         launcher.pool = name
+        if view.usd_hr and pool.max_usd_hr is not None:  # the offer decided on, or cheaper:
+            # never past the limit (the margin: $1.20 - $0.40 is 0.7999... in floats)
+            launcher.usd_hr_cap = pool.max_usd_hr - view.rented_usd_hr + 1e-6
         for _ in range(decision.count):
             began = time.monotonic()
             try:

@@ -71,7 +71,8 @@ def start_rented(launcher: Launcher, name: str) -> WorkerStarted:
     with fleet_guard(market, config, name) as guard:
         with launcher.phase(name, "rent"):
             rental = rent_cheapest(guard, config, name, host, public,
-                                   tag=owner_tag(config.state_dir, worker_id))
+                                   tag=owner_tag(config.state_dir, worker_id),
+                                   cap=launcher.usd_hr_cap)
         known = known_hosts_for(config.state_dir, host.provider, rental.id)
         transport = rental_transport(rental, name=name, identity=identity, known_hosts=known)
         with launcher.phase(name, "connect"):
