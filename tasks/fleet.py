@@ -119,15 +119,24 @@ def retire_delay(end: float, retire_before: float, now: float) -> float:
     return max(0.0, end - retire_before - now)
 
 
-def _retire_on_clock(job_id: str, retire_before: float) -> None:
+def _retire_on_clock(node: str, job_id: str, retire_before: float) -> None:
     """Warm shutdown ``retire_before`` seconds before the allocation's end, by this host's
     clock: SLURM's ``--signal`` fires up to 60 s early, so it is only the backstop. The end is
-    asked again every minute (an operator may extend the allocation)."""
+    asked again every minute (an operator may extend the allocation). When it retires goes
+    into the registry (``retire_at``): the autoscaler times the replacement by this same
+    clock, not by a guess from when the worker came up (issue 19)."""
+    said: float | None = None
     while not _stop.is_set():
         end = allocation_end(job_id)
         if end is None:
             log.warning("retire clock: no end time for job %s; SLURM's signal retires it", job_id)
             return
+        if end != said:
+            try:
+                beat(node, retire_at=end - retire_before)
+                said = end
+            except redis.RedisError as exc:  # asked again next round
+                log.warning("fleet retire time of %s not recorded: %s", node, exc)
         delay = retire_delay(end, retire_before, time.time())
         if delay <= 0:
             log.info("retiring: allocation %s ends at %s, %.0f s from now", job_id,
@@ -150,7 +159,7 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
                      daemon=True).start()
     job_id, retire = os.environ.get("SLURM_JOB_ID"), os.environ.get(RETIRE_ENV)
     if job_id and retire:
-        threading.Thread(target=_retire_on_clock, args=(job_id, float(retire)),
+        threading.Thread(target=_retire_on_clock, args=(node, job_id, float(retire)),
                          name="fleet-retire", daemon=True).start()
 
 
