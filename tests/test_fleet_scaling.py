@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mainboard.config import PoolConfig
 from mainboard.fleet.scaling import PAUSE_AFTER, Alloc, PoolView, decide, lead_time, target
 
@@ -140,3 +142,28 @@ def test_time_left_is_the_workers_own_retire_clock_when_it_said_one() -> None:
     assert _left(worker, limited, {"retire_at": "1100.0"}, began=1010.0, now=1000.0) == 100.0
     assert _left(worker, limited, {}, began=1010.0, now=1000.0) == 130.0  # 1010 + 180 - 60
     assert _left(worker, limited, {}, began=None, now=1000.0) is None
+
+
+def test_each_rental_of_a_provider_host_is_synced_with_a_manifest_of_its_own(
+        tmp_path: Path) -> None:
+    """Rentals share their host's name and root, not their disks: a run syncs every one,
+    each against what that machine holds (a shared manifest left all but one stale)."""
+    from mainboard.config import load_config
+    from mainboard.fleet.sync import machines
+    from mainboard.hosts.mirror import manifest_path
+    from mainboard.receipts import WorkerStarted
+
+    def worker(worker_id: str, host: str, rental: str | None) -> WorkerStarted:
+        return WorkerStarted(
+            worker_id=worker_id, host=host, kind="provider" if rental else "ssh", node=worker_id,
+            queues=[], concurrency=1, job={}, root="/r", python="python3", broker_via="tunnel",
+            secret_path="/s", rental={"provider": "sim", "rental_id": rental} if rental else None)
+
+    found = machines([worker("a", "gpu", "r1"), worker("b", "gpu", "r2"),
+                      worker("c", "lo", None), worker("d", "lo", None)])
+    assert sorted(found) == [("gpu", "/r", "r1"), ("gpu", "/r", "r2"), ("lo", "/r", None)]
+    (tmp_path / "mainboard.toml").write_text("")
+    config = load_config(tmp_path / "mainboard.toml")
+    paths = {manifest_path(config, "gpu", "r1"), manifest_path(config, "gpu", "r2"),
+             manifest_path(config, "gpu")}
+    assert len(paths) == 3 and manifest_path(config, "a/b", "c d").name == "a%2Fb@c%20d.json"

@@ -43,14 +43,16 @@ def idle_timeout_for(config: Config, host: ProviderHost, override: float | None)
     return float(seconds)
 
 
-def mirror_fresh(config: Config, name: str, transport: SshTransport, root: str) -> None:
+def mirror_fresh(config: Config, name: str, transport: SshTransport, root: str,
+                 rental_id: str) -> None:
     """The workspace onto a machine just rented, before its worker takes a run's batches
-    (a pool grown from zero mid-run: nothing was there to sync before the run). A fresh
-    machine holds nothing, whatever the host's manifest says another rental had."""
+    (a pool grown from zero mid-run: nothing was there to sync before the run). Each rental
+    keeps its own manifest (``sync_fleet`` updates every one before a run); a fresh machine
+    holds nothing."""
     from mainboard.hosts.mirror import Mirror, manifest_path
 
-    manifest_path(config, name).unlink(missing_ok=True)
-    Mirror(config, name, transport, root, env=config.host(name).env).sync()
+    manifest_path(config, name, rental_id).unlink(missing_ok=True)
+    Mirror(config, name, transport, root, env=config.host(name).env, machine=rental_id).sync()
 
 
 def fleet_guard(market: ProviderAdapter, config: Config, name: str) -> RentalGuard:
@@ -79,7 +81,7 @@ def start_rented(launcher: Launcher, name: str) -> WorkerStarted:
             root = ensure_root(transport, name, host.root)
         if BATCH_QUEUE in launcher.options.queues:
             with launcher.phase(name, "sync"):
-                mirror_fresh(config, name, transport, root)
+                mirror_fresh(config, name, transport, root, rental.id)
 
         def make(root_dir: str, rental: Rental = rental) -> ProviderBridge:
             return ProviderBridge(name, host, rental, identity=identity, known_hosts=known,

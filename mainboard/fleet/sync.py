@@ -87,7 +87,7 @@ def mirror_of(config: Config, hosts: Hosts, worker: WorkerStarted) -> Mirror:
 
     if worker.rental and worker.ssh:
         return Mirror(config, worker.host, ssh_from_dict(worker.ssh, worker.host), worker.root,
-                      env=config.host(worker.host).env)
+                      env=config.host(worker.host).env, machine=worker.rental.get("rental_id"))
     handle = hosts.on(worker.host)
     root = handle.root if _same_place(handle.root, worker.root) else worker.root
     return Mirror(config, worker.host, handle.transport, root, env=handle.config.env)
@@ -142,9 +142,16 @@ def _standby_hosts(config: Config, synced: set[str]) -> list[str]:
     return sorted(h for h in hosts - synced if not isinstance(config.host(h), ProviderHost))
 
 
+def machines(workers: Sequence[WorkerStarted]) -> dict[tuple[str, str, str | None],
+                                                      WorkerStarted]:
+    """One worker per machine to sync: a host and root, and for a provider host each of its
+    rentals (they share the host's name and root, not their disks)."""
+    return {(w.host, w.root, (w.rental or {}).get("rental_id")): w for w in workers}
+
+
 def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
                ) -> list[HostSync]:
-    """Mirror the workspace to each host (once per host and root) of ``workers`` (default:
+    """Mirror the workspace to each machine (host and root, or rental) of ``workers`` (default:
     every evaluating fleet worker, and the hosts of standby pools), hosts in parallel;
     FleetSyncError names the first host that failed. No fleet (or no broker running) is
     nothing to do."""
@@ -156,7 +163,7 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
         route = broker_route(config, start=False) if live else None
         workers = evaluating(config, route) if route is not None else []
         standby = _standby_hosts(config, {w.host for w in workers})
-    targets = {(w.host, w.root): w for w in workers}
+    targets = machines(workers)
     if not targets and not standby:
         return []
     from mainboard.hosts.access import Hosts
