@@ -30,10 +30,11 @@ from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
 from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, lead_time, target
 from mainboard.fleet.workers import (
     DRAIN_TIMEOUT_S,
+    allocation_entry,
     broker_route,
+    fleet_entries,
     poll_jobs,
     registry,
-    registry_entries,
     stop_workers,
 )
 from mainboard.receipts import FleetScale, WorkerStarted, WorkerStopped
@@ -161,7 +162,7 @@ class Autoscaler:
                    and w.worker_id not in stopping]
         found = poll_jobs(self.config, members)
         look = Look(members={w.worker_id: w for w in members})
-        entries = registry_entries(BrokerRoute(url), [w.node for w in members]) if members else {}
+        entries = fleet_entries(BrokerRoute(url), members) if members else {}
         now = time.time()
         allocs: list[Alloc] = []
         waits = [e for e in pool_events(state, name) if e.action == "running"]
@@ -171,7 +172,7 @@ class Autoscaler:
             if isinstance(status, JobStatus) and status.final:  # ended (retired, lost): gone
                 look.ended.append((worker, status.state.value))
                 continue
-            entry = entries.get(worker.node, {})
+            entry = allocation_entry(entries, worker)  # all its nodes together
             beat = float(entry["beat"]) if entry.get("beat") else None
             if beat is not None and now - beat > LOST_AFTER_S:  # node death, partition...
                 look.stale.append((worker, now - beat))
