@@ -26,7 +26,7 @@ from mainboard.bridges.transport import LocalTransport
 from mainboard.config import PbsHost, SlurmHost, loads_config
 from mainboard.errors import ConfigError, UserError
 from mainboard.fleet.launch import UpOptions, worker_command, worker_spec
-from mainboard.fleet.records import node_names
+from mainboard.fleet.records import node_names, read_fleet
 from mainboard.fleet.scaling import Alloc, PoolView, target
 from mainboard.fleet.workers import allocation_entry
 from mainboard.receipts import WorkerStarted
@@ -181,7 +181,10 @@ def test_pbs_wrappers_fan_out_through_pbsdsh_one_node_script_per_unique_host(
     wait_until(lambda: bridge.poll([record])[record.job_id].final, 60, "the PBS job to end")
     assert bridge.poll([record])[record.job_id].state.value == "completed", bridge.logs(record)
     assert sorted(out.read_text().split("\n")[:-1]) == ["0 2", "1 2"]
-    assert (tmp_path / "shim.log").read_text().split() == ["0", "2"]  # first vnode of each
+    assert sorted((tmp_path / "shim.log").read_text().split()) == ["0", "2"]  # first vnodes
+    held = subprocess.run(["squeue", "-h", "-t", "all", "-j", record.job_id, "-o", "%D"],
+                          env=slurm_cluster.env, capture_output=True, text=True).stdout.strip()
+    assert held == "2"  # `-l select=2` through the wrappers: a 2-node allocation
 
 
 def _pair_workspace(tmp: Path, slurm: SlurmCluster, root: Path) -> Path:
@@ -241,12 +244,13 @@ def test_a_two_node_pool_runs_one_worker_per_node_and_fleet_down_stops_both(
 
 @pytest.mark.live
 @pytest.mark.timeout(240)
-def test_one_node_worker_killed_ends_the_whole_allocation(
+def test_one_node_worker_killed_ends_the_whole_allocation_which_is_replaced_whole(
         tmp_path: Path, slurm_cluster: SlurmCluster, provisioned_root: Path) -> None:  # noqa: F811
+    from mainboard.fleet.autoscale import SCALE_TICK_ENV
     from mainboard.fleet.workers import broker_route, registry_entries
 
     ws = _pair_workspace(tmp_path, slurm_cluster, provisioned_root)
-    up_ok(ws, "--pool", "pair", "--no-flower")
+    up_ok(ws, "--pool", "pair", "--no-flower", env={SCALE_TICK_ENV: "0.5"})  # the keeper's
     rows: list[dict] = []
     try:
         rows = _both_online(ws)
@@ -257,9 +261,40 @@ def test_one_node_worker_killed_ends_the_whole_allocation(
         os.kill(int(entries[f"slurm-cluster-{job_id}-n1"]["pid"]), signal.SIGKILL)
         wait_until(lambda: _squeue_state(slurm_cluster, job_id) == "FAILED", 60,
                    "srun --kill-on-bad-exit to end the allocation")
-        lost = wait_until(lambda: (r := status(ws)) and all(x["state"] == "lost" for x in r)
-                          and r, 30, "both workers shown lost")
-        assert len(lost) == 2
+        # the pool (jobs = 1) gets a whole new allocation: two workers again, a new job
+        fresh = wait_until(lambda: (r := status(ws)) and len(r) == 2 and all(
+            x["online"] and x["job_id"] != job_id for x in r) and r, 90, "the replacement")
+        assert len({x["job_id"] for x in fresh}) == 1
+        fleet = read_fleet(ws / ".mainboard")
+        (gone,) = [w for w in fleet.started.values() if w.job["job_id"] == job_id]
+        assert fleet.stopped[gone.worker_id].state == "failed"  # recorded as one loss
+        assert [w.nodes for w in fleet.live()] == [2]  # one allocation replaced it
+        rows += fresh
+    finally:
+        cli(ws, "fleet", "down")
+        stop_broker(ws)
+    assert_nothing_left(ws, nodes_of(rows))
+
+
+@pytest.mark.live
+@pytest.mark.timeout(240)
+def test_both_nodes_retire_together_before_walltime_and_the_job_completes(
+        tmp_path: Path, slurm_cluster: SlurmCluster, provisioned_root: Path) -> None:  # noqa: F811
+    ws = workspace(tmp_path / "ws", table(
+        "hosts.cluster", kind="slurm", partition=slurm_cluster.multi, root=str(provisioned_root),
+        python=HOST_PYTHON, env={"SLURM_CONF": str(slurm_cluster.conf)}),
+        table("fleet.pools.pair", host="cluster", nodes=2, queues=["pairq"], walltime="1m",
+              **{"retire-before": "50s"}))
+    up_ok(ws, "--pool", "pair", "--no-flower")
+    rows: list[dict] = []
+    try:
+        rows = _both_online(ws)
+        job_id = rows[0]["job_id"]
+        job_dir = Path(read_fleet(ws / ".mainboard").live()[0].job["job_dir"])
+        wait_until(lambda: _squeue_state(slurm_cluster, job_id) == "COMPLETED", 60,
+                   "the allocation to end on its own, before its walltime")
+        logs = "".join((job_dir / n).read_text() for n in ("stdout", "stderr"))
+        assert logs.count("Warm shutdown") == 2, logs[-3000:]  # each node's worker retired
     finally:
         cli(ws, "fleet", "down")
         stop_broker(ws)
