@@ -200,7 +200,10 @@ def render(spec: JobSpec, paths: JobPaths, *, headers: Sequence[str], workdir: s
     parts += [f"mkdir -p -- {q(workdir)}", f"cd -- {q(workdir)}", "set +e", "set -m",
               f"{runner} < /dev/null &",
               "_mb_child=$!", 'echo "$_mb_child" > "$_mb_dir/child"',
-              *_watchdogs(spec, watchdog_walltime, watchdog_retire), "set +m", _EPILOGUE]
+              # per node, each node retires by MAINBOARD_RETIRE_AT: a signal to the local
+              # fan-out (pbsdsh) would end it, and with it every node's task in hand
+              *_watchdogs(spec, watchdog_walltime, watchdog_retire and not fanout), "set +m",
+              _EPILOGUE]
     return "\n".join(parts)
 
 

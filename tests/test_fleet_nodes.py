@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,12 @@ def test_pbs_per_node_script_runs_pbsdsh_once_per_unique_host() -> None:
     assert "#PBS -l select=2" in script
     assert "awk '!_mb_seen[$0]++ {print NR - 1}'" in script
     assert 'pbsdsh -n "$_mb_n" -- /bin/bash "$_mb_dir/node.sh" "$_mb_i" &' in script
+    timed = bridge.render_script(JobSpec(command="x", nodes=2, per_node=True, walltime=600,
+                                         retire_before=120), _paths(), "j1")
+    assert "MAINBOARD_RETIRE_AT=$((_mb_t0 + 480))" in timed
+    assert "sleep 480" not in timed  # no retire watchdog: it would end pbsdsh, tasks and all
+    assert "sleep 480" in bridge.render_script(JobSpec(command="x", walltime=600,
+                                                       retire_before=120), _paths(), "j1")
 
 
 def test_hosts_without_a_fan_out_refuse_a_per_node_job() -> None:
@@ -175,12 +182,17 @@ def test_pbs_wrappers_fan_out_through_pbsdsh_one_node_script_per_unique_host(
                         "PATH": f"{shim.parent}:{os.environ['PATH']}"})
     bridge = PbsBridge("pbs", host, LocalTransport("pbs"), root=str(tmp_path / "root"))
     # the wrappers turn `select=2` into 2 nodes: on partition multi, both slurmds
-    record = bridge.submit(command=f'echo "$MAINBOARD_NODE_INDEX $MAINBOARD_NODES" >> {out}',
-                           nodes=2, per_node=True, queue=slurm_cluster.multi,
-                           env={"WHO": HOSTILE})
+    began = time.time()
+    record = bridge.submit(command=f'echo "$MAINBOARD_NODE_INDEX $MAINBOARD_NODES '
+                           f'$MAINBOARD_RETIRE_AT" >> {out}', nodes=2, per_node=True,
+                           queue=slurm_cluster.multi, env={"WHO": HOSTILE}, walltime=600,
+                           retire_before=120)
     wait_until(lambda: bridge.poll([record])[record.job_id].final, 60, "the PBS job to end")
     assert bridge.poll([record])[record.job_id].state.value == "completed", bridge.logs(record)
-    assert sorted(out.read_text().split("\n")[:-1]) == ["0 2", "1 2"]
+    lines = sorted(line.split() for line in out.read_text().splitlines())
+    assert [line[:2] for line in lines] == [["0", "2"], ["1", "2"]]
+    # every node retires by the same clock: the job's start + walltime - retire_before
+    assert all(began + 470 <= int(line[2]) <= time.time() + 480 for line in lines), lines
     assert sorted((tmp_path / "shim.log").read_text().split()) == ["0", "2"]  # first vnodes
     held = subprocess.run(["squeue", "-h", "-t", "all", "-j", record.job_id, "-o", "%D"],
                           env=slurm_cluster.env, capture_output=True, text=True).stdout.strip()
@@ -268,6 +280,7 @@ def test_one_node_worker_killed_ends_the_whole_allocation_which_is_replaced_whol
         fleet = read_fleet(ws / ".mainboard")
         (gone,) = [w for w in fleet.started.values() if w.job["job_id"] == job_id]
         assert fleet.stopped[gone.worker_id].state == "failed"  # recorded as one loss
+        assert not Path(gone.secret_path).exists()  # its broker URL file went with it
         assert [w.nodes for w in fleet.live()] == [2]  # one allocation replaced it
         rows += fresh
     finally:

@@ -34,6 +34,7 @@ from mainboard.fleet.workers import (
     broker_route,
     fleet_entries,
     poll_jobs,
+    record_ended,
     registry,
     stop_workers,
 )
@@ -236,9 +237,7 @@ class Autoscaler:
     def scale(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> None:
         look = self.look(name, pool, state, url)
         for worker, final in look.ended:
-            fleet_receipts(self.config.state_dir).append(WorkerStopped(
-                worker_id=worker.worker_id, host=worker.host, state=final,
-                reason=f"its job ended: {final}"))
+            record_ended(self.config, worker, final)
         for worker, wait in look.began:  # the queue waits replacements are timed by
             fleet_receipts(self.config.state_dir).append(FleetScale(
                 pool=name, action="running", worker_ids=[worker.worker_id], wait_s=wait,

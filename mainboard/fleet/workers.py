@@ -266,6 +266,16 @@ def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: st
     return outcome
 
 
+def record_ended(config: Config, worker: WorkerStarted, final: str) -> None:
+    """A worker whose job ended by itself (retired, killed, lost as a unit): its broker URL
+    file removed from the host (best effort: the host may be gone too), then recorded."""
+    with contextlib.suppress(MainboardError):
+        remove_secret(_secret_transport(config, worker), worker.secret_path)
+    fleet_receipts(config.state_dir).append(WorkerStopped(
+        worker_id=worker.worker_id, host=worker.host, state=final,
+        reason=f"its job ended: {final}"))
+
+
 def _secret_transport(config: Config, worker: WorkerStarted) -> Transport:
     if worker.ssh and worker.rental:
         return ssh_from_dict(worker.ssh, worker.host)
@@ -297,4 +307,4 @@ def idle_workers(config: Config, workers: Sequence[WorkerStarted]) -> list[Worke
 
 
 __all__ = ["allocation_entry", "broker_route", "fleet_entries", "idle_workers", "poll_jobs",
-           "registry_entries", "stop_workers"]
+           "record_ended", "registry_entries", "stop_workers"]
