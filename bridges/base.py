@@ -94,6 +94,7 @@ class Bridge(ABC):
     enforces_walltime: ClassVar[bool] = True             # False: the script's watchdog does
     native_retire_signal: ClassVar[bool] = False         # True: header asks the scheduler
     job_dir_is_truth: ClassVar[bool] = False             # True: _query already read the dir
+    node_fanout: ClassVar[str | None] = None             # shell: node.sh once per node
 
     def __init__(self, name: str, host: HostConfig, transport: Transport, *,
                  container: ContainerConfig | None = None, root: str | None = None) -> None:
@@ -173,7 +174,17 @@ class Bridge(ABC):
             container=self.container,
             job_id=self.job_id_env if self.job_id_env is not None else shlex.quote(uid),
             watchdog_walltime=not self.enforces_walltime,
-            watchdog_retire=not self.native_retire_signal)
+            watchdog_retire=not self.native_retire_signal, fanout=self.fanout(spec))
+
+    def fanout(self, spec: JobSpec) -> str | None:
+        """The fan-out of a ``per_node`` job on several nodes (None: run the command once)."""
+        if not (spec.per_node and spec.nodes > 1):
+            return None
+        if self.node_fanout is None:
+            raise UserError(f"{self.kind} host {self.name!r}: nodes {spec.nodes} with per_node: "
+                            "only slurm and pbs hosts start a command on every node; valid: "
+                            "nodes = 1 here")
+        return self.node_fanout
 
     # -- submit ------------------------------------------------------------------------------
 

@@ -11,6 +11,12 @@ the script waits for the command to really end before recording its code. Hosts
 without a scheduler get watchdogs instead: one enforces the walltime (and leaves a
 ``timeout`` marker), one sends the retire signal ``retire_before`` seconds earlier.
 Every user value is quoted with ``shlex.quote``; nothing is pasted raw.
+
+A ``per_node`` job on several nodes (a fleet pool's ``nodes = 2``) runs its command once on
+every node: the script writes ``node.sh`` (modules, exports, ``MAINBOARD_NODE_INDEX``,
+``cd``, the command) into the job directory, which every node sees on the shared root,
+and its fan-out (the bridge's: ``srun``, ``pbsdsh``) runs that on each node. No value
+travels in an argument list: the node script is a file.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mainboard.config import ContainerConfig
+from mainboard.errors import UserError
 
 from .jobspec import JobSpec
 from .provision import container_prefix
@@ -155,25 +162,70 @@ def _watchdogs(spec: JobSpec, walltime: bool, retire: bool) -> list[str]:
     return lines
 
 
+NODE_INDEX_ENV = "MAINBOARD_NODE_INDEX"  # 0.. on each node of a per-node job
+NODES_ENV = "MAINBOARD_NODES"
+RETIRE_AT_ENV = "MAINBOARD_RETIRE_AT"  # epoch seconds a per-node worker retires at
+_NODE_END = "_MB_NODE_SCRIPT_END_"
+
+
 def render(spec: JobSpec, paths: JobPaths, *, headers: Sequence[str], workdir: str, root: str,
            env: Mapping[str, str], modules: Sequence[str], container: ContainerConfig | None,
-           job_id: str, watchdog_walltime: bool, watchdog_retire: bool) -> str:
-    """The whole job script; ``job_id`` is shell text (a quoted uid or a ``${SLURM_JOB_ID}``)."""
+           job_id: str, watchdog_walltime: bool, watchdog_retire: bool,
+           fanout: str | None = None) -> str:
+    """The whole job script; ``job_id`` is shell text (a quoted uid or a ``${SLURM_JOB_ID}``).
+    ``fanout``: shell text that runs ``"$_mb_dir/node.sh"`` once per node (per-node jobs)."""
     q = shlex.quote
     exports = {"MAINBOARD_JOB_ID": job_id, "MAINBOARD_JOB_DIR": '"$_mb_dir"',
                "MAINBOARD_JOB_NAME": q(spec.name), "MAINBOARD_ATTEMPT": str(spec.attempt),
                "MAINBOARD_ROOT": q(root)}
+    if fanout:
+        exports[NODES_ENV] = str(spec.nodes)
     exports.update({name: q(value) for name, value in check_env(env).items()})
+    setup = [f"export {name}={value}" for name, value in exports.items()]
+    if spec.path:
+        setup.append(f"export PATH={':'.join(q(p) for p in spec.path)}:\"$PATH\"")
+    runner = _runner(spec, container, workdir, root, [*exports, NODE_INDEX_ENV] if fanout
+                     else list(exports))
     parts = ["#!/bin/bash", *headers,
              "# mainboard job script, rendered by mainboard.bridges; edits are not kept.",
              _PROLOGUE.format(job_dir=q(paths.job_dir), signals=" ".join(_FORWARDED))]
     if modules:
         parts.append(module_block(modules))
-    parts += [f"export {name}={value}" for name, value in exports.items()]
-    if spec.path:
-        parts.append(f"export PATH={':'.join(q(p) for p in spec.path)}:\"$PATH\"")
+    parts += setup
+    if fanout:
+        node = node_script(spec, paths, modules, setup, workdir, runner)
+        parts += [f"cat > \"$_mb_dir/node.sh\" <<'{_NODE_END}'", node, _NODE_END,
+                  f"_mb_fanout() {{\n{fanout}\n}}"]
+        runner = "_mb_fanout"
     parts += [f"mkdir -p -- {q(workdir)}", f"cd -- {q(workdir)}", "set +e", "set -m",
-              f"{_runner(spec, container, workdir, root, list(exports))} < /dev/null &",
+              f"{runner} < /dev/null &",
               "_mb_child=$!", 'echo "$_mb_child" > "$_mb_dir/child"',
-              *_watchdogs(spec, watchdog_walltime, watchdog_retire), "set +m", _EPILOGUE]
+              # per node, each node retires by MAINBOARD_RETIRE_AT: a signal to the local
+              # fan-out (pbsdsh) would end it, and with it every node's task in hand
+              *_watchdogs(spec, watchdog_walltime, watchdog_retire and not fanout), "set +m",
+              _EPILOGUE]
     return "\n".join(parts)
+
+
+def node_script(spec: JobSpec, paths: JobPaths, modules: Sequence[str], setup: Sequence[str],
+                workdir: str, runner: str) -> str:
+    """One node's share of a per-node job: its index (the fan-out's argument, or srun's
+    ``$SLURM_NODEID``), the job's environment again (``pbsdsh`` passes none), its own
+    retirement time (the allocation's start plus walltime less ``retire_before``: every
+    node retires together by its clock, where a signal would reach the first node only),
+    then the command."""
+    q = shlex.quote
+    lines = ["#!/bin/bash", f"# node share of mainboard job {spec.name!r}: run on each node",
+             "set -eu", f"_mb_dir={q(paths.job_dir)}"]
+    if modules:
+        lines.append(module_block(modules))
+    lines += [*setup, f'export {NODE_INDEX_ENV}="${{1:-${{SLURM_NODEID:-0}}}}"']
+    if spec.walltime and spec.retire_before and spec.walltime > spec.retire_before:
+        lines += ['_mb_t0=$(cat "$_mb_dir/started" 2>/dev/null || date +%s)',
+                  '_mb_t0=${_mb_t0%%[.,]*}',
+                  f"export {RETIRE_AT_ENV}=$((_mb_t0 + {spec.walltime - spec.retire_before}))"]
+    lines += [f"mkdir -p -- {q(workdir)}", f"cd -- {q(workdir)}", f"exec {runner}"]
+    text = "\n".join(lines)
+    if _NODE_END in text.splitlines():
+        raise UserError(f"job {spec.name!r}: a value holds the line {_NODE_END}; remove it")
+    return text

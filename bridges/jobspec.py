@@ -72,6 +72,8 @@ class JobSpec(BaseModel):
     queue: str | None = Field(None, description="SLURM partition or PBS queue")
     account: str | None = None
     nodes: int = Field(1, ge=1)
+    per_node: bool = Field(False, description="run the command once on every node (srun, "
+                           "pbsdsh), not only on the first")
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = Field(None, description="where the command runs (default: host root)")
     attempt: int = Field(1, ge=1)

@@ -6,7 +6,8 @@ wrappers) it falls back to parsing ``qstat -f`` text, once per bridge. ``-o``/``
 are qsub flags, not headers (some wrappers ignore ``#PBS -o``). Those wrappers paste
 qsub's arguments into a shell command unquoted, so job directories must be plain
 paths: anything else is refused before submitting. Under the wrappers
-``$PBS_JOBID`` is empty; the script falls back to ``$SLURM_JOB_ID``.
+``$PBS_JOBID`` is empty; the script falls back to ``$SLURM_JOB_ID``. A per-node job
+fans out with ``pbsdsh`` (``PBS_FANOUT``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,20 @@ PBS_EXIT_CODES: dict[int, tuple[JobState, str]] = {
     -25: (JobState.FAILED, "killed over its cpu limit (JOB_EXEC_KILL_NCPUS_SUM)"),
     -24: (JobState.FAILED, "killed over its cpu burst limit (JOB_EXEC_KILL_NCPUS_BURST)"),
 }
+# One pbsdsh per unique host of $PBS_NODEFILE (``-n``: the vnode index of its first line,
+# Torque and OpenPBS alike), each told its node index. The first to fail ends the others
+# (the script then ends, and PBS ends every task of the job): lost as a unit.
+PBS_FANOUT = """\
+_mb_pids=; _mb_i=0
+for _mb_n in $(awk '!_mb_seen[$0]++ {print NR - 1}' "${PBS_NODEFILE:?not in a PBS job}"); do
+  pbsdsh -n "$_mb_n" -- /bin/bash "$_mb_dir/node.sh" "$_mb_i" &
+  _mb_pids="$_mb_pids $!"; _mb_i=$((_mb_i + 1))
+done
+wait -n; _mb_c=$?
+[ "$_mb_c" -eq 0 ] || kill -TERM $_mb_pids 2>/dev/null
+for _mb_p in $_mb_pids; do wait "$_mb_p"; _mb_w=$?; [ "$_mb_c" -ne 0 ] || _mb_c=$_mb_w; done
+return "$_mb_c"
+"""
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./+@%,=-]+$")
 _ATTRIBUTE = re.compile(r"^\s+([A-Za-z_][\w.]*) = (.*)$")
 _UNSUPPORTED = ("unknown option", "usage:", "invalid option", "illegal option")
@@ -103,6 +118,7 @@ class PbsBridge(Bridge):
     states = PBS_STATES
     job_id_env = '"${PBS_JOBID:-${SLURM_JOB_ID:-}}"'
     _json: bool | None = None  # per bridge: does qstat speak -F json? (None: not asked yet)
+    node_fanout = PBS_FANOUT
 
     def header_lines(self, spec: JobSpec, paths: JobPaths) -> list[str]:
         # A tagged (fleet) job is named by its owner tag: every qstat -f prints Job_Name

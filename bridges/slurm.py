@@ -5,7 +5,9 @@ MinJobAge ago, with their wait status), then ``sacct`` for older ones. ``sacct``
 needs accounting storage; where it is disabled (``accounting_storage/none``) the
 jobcomp file is read with ``sacct -c`` instead. The choice is made once per bridge.
 Output paths are given on the sbatch command line (quoted), not as headers, so any
-root path works; the job name in ``-J`` is reduced to safe characters.
+root path works; the job name in ``-J`` is reduced to safe characters. A per-node job
+fans out with ``srun`` (one task per node); its retire signal goes to those tasks
+(``--signal`` without ``B:``), not to the batch shell.
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ class SlurmBridge(Bridge):
     job_id_env = '"${SLURM_JOB_ID:-}"'
     native_retire_signal = True
     _sacct_flags: list[str] | None = None  # per bridge: [] (accounting) or ["-c"] once known
+    # One task per node; one node's task failing (a killed worker) ends them all, so the
+    # allocation is lost as a unit. 22.05's srun does not inherit --cpus-per-task.
+    node_fanout = ('srun --ntasks-per-node=1 -N "$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 '
+                   '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" /bin/bash "$_mb_dir/node.sh"')
 
     def header_lines(self, spec: JobSpec, paths: JobPaths) -> list[str]:
         lines = [f"-J {safe_job_name(spec.name)}"]
@@ -105,8 +111,9 @@ class SlurmBridge(Bridge):
         lines.append(f"-N {spec.nodes}")
         if spec.tag:
             lines.append(f"--comment={spec.tag}")
-        if spec.retire_before:
-            lines.append(f"--signal=B:{spec.retire_signal}@{spec.retire_before}")
+        if spec.retire_before:  # per-node: every node's task (srun ignores a lone INT)
+            batch = "" if self.fanout(spec) else "B:"
+            lines.append(f"--signal={batch}{spec.retire_signal}@{spec.retire_before}")
         return [*lines, *spec.extra]
 
     def submit_text(self, paths: JobPaths) -> str:

@@ -250,6 +250,7 @@ class WorkerStarted(Payload):
     rental: dict[str, str] | None = None  # {"provider", "rental_id"}
     idle_timeout_s: float | None = None
     pool: str | None = None               # the [fleet.pools.NAME] it belongs to
+    nodes: int = 1                        # workers of this one allocation: one per node
 
 
 class WorkerSubmitting(Payload):

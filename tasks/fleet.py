@@ -40,6 +40,8 @@ BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then
 PROBE_TASK = "mainboard.fleet.probe"
 WORKER_ENV = "MAINBOARD_FLEET_WORKER"
 HOST_ENV = "MAINBOARD_FLEET_HOST"
+NODE_INDEX_ENV = "MAINBOARD_NODE_INDEX"  # set by a multi-node job's node script (bridges)
+RETIRE_AT_ENV = "MAINBOARD_RETIRE_AT"
 END_RECHECK_S = 60.0
 log = logging.getLogger("mainboard.fleet")
 
@@ -146,6 +148,15 @@ def _retire_on_clock(node: str, job_id: str, retire_before: float) -> None:
         _stop.wait(min(delay, END_RECHECK_S))
 
 
+def _retire_at(when: float) -> None:
+    """Warm shutdown at ``when`` (epoch seconds): where no scheduler can be asked for the
+    end, every node of an allocation retires at the time its job script computed."""
+    if not _stop.wait(retire_delay(when, 0.0, time.time())):
+        log.info("retiring: the allocation's retire time %s has come",
+                 time.strftime("%H:%M:%S", time.localtime(when)))
+        os.kill(os.getpid(), signal.SIGINT)
+
+
 @worker_ready.connect
 def _on_ready(sender: Any = None, **_: Any) -> None:
     worker_id = _fleet_worker()
@@ -154,13 +165,18 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
         return
     _retire_on_sigint(getattr(sender, "controller", None))
     beat(node, worker_id=worker_id, host=os.environ.get(HOST_ENV, ""), pid=os.getpid(),
-         started=time.time(), tasks_done=0, active=0, job_id=os.environ.get("MAINBOARD_JOB_ID", ""))
+         started=time.time(), tasks_done=0, active=0, job_id=os.environ.get("MAINBOARD_JOB_ID", ""),
+         node_index=os.environ.get(NODE_INDEX_ENV, ""))
     threading.Thread(target=_beat_forever, args=(node,), name="fleet-heartbeat",
                      daemon=True).start()
     job_id, retire = os.environ.get("SLURM_JOB_ID"), os.environ.get(RETIRE_ENV)
+    at = os.environ.get(RETIRE_AT_ENV)
     if job_id and retire:
         threading.Thread(target=_retire_on_clock, args=(node, job_id, float(retire)),
                          name="fleet-retire", daemon=True).start()
+    elif at:  # a node of a multi-node PBS job: the node script's time, on every node
+        threading.Thread(target=_retire_at, args=(float(at),), name="fleet-retire",
+                         daemon=True).start()
 
 
 def pinned_device(visible: str, index: int) -> str:
@@ -235,4 +251,4 @@ def probe(self: Any, sleep_s: float = 0.0, until_path: str | None = None) -> dic
     return {"node": self.request.hostname, "host": os.environ.get(HOST_ENV, ""),
             "worker_id": _fleet_worker() or "", "pid": os.getpid(),
             "hostname": socket.gethostname(), "job_id": os.environ.get("MAINBOARD_JOB_ID", ""),
-            "task_id": self.request.id}
+            "node_index": os.environ.get(NODE_INDEX_ENV, ""), "task_id": self.request.id}

@@ -189,6 +189,10 @@ def _wait_listening(log: Path, seen: int, proc: subprocess.Popen, timeout: float
     raise TimeoutError(f"sshd did not report listening within {timeout}s; see {log}")
 
 
+MULTI_PARTITION = "multi"
+SECOND_NODE = "mbnode2"
+
+
 @dataclass
 class SlurmCluster:
     """A real single-node SLURM (slurmctld + slurmd + munge) on loopback.
@@ -201,6 +205,7 @@ class SlurmCluster:
     node: str
     partition: str
     procs: list[subprocess.Popen] = field(repr=False)
+    multi: str = MULTI_PARTITION  # both nodes: a 2-node allocation on this one machine
 
     @property
     def env(self) -> dict[str, str]:
@@ -215,7 +220,10 @@ def start_slurm(directory: Path, cpus: int = 8) -> SlurmCluster:
     """Start munged, slurmctld and slurmd with state in ``directory`` (fresh state each time).
 
     ``cpus`` more than the machine has (config_overrides): several fleet allocations run at
-    once on this one node, as on a cluster."""
+    once on this one node, as on a cluster. A second slurmd (``-N mbnode2``: its own port,
+    pid file and spool, the same machine) is a second node, only in partition ``multi``
+    with the first: a real 2-node allocation (``srun`` runs a task on each) where the
+    other partitions see one node."""
     munged = require("munged", "apt-get install munge")
     slurmctld = require("slurmctld", "apt-get install slurm-wlm")
     slurmd = require("slurmd", "apt-get install slurm-wlm")
@@ -253,9 +261,9 @@ SlurmdPort={free_port()}
 StateSaveLocation={d}/state
 SlurmdSpoolDir={d}/spool/%n
 SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
+SlurmdPidFile={d}/slurmd-%n.pid
 SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
+SlurmdLogFile={d}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -273,20 +281,26 @@ MinJobAge=300
 KillWait=5
 MailProg=/bin/true
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=2000 State=UNKNOWN
+NodeName={SECOND_NODE} NodeHostname={node} NodeAddr=127.0.0.1 Port={free_port()} CPUs={cpus} \
+RealMemory=2000 State=UNKNOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
 PartitionName=short Nodes={node} Default=NO MaxTime=00:10:00 State=UP
+PartitionName={MULTI_PARTITION} Nodes={node},{SECOND_NODE} Default=NO MaxTime=INFINITE State=UP
 """)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     procs.append(subprocess.Popen([slurmctld, "-D", "-i", "-f", str(conf)], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    procs.append(subprocess.Popen([slurmd, "-D", "-f", str(conf)], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for name in (node, SECOND_NODE):
+        procs.append(subprocess.Popen([slurmd, "-D", "-N", name, "-f", str(conf)], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     cluster = SlurmCluster(dir=d, conf=conf, node=node, partition="debug", procs=procs)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        out = subprocess.run(["sinfo", "-h", "-o", "%T", "-n", node], env=env,
-                             capture_output=True, text=True)
-        if out.returncode == 0 and out.stdout.strip() in {"idle", "mixed", "allocated"}:
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%T", "-n", f"{node},{SECOND_NODE}"],
+                             env=env, capture_output=True, text=True)
+        states = out.stdout.split()
+        if out.returncode == 0 and len(states) >= 2 \
+                and set(states) <= {"idle", "mixed", "allocated"}:
             return cluster
         time.sleep(0.3)
     cluster.stop()

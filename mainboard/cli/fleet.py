@@ -35,7 +35,8 @@ def _worker(worker: WorkerStarted) -> dict[str, object]:
     return {"host": worker.host, "worker_id": worker.worker_id, "node": worker.node,
             "job_id": worker.job["job_id"], "queues": list(worker.queues),
             "concurrency": worker.concurrency, "broker_via": worker.broker_via,
-            "rental_id": worker.rental["rental_id"] if worker.rental else None}
+            "rental_id": worker.rental["rental_id"] if worker.rental else None,
+            "nodes": worker.nodes}
 
 
 @click.group()
@@ -82,7 +83,7 @@ def up(ctx: click.Context, hosts: tuple[str, ...], pools: tuple[str, ...], jobs:
     \b
     --json prints one object:
       {"started": [{"host", "worker_id", "node", "job_id", "queues", "concurrency",
-                    "broker_via", "rental_id"}, ...],
+                    "broker_via", "rental_id", "nodes"}, ...],
        "failed": {HOST: "one line", ...}, "kept": {POOL: allocations already live},
        "flower_url": URL|null, "flower_error": str|null}
     """
@@ -103,7 +104,8 @@ def up(ctx: click.Context, hosts: tuple[str, ...], pools: tuple[str, ...], jobs:
         for worker in report.started:
             via = "via tunnel" if worker.broker_via == "tunnel" else "direct"
             rental = f", rental {worker.rental['rental_id']}" if worker.rental else ""
-            click.echo(f"{worker.host}: worker {worker.node} (job {worker.job['job_id']}, "
+            nodes = f", {worker.nodes} nodes: one worker each" if worker.nodes > 1 else ""
+            click.echo(f"{worker.host}: worker {worker.node} (job {worker.job['job_id']}{nodes}, "
                        f"queues {','.join(worker.queues)}, broker {via}{rental})")
         if report.flower_url:
             click.echo(f"flower: {report.flower_url} (user mainboard, password in "

@@ -251,6 +251,7 @@ class PbsHost(_Batch):
     queue: str | None = None
 
 
+MULTI_NODE_KINDS = ("slurm", "pbs")  # a pool's `nodes > 1`: one worker per node (srun, pbsdsh)
 AUTO = "auto"  # the router's name in `on(...)`: never a declared host
 
 
@@ -286,7 +287,7 @@ class PoolConfig(ConfigModel):
     cpus: int | None = Field(None, ge=1, description="an integer >= 1")
     mem_gb: float | None = Field(None, gt=0, description="a number of GB greater than 0")
     gpus: int | None = Field(None, ge=0, description="an integer >= 0")
-    nodes: int = Field(1, ge=1, description="an integer >= 1")
+    nodes: int = Field(1, ge=1, description="an integer >= 1")  # one worker per node
     walltime: PositiveDuration | None = None
     retire_before: PositiveDuration | None = None
     jobs: int = Field(1, ge=0, description="an integer >= 0")
@@ -353,6 +354,13 @@ class Config(ConfigModel):
                 raise custom_error(f"host {pool.host!r} is not declared",
                                    _declared("hosts", self.hosts) + ", or local",
                                    ("fleet", "pools", name, "host"), value=pool.host)
+            kind = self.hosts[pool.host].kind if pool.host in self.hosts else "local"
+            if pool.nodes > 1 and kind not in MULTI_NODE_KINDS:
+                raise custom_error(
+                    f"nodes {pool.nodes} on host {pool.host!r} (kind {kind}): only a "
+                    "scheduler's allocation spans nodes", "nodes = 1 for local, ssh and "
+                    "provider hosts; nodes >= 1 for slurm and pbs hosts",
+                    ("fleet", "pools", name, "nodes"), value=pool.nodes)
         for name, host in self.hosts.items():
             if isinstance(host, SshHost) and host.host is None:
                 host.host = name  # host names already fit the address form

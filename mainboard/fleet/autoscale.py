@@ -31,13 +31,15 @@ from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, lead_time
 from mainboard.fleet.spend import next_price, spend
 from mainboard.fleet.workers import (
     DRAIN_TIMEOUT_S,
+    allocation_entry,
     broker_route,
+    fleet_entries,
     poll_jobs,
+    record_ended,
     registry,
-    registry_entries,
     stop_workers,
 )
-from mainboard.receipts import FleetScale, WorkerStarted, WorkerStopped
+from mainboard.receipts import FleetScale, WorkerStarted
 from mainboard.tasks import HEARTBEAT_S
 
 SCALE_TICK_ENV = "MAINBOARD_SCALE_TICK_S"  # tests shorten it
@@ -169,7 +171,7 @@ class Autoscaler:
                    and w.worker_id not in stopping]
         found = poll_jobs(self.config, members)
         look = Look(members={w.worker_id: w for w in members})
-        entries = registry_entries(BrokerRoute(url), [w.node for w in members]) if members else {}
+        entries = fleet_entries(BrokerRoute(url), members) if members else {}
         now = time.time()
         allocs: list[Alloc] = []
         waits = [e for e in pool_events(state, name) if e.action == "running"]
@@ -179,7 +181,7 @@ class Autoscaler:
             if isinstance(status, JobStatus) and status.final:  # ended (retired, lost): gone
                 look.ended.append((worker, status.state.value))
                 continue
-            entry = entries.get(worker.node, {})
+            entry = allocation_entry(entries, worker)  # all its nodes together
             beat = float(entry["beat"]) if entry.get("beat") else None
             if beat is not None and now - beat > LOST_AFTER_S:  # node death, partition...
                 look.stale.append((worker, now - beat))
@@ -233,9 +235,7 @@ class Autoscaler:
     def scale(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> None:
         look = self.look(name, pool, state, url)
         for worker, final in look.ended:
-            fleet_receipts(self.config.state_dir).append(WorkerStopped(
-                worker_id=worker.worker_id, host=worker.host, state=final,
-                reason=f"its job ended: {final}"))
+            record_ended(self.config, worker, final)
         for worker, wait in look.began:  # the queue waits replacements are timed by
             fleet_receipts(self.config.state_dir).append(FleetScale(
                 pool=name, action="running", worker_ids=[worker.worker_id], wait_s=wait,

@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 from mainboard.bridges import bridge_for
 from mainboard.bridges.base import Bridge, JobRecord, new_uid
+from mainboard.bridges.jobscript import NODE_INDEX_ENV
 from mainboard.bridges.jobspec import JobSpec, check_policy, format_walltime, resolve
 from mainboard.bridges.project import Project
 from mainboard.bridges.ssh import SshTransport
@@ -37,6 +38,7 @@ from mainboard.config import Config, HostConfig, NotPositive, ProviderHost, posi
 from mainboard.errors import ConfigError, HostError, UserError
 from mainboard.fleet import warm
 from mainboard.fleet.records import (
+    NODE_SUFFIX,
     check_queue,
     fleet_receipts,
     host_queue,
@@ -100,12 +102,15 @@ def _duration(flag: str, value: str | int | None) -> int | None:
 
 
 def worker_command(python: str, node: str, queues: Sequence[str], concurrency: int,
-                   secret_path: str, root: str | None = None, *, job_suffix: bool = False
-                   ) -> str:
+                   secret_path: str, root: str | None = None, *, job_suffix: bool = False,
+                   per_node: bool = False) -> str:
     """Shell text: read the broker URL from its 0600 file into the environment, exec Celery.
 
     ``job_suffix``: the node is ``<node>-$MAINBOARD_JOB_ID@<machine>``, the scheduler's job
     id known only once the job runs (``slurm-hpc-12345@node07`` in Flower's list).
+    ``per_node`` (one worker on each node of an allocation): ``-n<node index>`` follows
+    the job id (``slurm-hpc-12345-n1@node08``), so two nodes of one allocation never share
+    a Celery name or a heartbeat key, even when their machines share a hostname.
 
     ``root`` (the host's workspace root) goes first on the worker's PYTHONPATH, ahead of
     whatever the host's modules put there, so a run's ``kind = "python"`` integrand module
@@ -114,7 +119,8 @@ def worker_command(python: str, node: str, queues: Sequence[str], concurrency: i
     argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker", "-Q", ",".join(queues),
             "-c", str(concurrency), "--pool=prefork", "--without-mingle",
             "--without-gossip", "--loglevel=INFO", "-I", ",".join(WORKER_MODULES)]
-    name = (f'{shlex.quote(node)}-"$MAINBOARD_JOB_ID"@%h' if job_suffix
+    index = f'{NODE_SUFFIX}"${NODE_INDEX_ENV}"' if per_node else ""
+    name = (f'{shlex.quote(node)}-"$MAINBOARD_JOB_ID"{index}@%h' if job_suffix
             else shlex.quote(f"{node}@%h"))
     path = (f"PYTHONPATH={shlex.quote(root)}\"${{PYTHONPATH:+:$PYTHONPATH}}\" && "
             "export PYTHONPATH && ") if root else ""
@@ -130,7 +136,7 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
         cpus=options.cpus or (options.concurrency if host.kind in ("slurm", "pbs") else None),
         mem_gb=options.mem_gb, gpus=options.gpus, nodes=options.nodes,
-        env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name,
+        per_node=options.nodes > 1, env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name,
              "MAINBOARD_HOST_KIND": host.kind,
              **({GPU_ENV: "1"} if options.gpus else {}),
              **({WORKSPACE_ENV: root} if root else {})},  # its copy of the workspace
@@ -435,7 +441,8 @@ class Launcher:
                     write_secret(target.transport, secret, url)
                 queues = [*self.options.queues, host_queue(target.name)]
                 command = worker_command(python, node, queues, self.options.concurrency, secret,
-                                         root=target.root, job_suffix=True)
+                                         root=target.root, job_suffix=True,
+                                         per_node=self.options.nodes > 1)
                 spec = worker_spec(target.name, target.host, self.options, worker_id=worker_id,
                                    command=command, root=target.root,
                                    tag=owner_tag(self.config.state_dir, worker_id))
@@ -447,7 +454,7 @@ class Launcher:
                     queues=queues, concurrency=self.options.concurrency, root=target.root,
                     python=python, broker_via=via, secret_path=secret, tunnel_port=port,
                     ssh=target.ssh if target.rental else None, rental=target.rental,
-                    idle_timeout_s=idle_timeout, pool=self.pool)
+                    idle_timeout_s=idle_timeout, pool=self.pool, nodes=self.options.nodes)
                 self.intent(worker_id, target.name, {**fields, "job": {
                     "uid": uid, "host": target.name, "kind": bridge.kind, "name": spec.name,
                     "submitted_at": time.time(),

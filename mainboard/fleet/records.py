@@ -80,6 +80,17 @@ def node_prefix(kind: str, host: str) -> str:
     return f"{kind}-{safe_word(host)}"
 
 
+NODE_SUFFIX = "-n"  # before a multi-node allocation's node index in its workers' names
+
+
+def node_names(worker: WorkerStarted) -> list[str]:
+    """The Celery names (before ``@``) of an allocation's workers: ``slurm-hpc-12345``, or
+    one per node, ``slurm-hpc-12345-n0``, ``-n1``..., for a ``nodes > 1`` allocation."""
+    if worker.nodes <= 1:
+        return [worker.node]
+    return [f"{worker.node}{NODE_SUFFIX}{i}" for i in range(worker.nodes)]
+
+
 def check_queue(name: str) -> str:
     """A Celery queue name we accept: one word of letters, digits and ``_.-``."""
     if not _QUEUE.match(name):

@@ -4,7 +4,8 @@ Three sources, each answering what only it knows: the bridge (is the job queued,
 running, finished, and how), a Celery broadcast (is the worker answering right now,
 which queues it consumes), and the worker registry the fleet workers write
 (:mod:`mainboard.tasks.fleet`: last heartbeat, tasks done). A host that cannot be asked does not
-hide the others: its rows say why.
+hide the others: its rows say why. A multi-node allocation has one row per node
+(``node_index``), each with its own name and heartbeat and the allocation's one job.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError
 from mainboard.fleet.control import fleet_broker
 from mainboard.fleet.launch import BrokerRoute
-from mainboard.fleet.records import FleetState, read_fleet
-from mainboard.fleet.workers import job_of, poll_jobs, registry_entries
+from mainboard.fleet.records import FleetState, node_names, read_fleet
+from mainboard.fleet.workers import fleet_entries, job_of, poll_jobs
 from mainboard.receipts import WorkerStarted
 from mainboard.tasks import HEARTBEAT_S
 
@@ -50,6 +51,7 @@ class WorkerView:
     rental_id: str | None
     stopped: bool
     reason: str
+    node_index: int | None = None  # which node of a multi-node allocation (one row each)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -131,10 +133,12 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
             **{i: HostError(lost.reason) for i, lost in state.lost.items()}}
     celery = _celery_view(route, timeout) if route and live else {}
     try:
-        entries = registry_entries(route, [w.node for w in live]) if route and live else {}
+        entries = fleet_entries(route, live) if route and live else {}
     except redis.RedisError:
         entries = {}
-    rows = [_row(w, jobs[w.worker_id], celery, entries.get(w.node, {})) for w in live]
+    rows = [_row(w, jobs[w.worker_id], celery, entries.get(name, {}), name,
+                 i if w.nodes > 1 else None)
+            for w in live for i, name in enumerate(node_names(w))]
     rows = [replace(r, state="lost") if r.worker_id in state.lost else r for r in rows]
     if include_stopped:
         for worker_id, stop in state.stopped.items():
@@ -145,13 +149,14 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
 
 
 def _row(worker: WorkerStarted, job: JobStatus | MainboardError, celery: dict[str, list[str]],
-         entry: dict[str, str]) -> WorkerView:
-    node = next((n for n in celery if n.partition("@")[0] == worker.node), None)
+         entry: dict[str, str], name: str, index: int | None) -> WorkerView:
+    """One worker: the allocation's only one, or node ``index``'s (Celery name ``name``)."""
+    node = next((n for n in celery if n.partition("@")[0] == name), None)
     beat = float(entry["beat"]) if entry.get("beat") else None
     reason = str(job) if isinstance(job, MainboardError) else (job.reason or job.native)
     return WorkerView(
         worker_id=worker.worker_id, host=worker.host, kind=worker.kind,
-        node=node or entry.get("node") or f"{worker.node}@?", job_id=job_of(worker).job_id,
+        node=node or entry.get("node") or f"{name}@?", job_id=job_of(worker).job_id,
         state=_state(job, node is not None, beat),
         job_state=job.state.value if isinstance(job, JobStatus) else "unknown",
         queues=celery[node] if node else list(worker.queues), concurrency=worker.concurrency,
@@ -159,7 +164,7 @@ def _row(worker: WorkerStarted, job: JobStatus | MainboardError, celery: dict[st
         active=int(entry["active"]) if entry.get("active") else None,
         last_heartbeat=beat, online=node is not None, broker_via=worker.broker_via,
         rental_id=worker.rental["rental_id"] if worker.rental else None, stopped=False,
-        reason=reason)
+        reason=reason, node_index=index)
 
 
 def _stopped_row(worker: WorkerStarted, final: str, reason: str) -> WorkerView:

@@ -58,18 +58,19 @@ def evaluating(config: Config, route: BrokerRoute) -> list[WorkerStarted]:
     import redis
 
     from mainboard.fleet.status import STALE_AFTER_S
-    from mainboard.fleet.workers import registry_entries
+    from mainboard.fleet.workers import allocation_entry, fleet_entries
 
     live = _batch_workers(config)
     if not live:
         return []
     try:
-        entries = registry_entries(route, [w.node for w in live])
+        entries = fleet_entries(route, live)
     except redis.RedisError:
         entries = {}
     now = time.time()
-    return [w for w in live if not entries.get(w.node, {}).get("beat")
-            or now - float(entries[w.node]["beat"]) <= STALE_AFTER_S]
+    beats = {w.worker_id: allocation_entry(entries, w).get("beat") for w in live}
+    return [w for w in live if not beats[w.worker_id]
+            or now - float(beats[w.worker_id] or 0) <= STALE_AFTER_S]
 
 
 def _same_place(declared: str, recorded: str) -> bool:

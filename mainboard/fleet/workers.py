@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import redis
@@ -27,7 +27,7 @@ from mainboard.fleet.launch import (
     remove_secret,
     ssh_from_dict,
 )
-from mainboard.fleet.records import fleet_receipts
+from mainboard.fleet.records import fleet_receipts, node_names
 from mainboard.hosts.access import Hosts
 from mainboard.receipts import WorkerStarted, WorkerStopped
 from mainboard.services.broker import EmbeddedBroker, worker_url
@@ -64,6 +64,37 @@ def registry_entries(route: BrokerRoute, prefixes: Iterable[str]) -> dict[str, d
             if prefix in wanted:
                 found[prefix] = {**client.hgetall(keys.worker(node)), "node": node}
     return found
+
+
+def fleet_entries(route: BrokerRoute, workers: Iterable[WorkerStarted]
+                  ) -> dict[str, dict[str, str]]:
+    """``registry_entries`` of every node of ``workers`` (one name per node: ``node_names``)."""
+    return registry_entries(route, [n for w in workers for n in node_names(w)])
+
+
+def allocation_entry(entries: Mapping[str, dict[str, str]], worker: WorkerStarted
+                     ) -> dict[str, str]:
+    """One allocation's registry entry: its worker's, or its nodes' together, so a pool
+    counts, idles and loses a multi-node allocation as one: empty until every node has
+    beat, then the stalest beat (one silent node makes it lost), tasks in hand and done
+    summed, the latest task or start as ``last_task`` (idle only when every node is)."""
+    names = node_names(worker)
+    found = [entries[n] for n in names if n in entries]
+    if len(names) == 1 or len(found) < len(names):
+        return found[0] if len(names) == 1 and found else {}
+
+    def numbers(*fields: str) -> list[float]:
+        return [float(v) for e in found if (v := next((e[f] for f in fields if e.get(f)), None))]
+
+    merged = {**found[0], "active": str(int(sum(numbers("active")))),
+              "tasks_done": str(int(sum(numbers("tasks_done"))))}
+    for key, fields, pick in (("beat", ("beat",), min), ("started", ("started",), max),
+                              ("last_task", ("last_task", "started"), max)):
+        values = numbers(*fields)
+        merged.pop(key, None)
+        if values:
+            merged[key] = str(pick(values))
+    return merged
 
 
 def host_transport(config: Config, name: str) -> Transport:
@@ -125,7 +156,7 @@ def drain(route: BrokerRoute | None, workers: Sequence[WorkerStarted]) -> list[s
     from mainboard.tasks.app import make_app
 
     try:
-        nodes = [e["node"] for e in registry_entries(route, [w.node for w in workers]).values()]
+        nodes = [e["node"] for e in fleet_entries(route, workers).values()]
     except redis.RedisError:
         return []
     if nodes:
@@ -235,6 +266,16 @@ def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: st
     return outcome
 
 
+def record_ended(config: Config, worker: WorkerStarted, final: str) -> None:
+    """A worker whose job ended by itself (retired, killed, lost as a unit): its broker URL
+    file removed from the host (best effort: the host may be gone too), then recorded."""
+    with contextlib.suppress(MainboardError):
+        remove_secret(_secret_transport(config, worker), worker.secret_path)
+    fleet_receipts(config.state_dir).append(WorkerStopped(
+        worker_id=worker.worker_id, host=worker.host, state=final,
+        reason=f"its job ended: {final}"))
+
+
 def _secret_transport(config: Config, worker: WorkerStarted) -> Transport:
     if worker.ssh and worker.rental:
         return ssh_from_dict(worker.ssh, worker.host)
@@ -247,12 +288,12 @@ def idle_workers(config: Config, workers: Sequence[WorkerStarted]) -> list[Worke
     from mainboard.hosts.rentals import adapter
 
     route = broker_route(config, start=False)
-    entries = registry_entries(route, [w.node for w in workers]) if route else {}
+    entries = fleet_entries(route, workers) if route else {}
     idle = []
     for worker in workers:
         if not worker.rental or worker.idle_timeout_s is None:
             continue
-        entry = entries.get(worker.node, {})
+        entry = allocation_entry(entries, worker)
         if int(entry.get("active") or 0) > 0:
             continue  # a task is in hand: never idle
         host = config.host(worker.host)
@@ -265,4 +306,5 @@ def idle_workers(config: Config, workers: Sequence[WorkerStarted]) -> list[Worke
     return idle
 
 
-__all__ = ["broker_route", "idle_workers", "poll_jobs", "registry_entries", "stop_workers"]
+__all__ = ["allocation_entry", "broker_route", "fleet_entries", "idle_workers", "poll_jobs",
+           "record_ended", "registry_entries", "stop_workers"]
