@@ -38,10 +38,15 @@ CLASSIC = {"name": "old", "seed": 5, "domain": {"continuous": 3, "discrete": [2]
 
 
 def test_beta_zero_reproduces_classic_vegas_to_the_last_bit() -> None:
-    """These numbers are main's before VEGAS+ existed (same spec without ``beta``)."""
+    """These numbers are main's before VEGAS+ existed (same spec without ``beta``), taken on
+    one CPU. numpy's vectorised exp differs in the last bit between CPUs (AVX512 or not),
+    so they are compared to 2 units in the last place; bit-identity on one machine, across
+    worker counts, is what the determinism tests check."""
     r = integrate_local(CLASSIC)
-    assert (r.estimate, r.error, r.chi2_dof, r.samples, r.iterations) == (
-        0.1701490457416039, 0.0009436460008064421, 0.43945233130442296, 23000, 4)
+    assert (r.samples, r.iterations) == (23000, 4)
+    np.testing.assert_array_max_ulp(
+        np.array([r.estimate, r.error, r.chi2_dof]),
+        np.array([0.1701490457416039, 0.0009436460008064421, 0.43945233130442296]), maxulp=2)
     snapshot = RunState.start(build_run(CLASSIC)).sampler.snapshot()
     assert "beta" not in snapshot["config"] and set(snapshot["state"]) == {"edges"}
 
