@@ -18,7 +18,7 @@ import vegas
 from mainboard.cli.runview import result_json, result_text
 from mainboard.integrators.driver import RunState, integrate_local, step
 from mainboard.integrators.integrands import make_integrand, ridge
-from mainboard.integrators.samplers import _Stratify, restore_sampler
+from mainboard.integrators.samplers import _Stratify, merge_training, restore_sampler
 from mainboard.integrators.spec import RidgeSpec
 from mainboard.integrators.stages import build_run, merge_results, process_batch
 from mainboard.integrators.strata import (
@@ -95,7 +95,9 @@ def test_strata_points_and_statistics_do_not_depend_on_how_axes_are_filled(
         assert np.array_equal(other.x, batches[0].x)
         assert np.array_equal(other.weights, batches[0].weights)
     batch, plan = batches[0], smp.strata
-    stratum = batch.aux["stratum"]
+    layout = smp.strata_layout(batch, 1)
+    assert layout is not None and np.array_equal(layout[1], plan.counts)
+    stratum = layout[0]
     y_cell = (smp.edges[np.arange(5)[:, None], batch.aux["bins"].T] <= batch.x.T)  # in bin
     assert y_cell.all()
     coords = np.stack(np.unravel_index(stratum, tuple(plan.nstrat)))  # stratum cell per axis
@@ -105,8 +107,10 @@ def test_strata_points_and_statistics_do_not_depend_on_how_axes_are_filled(
     finite = np.ones(batch.n, dtype=bool)
     finite[::97] = False
     wf[~finite] = np.nan
-    stats = batch_statistics(stratum, wf, finite, int(np.prod(plan.nstrat)))
-    n, terms = combine(stats)
+    first, local = plan.share(1, batch.n)
+    stats = batch_statistics(first, local, wf, finite, int(np.prod(plan.nstrat)))
+    assert stats["strata_count"].size == local.size < plan.counts.size  # the batch's span
+    n, terms = combine(merge_training([stats]))
     total = n.sum()
     for h in np.unique(stratum)[::37]:
         rows = wf[(stratum == h) & finite]
