@@ -23,16 +23,31 @@ import numpy as np
 from mainboard.integrators.domain import Batch, Domain
 from mainboard.integrators.grid import GridTables, adapt_edges, uniform_edges
 from mainboard.integrators.seeding import LatentBatch
-from mainboard.integrators.strata import StrataPlan, batch_statistics, learn, strata_shape
+from mainboard.integrators.strata import KEYS as STRATA_KEYS
+from mainboard.integrators.strata import (
+    SPAN,
+    StrataPlan,
+    add_span,
+    batch_statistics,
+    learn,
+    strata_shape,
+)
 
 Training = dict[str, np.ndarray]
 
 
 def merge_training(parts: Sequence[Mapping[str, np.ndarray]]) -> Training:
-    """Key-wise sum of training data, in the order given (batch order for reproducibility)."""
+    """Key-wise sum of training data, in the order given (batch order for reproducibility).
+    VEGAS+ batch statistics in span form are added into full-length arrays
+    (:func:`~mainboard.integrators.strata.add_span`)."""
     out: Training = {}
     for part in parts:
+        spanned = SPAN in part
+        if spanned:
+            add_span(out, part)
         for key, arr in part.items():
+            if spanned and (key == SPAN or key in STRATA_KEYS):
+                continue
             arr = np.asarray(arr, dtype=np.float64)
             if key in out:
                 out[key] += arr  # in place: no fresh (page-faulting) array per batch
@@ -83,15 +98,20 @@ class Sampler(ABC):
         """Whether :meth:`strata_training` wants the batch's signed weighted values."""
         return False
 
-    def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None
-                        ) -> Training:
-        """Per-stratum training data from the signed values w f (n, m); none by default."""
+    def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None,
+                        batch_index: int, squares: np.ndarray | None = None) -> Training:
+        """Per-stratum training data from the signed values w f (n, m) of batch
+        ``batch_index`` (``squares``: w f squared when m is 1, non-finite rows zeroed; saves
+        a pass); none by default."""
+        del batch, wf, finite, batch_index, squares
         return {}
 
-    def strata_layout(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
-        """(stratum of each row, ascending; samples of each stratum in the iteration) of a
-        stratified batch, for the observables' stratified errors; None when unstratified."""
-        del batch
+    def strata_layout(self, batch: Batch, batch_index: int
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(stratum of each row, ascending; samples of each stratum in the iteration) of
+        stratified batch ``batch_index``, for the observables' stratified errors; None when
+        unstratified."""
+        del batch, batch_index
         return None
 
     def ingest(self, training: Mapping[str, np.ndarray]) -> None:
@@ -211,7 +231,8 @@ class VegasSampler(Sampler):
     def materialize(self, latent: LatentBatch) -> Batch:
         """Uniform y mapped through the grid (drawn in fixed row slices, see
         ``GridTables.draw``); bin numbers kept for training. Stratified: each y moved into
-        its stratum's hypercube, weight times N / (H n_h), stratum numbers kept too."""
+        its stratum's hypercube, weight times N / (H n_h), that factor kept too (the batch's
+        strata follow from the plan and its index, see :meth:`strata_layout`)."""
         rng = latent.rng()
         idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
         if self.strata is None or not self.strata.covers(latent.batch_index, latent.n):
@@ -224,7 +245,7 @@ class VegasSampler(Sampler):
             x, jac, bins = self.tables.draw(rng, latent.n, into=fill)
             scale = np.repeat(self.strata.factors[first:first + local.size], local)
             jac *= scale
-            aux = {"bins": bins.T, "stratum": fill.stratum, "stratum_factor": scale}
+            aux = {"bins": bins.T, "stratum_factor": scale}
         if factor != 1.0:
             jac *= factor
         return Batch(x=x.T, idx=idx, weights=jac, aux=aux)
@@ -239,19 +260,21 @@ class VegasSampler(Sampler):
         sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
         return {"grid_sum": sums, "grid_count": counts}
 
-    def strata_layout(self, batch: Batch) -> tuple[np.ndarray, np.ndarray] | None:
+    def strata_layout(self, batch: Batch, batch_index: int
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
         """The batch's strata (from its plan) when it was drawn stratified."""
-        if self.strata is None or "stratum" not in batch.aux:
+        if self.strata is None or "stratum_factor" not in batch.aux:
             return None
-        return batch.aux["stratum"], self.strata.counts
+        return self.strata.layout(batch_index, batch.n), self.strata.counts
 
-    def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None
-                        ) -> Training:
-        """Per-stratum sums for the stratified variance and the next allocation."""
-        if self.strata is None or "stratum" not in batch.aux:
+    def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None,
+                        batch_index: int, squares: np.ndarray | None = None) -> Training:
+        """Per-stratum sums over the batch's strata (its share of the plan), for the
+        stratified variance and the next allocation."""
+        if self.strata is None or "stratum_factor" not in batch.aux:
             return {}
-        return batch_statistics(batch.aux["stratum"], wf, finite,
-                                int(np.prod(self.strata.nstrat)))
+        first, local = self.strata.share(batch_index, batch.n)
+        return batch_statistics(first, local, wf, finite, self.strata.counts.size, squares)
 
     def _adapt(self, training: Training) -> None:
         if "grid_sum" in training:
@@ -296,8 +319,10 @@ class _Stratify:
     A batch's samples come in runs, one per stratum (``counts``, in stratum order, numbered
     row-major from ``first``). An axis whose corner stays put over long stretches of rows
     (a slow axis: the first ones) gets its corner added as a constant over each stretch;
-    only the fast axes gather a corner per sample. Either way every y is the same u * step
-    + corner, so how the axes are split is a matter of speed, not of numbers."""
+    only the fast axes gather a corner per sample (``take`` by each row's stratum: measured
+    a little faster than a ``repeat`` over the slice's runs, whose run lengths vary). Either
+    way every y is the same u * step + corner, so how the axes are split is a matter of
+    speed, not of numbers."""
 
     #: An axis whose corner changes every fewer rows than this, on average, is gathered.
     BLOCK_ROWS = 512

@@ -246,7 +246,7 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     sums = obs.empty() if obs is not None else None
     with scope(run):
         bins = obs.bins(batch.x, batch.idx) if obs is not None else []
-        layout = smp.strata_layout(batch) if obs is not None else None
+        layout = smp.strata_layout(batch, latent.batch_index) if obs is not None else None
         whole = None if run.integrand.sliceable else run.integrand.evaluate(batch.x, batch.idx)
         for sl in row_slices(n):
             values = (run.integrand.evaluate(batch.x[sl], batch.idx[sl]) if whole is None
@@ -271,8 +271,9 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
         training = learner.training_values(latent.batch_index, projected)
     else:
         training = smp.training(batch, wf2, finite)
-        if wf is not None:
-            training.update(smp.strata_training(batch, wf, finite))
+        if wf is not None:  # one real column: wf2 is its square (non-finite rows zeroed)
+            training.update(smp.strata_training(batch, wf, finite, latent.batch_index,
+                                                wf2 if run.width == 1 else None))
     return BatchResult(latent.iteration, latent.batch_index, smp.version, partial, training,
                        example, sums)
 
@@ -287,15 +288,13 @@ def _reduce(values: np.ndarray, weights: np.ndarray, wf2: np.ndarray,
     """
     with np.errstate(over="ignore", invalid="ignore"):  # non-finite products are counted
         if values.ndim == 1 and not np.iscomplexobj(values):
-            wf = np.multiply(values, weights)
+            wf = np.multiply(values, weights, out=None if signed is None else signed[:, 0])
             np.multiply(wf, wf, out=wf2)
             wf = wf[:, None]
         else:
-            wf = real_columns(values) * weights[:, None]
+            wf = np.multiply(real_columns(values), weights[:, None], out=signed)
             np.square(wf).sum(axis=1, out=wf2)
         wf2_total = wf2.sum()
-    if signed is not None:
-        np.copyto(signed, wf)
     partial, finite = Partial.from_values(wf)
     if not np.isfinite(wf2_total):
         np.copyto(wf2, 0.0, where=~np.isfinite(wf2))

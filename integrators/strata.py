@@ -14,8 +14,9 @@ coordinates only: bit-identical on any worker, exactly once under redelivery.
 
 A sample in stratum h carries the weight factor N / (H n_h) (H strata of volume 1/H), so the
 plain mean over the iteration is the stratified estimate sum_h V_h <J f>_h. Its variance is
-not the plain one: every batch reports per-stratum sums (:func:`batch_statistics`), which add
-across batches like the grid's, and :func:`stratified_variance` combines them.
+not the plain one: every batch reports per-stratum sums (:func:`batch_statistics`) over its
+own span of strata, the merge adds them into full-length arrays (:func:`add_span`), and
+:func:`stratified_variance` combines them.
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ import numpy as np
 #: Share of an iteration's samples placed by variance; the rest is spread evenly (vegas'
 #: ``neval_frac``).
 ADAPTIVE_FRACTION = 0.75
-#: At most this many strata: each batch result carries three arrays of this length.
+#: At most this many strata: an iteration's merged statistics and learned weights have this
+#: length.
 MAX_STRATA = 2 ** 15
 KEYS = ("strata_count", "strata_sum", "strata_sum2")
+#: Batch results carry the three arrays over the batch's own strata only, and this key,
+#: [first stratum, strata in the iteration]: the span form (a batch of an 8-d run sends a
+#: quarter of the strata, not three mostly-zero full-length arrays).
+SPAN = "strata_span"
 
 
 def strata_shape(total: int, dim: int) -> np.ndarray:
@@ -139,33 +145,52 @@ class StrataPlan:
         return np.repeat(np.arange(first, first + local.size, dtype=np.intp), local)
 
 
-def batch_statistics(stratum: np.ndarray, wf: np.ndarray, finite: np.ndarray | None,
-                     strata: int) -> dict[str, np.ndarray]:
-    """Per-stratum count, sum and sum of squares of the weighted values wf (n, m),
-    non-finite rows left out; full-length arrays, zero outside the batch's strata, so
-    batches merge by addition (see :func:`combine`). ``stratum`` is ascending (the plan's
-    layout), so the batch's strata are one contiguous span of the arrays."""
-    width = wf.shape[1]
-    out = {"strata_count": np.zeros(strata), "strata_sum": np.zeros((width, strata)),
-           "strata_sum2": np.zeros((width, strata))}
-    if stratum.size == 0:
-        return out
-    first = int(stratum[0])
-    local = stratum - first
-    span = slice(first, first + int(local[-1]) + 1)  # ascending: the batch's strata
-    size = span.stop - first
+def batch_statistics(first: int, counts: np.ndarray, wf: np.ndarray,
+                     finite: np.ndarray | None, strata: int,
+                     squares: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per-stratum count, sum and sum of squares of the weighted values wf (n, m) of a batch
+    whose rows run through strata ``first, first + 1, ...`` in runs of ``counts`` rows (the
+    plan's share); non-finite rows left out. The arrays cover the batch's own strata only,
+    with ``strata_span = [first, strata]`` saying where they go (see :func:`add_span`).
+
+    Each run is summed with ``add.reduceat`` (runs are contiguous: no per-row stratum
+    index); the count of a run without non-finite rows is its plan count. ``squares``
+    (one column only): wf squared, non-finite rows zeroed, when the caller has it."""
+    if counts.size == 0:
+        return {}
+    heads = np.zeros(counts.size, dtype=np.intp)
+    np.cumsum(counts[:-1], out=heads[1:])
     if finite is None:
-        out["strata_count"][span] = np.bincount(local, minlength=size)
+        count = counts.astype(np.float64)
     else:  # non-finite rows count as absent: zeros in the sums, not in the counts
-        out["strata_count"][span] = np.bincount(local, weights=finite.astype(np.float64),
-                                                minlength=size)
+        count = np.add.reduceat(finite.astype(np.float64), heads)
         wf = np.where(finite[:, None], wf, 0.0)
+    width = wf.shape[1]
+    sums, sums2 = np.empty((width, counts.size)), np.empty((width, counts.size))
     for c in range(width):
         col = wf[:, c]
-        out["strata_sum"][c, span] = np.bincount(local, weights=col, minlength=size)
-        out["strata_sum2"][c, span] = np.bincount(local, weights=np.square(col),
-                                                  minlength=size)
-    return out
+        np.add.reduceat(col, heads, out=sums[c])
+        np.add.reduceat(np.square(col) if squares is None else squares, heads, out=sums2[c])
+    return {SPAN: np.array([first, strata], dtype=np.float64), "strata_count": count,
+            "strata_sum": sums, "strata_sum2": sums2}
+
+
+def add_span(out: dict[str, np.ndarray], part: Mapping[str, np.ndarray]) -> None:
+    """Add one batch's span-form statistics into the full-length (H,) / (m, H) arrays of
+    ``out`` (created as zeros on first use). The merged form has no ``strata_span``: it is
+    what :func:`combine` reads, what samplers ingest and what snapshots hold. Batch results
+    written before the span form carry full-length arrays and simply add (see
+    ``merge_training``)."""
+    first, strata = (int(v) for v in np.asarray(part[SPAN]))
+    for key in KEYS:
+        arr = np.asarray(part[key], dtype=np.float64)
+        full = out.get(key)
+        if full is None:
+            full = out[key] = np.zeros((*arr.shape[:-1], strata))
+        elif full.shape[-1] != strata:
+            raise ValueError(f"training {key!r}: a batch's span is of {strata} strata, "
+                             f"the merged array has {full.shape[-1]}")
+        full[..., first:first + arr.shape[-1]] += arr
 
 
 def combine(training: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,9 +19,9 @@ import vegas
 from mainboard.cli.runview import result_json, result_text
 from mainboard.integrators.driver import RunState, integrate_local, step
 from mainboard.integrators.integrands import make_integrand, ridge
-from mainboard.integrators.samplers import _Stratify, restore_sampler
+from mainboard.integrators.samplers import _Stratify, merge_training, restore_sampler
 from mainboard.integrators.spec import RidgeSpec
-from mainboard.integrators.stages import build_run, merge_results, process_batch
+from mainboard.integrators.stages import BatchResult, build_run, merge_results, process_batch
 from mainboard.integrators.strata import (
     StrataPlan,
     allocate,
@@ -100,7 +101,9 @@ def test_strata_points_and_statistics_do_not_depend_on_how_axes_are_filled(
         assert np.array_equal(other.x, batches[0].x)
         assert np.array_equal(other.weights, batches[0].weights)
     batch, plan = batches[0], smp.strata
-    stratum = batch.aux["stratum"]
+    layout = smp.strata_layout(batch, 1)
+    assert layout is not None and np.array_equal(layout[1], plan.counts)
+    stratum = layout[0]
     y_cell = (smp.edges[np.arange(5)[:, None], batch.aux["bins"].T] <= batch.x.T)  # in bin
     assert y_cell.all()
     coords = np.stack(np.unravel_index(stratum, tuple(plan.nstrat)))  # stratum cell per axis
@@ -110,14 +113,50 @@ def test_strata_points_and_statistics_do_not_depend_on_how_axes_are_filled(
     finite = np.ones(batch.n, dtype=bool)
     finite[::97] = False
     wf[~finite] = np.nan
-    stats = batch_statistics(stratum, wf, finite, int(np.prod(plan.nstrat)))
-    n, terms = combine(stats)
+    first, local = plan.share(1, batch.n)
+    stats = batch_statistics(first, local, wf, finite, int(np.prod(plan.nstrat)))
+    assert stats["strata_count"].size == local.size < plan.counts.size  # the batch's span
+    n, terms = combine(merge_training([stats]))
     total = n.sum()
     for h in np.unique(stratum)[::37]:
         rows = wf[(stratum == h) & finite]
         assert n[h] == len(rows)
         want = rows.var(axis=0, ddof=1) * len(rows) / total ** 2
         assert terms[:, h] == pytest.approx(want, rel=1e-9)
+
+
+def test_batch_statistics_travel_as_their_span_and_merge_with_full_length_ones() -> None:
+    """A batch result carries its own strata only (``strata_span`` says where they go);
+    merged, they are the full-length arrays of before. A result stored in the full-length
+    form (an iteration started before the span form, resumed) adds in like one of today."""
+    run = build_run({**CLASSIC, "domain": {"continuous": 3},
+                     "sampler": {"kind": "vegas", "bins": 16, "beta": 0.75}})
+    state = RunState.start(run)
+    step(state)
+    sizes, strata = state.next_batches(), int(state.sampler.strata.counts.size)
+    results = [process_batch(run, state.sampler, 1, i, n) for i, n in enumerate(sizes)]
+    wire = [BatchResult.from_dict(loads(dumps(r.to_dict()))) for r in results]
+    first, local = state.sampler.strata.share(1, sizes[1])
+    part = wire[1].training
+    assert part["strata_span"].tolist() == [first, strata]
+    assert part["strata_count"].tolist() == local.tolist() and local.size < strata
+    merged = merge_results(wire).training
+    assert "strata_span" not in merged and merged["strata_count"].tolist() == \
+        state.sampler.strata.counts.tolist()
+    old = []  # the same results in the full-length form
+    for r in wire:
+        training = dict(r.training)
+        at, span = int(training.pop("strata_span")[0]), {}
+        for key in ("strata_count", "strata_sum", "strata_sum2"):
+            full = np.zeros((*training[key].shape[:-1], strata))
+            full[..., at:at + training[key].shape[-1]] = training[key]
+            span[key] = full
+        old.append(replace(r, training={**training, **span}))
+    for mixed in (old, [old[0], *wire[1:]], [*wire[:-1], old[-1]]):
+        again = merge_results(mixed)
+        for key, arr in merged.items():
+            assert np.array_equal(again.training[key], arr), key
+        assert again.estimate().var.tolist() == merge_results(wire).estimate().var.tolist()
 
 
 def _ridge_vegas(budget: int, seed: int) -> float:

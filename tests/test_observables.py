@@ -145,7 +145,8 @@ def test_a_bins_stratified_variance_is_the_direct_sum_over_its_strata() -> None:
                for i, n in enumerate(sizes)]
     x = np.concatenate([b.x for b in batches])[:, 0]
     wf = np.concatenate([b.weights for b in batches]) * x * x
-    stratum = np.concatenate([b.aux["stratum"] for b in batches])
+    stratum = np.concatenate([state.sampler.strata_layout(b, i)[0]  # type: ignore[index]
+                              for i, b in enumerate(batches)])
     at = np.minimum((x * 12).astype(int), 11)
     n_h = np.bincount(stratum)[stratum]  # each row's stratum size, all >= 2
     cell = stratum * 12 + at  # (stratum, bin): s1, s2 of the bin's contribution in h
