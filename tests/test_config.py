@@ -478,6 +478,9 @@ def test_the_product_pages_example_loads_as_written(tmp_path: Path) -> None:
                                                                   ["singularity/4.2.1"])
     assert miyabi.queues["short-g"].max_walltime == 8 * 3600 - 1
     assert miyabi.job_defaults(attempt=3) == {"mem_gb": 100.0, "queue": "debug-g"}
+    checked = _cli("config", "check", cwd=tmp_path)  # as a new user would try it
+    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+    assert checked.stdout.startswith(f"{path}: ok\n") and "miyabi-g  pbs" in checked.stdout
 
 
 def test_python_deps_table_and_array_are_one_requirement_set() -> None:
