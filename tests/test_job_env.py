@@ -193,10 +193,12 @@ def test_tool_pins_are_asked_of_the_host(tmp_path: Path, sshd_server: SshServer)
     assert "bash" not in str(info.value) and "redis-server" not in str(info.value)
 
 
-def test_module_table_is_loaded_first_with_hostile_names_literal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["pbs", "slurm"])
+def test_module_table_is_loaded_first_with_hostile_names_literal(tmp_path: Path,
+                                                                 kind: str) -> None:
     pwned = tmp_path / "PWNED"
     config = loads_config(
-        '[hosts.miyabi-g]\nkind = "pbs"\n'
+        f'[hosts.miyabi-g]\nkind = "{kind}"\n'
         f"modules = {{ singularity = \"4.2.1\", \"x'; touch {pwned}; '\" = \"1 $(touch {pwned})\" }}\n")
     host = config.host("miyabi-g")
     assert host.modules == ["singularity/4.2.1", f"x'; touch {pwned}; '/1 $(touch {pwned})"]
