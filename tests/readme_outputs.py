@@ -22,9 +22,9 @@ from mainboard.bridges.jobstate import JobState
 from mainboard.hosts.facts import probe_facts
 from mainboard.jobs.job import Job
 from tests.boards import ssh_host, write_config
+from tests.config_cases import ISSUE_EXAMPLE
 from tests.services import SlurmCluster, SshServer, start_slurm, start_sshd
 from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
-from tests.test_config import ISSUE_EXAMPLE
 from tests.workspace import toml_tables
 
 KEY_ENV = "MB_README_SIM_KEY"

@@ -171,7 +171,7 @@ def test_a_queue_the_host_itself_names_goes_unchecked(tmp_path: Path) -> None:
     """Issue 14's example: `[defaults] queue = "debug-g"` beside a declared `short-g` only.
     The default queue is the user's word (the scheduler judges it); a queue a job names
     that the host names nowhere is still a typo, refused before any traffic."""
-    from tests.test_config import ISSUE_EXAMPLE
+    from tests.config_cases import ISSUE_EXAMPLE
 
     config = loads_config(ISSUE_EXAMPLE, tmp_path / "mainboard.toml")
     bridge = silent(config, "miyabi-g")
