@@ -73,18 +73,23 @@ def site(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer,
     (tools / "uv").symlink_to(uv)
     path = f"{os.environ['PATH']}:{tools}"
     shim = podman_shim(tmp / "podman-shim", shutil.which("podman") or "/usr/bin/podman")
+    # `module` as Lmod makes it, a shell function (bash reads BASH_ENV at start): `module load
+    # podman/4` puts the container runtime on PATH, so every use of it must load modules first.
+    init = tmp / "modules-init.sh"
+    init.write_text(f'module() {{ printf "%s %s\\n" "$0" "$*" >> {tmp}/modules.log\n'
+                    f'  [ "$1 $2" = "load podman/4" ] && PATH={shim}:$PATH && export PATH; }}\n')
     config = write_config(tmp / "ws", {
         "edge": ssh_host(sshd_server, sshd_server.known_hosts(tmp / "kh"), root=str(root)),
         "hpc": {"kind": "slurm", "partition": slurm_cluster.partition, "root": str(root)},
         "pod": {"kind": "slurm", "partition": slurm_cluster.partition, "root": str(root),
-                "container": "img"},
+                "container": "img", "modules": ["podman/4"]},  # type: ignore[dict-item]
     }, extra=toml_tables({"deps": {"python": ">=3.8"}, "python.deps": {"six": "1.16.0"},
                           "containers.img": {"image": IMAGE, "runtime": "podman",
                                              "binds": ["/etc/ssl/certs:/etc/ssl/certs:ro"]},
                           "hosts.edge.env": {"PATH": path},
                           "hosts.hpc.env": {"SLURM_CONF": str(slurm_cluster.conf), "PATH": path},
                           "hosts.pod.env": {"SLURM_CONF": str(slurm_cluster.conf),
-                                            "PATH": f"{shim}:{path}"}}))
+                                            "BASH_ENV": str(init)}}))
     with Board(config) as board:
         yield Site(config, board, root)
 
@@ -148,6 +153,13 @@ def test_a_container_hosts_job_runs_in_its_env_inside_the_fixed_image(
     new = [(b.host, b.key, b.manifest) for b in _built(site)[len(before):]]
     assert new == [("pod", key, manifest_digest(site.board.config, "pod"))]
     assert key not in {b.key for b in before}  # the image is part of the env's identity
+    # Who loaded the module ($0): the [deps] probe, provisioning's check and build (which
+    # run podman), then the job script under SLURM (which runs podman too).
+    who = [line.rsplit(" load ", 1) for line in
+           (site.root.parent / "modules.log").read_text().splitlines()]
+    assert all(module == "podman/4" for _, module in who)
+    assert [caller.rsplit("/", 1)[-1] for caller, _ in who] == [
+        "bash", "mainboard-modules", "mainboard-modules", "slurm_script"]
 
 
 def test_study_prepares_each_targets_env_once_and_estimates_learn_the_build(
