@@ -29,14 +29,13 @@ from dataclasses import dataclass
 from mainboard.config import ContainerConfig
 from mainboard.errors import UserError
 
+from .envmodules import module_block
 from .jobspec import JobSpec
 from .provision import container_prefix
 from .transport import check_env
 
 KILL_GRACE_S = 10
 _FORWARDED = ("TERM", "INT", "HUP", "USR1", "USR2")
-_MODULE_INITS = ("/etc/profile.d/modules.sh", "/etc/profile.d/lmod.sh",
-                 "/usr/share/lmod/lmod/init/bash", "/usr/share/modules/init/bash")
 
 _PROLOGUE = """\
 set -eu
@@ -59,16 +58,6 @@ _mb_forward() {{
   fi
 }}
 for _mb_sig in {signals}; do trap "_mb_forward $_mb_sig" "$_mb_sig"; done"""
-
-_MODULES = """\
-set +u
-if ! command -v module >/dev/null 2>&1; then
-  for _mb_init in {inits}; do
-    if [ -r "$_mb_init" ]; then . "$_mb_init"; break; fi
-  done
-fi
-{loads}
-set -u"""
 
 _EPILOGUE = """\
 while :; do
@@ -116,13 +105,6 @@ class JobPaths:
     @property
     def cancelled(self) -> str:
         return self._file("cancelled")
-
-
-def module_block(modules: Sequence[str]) -> str:
-    """Bash text that finds the ``module`` command (sourcing the usual init files) and loads
-    each module, quoted; ``set -u`` is lifted around it because init files trip on it."""
-    return _MODULES.format(inits=" ".join(_MODULE_INITS),
-                           loads="\n".join(f"module load {shlex.quote(m)}" for m in modules))
 
 
 def _runner(spec: JobSpec, container: ContainerConfig | None, workdir: str, root: str,

@@ -222,14 +222,24 @@ def violations(spec: JobSpec, policy: QueuePolicy) -> list[str]:
     return found
 
 
+def _named_queues(host: HostConfig) -> set[str]:
+    """Queues the host's table names outside ``[queues]``: its default and its defaults'."""
+    named = {getattr(host, "partition", None), getattr(host, "queue", None),
+             host.defaults.queue}
+    return {q for q in named if q}
+
+
 def check_policy(spec: JobSpec, host: HostConfig, host_name: str) -> None:
     """Refuse a job its queue would refuse, naming queue, limit, ask and the queues that fit.
 
-    Only queues declared in ``[hosts.X.queues]`` are known; a host without any declares
-    no limits, and a job without a queue goes to the scheduler's default unchecked.
+    Only queues declared in ``[hosts.X.queues]`` have limits; a host without any declares
+    none, and a job without a queue goes to the scheduler's default unchecked. A queue the
+    host's own table names (its ``partition``/``queue`` or ``[defaults] queue``) but does not
+    declare is the user's word, not a typo: it goes to the scheduler unchecked.
     """
     queues = host.queues
-    if not queues or spec.queue is None:
+    if not queues or spec.queue is None or (spec.queue not in queues
+                                            and spec.queue in _named_queues(host)):
         return
     fitting = [name for name, policy in queues.items() if not violations(spec, policy)]
     fits = (f"queues that would fit: {', '.join(f'{q} ({_limits(queues[q])})' for q in fitting)}"

@@ -18,7 +18,7 @@ from mainboard.config import Config, HostConfig
 from mainboard.config.pins import pins, unmet, version_in
 from mainboard.errors import HostError, PinNotMet
 
-from .jobscript import module_block
+from .envmodules import module_block
 from .transport import Transport
 
 PROBE_TIMEOUT_S = 60.0

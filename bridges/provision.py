@@ -31,6 +31,7 @@ from mainboard.config import Config, ContainerConfig, HostConfig
 from mainboard.errors import CommandFailed, ConfigError, HostError, UserError
 from mainboard.receipts import EnvProvisioned, Receipts
 
+from .envmodules import with_modules
 from .project import Project, local_project
 from .transport import StreamSink, Transport
 
@@ -166,9 +167,9 @@ class _Driver:
     """Runs ``provision_driver`` with the host's python (inside the image, with a container)."""
 
     def __init__(self, transport: Transport, root: str, python: str, env: Mapping[str, str],
-                 container: ContainerConfig | None) -> None:
+                 container: ContainerConfig | None, modules: Sequence[str] = ()) -> None:
         self.transport, self.root, self.python = transport, root, python
-        self.env, self.container = dict(env), container
+        self.env, self.container, self.modules = dict(env), container, list(modules)
         if container is not None:  # a container binds absolute paths only
             self.root = root if root.startswith("/") else absolute_root(transport, root, env)
             _plain_path(self.root, "host root", container.runtime)
@@ -180,8 +181,9 @@ class _Driver:
         if self.container is not None:
             argv = [*container_prefix(self.container, [self.root], workdir=self.root,
                                       env_names=list(self.env), interactive=True), *argv]
-        done = self.transport.run(argv, env=self.env, stdin=_DRIVER.read_bytes(),
-                                  timeout=PROVISION_TIMEOUT_S, stream=stream)
+        done = self.transport.run(with_modules(argv, self.modules), env=self.env,
+                                  stdin=_DRIVER.read_bytes(), timeout=PROVISION_TIMEOUT_S,
+                                  stream=stream)
         found = _result(done.stdout)
         if not done.ok or found is None:
             raise CommandFailed(done.command, done.returncode, done.stdout, done.stderr,
@@ -195,7 +197,8 @@ def provision(transport: Transport, *, root: str, python: str = "python3",
               deps: Sequence[str] = (), project: Project | None = None,
               env: Mapping[str, str] | None = None, container: ContainerConfig | None = None,
               stream: bool | StreamSink = False,
-              requires: Callable[[str], None] | None = None) -> ProvisionedEnv:
+              requires: Callable[[str], None] | None = None,
+              modules: Sequence[str] = ()) -> ProvisionedEnv:
     """Make sure the environment for (deps, project, python[, image]) exists under ``root``.
 
     One round trip when it does. Otherwise the project's wheel is uploaded and the host
@@ -203,9 +206,10 @@ def provision(transport: Transport, *, root: str, python: str = "python3",
     it). ``env`` (the host's ``env`` table) reaches every command there, e.g.
     ``UV_INDEX_URL`` for a private index or ``UV_CACHE_DIR``. ``requires`` sees the base
     python's version before anything is installed and may refuse it (a ``[deps]`` pin).
+    ``modules`` (the host's) are loaded first: the container runtime may come from one.
     """
     manifest = build_manifest(deps, project, container)
-    driver = _Driver(transport, root, python, env or {}, container)
+    driver = _Driver(transport, root, python, env or {}, container, modules)
     found = driver("check", manifest)
     if requires is not None:
         requires(str(found["python_version"]))
@@ -268,7 +272,8 @@ def provision_host(config: Config, name: str, transport: Transport, *, root: str
     built = provision(transport, root=root or _default_root(config, host),
                       python=getattr(host, "python", "python3"), deps=deps,
                       project=project, env=host.env, container=container, stream=stream,
-                      requires=lambda version: require_env_python(config, name, version))
+                      requires=lambda version: require_env_python(config, name, version),
+                      modules=getattr(host, "modules", ()))
     if built.installed:
         env_receipts(config.state_dir).append(EnvProvisioned(
             host=name, kind=host.kind, key=built.key, seconds=time.monotonic() - started,

@@ -272,3 +272,34 @@ BAD: dict[str, Bad] = {
     "trust-bool": Bad(toml(*SSH, "trust = true"), "hosts.box.trust",
                       "'known-hosts' or 'first-use'", 4),
 }
+
+
+# Issue 14: the product page's example file, verbatim (accepted as written).
+ISSUE_EXAMPLE = '''\
+[deps]
+python = ">=3.11"
+
+[python.deps]
+torch = ">=2.9"
+
+[containers.ngc]
+image = "nvcr.io/nvidia/pytorch:25.06-py3"   # fixed off-the-shelf image, never rebuilt
+
+[hosts.gold]
+kind = "ssh"
+root = "/home/pedro/projects"
+
+[hosts.miyabi-g]
+kind = "pbs"
+container = "ngc"
+account = "xg25g007"
+modules = { singularity = "4.2.1" }
+
+[hosts.miyabi-g.queues.short-g]
+max-walltime = "07:59:59"
+mem-ceiling-gb = 100
+
+[hosts.miyabi-g.defaults]
+queue = "debug-g"
+mem-gb = "min(100, attempt * 50)"
+'''

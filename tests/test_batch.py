@@ -254,7 +254,7 @@ def test_estimate_zero_samples_then_fitted_from_recorded_dispatches(plain: Path)
     agent = invoke(plain, "batch", "estimate", str(path), "--agent").output.splitlines()
     assert agent[0].split() == ["job", "target", "kind", "hardware", "wire_bytes", "runtime_s",
                                 "setup_p50_s", "setup_p90_s", "setup_samples", "rate_usd_hr",
-                                "expected_usd", "p90_usd", "env", "env_samples"]
+                                "expected_usd", "p90_usd"]  # exactly issue 14's columns
     scratch, edge = read_columns(agent)
     assert (edge["setup_samples"], edge["setup_p50_s"], edge["expected_usd"]) == ("0", None, None)
     assert (scratch["setup_samples"], scratch["rate_usd_hr"], scratch["expected_usd"],
@@ -293,9 +293,9 @@ def test_estimate_adds_the_hosts_timed_env_builds_until_the_set_is_built(plain: 
         assert estimate(board, fleet)[1].setup.p50_s is None  # job setup never timed there
         build(manifest_digest(board.config, "edge"), 5.0)
         assert envs()[1] == ("edge", "built", 0, None)
-    agent = invoke(plain, "batch", "estimate", str(path), "--agent").output.splitlines()
-    assert [(r["env"], r["env_samples"]) for r in read_columns(agent)] == [(None, "0"),
-                                                                            ("built", "0")]
+    shown = json.loads(invoke(plain, "batch", "estimate", str(path), "--json").output)
+    assert [(r["env"]["state"], r["env"]["build"]["samples"]) for r in shown] == [
+        ("-", 0), ("built", 0)]
 
 
 def test_with_env_adds_a_build_only_when_both_parts_were_timed() -> None:

@@ -165,3 +165,23 @@ def test_bad_parameters_and_bad_expressions_also_refuse_before_traffic(tmp_path:
                           tmp_path / "mainboard.toml")
     with pytest.raises(ExpressionError):
         silent(broken).submit(command="x")
+
+
+def test_a_queue_the_host_itself_names_goes_unchecked(tmp_path: Path) -> None:
+    """Issue 14's example: `[defaults] queue = "debug-g"` beside a declared `short-g` only.
+    The default queue is the user's word (the scheduler judges it); a queue a job names
+    that the host names nowhere is still a typo, refused before any traffic."""
+    from tests.config_cases import ISSUE_EXAMPLE
+
+    config = loads_config(ISSUE_EXAMPLE, tmp_path / "mainboard.toml")
+    bridge = silent(config, "miyabi-g")
+    spec = bridge.prepare(command="python train.py", walltime="10h", attempt=3)
+    assert (spec.queue, spec.mem_gb, spec.account) == ("debug-g", 100.0, "xg25g007")
+    assert bridge.prepare(command="x", queue="short-g", walltime="1h").queue == "short-g"
+    with pytest.raises(QueuePolicyError, match="queue 'short-g' refuses job 'job' .attempt 1.: walltime 10:00:00 is over"):
+        bridge.prepare(command="x", queue="short-g", walltime="10h")
+    with pytest.raises(QueuePolicyError, match="unknown queue 'debug-gg'"):
+        bridge.prepare(command="x", queue="debug-gg")
+    pbs = loads_config('[hosts.c]\nkind = "pbs"\nqueue = "workq"\n'
+                       '[hosts.c.queues.big]\nmax-walltime = "1h"\nmem-ceiling-gb = 8\n')
+    assert silent(pbs, "c").prepare(command="x", walltime="5h").queue == "workq"

@@ -26,7 +26,7 @@ from mainboard.config import (
 from mainboard.config.interpolate import local_num_cpus
 from mainboard.config.sourcemap import SourceMap
 from mainboard.errors import ConfigError, ConfigNotFound, ExpressionError, UnknownHost
-from tests.config_cases import BAD, SSH, UNSET, Bad, toml
+from tests.config_cases import BAD, ISSUE_EXAMPLE, SSH, UNSET, Bad, toml
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "deploy" / "mainboard.example.toml"
@@ -433,34 +433,6 @@ def test_every_key_the_issue_names_is_accepted_for_its_kind(tmp_path: Path) -> N
     assert g.job_defaults() == {"walltime": 7200}  # [hosts.defaults.defaults] reach every kind
 
 
-ISSUE_EXAMPLE = '''\
-[deps]
-python = ">=3.11"
-
-[python.deps]
-torch = ">=2.9"
-
-[containers.ngc]
-image = "nvcr.io/nvidia/pytorch:25.06-py3"   # fixed off-the-shelf image, never rebuilt
-
-[hosts.gold]
-kind = "ssh"
-root = "/home/pedro/projects"
-
-[hosts.miyabi-g]
-kind = "pbs"
-container = "ngc"
-account = "xg25g007"
-modules = { singularity = "4.2.1" }
-
-[hosts.miyabi-g.queues.short-g]
-max-walltime = "07:59:59"
-mem-ceiling-gb = 100
-
-[hosts.miyabi-g.defaults]
-queue = "debug-g"
-mem-gb = "min(100, attempt * 50)"
-'''
 
 
 def test_the_product_pages_example_loads_as_written(tmp_path: Path) -> None:
@@ -478,6 +450,9 @@ def test_the_product_pages_example_loads_as_written(tmp_path: Path) -> None:
                                                                   ["singularity/4.2.1"])
     assert miyabi.queues["short-g"].max_walltime == 8 * 3600 - 1
     assert miyabi.job_defaults(attempt=3) == {"mem_gb": 100.0, "queue": "debug-g"}
+    checked = _cli("config", "check", cwd=tmp_path)  # as a new user would try it
+    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+    assert checked.stdout.startswith(f"{path}: ok\n") and "miyabi-g  pbs" in checked.stdout
 
 
 def test_python_deps_table_and_array_are_one_requirement_set() -> None:

@@ -1,6 +1,6 @@
 """Environments for every job (issue 14): ``[python.deps]`` provisioned on the target by
-``submit`` and ``batch run`` over a real sshd and a real SLURM, reused when unchanged and
-timed into ``env.provisioned`` receipts; ``[deps]`` pins refusing a submit in one line
+``submit`` and ``batch run`` over a real sshd and a real SLURM (also inside a podman image
+on a bound host path), reused when unchanged and timed into ``env.provisioned`` receipts; ``[deps]`` pins refusing a submit in one line
 before anything starts; ``modules`` tables loaded first in the job script, hostile names
 kept literal (run by bash against a ``module`` command that records its arguments).
 """
@@ -30,6 +30,7 @@ from mainboard.bridges.jobscript import JobPaths
 from mainboard.bridges.jobstate import JobState
 from mainboard.bridges.pins import require_pins
 from mainboard.bridges.provision import env_receipts, manifest_digest
+from mainboard.bridges.provision_driver import tools_dir
 from mainboard.bridges.transport import LocalTransport
 from mainboard.config import load_config, loads_config
 from mainboard.errors import PinNotMet
@@ -39,11 +40,13 @@ from mainboard.receipts import EnvProvisioned
 from mainboard.study.run import run_study
 from tests.batch_helpers import invoke
 from tests.boards import ssh_host, write_config
+from tests.container_image import build_python_image, podman_shim
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
-from tests.services import SlurmCluster, SshServer
+from tests.services import SlurmCluster, SshServer, require
 from tests.workspace import toml_tables
 
 pytestmark = pytest.mark.live
+IMAGE = "localhost/mainboard-test-jobenv:1"  # its own tag: tests/test_provision.py removes its
 PROBE = 'python -c "import os, six; print(six.__version__, os.environ[\'VIRTUAL_ENV\'])"'
 
 
@@ -69,12 +72,24 @@ def site(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer,
     assert uv, "uv is a test dependency (pyproject.toml [test])"
     (tools / "uv").symlink_to(uv)
     path = f"{os.environ['PATH']}:{tools}"
+    shim = podman_shim(tmp / "podman-shim", shutil.which("podman") or "/usr/bin/podman")
+    # `module` as Lmod makes it, a shell function (bash reads BASH_ENV at start): `module load
+    # podman/4` puts the container runtime on PATH, so every use of it must load modules first.
+    init = tmp / "modules-init.sh"
+    init.write_text(f'module() {{ printf "%s %s\\n" "$0" "$*" >> {tmp}/modules.log\n'
+                    f'  [ "$1 $2" = "load podman/4" ] && PATH={shim}:$PATH && export PATH; }}\n')
     config = write_config(tmp / "ws", {
         "edge": ssh_host(sshd_server, sshd_server.known_hosts(tmp / "kh"), root=str(root)),
         "hpc": {"kind": "slurm", "partition": slurm_cluster.partition, "root": str(root)},
+        "pod": {"kind": "slurm", "partition": slurm_cluster.partition, "root": str(root),
+                "container": "img", "modules": ["podman/4"]},  # type: ignore[dict-item]
     }, extra=toml_tables({"deps": {"python": ">=3.8"}, "python.deps": {"six": "1.16.0"},
+                          "containers.img": {"image": IMAGE, "runtime": "podman",
+                                             "binds": ["/etc/ssl/certs:/etc/ssl/certs:ro"]},
                           "hosts.edge.env": {"PATH": path},
-                          "hosts.hpc.env": {"SLURM_CONF": str(slurm_cluster.conf), "PATH": path}}))
+                          "hosts.hpc.env": {"SLURM_CONF": str(slurm_cluster.conf), "PATH": path},
+                          "hosts.pod.env": {"SLURM_CONF": str(slurm_cluster.conf),
+                                            "BASH_ENV": str(init)}}))
     with Board(config) as board:
         yield Site(config, board, root)
 
@@ -113,6 +128,38 @@ def test_batch_on_slurm_provisions_each_target_once(site: Site) -> None:
     new = [(b.host, b.key) for b in _built(site)[len(before):]]
     # one build for the target, or none when the ssh host's env (same root, same python) fits
     assert new == ([] if key in {b.key for b in before} else [("hpc", key)])
+
+
+def test_a_container_hosts_job_runs_in_its_env_inside_the_fixed_image(
+        site: Site, tmp_path: Path) -> None:
+    """A SLURM host with `container`: submit builds the env inside the image, on the host
+    root bound at the same path (the image is never rebuilt), and runs the job in it there."""
+    podman = require("podman", "apt-get install podman")
+    uv = os.path.realpath(shutil.which("uv", path=os.path.dirname(sys.executable)) or "uv")
+    tools = Path(tools_dir(str(site.root))) / "pkgs" / "bin"
+    tools.mkdir(parents=True, exist_ok=True)  # the root's own uv, as provisioning installs it
+    shutil.copy2(uv, tools / "uv")
+    build_python_image(IMAGE, tmp_path / "image", extra_binaries=(uv,))
+    before = _built(site)
+    try:
+        job = site.board.on("pod").submit(
+            PROBE + "; test -e /etc/debian_version || echo in-image", name="boxed",
+            walltime="5m")
+        assert job.wait(timeout=180, poll=0.5) is JobState.COMPLETED, job.logs(stream="stderr")
+    finally:
+        subprocess.run([podman, "rmi", "--force", IMAGE], capture_output=True, timeout=120)
+    key = job.view().submitted.env_key
+    assert key and job.logs() == f"1.16.0 {site.root}/.mainboard/envs/{key}\nin-image\n"
+    new = [(b.host, b.key, b.manifest) for b in _built(site)[len(before):]]
+    assert new == [("pod", key, manifest_digest(site.board.config, "pod"))]
+    assert key not in {b.key for b in before}  # the image is part of the env's identity
+    # Who loaded the module ($0): the [deps] probe, provisioning's check and build (which
+    # run podman), then the job script under SLURM (which runs podman too).
+    who = [line.rsplit(" load ", 1) for line in
+           (site.root.parent / "modules.log").read_text().splitlines()]
+    assert all(module == "podman/4" for _, module in who)
+    assert [caller.rsplit("/", 1)[-1] for caller, _ in who] == [
+        "bash", "mainboard-modules", "mainboard-modules", "slurm_script"]
 
 
 def test_study_prepares_each_targets_env_once_and_estimates_learn_the_build(
@@ -193,10 +240,12 @@ def test_tool_pins_are_asked_of_the_host(tmp_path: Path, sshd_server: SshServer)
     assert "bash" not in str(info.value) and "redis-server" not in str(info.value)
 
 
-def test_module_table_is_loaded_first_with_hostile_names_literal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["pbs", "slurm"])
+def test_module_table_is_loaded_first_with_hostile_names_literal(tmp_path: Path,
+                                                                 kind: str) -> None:
     pwned = tmp_path / "PWNED"
     config = loads_config(
-        '[hosts.miyabi-g]\nkind = "pbs"\n'
+        f'[hosts.miyabi-g]\nkind = "{kind}"\n'
         f"modules = {{ singularity = \"4.2.1\", \"x'; touch {pwned}; '\" = \"1 $(touch {pwned})\" }}\n")
     host = config.host("miyabi-g")
     assert host.modules == ["singularity/4.2.1", f"x'; touch {pwned}; '/1 $(touch {pwned})"]

@@ -4,14 +4,18 @@ The simulated provider (a loopback HTTP server; a "rental" is a network namespac
 its own sshd and hostname) is driven through the real REST adapter. Proven here: a
 submit rents a machine (recorded in rentals.ndjson), a second submit reuses it, the
 jobs run there (its hostname), wait/logs/pull/cancel work, asking about jobs never
-rents, and a monitor pass destroys the rental once no job is owed anything. With a fleet
+rents, and a monitor pass destroys the rental once no job is owed anything; with
+``[python.deps]`` the job's submit builds the environment on the rental and the job runs in it. With a fleet
 worker's rental on the same host, jobs rent their own machine, their outputs come back
 before it is released, and the fleet's rental keeps running.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,13 +25,22 @@ from mainboard.bridges.jobstate import JobState
 from mainboard.bridges.providers import RestProvider, owned_rentals
 from mainboard.bridges.providers.bridge import known_hosts_for, rental_transport
 from mainboard.bridges.providers.lifecycle import rental_receipts
+from mainboard.bridges.provision import env_receipts, provision
+from mainboard.bridges.provision_driver import tools_dir
+from mainboard.bridges.transport import LocalTransport
 from mainboard.config import ProviderHost
 from mainboard.errors import HostError, ProviderError
 from mainboard.fleet.provider import fleet_guard
 from mainboard.hosts.rentals import adapter, rent_cheapest, rental_key
 from mainboard.jobs.job import Job, store_of
 from mainboard.jobs.monitor import monitor_pass
-from mainboard.receipts import JobPulled, Receipts, RentalCreated, RentalDestroyed
+from mainboard.receipts import (
+    EnvProvisioned,
+    JobPulled,
+    Receipts,
+    RentalCreated,
+    RentalDestroyed,
+)
 from tests.jobs_workspace import make_workspace
 from tests.sim_provider import SimulatedProviderServer
 from tests.workspace import toml_tables
@@ -207,6 +220,49 @@ def test_a_rental_recorded_without_an_owner_is_not_released_by_the_monitor(
             assert report["released"] == []
             assert any(old.rental_id in e and "fleet down" in e for e in report["errors"])
         assert market.status(old.rental_id).state == "running"
+    finally:
+        for rental in market.list_rentals():
+            market.destroy(rental.id)
+
+
+def test_a_job_on_a_rental_runs_in_the_workspace_env_built_there(
+        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[python.deps] on a provider host: the rental (no route to an index: uv offline, its
+    cache warmed here first) gets the env built by the job's submit, timed, and the job runs
+    in it on the rented machine."""
+    monkeypatch.setenv(KEY_ENV, sim.api_key)
+    root = tmp_path / "rented root"
+    tools = Path(tools_dir(str(root))) / "pkgs" / "bin"  # the root's own uv, as installed
+    tools.mkdir(parents=True)
+    uv = shutil.which("uv", path=os.path.dirname(sys.executable))
+    assert uv, "uv is a test dependency (pyproject.toml [test])"
+    shutil.copy2(os.path.realpath(uv), tools / "uv")
+    # Another python's env in the same root fills uv's cache from the index (this side).
+    provision(LocalTransport("warm"), root=str(root), python=sys.executable, deps=["six==1.16.0"])
+    config = make_workspace(
+        tmp_path,
+        extra_hosts={"gpu": {"kind": "provider", "provider": "sim", "gpu": "SIM RTX 4090",
+                             "max_usd_hr": 1.0, "root": str(root), "python": "/usr/bin/python3"}},
+        extra=toml_tables({"providers.sim": {"kind": "simulated", "api_url": sim.url,
+                                             "api_key_env": KEY_ENV},
+                           "python.deps": {"six": "1.16.0"},
+                           "hosts.gpu.env": {"UV_OFFLINE": "1"}}))
+    market = _market(sim)
+    try:
+        with Board(config) as board:
+            job = board.on("gpu").submit('hostname; python -c "import six, sys; '
+                                         'print(six.__version__, sys.prefix)"', name="env")
+            assert job.wait(timeout=120, poll=0.5) is JobState.COMPLETED, \
+                job.logs(stream="stderr")
+            key = job.view().submitted.env_key
+            where, ran = job.logs().splitlines()
+            assert where.startswith("sim-gpu-") and key
+            assert ran == f"1.16.0 {root}/.mainboard/envs/{key}"
+            built = [b for b in env_receipts(board.config.state_dir).read("env.provisioned")
+                     if isinstance(b, EnvProvisioned)]
+            assert [(b.host, b.kind, b.key, b.purpose) for b in built] == [
+                ("gpu", "provider", key, "job")] and built[0].seconds > 0
+            assert monitor_pass(board)["errors"] == []
     finally:
         for rental in market.list_rentals():
             market.destroy(rental.id)

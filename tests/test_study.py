@@ -162,3 +162,20 @@ def test_an_unreachable_target_fails_only_its_own_jobs(tmp_path: Path) -> None:
     assert sent.startswith("submitted scratch-2 (r-")
     shown = json.loads(invoke(config, "study", "show", "s", "--json").stdout)
     assert [r["name"] for r in shown["runs"]] == ["scratch-2"]  # the failed one is owed a run
+
+
+def test_a_batch_file_with_a_study_table_runs_as_that_study(tmp_path: Path) -> None:
+    """`batch run` on a fleet.toml with `[study]`: run ids and a ledger, the same study
+    `study run` then sees (its one run is in flight or done: skipped, never run twice)."""
+    config = make_workspace(tmp_path)
+    path = fleet_file(config.parent, '[study]\nname = "viabatch"\n[[jobs]]\ntarget = "scratch"'
+                                     '\ncommand = "true"\nparams = { k = 1 }\n', "fleet.toml")
+    done = invoke(config, "batch", "run", str(path))
+    assert done.exit_code == 0 and done.stdout == "viabatch\n", done.output
+    notice, sent = done.stderr.splitlines()
+    assert notice == (f"mainboard: {path} declares [study]: running it as a study (see "
+                      "`mainboard study show ID`)") and sent.startswith("submitted scratch-1 (r-")
+    assert not (config.parent / ".mainboard" / "batches").exists()  # a study, not a batch
+    (entry,) = json.loads(invoke(config, "study", "show", "viabatch", "--json").stdout)["runs"]
+    again = json.loads(invoke(config, "study", "run", str(path), "--json").stdout)
+    assert [(j["run_id"], j["action"]) for j in again["jobs"]] == [(entry["run_id"], "skipped")]

@@ -124,8 +124,8 @@ def _prepare_table(rows: list[Prepared]) -> Table:
 @click.option("--agent", is_flag=True,
               help="Plain aligned columns (job, target, kind, hardware, wire_bytes, runtime_s, "
                    "setup_p50_s, setup_p90_s, setup_samples, rate_usd_hr, expected_usd, "
-                   "p90_usd, env, env_samples); - where unknown (for scripts and LLM agents). "
-                   "env: built, or to build (the target's timed builds are in setup).")
+                   "p90_usd); - where unknown (for scripts and LLM agents). An environment "
+                   "still to build adds its target's timed builds to setup (--json: env).")
 @click.pass_context
 def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> None:
     """Per job: setup p50/p90 from this workspace's past jobs, runtime, rate, cost.
@@ -140,16 +140,14 @@ def estimate_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> 
     if agent:
         columns.echo(ESTIMATE_KEYS, (
             [r.name, r.target, r.kind, r.hardware, r.wire_bytes, r.runtime_s, r.setup.p50_s,
-             r.setup.p90_s, r.setup.samples, r.usd_hr, r.expected_usd, r.p90_usd, r.env.state,
-             r.env.build.samples]
+             r.setup.p90_s, r.setup.samples, r.usd_hr, r.expected_usd, r.p90_usd]
             for r in rows))
     else:
         columns.show(_estimate_table(rows))
 
 
 ESTIMATE_KEYS = ("job", "target", "kind", "hardware", "wire_bytes", "runtime_s", "setup_p50_s",
-                 "setup_p90_s", "setup_samples", "rate_usd_hr", "expected_usd", "p90_usd", "env",
-                 "env_samples")
+                 "setup_p90_s", "setup_samples", "rate_usd_hr", "expected_usd", "p90_usd")
 
 
 def _estimate_table(rows: list[Estimate]) -> Table:
