@@ -237,13 +237,13 @@ class Autoscaler:
         for worker, final in look.ended:
             fleet_receipts(self.config.state_dir).append(WorkerStopped(
                 worker_id=worker.worker_id, host=worker.host, state=final,
-                reason=f"its job ended: {final}"))
+                reason=f"its job ended: {final}", lost=final != "completed"))
         for worker, wait in look.began:  # the queue waits replacements are timed by
             fleet_receipts(self.config.state_dir).append(FleetScale(
                 pool=name, action="running", worker_ids=[worker.worker_id], wait_s=wait,
                 reason=f"running {wait:.1f} s after its submission"))
         for worker, silent in look.stale:
-            stop_workers(self.config, [worker], timeout=5.0,
+            stop_workers(self.config, [worker], timeout=5.0, lost=True,
                          reason=f"lost: no heartbeat for {silent:.0f} s")
         for decision in decide(look.view):
             self.act(name, pool, look.view, decision, look.members)

@@ -188,8 +188,9 @@ def cleanup_hint(worker: WorkerStarted) -> str:
 
 def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: str,
                  timeout: float = DRAIN_TIMEOUT_S, force: bool = False,
-                 skip: frozenset[str] = frozenset()) -> dict[str, str]:
+                 skip: frozenset[str] = frozenset(), lost: bool = False) -> dict[str, str]:
     """Drain, then cancel what is still running, destroy rentals, record; worker id -> outcome.
+    ``lost``: they were taken from the fleet (``fleet status`` shows them lost, not stopped).
 
     With ``force``, a worker whose host cannot be asked (or in ``skip``: marked lost) is
     forgotten: recorded stopped, its outcome ``forgotten: <what may still run and how to
@@ -230,7 +231,8 @@ def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: st
             continue
         state = status.state.value if isinstance(status, JobStatus) else "unknown"
         fleet_receipts(config.state_dir).append(WorkerStopped(
-            worker_id=worker.worker_id, host=worker.host, reason=reason, state=state))
+            worker_id=worker.worker_id, host=worker.host, reason=reason, state=state,
+            lost=lost))
         outcome[worker.worker_id] = state
     return outcome
 
