@@ -35,6 +35,7 @@ from celery.signals import (
 
 from mainboard import keys
 from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV
+from mainboard.tasks.timeneed import set_end
 
 BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then goes
 PROBE_TASK = "mainboard.fleet.probe"
@@ -119,12 +120,16 @@ def retire_delay(end: float, retire_before: float, now: float) -> float:
     return max(0.0, end - retire_before - now)
 
 
-def _retire_on_clock(job_id: str, retire_before: float) -> None:
+def _retire_on_clock(job_id: str, retire_before: float, end: float | None) -> None:
     """Warm shutdown ``retire_before`` seconds before the allocation's end, by this host's
     clock: SLURM's ``--signal`` fires up to 60 s early, so it is only the backstop. The end is
-    asked again every minute (an operator may extend the allocation)."""
+    asked again every minute (an operator may extend the allocation); each answer is what
+    tasks' time needs are checked against (:mod:`mainboard.tasks.timeneed`)."""
+    first = True
     while not _stop.is_set():
-        end = allocation_end(job_id)
+        end = end if first else allocation_end(job_id)
+        first = False
+        set_end(end)
         if end is None:
             log.warning("retire clock: no end time for job %s; SLURM's signal retires it", job_id)
             return
@@ -150,7 +155,9 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
                      daemon=True).start()
     job_id, retire = os.environ.get("SLURM_JOB_ID"), os.environ.get(RETIRE_ENV)
     if job_id and retire:
-        threading.Thread(target=_retire_on_clock, args=(job_id, float(retire)),
+        end = allocation_end(job_id)  # known before the first task is taken
+        set_end(end)
+        threading.Thread(target=_retire_on_clock, args=(job_id, float(retire), end),
                          name="fleet-retire", daemon=True).start()
 
 
