@@ -31,6 +31,7 @@ from celery.worker.strategy import default
 
 HEADER = "time_request"
 HOLD_S = 1.0  # how long a refused message stays with this worker before it goes back
+TOLD_MAX = 1000  # refused task ids remembered, so each is logged once
 log = logging.getLogger("mainboard.fleet")
 
 _end: list[float] = []  # when this worker's allocation ends (epoch s), once known
@@ -66,15 +67,21 @@ def refuses(need: float | None, left: float | None) -> bool:
 def strategy(task: Task, app: Any, consumer: Any, **kwargs: Any) -> Callable[..., Any]:
     """Celery's default strategy, behind the time-need check (``Task.Strategy``)."""
     handle = default(task, app, consumer, **kwargs)
+    told: dict[str, None] = {}  # task ids refused already, oldest first
 
     def on_message(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any,
                    **more: Any) -> Any:
         need, left = need_of(getattr(message, "headers", None)), time_left()
         if not refuses(need, left):
             return handle(message, body, ack, reject, callbacks, **more)
-        log.info("not starting %s %s here: it needs %.0f s, this allocation ends in %.0f s; "
-                 "back to its queue for another worker", task.name,
-                 (message.headers or {}).get("id", "?"), need, left)
+        task_id = str((message.headers or {}).get("id", "?"))
+        if task_id not in told:  # once per task: it may come back here many times
+            told[task_id] = None
+            while len(told) > TOLD_MAX:
+                told.pop(next(iter(told)))
+            log.info("not starting %s %s here: it needs %.0f s, this allocation ends in "
+                     "%.0f s; back to its queue for another worker", task.name, task_id,
+                     need, left)
         consumer.timer.call_after(HOLD_S, reject, (log, consumer.connection_errors, True))
         return None
 

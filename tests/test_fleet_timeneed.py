@@ -67,6 +67,27 @@ def test_a_runs_messages_carry_its_time_request_else_the_measured_task_time() ->
     assert "time_request" not in plain.model_dump()["batching"]  # old run ids unchanged
 
 
+def test_every_task_of_the_app_goes_through_the_time_need_check() -> None:
+    """Stage tasks (a run's bundles and chains), the coordinator task, the probe, and a
+    pipeline's own task defined on the app: one strategy."""
+    import mainboard.tasks.fleet  # noqa: F401 - registers the probe
+    from mainboard.tasks.app import make_app
+
+    app = make_app(broker_url="redis://127.0.0.1:1/0")
+    try:
+        app.loader.import_default_modules()
+
+        @app.task(name="t19n.mine")
+        def mine() -> None:
+            """A user's own task."""
+
+        names = ["mainboard.stages.bundle", "mainboard.stages.sample", "mainboard.integrate",
+                 "mainboard.fleet.probe", "t19n.mine"]
+        assert {app.tasks[n].Strategy for n in names} == {"mainboard.tasks.timeneed:strategy"}
+    finally:
+        app.close()
+
+
 def test_a_bad_time_request_names_its_key() -> None:
     from mainboard.errors import UserError
     from mainboard.integrators.spec import parse_run
@@ -124,6 +145,7 @@ def test_a_task_needing_more_time_than_the_allocation_has_left_runs_elsewhere(
                    "the short-lived worker putting the 600 s task back")
         time.sleep(3.0)  # a few more refusals: it is never run there
         assert not long_task.ready()
+        assert _job_log(ws, "short").count("not starting mainboard.fleet.probe needs-600s") == 1
         up_ok(ws, "--pool", "long", "--no-flower")
         ran = long_task.get(timeout=120)
         assert ran["node"] != short_node and ran["node"].startswith("slurm-cluster-")
