@@ -34,7 +34,7 @@ from celery.signals import (
 )
 
 from mainboard import keys
-from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV
+from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV
 from mainboard.tasks.timeneed import set_end
 
 BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then goes
@@ -159,6 +159,19 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
         set_end(end)
         threading.Thread(target=_retire_on_clock, args=(job_id, float(retire), end),
                          name="fleet-retire", daemon=True).start()
+    elif not job_id:  # no scheduler to ask: the job script's start stamp + the walltime
+        set_end(walltime_end(os.environ.get("MAINBOARD_JOB_DIR", ""),
+                             os.environ.get(WALLTIME_ENV, "")))
+
+
+def walltime_end(job_dir: str, walltime: str) -> float | None:
+    """When a job ends that its own script's watchdog (local, ssh, rentals) or PBS ends
+    ``walltime`` seconds after the script's ``started`` stamp; None when either is unknown."""
+    try:
+        started = float((Path(job_dir) / "started").read_text().split()[0].replace(",", "."))
+        return started + float(walltime)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def pinned_device(visible: str, index: int) -> str:

@@ -4,7 +4,8 @@ A message may carry ``time_request`` (seconds) in its headers: a caller sets it
 (``task.apply_async(args, headers={"time_request": 600})`` from any pipeline), a run file's
 ``[batching] time_request`` does, and otherwise a run's coordinator sends its measured task
 time. A fleet worker knows when its allocation ends (SLURM: ``squeue -o %e``, read by the
-retire clock of :mod:`mainboard.tasks.fleet`). Every task of the app goes through
+retire clock of :mod:`mainboard.tasks.fleet`; other hosts: the job script's start stamp plus
+the walltime; no walltime: no end, every task starts). Every task of the app goes through
 :func:`strategy`, which runs in the worker's consumer before the message reaches the pool:
 when the need is larger than the time left, the message is held ``HOLD_S`` (with prefetch 1
 this worker takes nothing else meanwhile, so another worker takes the next message), then

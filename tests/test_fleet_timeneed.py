@@ -4,7 +4,7 @@ Pure parts first (the header, the comparison, what a run's messages carry); then
 real SLURM allocation whose walltime is 2 minutes (its worker reads its end from squeue):
 a task declaring ``time_request = 600`` is put back in the queue there, never run, and runs
 on the worker of a second pool without a walltime once that one is up; a task without a
-need, and one whose need fits, run on the short-lived worker meanwhile. About 25 s.
+need, and one whose need fits, run on the short-lived worker meanwhile. About 20 s each.
 """
 
 from __future__ import annotations
@@ -122,12 +122,27 @@ def _job_log(ws: Path, pool: str) -> str:
                    if (job_dir / n).exists())
 
 
+def test_a_job_without_a_scheduler_to_ask_ends_walltime_after_its_start_stamp(
+        tmp_path: Path) -> None:
+    from mainboard.tasks.fleet import walltime_end
+
+    (tmp_path / "started").write_text("1796300000,25\n")  # EPOCHREALTIME in a comma locale
+    assert walltime_end(str(tmp_path), "120") == 1796300120.25
+    assert walltime_end(str(tmp_path), "") is None  # no walltime: no end
+    assert walltime_end(str(tmp_path / "nowhere"), "120") is None
+
+
 @pytest.mark.live
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["slurm", "local"])
 def test_a_task_needing_more_time_than_the_allocation_has_left_runs_elsewhere(
-        tmp_path: Path, slurm_cluster: SlurmCluster, provisioned_root: Path) -> None:  # noqa: F811
+        kind: str, tmp_path: Path, slurm_cluster: SlurmCluster,  # noqa: F811
+        provisioned_root: Path) -> None:  # noqa: F811
+    """SLURM: the end asked of squeue; local (as ssh and rentals): the job script's start
+    stamp plus the walltime its watchdog enforces."""
     host = dict(kind="slurm", partition="debug", root=str(provisioned_root),
-                python=HOST_PYTHON, env={"SLURM_CONF": str(slurm_cluster.conf)})
+                python=HOST_PYTHON, env={"SLURM_CONF": str(slurm_cluster.conf)}) \
+        if kind == "slurm" else dict(kind="local", root=str(provisioned_root))
     ws = workspace(tmp_path / "ws", table("hosts.cluster", **host),
                    table("fleet.pools.short", host="cluster", queues=[QUEUE], walltime="2m",
                          retire_before="30s"),
@@ -148,7 +163,7 @@ def test_a_task_needing_more_time_than_the_allocation_has_left_runs_elsewhere(
         assert _job_log(ws, "short").count("not starting mainboard.fleet.probe needs-600s") == 1
         up_ok(ws, "--pool", "long", "--no-flower")
         ran = long_task.get(timeout=120)
-        assert ran["node"] != short_node and ran["node"].startswith("slurm-cluster-")
+        assert ran["node"] != short_node and ran["node"].startswith(f"{kind}-cluster-")
         assert ran["task_id"] == "needs-600s"
     finally:
         if app is not None:
