@@ -7,11 +7,13 @@ timed in this process over the same store: every run folded with its snapshots d
 (`RunStore.all()`, what `runs list` and `runs show NAME` read before). Against it: the
 list page's API cold (the first request, sent as soon as the URL is printed; the server
 folds the runs in a background thread from its start, snapshots unread) and warm (what
-each later poll costs), and the CLI's `runs list --json` and `runs show NAME --json`
+each later poll costs), the list page itself in headless Chromium (from navigation start
+until all rows are drawn), and the CLI's `runs list --json` and `runs show NAME --json`
 (name resolution reads the runs without their snapshots, then the one run in full), each
-a fresh process. Then a client polls like an open run page does (version every second, data on
-change) while the dashboard is idle, and while a real run (one local worker) streams
-iterations; RSS and CPU come from /proc of the dashboard process. Nothing is asserted.
+a fresh process. Then a client polls like an open run page does (version every second, data
+on change) while the dashboard is idle, and while a real run (one local worker) streams
+iterations for the whole window (then is stopped with `Run.stop`); RSS and CPU come from
+/proc of the dashboard process. Nothing is asserted.
 
     .venv/bin/python bench/bench_dashboard.py [--runs 1000] [--seconds 20]
 """
@@ -95,6 +97,32 @@ def measure(pid: int, seconds: float, base: str, token: str, path: str | None
             "fetches": result.get("fetched", 0)}
 
 
+def list_page_in_chromium(url: str, base: str, rows: int, loads: int = 5) -> list[float]:
+    """Seconds from navigation start until the runs list page has drawn ``rows`` rows, for
+    ``loads`` loads of the page in one headless Chromium (the first with the token URL; the
+    cookie it leaves opens the rest). Empty without Chromium."""
+    import shutil
+
+    if shutil.which("chromium") is None:
+        print("no chromium: the page in a browser is not timed")
+        return []
+    from tests.chromium import Tab, drive
+
+    drawn = (f"document.querySelectorAll('tr[data-run-id]').length === {rows} "
+             "? performance.now() : 0")
+
+    async def loads_of(tab: Tab) -> list[float]:
+        out = [await tab.wait_until(drawn, 60, every=0.01)]
+        for _ in range(loads - 1):
+            await tab.evaluate("window.benchOld = true")
+            await tab.goto(f"{base}/")
+            await tab.wait_until("!window.benchOld", 10, every=0.01)  # the new document
+            out.append(await tab.wait_until(drawn, 60, every=0.01))
+        return [ms / 1000 for ms in out]
+
+    return drive(url, loads_of, timeout=120)
+
+
 def timed_cli(argv: list[str]) -> tuple[Any, float]:
     """The JSON a CLI command prints, and its wall time (a fresh process: startup included)."""
     began = time.perf_counter()
@@ -153,6 +181,11 @@ def main() -> None:
             print(f"CLI, whole process: `runs list --json` {t_list:.3f} s (ratio to peer "
                   f"{t_list / peer:.3f}); `runs show bulk-{args.runs // 2} --json` (by name) "
                   f"{t_show:.3f} s (ratio {t_show / peer:.3f})")
+            page_s = list_page_in_chromium(url, base, data["total"])
+            if page_s:
+                print(f"runs list page in headless Chromium, navigation to all "
+                      f"{data['total']} rows drawn: {', '.join(f'{t:.3f}' for t in page_s)} s "
+                      f"(median {sorted(page_s)[len(page_s) // 2]:.3f} s)")
             alone = measure(dash.pid, args.seconds, base, token, None)
             print(f"idle, no page open: CPU {alone['cpu_pct']:.1f}% of a core, "
                   f"RSS {alone['rss_mb']:.0f} MB")
@@ -160,7 +193,7 @@ def main() -> None:
             idle = measure(dash.pid, args.seconds, base, token, page)
             print(f"idle, one open run page polling: CPU {idle['cpu_pct']:.1f}% of a core, "
                   f"RSS {idle['rss_mb']:.0f} MB, {idle['fetches']} data fetches")
-            streaming = spec(name="streaming", stop={"max_samples": 4_000_000},
+            streaming = spec(name="streaming", stop={"max_samples": 1_000_000_000},
                              batching={"batch_size": 10_000, "batches_per_iteration": 4})
             from mainboard.integrators.spec import parse_run
 
@@ -171,10 +204,11 @@ def main() -> None:
             while not (runs / live_id).exists():
                 time.sleep(0.1)
             live = measure(dash.pid, args.seconds, base, token, f"/api/run/{live_id}")
-            _, state = get(base, token, f"/api/run/{live_id}")
+            took, state = get(base, token, f"/api/run/{live_id}")
             print(f"while a run streams ({len(state['series'])} iterations so far, one open "
                   f"page): CPU {live['cpu_pct']:.1f}% of a core, RSS {live['rss_mb']:.0f} MB, "
-                  f"{live['fetches']} data fetches")
+                  f"{live['fetches']} data fetches; the run page's data then {took:.3f} s")
+            mainboard.run(live_id, config).stop()  # it streams until told to stop
             worker.join()
         finally:
             if dash is not None:

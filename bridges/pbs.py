@@ -105,7 +105,9 @@ class PbsBridge(Bridge):
     _json: bool | None = None  # per bridge: does qstat speak -F json? (None: not asked yet)
 
     def header_lines(self, spec: JobSpec, paths: JobPaths) -> list[str]:
-        lines = [f"-N {safe_job_name(spec.name, 236)}"]
+        # A tagged (fleet) job is named by its owner tag: every qstat -f prints Job_Name
+        # (OpenPBS, Torque, the SLURM wrappers), not always Variable_List, so ``tagged`` finds it.
+        lines = [f"-N {safe_job_name(spec.tag or spec.name, 236)}"]
         if spec.walltime:
             hours, rest = divmod(spec.walltime, 3600)
             lines.append(f"-l walltime={hours:02d}:{rest // 60:02d}:{rest % 60:02d}")
@@ -132,6 +134,21 @@ class PbsBridge(Bridge):
                 "plain absolute path (letters, digits, _ . / + @ % , = -)")
         return shlex.join([*self.submit_command, "-o", paths.stdout, "-e", paths.stderr,
                            paths.script])
+
+    def tagged(self, prefix: str) -> dict[str, str] | None:
+        """Jobs queued or running whose name (a tagged job's is its tag) starts with ``prefix``,
+        as ``qstat -f`` lists them."""
+        done = self.run(["qstat", "-f"], timeout=60)
+        if not done.ok and "Job Id:" not in done.stdout:
+            done.check()
+        found = {}
+        for job_id, attrs in parse_qstat_text(done.stdout).items():
+            name = attrs.get("Job_Name", "").strip()
+            state = self.states.get(attrs.get("job_state", "").strip())
+            if name.startswith(prefix) and state in (JobState.PENDING, JobState.RUNNING) \
+                    and self.job_id_regex.match(job_id):
+                found[name] = job_id
+        return found
 
     def _query(self, ids: list[str], job_dirs: dict[str, str]) -> dict[str, JobStatus]:
         if self._json is not False:

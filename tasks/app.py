@@ -39,14 +39,13 @@ from kombu import serialization
 
 from mainboard import keys
 from mainboard.config import Config, load_config
-from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
+from mainboard.config.brokerurl import BROKER_URL_ENV, REDIS_URL_FORMS, redis_url_problem
 from mainboard.errors import ConfigError
 from mainboard.redact import install_log_redaction, redact_url
 from mainboard.services.broker import resolve_broker_url
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE, STAGE_PREFIX, TASK_MODULES, codec
 from mainboard.tasks.integrate import TASK_NAME as INTEGRATE_TASK
 
-BROKER_URL_ENV = "MAINBOARD_BROKER_URL"
 VISIBILITY_TIMEOUT_ENV = "MAINBOARD_VISIBILITY_TIMEOUT"
 DEFAULT_VISIBILITY_TIMEOUT = 2 * 3600.0  # must exceed the longest task (seconds)
 HEALTH_CHECK_INTERVAL = 25  # seconds between liveness checks of idle Redis connections

@@ -134,6 +134,7 @@ class Coordinator:
         self._guarded = 0.0  # when the broker and the lease were last checked
         self.dispatch = Dispatch(app, run_id, state.run.spec, lambda: self.timing.batch_s)
         self.steer = Steering(r, store, run_id)
+        self.outage.note = self.steer.log  # outages and warnings reach `runs logs` too
 
     # ----- one iteration ------------------------------------------------------------------
 
@@ -229,9 +230,11 @@ class Coordinator:
         if (not self.timing.moved and not self.warned_idle
                 and time.monotonic() - started > IDLE_WARNING_S):
             self.warned_idle = True
-            log.warning("run %s: no worker has started a batch after %.0f s; is any worker "
-                        "consuming the %s queue? (celery -A mainboard.tasks.app worker -Q %s)",
-                        self.run_id, IDLE_WARNING_S, BATCH_QUEUE, BATCH_QUEUE)
+            idle = (f"no worker has started a batch after {IDLE_WARNING_S:.0f} s; is any "
+                    f"worker consuming the {BATCH_QUEUE} queue? (celery -A mainboard.tasks.app "
+                    f"worker -Q {BATCH_QUEUE})")
+            log.warning("run %s: %s", self.run_id, idle)
+            self.steer.log("warn", idle)
         self.steer.poll()
         for lead, reason in resend:  # a lost bundle goes out again whole
             unit = self.dispatch.units[lead]

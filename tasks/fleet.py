@@ -120,11 +120,15 @@ def retire_delay(end: float, retire_before: float, now: float) -> float:
     return max(0.0, end - retire_before - now)
 
 
-def _retire_on_clock(job_id: str, retire_before: float, end: float | None) -> None:
+def _retire_on_clock(node: str, job_id: str, retire_before: float, end: float | None) -> None:
     """Warm shutdown ``retire_before`` seconds before the allocation's end, by this host's
     clock: SLURM's ``--signal`` fires up to 60 s early, so it is only the backstop. The end is
-    asked again every minute (an operator may extend the allocation); each answer is what
-    tasks' time needs are checked against (:mod:`mainboard.tasks.timeneed`)."""
+    asked again every minute (an operator may extend the allocation); ``end`` is the first
+    answer. When it retires goes into the registry (``retire_at``): the autoscaler times the
+    replacement by this same clock, not by a guess from when the worker came up (issue 19);
+    each answer is also what tasks' time needs are checked against
+    (:mod:`mainboard.tasks.timeneed`)."""
+    said: float | None = None
     first = True
     while not _stop.is_set():
         end = end if first else allocation_end(job_id)
@@ -133,6 +137,12 @@ def _retire_on_clock(job_id: str, retire_before: float, end: float | None) -> No
         if end is None:
             log.warning("retire clock: no end time for job %s; SLURM's signal retires it", job_id)
             return
+        if end != said:
+            try:
+                beat(node, retire_at=end - retire_before)
+                said = end
+            except redis.RedisError as exc:  # asked again next round
+                log.warning("fleet retire time of %s not recorded: %s", node, exc)
         delay = retire_delay(end, retire_before, time.time())
         if delay <= 0:
             log.info("retiring: allocation %s ends at %s, %.0f s from now", job_id,
@@ -157,7 +167,7 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     if job_id and retire:
         end = allocation_end(job_id)  # known before the first task is taken
         set_end(end)
-        threading.Thread(target=_retire_on_clock, args=(job_id, float(retire), end),
+        threading.Thread(target=_retire_on_clock, args=(node, job_id, float(retire), end),
                          name="fleet-retire", daemon=True).start()
     elif not job_id:  # no scheduler to ask: the job script's start stamp + the walltime
         set_end(walltime_end(os.environ.get("MAINBOARD_JOB_DIR", ""),

@@ -54,6 +54,7 @@ class Outage:
     sleep: Callable[[float], None] = time.sleep
     count: int = 0  # outages ridden out so far: a step redone after one re-publishes first
     server: str | None = None  # run_id of the Redis server last seen
+    note: Callable[[str, str], None] | None = None  # (level, line) into the run's own log
 
     def check(self) -> None:
         """Raise BrokerRestarted when the server is not the one seen before (cheap: INFO)."""
@@ -94,6 +95,10 @@ class Outage:
         self.count += 1
         log.warning("run %s: the broker at %s is back after %.1f s; re-sending what was in "
                     "flight", self.run_id, self.broker, self.clock() - began)
+        if self.note is not None:  # said once it is back: the run's log lives in that broker
+            self.note("warn", f"the broker at {self.broker} went away "
+                      f"({type(cause).__name__}) and was back after "
+                      f"{self.clock() - began:.1f} s; re-sent what was in flight")
 
 
 __all__ = ["BROKER_ERRORS", "REDIS_DOWN", "DEFAULT_BUDGET_S", "BrokerRestarted", "Outage", "where"]

@@ -12,13 +12,15 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from celery import Celery
 
 from mainboard.config import Config, load_config
+from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import UserError
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.spec import RunSpec, load_run_file, parse_run
@@ -26,7 +28,7 @@ from mainboard.integrators.stages import build_run
 from mainboard.integrators.stop import stop_reason
 from mainboard.receipts import RunCreated, RunResumed
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
-from mainboard.services.broker import BROKER_URL_ENV, EmbeddedBroker, check_broker, worker_url
+from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
 from mainboard.tasks import modules
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
@@ -43,15 +45,19 @@ from mainboard.tasks.workers import (
 Result = RunResult
 RunLike = RunSpec | Mapping[str, Any] | str | Path
 ProgressFn = Callable[[Progress], None]
-Prepare = Callable[[Config], object]  # e.g. mainboard.fleet.sync.sync_fleet
 
 
-def _standby(prepare: Prepare | None, cfg: Config) -> Callable[[], str | None] | None:
-    """A fleet layer's hook may also say what starts workers on demand
-    (``prepare.standby(config)``, e.g. an autoscaled pool at zero): then ``workers=0``
-    waits for it instead of refusing the run."""
-    hook = getattr(prepare, "standby", None)
-    return (lambda: hook(cfg)) if hook is not None else None
+class Prepare(Protocol):
+    """What the layer above (the fleet, ``mainboard.fleet.sync.PREPARE``) does for a run
+    once its lease is held; an object handed in, so ``tasks`` never imports the fleet."""
+
+    def sync(self, config: Config) -> object:
+        """Put the workspace where the run's batches will be evaluated, before any is sent
+        (the hosts of live workers and of pools that start workers on demand)."""
+
+    def standby(self, config: Config) -> str | None:
+        """What starts workers on demand (an autoscaled pool at zero), in words; then
+        ``workers=0`` waits for it instead of refusing the run. None: nothing does."""
 
 
 def load_spec(run: RunLike) -> RunSpec:
@@ -122,7 +128,7 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     the batch queue, else one local worker per core; ``workers=N`` starts N local workers;
     ``workers=0`` uses the fleet only: it never starts the embedded broker, and with no
     fleet worker answering within ``FLEET_WAIT_S`` it is refused (``no_fleet``).
-    ``prepare(config)`` runs once the lease is held, before any batch is sent: the fleet
+    ``prepare.sync(config)`` runs once the lease is held, before any batch is sent: the fleet
     layer syncs the workspace to its hosts there (``run_file`` says where the run's own
     modules are, for the workers). Local workers known to be wanted (``workers=N``, or no
     client of the broker could answer a broadcast) start right after the lease, so they
@@ -154,9 +160,10 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
             local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers").start()
         app = make_app(cfg, broker_url=url)
         if workers == 0:
-            require_fleet(app, where(url), standby=_standby(prepare, cfg))
+            require_fleet(app, where(url), standby=None if prepare is None
+                          else partial(prepare.standby, cfg))
         if prepare is not None:
-            prepare(cfg)
+            prepare.sync(cfg)
         if count is None:
             count = 0 if fleet_size(app, r=r) else default_workers()
             if count:

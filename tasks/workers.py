@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # not imported at run time: the CLI starts workers before it 
     import redis
     from celery import Celery
 
+from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import IntegrationFailed, UserError
 from mainboard.tasks import BATCH_QUEUE
 from mainboard.tasks.paths import pythonpath
@@ -62,7 +63,7 @@ def worker_env(broker_url: str) -> dict[str, str]:
     import roots from ``tasks.paths.use_import_roots``, the current directory, then the
     caller's own PYTHONPATH), so a user's integrand module is found without setting it."""
     path = pythonpath(os.getcwd(), inherited=os.environ.get("PYTHONPATH"))
-    return {**os.environ, "MAINBOARD_BROKER_URL": broker_url, "PYTHONPATH": path}
+    return {**os.environ, BROKER_URL_ENV: broker_url, "PYTHONPATH": path}
 
 
 class LocalWorkers:

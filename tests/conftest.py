@@ -41,7 +41,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderS
 SHARED_WORKER = {
     "slurm": {"tests/test_batch_watch.py", "tests/test_bridges_sched.py",
               "tests/test_cli_streams.py", "tests/test_fleet_live.py", "tests/test_fleet_tls.py",
-              "tests/test_fleet_retire.py", "tests/test_jobs.py", "tests/test_fleet_faults.py",
+              "tests/test_fleet_retire.py", "tests/test_fleet_standby.py",
+              "tests/test_jobs.py", "tests/test_fleet_faults.py",
               "tests/test_fleet_reconcile.py", "tests/test_fleet_scenarios.py",
               "tests/test_fleet_kill_scenario.py", "tests/test_fleet_timeneed.py",
               "tests/test_job_env.py", "tests/test_router.py", "tests/test_study.py"},

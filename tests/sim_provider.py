@@ -54,6 +54,13 @@ class SimulatedProviderServer:
         (what its vast-shaped ``GET /api/v0/users/current`` answers as ``credit``)."""
         return balance_of(json.loads((self.state / "state.json").read_text()))
 
+    def exclusive(self, on: bool) -> None:
+        """Offers as single machines (a rented one is unlisted until destroyed), or not."""
+        from mainboard.bridges.providers.simulated import Store
+
+        with Store(self.state).transaction() as state:
+            state["exclusive_offers"] = on
+
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 

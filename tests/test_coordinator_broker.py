@@ -113,6 +113,11 @@ def test_a_broker_killed_and_restarted_mid_run_ends_with_the_undisturbed_numbers
     assert len(went) >= 1 and len(back) == len(went), err
     password = (state_dir / "broker.secret").read_text().strip()
     assert "127.0.0.1:" in went[0] and password not in err
+    logs = run_cli(ws / "mainboard.toml", "runs", "logs", run_id_of(RUN), "--level", "warn",
+                   env=subprocess_env())  # the outage is in the run's own log too
+    assert logs.returncode == 0, logs.stderr
+    assert "went away" in logs.stdout and "was back after" in logs.stdout, logs.stdout
+    assert password not in logs.stdout
 
 
 def test_a_broker_gone_past_the_budget_exits_3_with_the_resume_command_and_loses_nothing(

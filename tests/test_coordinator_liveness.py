@@ -111,6 +111,10 @@ def test_worker_killed_mid_batch_loses_nothing(victim: str, fuse: bool, workspac
         assert master.wait(5) == -signal.SIGKILL
         log = tmp_path / "fleet" / f"{fleet.nodes[1 - index].split('@')[0]}.log"
         assert "'attempt': 1" in log.read_text()  # re-sent by the coordinator, not by Redis
+        run = mainboard.run(disturbed.run_id, workspace)  # said in its log and its timeline
+        resent = [x for x in run.logs(level="warn") if "re-sent as attempt 1" in x.message]
+        assert resent and {x.worker for x in resent} == {"coordinator"}
+        assert "resend" in [e.kind for e in run.timeline()]
 
 
 # ----- live: a worker killed mid-bundle -------------------------------------------------------

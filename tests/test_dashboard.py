@@ -207,6 +207,8 @@ def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
     assert "&lt;b&gt;evaluate&lt;/b&gt; retried &amp; re-sent" in html and "<b>evaluate" not in html
     assert 'class="level-warning"' in html and "the last 1 of 1 lines kept" in html
     run = dash.api(f"/api/run/{finished.run_id}")  # who did the work, and when what happened
+    assert finished.exact is not None and run["exact"] == pytest.approx(finished.exact)
+    assert 'class="u-label">exact<' in html  # the exact value: a line on the plot
     assert sum(w["batches"] for w in run["workers"]) == 3 * 4 and run["workers_note"] == ""
     assert all(w["kind"] == "local" and w["worker"] in html for w in run["workers"])
     kinds = [e["kind"] for e in run["timeline"]]
@@ -339,6 +341,9 @@ def test_thousand_runs_render_and_the_broker_going_down_is_shown(
     assert opened.read_text() == dash.url
     data = dash.api("/api/runs")
     assert data["broker"]["ok"] and data["total"] == 1000 and len(data["runs"]) == 1000
+    # the list carries its version: an opening page asks for the data at once, and its
+    # next poll of the version finds it unchanged
+    assert data["version"] == dash.api("/api/runs-version")["version"]
 
     rows = "document.querySelectorAll('tr[data-run-id]').length"
     banner = "(b => b.hidden ? '' : b.textContent)(document.getElementById('banner'))"
@@ -370,6 +375,9 @@ def test_bad_port_and_busy_port_exit_2_with_one_line(workspace: Config) -> None:
 
     bad = dashboard("--port", "70000")
     assert bad.exit_code == 2 and "70000" in bad.stderr and not bad.stdout
+    host = dashboard("--host", "no-such-host.invalid")
+    assert host.exit_code == 2 and not host.stdout and host.stderr.count("\n") == 1
+    assert "--host no-such-host.invalid: not an address" in host.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -378,3 +386,28 @@ def test_bad_port_and_busy_port_exit_2_with_one_line(workspace: Config) -> None:
     assert busy.exit_code == 2 and not busy.stdout
     assert busy.stderr.strip().count("\n") == 0 and f"--port {port}" in busy.stderr
     assert busy.stderr.startswith("mainboard: error: ") and "Traceback" not in busy.stderr
+
+
+def test_the_chi2_series_kept_between_refreshes_is_the_series_computed_afresh() -> None:
+    """The run page keeps each run's chi2/dof and Q series and combines only new
+    iterations; appended, changed (the run run again) or with another ``discard``, the
+    series is the one computed from nothing, and the runs list's value is its last point."""
+    import numpy as np
+
+    from mainboard.dashboard.rundata import Chi2Memo, _chi2_now, _chi2_series
+    from mainboard.integrators.accumulators import IterationEstimate, RunAccumulator
+
+    def snapshot(means: list[float], discard: int = 0) -> dict[str, Any]:
+        acc = RunAccumulator("real", 1, discard, [
+            IterationEstimate(k, np.array([m]), np.array([1e-4 * (1 + k % 3)]), 1000, 0)
+            for k, m in enumerate(means, 1)])
+        return {"accumulator": acc.snapshot()}
+
+    rng = np.random.default_rng(3)
+    means = list(1.0 + 0.01 * rng.standard_normal(40))
+    memo = Chi2Memo()
+    for shown in (means[:10], means[:10], means[:25], [*means[:5], 2.0, *means[6:25]],
+                  means[:40]):
+        assert _chi2_series(snapshot(shown), memo) == _chi2_series(snapshot(shown))
+    assert _chi2_series(snapshot(means, 3), memo) == _chi2_series(snapshot(means, 3))
+    assert _chi2_now(snapshot(means, 3)) == _chi2_series(snapshot(means, 3))[-1][0]

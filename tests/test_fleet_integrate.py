@@ -155,6 +155,13 @@ def test_an_integration_run_completes_on_the_namespaced_worker(ns_fleet: NsFleet
     done = wait_until(lambda: (r := status(ws)) and (r[0]["tasks_done"] or 0) - before
                       >= ITERATIONS and r, 30, "tasks-done of the namespaced worker")
     assert done[0]["node"] == row["node"]
+    # what the remote worker shipped about the run (spans, host, kind, scheduler job) came
+    # back through the tunnelled broker: the run page's worker table names it
+    (shipped,) = wait_until(lambda: mainboard.run(result.run_id, config(ws)).workers(), 10,
+                            "the remote worker's spans")
+    assert (shipped.worker, shipped.host, shipped.kind) == (row["node"], "ns", "ssh")
+    assert shipped.job_id and f"-{shipped.job_id}@" in row["node"]
+    assert shipped.batches >= ITERATIONS * BATCHES and shipped.samples_per_s > 0
 
     down = cli(ws, "fleet", "down", "--timeout", "30")
     assert down.returncode == 0, down.stderr

@@ -66,9 +66,12 @@ def test_rented_worker_runs_a_task_and_down_destroys_the_rental(
         tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
     env = {KEY_ENV: sim.api_key}
     ws = _workspace(tmp_path / "ws", sim, provisioned_root)
+    (ws / "launch_mirror.txt").write_text(str(tmp_path))
     lines = up_ok(ws, "--on", "gpu", "--no-flower", env=env)
     try:
         assert any("broker via tunnel, rental " in line for line in lines), lines
+        # a fresh rental gets the workspace at launch (a pool grown mid-run has no sync before)
+        assert (provisioned_root / "launch_mirror.txt").read_text() == str(tmp_path)
         found = probe(ws, "gpu")
         assert found["hostname"].startswith("sim-gpu-")  # ran on the rented machine
         rows = wait_until(lambda: (r := status(ws, env=env)) and r[0]["online"] and r, 60,
@@ -231,11 +234,15 @@ def _public_key(tmp_path: Path) -> str:
 
 def test_a_provider_pool_stays_within_its_price_limits(
         tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
-    """`dear`: $3.60/h machines, max_usd_hr 4, backlog 3, three 2-s tasks: never more than one
-    rental at once (sampled twice a second), the others wait with a hold line naming
-    max_usd_hr. `broke`: budget_usd 0.25 and a 5-minute walltime (one allocation may cost
+    """`mix`: offers of $0.40, $0.80 and $1.60/h (each one machine), host ceiling $2/h,
+    pool max_usd_hr 1.5, three 8-s tasks: the pool rents the $0.40 one, then the $0.80 one
+    ($1.20/h, the prices recorded in the rental receipts), then holds with a line naming
+    max_usd_hr and the $1.60 offer; judged on the host's $2/h ceiling it would rent none.
+    `broke`: budget_usd 0.25 and a 5-minute walltime (one $3.60 allocation may cost
     $0.30): nothing is ever rented, the hold line names budget_usd."""
+    from mainboard.bridges.providers.lifecycle import rental_receipts
     from mainboard.fleet.autoscale import SCALE_TICK_ENV
+    from mainboard.receipts import RentalCreated
 
     env = {KEY_ENV: sim.api_key, SCALE_TICK_ENV: "0.3"}
     ws = workspace(
@@ -243,19 +250,22 @@ def test_a_provider_pool_stays_within_its_price_limits(
         table("providers.sim", kind="simulated", api_url=sim.url, api_key_env=KEY_ENV),
         table("hosts.h200", kind="provider", provider="sim", gpu="SIM H200", max_usd_hr=4.0,
               root=str(provisioned_root), python=HOST_PYTHON, env={"UV_OFFLINE": "1"}),
-        table("fleet.pools.dear", host="h200", queues=["t19p.dear"], max_jobs=3, backlog=3,
-              max_usd_hr=4.0, idle_timeout=2),
+        table("hosts.any", kind="provider", provider="sim", max_usd_hr=2.0,
+              root=str(provisioned_root), python=HOST_PYTHON, env={"UV_OFFLINE": "1"}),
+        table("fleet.pools.mix", host="any", queues=["t19p.mix"], max_jobs=3, backlog=3,
+              max_usd_hr=1.5, idle_timeout=2),
         table("fleet.pools.broke", host="h200", queues=["t19p.broke"], max_jobs=2,
               budget_usd=0.25, walltime="5m", retire_before="1m"))
     most = 0
+    sim.exclusive(True)
     try:
-        up_ok(ws, "--no-flower", env={KEY_ENV: sim.api_key, **env})
+        up_ok(ws, "--no-flower", env=env)
         send_tasks(ws, "t19p.broke", 1)[0].app.close()
-        results = send_tasks(ws, "t19p.dear", 3, sleep_s=2.0)
+        results = send_tasks(ws, "t19p.mix", 3, sleep_s=8.0)
         try:
             while not all(r.ready() for r in results):
                 most = max(most, len(_listed(sim)))
-                assert most <= 1, "two $3.60/h machines at once under max_usd_hr 4"
+                assert most <= 2, "a third machine past max_usd_hr 1.5"
                 time.sleep(0.5)
             ran = [r.get() for r in results]
         finally:
@@ -263,12 +273,17 @@ def test_a_provider_pool_stays_within_its_price_limits(
     finally:
         down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
         stop_broker(ws)
+        sim.exclusive(False)
     assert down.returncode == 0, down.stderr
-    assert most == 1 and len({r["task_id"] for r in ran}) == 3
+    assert most == 2 and len({r["task_id"] for r in ran}) == 3
+    rented = [p.usd_hr for p in rental_receipts(ws / ".mainboard").read()
+              if isinstance(p, RentalCreated)]
+    assert rented == [0.40, 0.80], rented
     scale = read_fleet(ws / ".mainboard").scale
-    dear = [e for e in scale if e.pool == "dear"]
-    assert any(e.action == "hold" and "max_usd_hr 4: 1 allocation(s) at $" in e.reason
-               for e in dear), [e.reason for e in dear]
+    mix = [e for e in scale if e.pool == "mix"]
+    assert any(e.action == "hold" and e.reason.endswith(
+        "max_usd_hr 1.5: 2 allocation(s) rented at $1.20/h, the next offer costs $1.60/h")
+        for e in mix), [e.reason for e in mix]
     broke = [e for e in scale if e.pool == "broke"]
     assert not [e for e in broke if e.action == "submit"]
     assert any(e.action == "hold" and "budget_usd 0.25" in e.reason for e in broke), broke

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mainboard.config import PoolConfig
 from mainboard.fleet.scaling import PAUSE_AFTER, Alloc, PoolView, decide, lead_time, target
 
@@ -69,13 +71,32 @@ def test_a_provider_pool_stays_within_max_usd_hr_and_budget_usd() -> None:
     priced = pool(max_usd_hr=4, walltime="1h")
     (d,) = decide(PoolView("gpu", priced, queue_depth=50, usd_hr=3.60))
     assert (d.action, d.count) == ("submit", 1)  # a second would be $7.20/h
-    (d,) = decide(PoolView("gpu", priced, running(1), queue_depth=50, usd_hr=3.60))
+    (d,) = decide(PoolView("gpu", priced, running(1), queue_depth=50, usd_hr=3.60,
+                           rented_usd_hr=3.60))
     assert d.action == "hold" and "max_usd_hr 4" in d.reason
     budget = pool(budget_usd=10, walltime="1h")
     (d,) = decide(PoolView("gpu", budget, queue_depth=50, usd_hr=3.60, spent_usd=5.0))
     assert (d.action, d.count) == ("submit", 1)  # $5 + $3.60 fits, $5 + $7.20 does not
     (d,) = decide(PoolView("gpu", budget, queue_depth=50, usd_hr=3.60, spent_usd=7.0))
     assert d.action == "hold" and "budget_usd 10" in d.reason
+
+
+def test_the_price_limit_is_the_offers_rented_plus_the_next_offer() -> None:
+    """Spend per hour is what the rented offers cost (their receipts), not allocations
+    times a price; one more is judged on the offer it would rent, one rental per look."""
+    limit = pool(max_usd_hr=1.5, backlog=4)
+    (d,) = decide(PoolView("gpu", limit, queue_depth=50, usd_hr=0.40))
+    assert (d.action, d.count) == ("submit", 1)  # one at a time: the next price is asked anew
+    (d,) = decide(PoolView("gpu", limit, running(1), queue_depth=50, usd_hr=0.80,
+                           rented_usd_hr=0.40))
+    assert (d.action, d.count) == ("submit", 1)  # $0.40 + $0.80 = $1.20 <= $1.50
+    (d,) = decide(PoolView("gpu", limit, running(2), queue_depth=50, usd_hr=1.60,
+                           rented_usd_hr=1.20))
+    assert d.action == "hold" and d.reason.endswith(
+        "max_usd_hr 1.5: 2 allocation(s) rented at $1.20/h, the next offer costs $1.60/h")
+    (d,) = decide(PoolView("gpu", limit, running(3), queue_depth=50, usd_hr=0.40,
+                           rented_usd_hr=1.00))
+    assert (d.action, d.count) == ("submit", 1)  # a cheap offer came back: it fits
 
 
 def test_a_fixed_pool_keeps_its_count_replacing_the_lost_and_never_shrinks() -> None:
@@ -105,3 +126,44 @@ def test_a_worker_near_its_walltime_is_replaced_early_enough_to_overlap() -> Non
     idle = [Alloc("old", "running", active=0, idle_s=5, left_s=lead - 1)]
     assert decide(PoolView("cpu", pool(), idle, lead_s=lead)) == []  # no work: no successor
     assert lead_time([]) == 60.0
+
+
+def test_time_left_is_the_workers_own_retire_clock_when_it_said_one() -> None:
+    """A SLURM worker records when it retires (its allocation's end from squeue minus
+    retire-before); the worker's start plus walltime is later by its boot, so the
+    replacement would come late. Without the record, that estimate is what is left."""
+    from mainboard.fleet.autoscale import _left
+    from mainboard.receipts import WorkerStarted
+
+    worker = WorkerStarted(worker_id="w", host="hpc", kind="slurm", node="mb-hpc", queues=[],
+                           concurrency=1, job={"spec": {"walltime": 180}}, root="/r",
+                           python="py", broker_via="direct", secret_path="/s")
+    limited = pool(walltime="3m", retire_before="60s")
+    assert _left(worker, limited, {"retire_at": "1100.0"}, began=1010.0, now=1000.0) == 100.0
+    assert _left(worker, limited, {}, began=1010.0, now=1000.0) == 130.0  # 1010 + 180 - 60
+    assert _left(worker, limited, {}, began=None, now=1000.0) is None
+
+
+def test_each_rental_of_a_provider_host_is_synced_with_a_manifest_of_its_own(
+        tmp_path: Path) -> None:
+    """Rentals share their host's name and root, not their disks: a run syncs every one,
+    each against what that machine holds (a shared manifest left all but one stale)."""
+    from mainboard.config import load_config
+    from mainboard.fleet.sync import machines
+    from mainboard.hosts.mirror import manifest_path
+    from mainboard.receipts import WorkerStarted
+
+    def worker(worker_id: str, host: str, rental: str | None) -> WorkerStarted:
+        return WorkerStarted(
+            worker_id=worker_id, host=host, kind="provider" if rental else "ssh", node=worker_id,
+            queues=[], concurrency=1, job={}, root="/r", python="python3", broker_via="tunnel",
+            secret_path="/s", rental={"provider": "sim", "rental_id": rental} if rental else None)
+
+    found = machines([worker("a", "gpu", "r1"), worker("b", "gpu", "r2"),
+                      worker("c", "lo", None), worker("d", "lo", None)])
+    assert sorted(found) == [("gpu", "/r", "r1"), ("gpu", "/r", "r2"), ("lo", "/r", None)]
+    (tmp_path / "mainboard.toml").write_text("")
+    config = load_config(tmp_path / "mainboard.toml")
+    paths = {manifest_path(config, "gpu", "r1"), manifest_path(config, "gpu", "r2"),
+             manifest_path(config, "gpu")}
+    assert len(paths) == 3 and manifest_path(config, "a/b", "c d").name == "a%2Fb@c%20d.json"

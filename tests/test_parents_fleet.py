@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mainboard.fleet.sync import sync_fleet
+from mainboard.fleet.sync import PREPARE
 from mainboard.parents.driver import integrate_parent
 from mainboard.parents.spec import parse_parent
 from tests.fleet_helpers import (
@@ -156,8 +156,8 @@ def test_a_6_point_scan_and_a_12_trial_study_run_on_the_ssh_fleet_host(ssh_fleet
         "objective": {"metric": "relative_error"}, "max_concurrent_trials": 2,
         "parameters": [{"kind": "integer", "name": "sampler.bins", "min": 2, "max": 32}]}})
     cfg = config(ws)
-    scanned = integrate_parent(scan, 0, config=cfg, prepare=sync_fleet)
-    tuned = integrate_parent(tune, 0, config=cfg, prepare=sync_fleet)
+    scanned = integrate_parent(scan, 0, config=cfg, prepare=PREPARE)
+    tuned = integrate_parent(tune, 0, config=cfg, prepare=PREPARE)
     assert [r["status"] for r in scanned["rows"]] == ["finished"] * 6
     assert [r["status"] for r in tuned["rows"]] == ["finished"] * 12
     assert all(r["samples"] == 1000 for r in scanned["rows"] + tuned["rows"])

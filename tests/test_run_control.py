@@ -8,6 +8,8 @@ uninterrupted run bit for bit; a stopped one ends with its partial result.
 from __future__ import annotations
 
 import json
+import select
+import subprocess
 import sys
 import threading
 import time
@@ -15,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 import mainboard
 from mainboard.cli.runview import result_text
 from mainboard.config import Config, load_config
 from mainboard.integrators.driver import RunResult, integrate_local
 from mainboard.receipts import IterationDone, RunCreated
-from mainboard.runs.logs import follow_logs, stream_id_order
+from mainboard.runs.logs import LogLine, append_logs, follow_logs, stream_id_order
 from mainboard.runs.store import RunStore
 from mainboard.tasks.runner import integrate, load_spec, resume
 from mainboard.tasks.workers import LocalWorkers
@@ -170,7 +173,7 @@ def test_pause_then_resume_gives_the_uninterrupted_numbers(workspace: Config,
 def test_stop_ends_with_a_partial_result_and_remove_waits_for_it(workspace: Config,
                                                                  fleet: LocalWorkers,
                                                                  tmp_path: Path) -> None:
-    run = slow_spec(0.05, name="stoppable", stop={"max_samples": 200_000},
+    run = slow_spec(0.05, name="stoppable", stop={"max_samples": 2_000_000},
                     batching={"batch_size": 5000, "batches_per_iteration": 4})
     job = Background(run, workspace)
     run_id = load_spec(run).run_id()
@@ -179,11 +182,16 @@ def test_stop_ends_with_a_partial_result_and_remove_waits_for_it(workspace: Conf
     assert refused.returncode == 2 and "is running" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
 
+    follower = follow(workspace, run_id)  # a `runs logs --follow` open while the run stops
     handle = mainboard.run("stoppable", workspace)
     outcome = handle.stop()
     partial = job.join()
+    followed, stderr = follower.communicate(timeout=30)  # it ends with the run, by itself
+    assert follower.returncode == 0, stderr
+    assert "stop requested" in followed and "run stopped after iteration" in followed
+    assert "before the follow" not in followed and "INFO  coordinator" in followed  # once
     assert outcome.status == "stopped" and partial.stop_reason == "stopped"
-    assert 0 < partial.samples < 200_000 and partial.iterations == outcome.iteration
+    assert 0 < partial.samples < 2_000_000 and partial.iterations == outcome.iteration
     shown = json.loads(invoke(workspace, "runs", "show", "stoppable", "--json").stdout)
     assert shown["status"] == "stopped"
 
@@ -206,6 +214,24 @@ def test_stop_ends_with_a_partial_result_and_remove_waits_for_it(workspace: Conf
     assert removed.returncode == 0, removed.stderr
     assert json.loads(removed.stdout)["redis_keys"] >= 3
     assert run_id not in invoke(workspace, "runs", "list", "--json").stdout
+
+
+def follow(workspace: Config, run_id: str) -> subprocess.Popen[str]:
+    """`mainboard runs logs RUN --follow` in a fresh process, once it has printed the line
+    that was there when it started (so what comes next reaches it by following)."""
+    with redis.Redis.from_url(workspace.broker.url) as r:
+        append_logs(r, run_id, [LogLine(time.time(), "info", "tester", "here",
+                                        "before the follow")])
+    proc = subprocess.Popen([sys.executable, "-m", "mainboard", "--config",
+                             str(workspace.path), "runs", "logs", run_id[:8], "--follow"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=subprocess_env())
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    first = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
+    if "before the follow" not in first:
+        proc.kill()
+        raise AssertionError(f"no first line from the follow: {first!r} {proc.communicate()}")
+    return proc
 
 
 def fleet_log(fleet: LocalWorkers) -> str:
@@ -232,6 +258,9 @@ def test_ambiguous_names_list_the_ids_and_prefixes_work(tmp_path: Path) -> None:
     assert down.returncode == 1 and "mainboard broker up" in down.stderr
     assert len(down.stderr.strip().splitlines()) == 1
     assert invoke(ws, "runs", "pause", "aaaa1").returncode == 2  # nothing can be running
+    unasked = invoke(ws, "runs", "remove", "aaaa1")  # no terminal to confirm on, no --yes
+    assert unasked.returncode == 2 and "needs confirmation: pass --yes" in unasked.stderr
+    assert (tmp_path / ".mainboard" / "runs" / "aaaa1111").exists()
     gone = invoke(ws, "runs", "remove", "aaaa1", "--yes")
     assert gone.returncode == 0 and not (tmp_path / ".mainboard" / "runs" / "aaaa1111").exists()
     assert json.loads(invoke(ws, "runs", "show", "twin", "--json").stdout)["run_id"] == \

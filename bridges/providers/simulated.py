@@ -8,6 +8,8 @@ inside it (see ``netns``): the renter's key is authorised, ``hostname`` differs,
 the host's loopback services are out of reach, as on a real rented box. Destroying
 kills everything in the namespace and removes veth and namespace. Billing is real
 arithmetic on fake money: the balance falls by ``dph_total`` per hour of rental.
+With ``"exclusive_offers": true`` in its state (``SimulatedProviderServer.exclusive``),
+an offer is one machine, as on vast.ai: unlisted and unrentable while a rental holds it.
 
 Every change goes through ``state.json`` under a file lock, so ``cleanup_all(DIR)``
 (or ``--cleanup``) removes the machines of a server that crashed. A clean shutdown
@@ -137,6 +139,13 @@ def _instance(rental: _F) -> _F:
                            "simulated machine up", "exited": "sshd is not running"}[status]}
 
 
+def _held(state: _F) -> set[int]:
+    """Offers a live rental holds, when offers are exclusive (else none)."""
+    if not state.get("exclusive_offers"):
+        return set()
+    return {r["offer"]["id"] for r in state["rentals"].values() if r["end"] is None}
+
+
 def _destroy(rental: _F, now: float) -> None:
     """Tear the sandbox down and stop the clock (inside a transaction)."""
     if rental.get("sandbox"):
@@ -157,8 +166,14 @@ class SimulatedProvider:
     def authorised(self, presented: str | None) -> bool:
         return presented is not None and hmac.compare_digest(presented.encode(), self._api_key)
 
+    def _taken(self) -> set[int]:
+        """Offers a live rental holds, when offers are exclusive (else none)."""
+        with self.store.transaction() as state:
+            return _held(state)
+
     def search(self, query: _F) -> list[_F]:
-        found = [dict(o) for o in OFFERS if _match(o, query)]
+        taken = self._taken()
+        found = [dict(o) for o in OFFERS if _match(o, query) and o["id"] not in taken]
         for field, direction in query.get("order") or []:
             found.sort(key=lambda o, f=field: o.get(f, 0), reverse=direction == "desc")
         return found[: int(query.get("limit") or len(found))]
@@ -178,6 +193,9 @@ class SimulatedProvider:
             raise ApiError(404, "no_such_ask", f"Instance type by id {offer_id} is not available.")
         self.record_user_data(offer_id, body)
         with self.store.transaction() as state:
+            if offer_id in _held(state):
+                raise ApiError(404, "no_such_ask",
+                               f"Instance type by id {offer_id} is not available.")
             if balance_of(state) < offer["dph_total"] / 60:
                 raise ApiError(402, "insufficient_credit", "not enough credit for a minute")
             rental_id = state["next_id"]

@@ -47,22 +47,22 @@ def emit(data: dict[str, Any], as_json: bool, as_csv: bool = False) -> None:
 def integrate(data: dict[str, Any], run_file: str, config: Config, workers: int | None,
               as_json: bool) -> None:
     """`mainboard integrate PARENT.toml`."""
-    from mainboard.fleet.sync import sync_fleet
+    from mainboard.fleet.sync import PREPARE
     from mainboard.parents.driver import integrate_parent
     from mainboard.parents.spec import load_parent
 
     del data  # read again with its line numbers for errors
     spec = load_parent(run_file)
-    emit(integrate_parent(spec, workers, config=config, prepare=sync_fleet, run_file=run_file,
+    emit(integrate_parent(spec, workers, config=config, prepare=PREPARE, run_file=run_file,
                           report=report), as_json)
 
 
 def resume(history: RunHistory, config: Config, workers: int | None, as_json: bool) -> None:
     """`mainboard runs resume PARENT`."""
-    from mainboard.fleet.sync import sync_fleet
+    from mainboard.fleet.sync import PREPARE
     from mainboard.parents.driver import resume_parent
 
-    emit(resume_parent(history, workers, config=config, prepare=sync_fleet, report=report),
+    emit(resume_parent(history, workers, config=config, prepare=PREPARE, report=report),
          as_json)
 
 

@@ -74,7 +74,8 @@ def logs(ctx: click.Context, run: str, follow: bool, level: str | None, tail: in
 
     with common.streaming():
         cursor = last_id(r, history.run_id)
-        for line in read_logs(r, history.run_id, level=level, limit=tail):
+        for line in read_logs(r, history.run_id, level=level, limit=tail,
+                              upto=cursor):
             show(line)
         kept, dropped = log_counts(r, history.run_id)
         if dropped:

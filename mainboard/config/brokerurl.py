@@ -13,6 +13,9 @@ from urllib.parse import urlsplit
 
 from mainboard.redact import url_secrets
 
+# The environment variable that hands a broker URL (password included) to a process:
+# workers, Flower and the CLI read it; bridges set it from a 0600 file, never in argv.
+BROKER_URL_ENV = "MAINBOARD_BROKER_URL"
 REDIS_URL_FORMS = "redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS)"
 _SCHEME = re.compile(r"rediss?://", re.I)
 _DB = re.compile(r"/*\d*/*")

@@ -275,7 +275,8 @@ class PoolConfig(ConfigModel):
     ``jobs`` allocations start with ``fleet up``; with ``max_jobs`` set the fleet keeper
     autoscales between ``min_jobs`` and ``max_jobs`` from the queues' depth, at most
     ``backlog`` allocations waiting in the scheduler at once, releasing workers idle past
-    ``idle_timeout``; a provider pool also stays within ``max_usd_hr`` and ``budget_usd``.
+    ``idle_timeout``; a provider pool also stays within ``max_usd_hr`` (the prices of the
+    offers it rented, plus the next offer's) and ``budget_usd``.
     """
 
     host: str

@@ -16,7 +16,7 @@ from mainboard import keys
 from mainboard.errors import MainboardError, first_line
 from mainboard.runs.logs import LogLine, log_counts
 from mainboard.runs.timeline import timeline
-from mainboard.runs.workers import worker_table
+from mainboard.runs.workers import WorkerTally
 
 if TYPE_CHECKING:
     from mainboard.dashboard.views import Views
@@ -36,7 +36,7 @@ def extras(views: Views, h: RunHistory, broker_ok: bool) -> dict[str, Any]:
     """``logs``, ``workers``, ``timeline`` of a run, each with a note when it is partial."""
     client = views.live.client() if broker_ok else None
     logs, logs_note = _logs(client, h.run_id)
-    workers, workers_note = _workers(client, h.run_id)
+    workers, workers_note = _workers(client, views.tallies, h.run_id)
     return {"logs": logs, "logs_note": logs_note, "workers": workers,
             "workers_note": workers_note, "timeline": timeline_of(views, h)}
 
@@ -59,12 +59,15 @@ def _logs(client: redis.Redis | None, run_id: str) -> tuple[list[dict[str, Any]]
     return [plain(x) for x in lines], note
 
 
-def _workers(client: redis.Redis | None, run_id: str) -> tuple[list[dict[str, Any]], str]:
-    """One row per worker that ran a stage of the run (its spans and the worker registry)."""
+def _workers(client: redis.Redis | None, tallies: dict[str, WorkerTally], run_id: str
+             ) -> tuple[list[dict[str, Any]], str]:
+    """One row per worker that ran a stage of the run (its spans and the worker registry);
+    the run's tally is kept between requests, so each reads only the spans added since."""
     if client is None:
         return [], "the worker table comes from the broker, which does not answer"
+    tally = tallies.setdefault(run_id, WorkerTally(run_id))
     try:
-        rows = [plain(r) for r in worker_table(client, run_id)]
+        rows = [plain(r) for r in tally.table(client)]
     except (redis.RedisError, MainboardError) as exc:
         return [], first_line(exc)
     return rows, "" if rows else "no worker has run a batch of this run yet"

@@ -12,6 +12,7 @@ another page.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import math
@@ -193,10 +194,15 @@ def make_app(views: Views, token: str, port: int) -> tornado.web.Application:
 
 
 def listen(host: str, port: int) -> list[socket.socket]:
-    """Sockets on ``host:port`` (port 0: a free one); one line when the port is taken."""
+    """Sockets on ``host:port`` (port 0: a free one); one line naming the flag at fault when
+    the host is no address of this machine or the port is taken."""
     try:
         return bind_sockets(port, address=host)
     except OSError as exc:
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            raise UserError(f"--host {host}: not an address of this machine ({exc.strerror});"
+                            " valid: an IP address or name it listens on, e.g. 127.0.0.1 (the"
+                            " default)") from None
         raise UserError(f"--host {host} --port {port}: cannot listen there ({exc.strerror}); "
                         "choose another --port, or leave it out for a free one") from None
 

@@ -18,6 +18,7 @@ from mainboard.dashboard import rundata
 from mainboard.dashboard.live import Live
 from mainboard.errors import MainboardError, first_line
 from mainboard.runs.store import RunHistory
+from mainboard.runs.workers import WorkerTally
 
 PAGE_SIZE = 1000
 FLEET_CACHE_S = 3.0
@@ -27,6 +28,13 @@ LOGS_EVERY_S = 5
 
 def _digest(parts: list[str]) -> str:
     return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()
+
+
+def _runs_digest(histories: list[RunHistory], broker_ok: bool,
+                 states: dict[str, dict[str, str]]) -> str:
+    parts = [f"{h.run_id}:{h.updated}" for h in histories]
+    parts += [f"{k}:{v.get('live')}:{v.get('status')}" for k, v in sorted(states.items())]
+    return _digest([str(broker_ok), *parts])
 
 
 def _status(h: RunHistory, state: dict[str, str]) -> str:
@@ -50,6 +58,8 @@ class Views:
         self._fleet: tuple[float, dict[str, Any]] | None = None
         self._fleet_lock = threading.Lock()
         self.timelines: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run id -> (stamp, events)
+        self.tallies: dict[str, WorkerTally] = {}  # run id -> its spans summed so far
+        self.chi2: dict[str, rundata.Chi2Memo] = {}  # run id -> its chi2/dof series so far
 
     def broker(self) -> dict[str, Any]:
         """Whether the broker answers, and the one line to show when it does not."""
@@ -70,7 +80,8 @@ class Views:
             rows.append(row)
         rows.sort(key=lambda r: (r["status"] not in ("running", "paused"), -r["updated"]))
         return {"broker": broker, "total": len(rows), "offset": offset, "limit": limit,
-                "runs": rows[offset:offset + limit]}
+                "runs": rows[offset:offset + limit],
+                "version": _runs_digest(histories, broker["ok"], states)}
 
     def run(self, ref: str) -> dict[str, Any]:
         """Everything the run page shows; UnknownRun for an id that names no run."""
@@ -83,7 +94,8 @@ class Views:
             "broker": broker, "summary": {**self.runs.row(h), "status": _status(h, state)},
             "live_state": state, "settings": h.created.spec,
             "exact": rundata.exact_of(h),
-            "series": rundata.series(h, entry.times),
+            "series": rundata.series(h, entry.times,
+                                     self.chi2.setdefault(h.run_id, rundata.Chi2Memo())),
             "result": h.finished.result if h.finished else None,
             "failure": h.failed.model_dump() if h.failed else None,
             "snapshots": rundata.snapshots(h, entry.snapshots),
@@ -102,14 +114,13 @@ class Views:
                 "parent": view(h)}
 
     def runs_version(self) -> str:
-        """Changes when the runs list would: a receipt written, a run going live or not."""
+        """Changes when the runs list would: a receipt written, a run going live or not (the
+        list's data carries the same digest, so an opening page needs no version first)."""
         histories = self.runs.histories()
         broker = self.live.probe()
         open_ids = [h.run_id for h in histories if h.status == "unfinished"]
         states = self.live.run_states(open_ids) if broker.ok else {}
-        parts = [f"{h.run_id}:{h.updated}" for h in histories]
-        parts += [f"{k}:{v.get('live')}:{v.get('status')}" for k, v in sorted(states.items())]
-        return _digest([str(broker.ok), *parts])
+        return _runs_digest(histories, broker.ok, states)
 
     def run_version(self, ref: str) -> str:
         """Changes when the run page would: a receipt, the live state, the broker, and every

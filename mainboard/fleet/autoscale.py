@@ -28,6 +28,7 @@ from mainboard.fleet.launch import DEFAULT_RETIRE_BEFORE_S, BrokerRoute, Launche
 from mainboard.fleet.pools import pool_options
 from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
 from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, lead_time, target
+from mainboard.fleet.spend import next_price, spend
 from mainboard.fleet.workers import (
     DRAIN_TIMEOUT_S,
     broker_route,
@@ -103,9 +104,13 @@ def run_demand(client: redis.Redis, queues: Sequence[str]) -> int:
     return total
 
 
-def _left(worker: WorkerStarted, pool: PoolConfig, began: float | None, now: float
-          ) -> float | None:
-    """Seconds until the worker retires before its walltime (None: no walltime known)."""
+def _left(worker: WorkerStarted, pool: PoolConfig, entry: dict[str, str],
+          began: float | None, now: float) -> float | None:
+    """Seconds until the worker retires before its walltime (None: no walltime known): the
+    time the worker's own retire clock recorded, else its start plus walltime (later than
+    the allocation's real start by the worker's boot, so a little late)."""
+    if entry.get("retire_at"):
+        return float(entry["retire_at"]) - now
     spec = worker.job.get("spec") or {}
     walltime = spec.get("walltime")
     if began is None or not walltime:
@@ -153,8 +158,11 @@ class Autoscaler:
                 except (MainboardError, redis.RedisError) as exc:
                     log.warning("pool %s: %s", name, exc)
 
-    def look(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> Look:
-        """The pool as it is now; nothing is changed (``fleet status --pools`` asks too)."""
+    def look(self, name: str, pool: PoolConfig, state: FleetState, url: str, *,
+             priced: bool = True) -> Look:
+        """The pool as it is now; nothing is changed (``fleet status --pools`` asks too,
+        without ``priced``: the provider's listing is asked only before renting, and a
+        listing that cannot be read stops the tick, so nothing is rented unpriced)."""
         with self._lock:
             stopping = set(self.stopping)
         members = [w for w in state.live() if w.pool == name and w.worker_id not in state.lost
@@ -184,15 +192,20 @@ class Autoscaler:
             allocs.append(Alloc(worker.worker_id, "pending" if pend or not entry else "running",
                                 int(entry.get("active") or 0),
                                 now - float(last) if last else None,
-                                _left(worker, pool, began, now)))
+                                _left(worker, pool, entry, began, now)))
         with registry(BrokerRoute(url)) as client:
             depth = queue_depth(client, pool.queues)
             demand = run_demand(client, pool.queues)
         host = self.config.host(pool.host)
-        price = host.max_usd_hr if isinstance(host, ProviderHost) else None
+        price, rented, spent = None, 0.0, 0.0
+        if isinstance(host, ProviderHost):
+            rates, spent_by = spend(self.config, state)
+            rented, spent = rates.get(name, 0.0), spent_by.get(name, 0.0)
+            if priced and (pool.max_usd_hr is not None or pool.budget_usd is not None):
+                price = next_price(self.config, host)
         look.view = PoolView(name, pool, allocs, queue_depth=depth, outstanding=demand,
                              failures=failures(state, name), usd_hr=price,
-                             spent_usd=self.spent(name, price), jobs=asked(state, name),
+                             rented_usd_hr=rented, spent_usd=spent, jobs=asked(state, name),
                              paused=pool_paused(state, name),
                              lead_s=lead_time([e.wait_s for e in waits if e.wait_s is not None]
                                               + [w for _, w in look.began]))
@@ -205,7 +218,7 @@ class Autoscaler:
         """Per pool: target, pending, running, idle, lost, queue depth (``fleet status``)."""
         rows = []
         for name, pool in self.pools.items():
-            look = self.look(name, pool, state, url)
+            look = self.look(name, pool, state, url, priced=False)
             view = look.view
             rows.append({"pool": name, "host": pool.host, "autoscaled": pool.autoscaled,
                          "active": pool_active(state, name), "paused": view.paused,
@@ -216,21 +229,6 @@ class Autoscaler:
                          "lost": look.lost, "queue_depth": view.queue_depth,
                          "outstanding": view.outstanding})
         return rows
-
-    def spent(self, name: str, price: float | None) -> float:
-        """What the pool's allocations cost so far, at most: each at the pool's price from
-        its submission to its stop receipt (or now)."""
-        if not price:
-            return 0.0
-        began: dict[str, float] = {}
-        ended: dict[str, float] = {}
-        for ts, payload in fleet_receipts(self.config.state_dir).read_timed():
-            if isinstance(payload, WorkerStarted) and payload.pool == name:
-                began[payload.worker_id] = ts
-            elif isinstance(payload, WorkerStopped):
-                ended[payload.worker_id] = ts
-        now = time.time()
-        return sum(price * (ended.get(i, now) - t) / 3600 for i, t in began.items())
 
     def scale(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> None:
         look = self.look(name, pool, state, url)
@@ -304,6 +302,9 @@ class Autoscaler:
         launcher = Launcher(self.config, pool_options(pool, UpOptions()), route,
                             partial(ensure_keeper, *args), partial(wait_tunnel, *args))
         launcher.pool = name
+        if view.usd_hr and pool.max_usd_hr is not None:  # the offer decided on, or cheaper:
+            # never past the limit (the margin: $1.20 - $0.40 is 0.7999... in floats)
+            launcher.usd_hr_cap = pool.max_usd_hr - view.rented_usd_hr + 1e-6
         for _ in range(decision.count):
             began = time.monotonic()
             try:

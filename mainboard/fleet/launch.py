@@ -272,6 +272,7 @@ class Launcher:
         self._wake_keeper = wake_keeper
         self.timings: dict[str, dict[str, float]] = {}  # host -> phase -> seconds (bench)
         self.pool: str | None = None  # the [fleet.pools.NAME] its workers belong to
+        self.usd_hr_cap: float | None = None  # a rental's price at most (a pool's room left)
         self._project: Project | None = None
         self._project_lock = threading.Lock()
 

@@ -14,6 +14,7 @@ from mainboard.bridges.providers import RentalGuard
 from mainboard.bridges.providers.base import ProviderAdapter, Rental
 from mainboard.bridges.providers.bridge import ProviderBridge, known_hosts_for, rental_transport
 from mainboard.bridges.providers.lifecycle import FLEET
+from mainboard.bridges.ssh import SshTransport
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import ConfigError
 from mainboard.fleet.launch import Launcher, Target, new_worker_id, ssh_dict
@@ -21,6 +22,7 @@ from mainboard.fleet.records import owner_tag
 from mainboard.hosts.access import ensure_root
 from mainboard.hosts.rentals import adapter, rent_cheapest, rental_key
 from mainboard.receipts import WorkerStarted
+from mainboard.tasks import BATCH_QUEUE
 
 DEFAULT_IDLE_TIMEOUT_S = 1800.0
 def idle_timeout_for(config: Config, host: ProviderHost, override: float | None) -> float:
@@ -41,6 +43,18 @@ def idle_timeout_for(config: Config, host: ProviderHost, override: float | None)
     return float(seconds)
 
 
+def mirror_fresh(config: Config, name: str, transport: SshTransport, root: str,
+                 rental_id: str) -> None:
+    """The workspace onto a machine just rented, before its worker takes a run's batches
+    (a pool grown from zero mid-run: nothing was there to sync before the run). Each rental
+    keeps its own manifest (``sync_fleet`` updates every one before a run); a fresh machine
+    holds nothing."""
+    from mainboard.hosts.mirror import Mirror, manifest_path
+
+    manifest_path(config, name, rental_id).unlink(missing_ok=True)
+    Mirror(config, name, transport, root, env=config.host(name).env, machine=rental_id).sync()
+
+
 def fleet_guard(market: ProviderAdapter, config: Config, name: str) -> RentalGuard:
     """The guard a fleet worker's rental is made in: recorded as the fleet's own."""
     return RentalGuard(market, config.state_dir, host=name, owner=FLEET)
@@ -59,11 +73,15 @@ def start_rented(launcher: Launcher, name: str) -> WorkerStarted:
     with fleet_guard(market, config, name) as guard:
         with launcher.phase(name, "rent"):
             rental = rent_cheapest(guard, config, name, host, public,
-                                   tag=owner_tag(config.state_dir, worker_id))
+                                   tag=owner_tag(config.state_dir, worker_id),
+                                   cap=launcher.usd_hr_cap)
         known = known_hosts_for(config.state_dir, host.provider, rental.id)
         transport = rental_transport(rental, name=name, identity=identity, known_hosts=known)
         with launcher.phase(name, "connect"):
             root = ensure_root(transport, name, host.root)
+        if BATCH_QUEUE in launcher.options.queues:
+            with launcher.phase(name, "sync"):
+                mirror_fresh(config, name, transport, root, rental.id)
 
         def make(root_dir: str, rental: Rental = rental) -> ProviderBridge:
             return ProviderBridge(name, host, rental, identity=identity, known_hosts=known,

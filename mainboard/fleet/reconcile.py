@@ -3,8 +3,8 @@
 A submission is written as a ``worker.submitting`` receipt (its owner tag, the process
 submitting it and everything its ``worker.started`` will hold but the job id) before the
 scheduler or provider is asked, and every allocation carries the tag
-``mbf-<owner>-<worker id>`` (the SLURM ``--comment``, the process job's exported
-``MAINBOARD_JOB_TAG``, the rental's label). A controller SIGKILLed between the two
+``mbf-<owner>-<worker id>`` (the SLURM ``--comment``, the PBS job name, the process
+job's exported ``MAINBOARD_JOB_TAG``, the rental's label). A controller SIGKILLed between the two
 receipts leaves an allocation nobody recorded. Run before the keeper's autoscaler acts
 again (and by ``fleet status`` when no keeper runs), ``reconcile`` asks each host and
 provider for the allocations carrying this workspace's owner prefix and
@@ -17,7 +17,6 @@ provider for the allocations carrying this workspace's owner prefix and
 - closes a recorded submission that never reached the scheduler (``worker.stopped``).
 
 A submission whose process still runs (``fleet up`` right now) is in flight: left alone.
-PBS hosts cannot be listed by tag here (their records are trusted as they are).
 """
 
 from __future__ import annotations
@@ -247,6 +246,8 @@ def describe(done: Reconciled) -> Iterable[str]:
         yield f"fleet: cleaned {what}"
     for worker_id in done.closed:
         yield f"fleet: submission of worker {worker_id} never reached its host; closed"
+    for why in done.errors:
+        yield f"fleet: not reconciled: {why}"
 
 
 __all__ = ["Reconciled", "describe", "open_intents", "reconcile", "worth_reconciling"]

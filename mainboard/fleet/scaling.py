@@ -14,8 +14,10 @@ views. The rules, in order:
 - an allocation that retires (walltime) within the pool's lead time no longer counts:
   its replacement is submitted early enough to be running before it drains;
 - below target: submit, at most ``backlog`` allocations pending at once, never past
-  ``max_usd_hr`` (price x allocations) nor ``budget_usd`` (spent + this allocation's
-  walltime at its price);
+  ``max_usd_hr`` (the prices of the offers rented now + the price of the offer the next
+  rental would take) nor ``budget_usd`` (spent + this allocation's walltime at that
+  price); a priced pool rents one at a time, so each rental is judged on the listing of
+  the moment (the next cheapest offer may cost more once the cheapest is taken);
 - above target: cancel allocations still pending (they hold nothing), then retire workers
   idle past ``idle_timeout`` (warm shutdown). A worker with a task in hand is never
   retired, whatever the target.
@@ -62,7 +64,8 @@ class PoolView:
     outstanding: int = 0      # batches the runs' coordinators still wait for
     failures: int = 0         # consecutive failed submissions
     paused: bool = False
-    usd_hr: float | None = None  # the price of one allocation (provider pools)
+    usd_hr: float | None = None  # the price of the offer the next rental would take
+    rented_usd_hr: float = 0.0  # the prices of the offers the pool's allocations rented
     spent_usd: float = 0.0
     jobs: int | None = None   # what `fleet up` asked (--jobs), for a fixed pool
     lead_s: float = DEFAULT_LEAD_S  # submission to running, learned from this pool
@@ -100,23 +103,20 @@ def target(view: PoolView) -> int:
 
 
 def _affordable(view: PoolView, wanted: int) -> tuple[int, str]:
-    """How many of ``wanted`` new allocations the price limits allow, and why not more."""
+    """How many of ``wanted`` new allocations the price limits allow (a priced pool: one
+    at most, at the price of the offer it would rent), and why not more."""
     price, pool = view.usd_hr, view.pool
-    if not price:
+    if not price or not wanted:
         return wanted, ""
-    n, why = wanted, ""
-    if pool.max_usd_hr is not None:
-        room = math.floor(pool.max_usd_hr / price + 1e-9) - len(view.allocs)
-        if room < n:
-            n, why = max(0, room), (f"max_usd_hr {pool.max_usd_hr:g}: {len(view.allocs)} "
-                                    f"allocation(s) at ${price:g}/h already")
-    if pool.budget_usd is not None:
-        hours = (pool.walltime or 3600) / 3600
-        room = math.floor((pool.budget_usd - view.spent_usd) / (price * hours) + 1e-9)
-        if room < n:
-            n, why = max(0, room), (f"budget_usd {pool.budget_usd:g}: ${view.spent_usd:.2f} "
-                                    f"spent, one more costs up to ${price * hours:.2f}")
-    return n, why
+    if pool.max_usd_hr is not None and view.rented_usd_hr + price > pool.max_usd_hr + 1e-9:
+        return 0, (f"max_usd_hr {pool.max_usd_hr:g}: {len(view.allocs)} allocation(s) "
+                   f"rented at ${view.rented_usd_hr:.2f}/h, the next offer costs "
+                   f"${price:.2f}/h")
+    hours = (pool.walltime or 3600) / 3600
+    if pool.budget_usd is not None and view.spent_usd + price * hours > pool.budget_usd + 1e-9:
+        return 0, (f"budget_usd {pool.budget_usd:g}: ${view.spent_usd:.2f} spent, one more "
+                   f"costs up to ${price * hours:.2f}")
+    return 1, ""
 
 
 def decide(view: PoolView) -> list[Decision]:

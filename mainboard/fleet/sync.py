@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from mainboard.config import Config
+from mainboard.config import Config, ProviderHost
 from mainboard.errors import FleetSyncError, MainboardError, UserError, first_line
 from mainboard.fleet.records import read_fleet
 from mainboard.receipts import WorkerStarted
@@ -86,70 +87,113 @@ def mirror_of(config: Config, hosts: Hosts, worker: WorkerStarted) -> Mirror:
 
     if worker.rental and worker.ssh:
         return Mirror(config, worker.host, ssh_from_dict(worker.ssh, worker.host), worker.root,
-                      env=config.host(worker.host).env)
+                      env=config.host(worker.host).env, machine=worker.rental.get("rental_id"))
     handle = hosts.on(worker.host)
     root = handle.root if _same_place(handle.root, worker.root) else worker.root
     return Mirror(config, worker.host, handle.transport, root, env=handle.config.env)
 
 
-def _sync_one(config: Config, hosts: Hosts, worker: WorkerStarted) -> HostSync:
+def _sync_one(host: str, root: str, mirror: Callable[[], Mirror], fix: str) -> HostSync:
     start = time.perf_counter()
     try:
-        report = mirror_of(config, hosts, worker).sync()
+        report = mirror().sync()
     except UserError:
         raise  # the workspace itself is wrong (e.g. a file name): exit 2, as for jobs
     except (MainboardError, OSError) as exc:
         raise FleetSyncError(
-            f"fleet host {worker.host!r}: cannot sync the workspace into {worker.root} before "
-            f"the run ({first_line(exc, 200)}); the run did not start: bring the host back, "
-            f"or stop its workers with `mainboard fleet down --on {worker.host}`") from exc
+            f"fleet host {host!r}: cannot sync the workspace into {root} before the run "
+            f"({first_line(exc, 200)}); the run did not start: bring the host back, "
+            f"or {fix}") from exc
     took = time.perf_counter() - start
-    log.info("workspace synced to %s:%s in %.3f s (%d files sent, %d removed)", worker.host,
+    log.info("workspace synced to %s:%s in %.3f s (%d files sent, %d removed)", host,
              report.root, took, len(report.files), len(report.deleted))
-    return HostSync(worker.host, report.root, report, took)
+    return HostSync(host, report.root, report, took)
+
+
+def standby_pools(config: Config) -> list[str]:
+    """Declared, autoscaled pools consuming the batch queue that the running keeper will
+    grow from zero for a run's batches (none without a keeper)."""
+    from mainboard.fleet.autoscale import pool_active, pool_paused
+    from mainboard.fleet.keeper import keeper_pid
+
+    if not config.fleet.pools or keeper_pid(config.state_dir) is None:
+        return []
+    state = read_fleet(config.state_dir)
+    return [name for name, pool in config.fleet.pools.items()
+            if pool.autoscaled and (pool.max_jobs or 0) > 0 and BATCH_QUEUE in pool.queues
+            and pool_active(state, name) and not pool_paused(state, name)]
+
+
+def standby_pool(config: Config) -> str | None:
+    """The first standby pool, said in words (none: a run with ``--workers 0`` and no
+    worker is refused)."""
+    for name in standby_pools(config):
+        pool = config.fleet.pools[name]
+        return (f"pool {name!r} (autoscaled, up to {pool.max_jobs} allocation(s) on "
+                f"{pool.host})")
+    return None
+
+
+def _standby_hosts(config: Config, synced: set[str]) -> list[str]:
+    """Hosts of standby pools not synced through a live worker: their first worker may
+    start mid-run and must find the workspace there. A provider host has no machine
+    before it is rented: its launch mirrors the workspace instead (fleet.provider)."""
+    hosts = {config.fleet.pools[n].host for n in standby_pools(config)}
+    return sorted(h for h in hosts - synced if not isinstance(config.host(h), ProviderHost))
+
+
+def machines(workers: Sequence[WorkerStarted]) -> dict[tuple[str, str, str | None],
+                                                      WorkerStarted]:
+    """One worker per machine to sync: a host and root, and for a provider host each of its
+    rentals (they share the host's name and root, not their disks)."""
+    return {(w.host, w.root, (w.rental or {}).get("rental_id")): w for w in workers}
 
 
 def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
                ) -> list[HostSync]:
-    """Mirror the workspace to each host (once per host and root) of ``workers`` (default:
-    every evaluating fleet worker), hosts in parallel; FleetSyncError names the first
-    host that failed. No fleet (or no broker running) is nothing to do."""
+    """Mirror the workspace to each machine (host and root, or rental) of ``workers`` (default:
+    every evaluating fleet worker, and the hosts of standby pools), hosts in parallel;
+    FleetSyncError names the first host that failed. No fleet (or no broker running) is
+    nothing to do."""
+    standby: list[str] = []
     if workers is None:
-        if not _batch_workers(config):  # no fleet: nothing to import, nobody to ask
-            return []
         from mainboard.fleet.workers import broker_route
 
-        route = broker_route(config, start=False)
+        live = _batch_workers(config)
+        route = broker_route(config, start=False) if live else None
         workers = evaluating(config, route) if route is not None else []
-    targets = {(w.host, w.root): w for w in workers}
-    if not targets:
+        standby = _standby_hosts(config, {w.host for w in workers})
+    targets = machines(workers)
+    if not targets and not standby:
         return []
     from mainboard.hosts.access import Hosts
+    from mainboard.hosts.mirror import Mirror
 
     with Hosts(config=config) as hosts, \
-            ThreadPoolExecutor(min(PARALLEL_HOSTS, len(targets))) as pool:
-        futures = [pool.submit(_sync_one, config, hosts, w) for w in targets.values()]
+            ThreadPoolExecutor(min(PARALLEL_HOSTS, len(targets) + len(standby))) as pool:
+        futures = [pool.submit(_sync_one, w.host, w.root, partial(mirror_of, config, hosts, w),
+                               f"stop its workers with `mainboard fleet down --on {w.host}`")
+                   for w in targets.values()]
+        futures += [pool.submit(_sync_one, name, hosts.on(name).root,
+                                partial(Mirror.of, hosts.on(name)),
+                                "take its pool down with `mainboard fleet down`")
+                    for name in standby]
         return [f.result() for f in futures]
 
 
-def standby_pool(config: Config) -> str | None:
-    """A declared, autoscaled pool consuming the batch queue that the running keeper will
-    grow from zero for a run's batches (none: a run with ``--workers 0`` is refused)."""
-    from mainboard.fleet.autoscale import pool_active, pool_paused
-    from mainboard.fleet.keeper import keeper_pid
+class FleetPrepare:
+    """The fleet's side of a run (``mainboard.tasks.runner.Prepare``): the workspace synced
+    to every host whose workers evaluate the run, and the standby pool that starts workers
+    on demand. Handed to the runner as an object: ``tasks`` never imports the fleet."""
 
-    if keeper_pid(config.state_dir) is None:
-        return None
-    state = read_fleet(config.state_dir)
-    for name, pool in config.fleet.pools.items():
-        if pool.autoscaled and (pool.max_jobs or 0) > 0 and BATCH_QUEUE in pool.queues \
-                and pool_active(state, name) and not pool_paused(state, name):
-            return (f"pool {name!r} (autoscaled, up to {pool.max_jobs} allocation(s) on "
-                    f"{pool.host})")
-    return None
+    def sync(self, config: Config) -> list[HostSync]:
+        return sync_fleet(config)
+
+    def standby(self, config: Config) -> str | None:
+        return standby_pool(config)
 
 
-sync_fleet.standby = standby_pool  # type: ignore[attr-defined]  # read by tasks.runner
+PREPARE = FleetPrepare()
 
 
 def integrate(run: runner.RunLike, workers: int | None = None, *,
@@ -158,20 +202,20 @@ def integrate(run: runner.RunLike, workers: int | None = None, *,
               run_file: str | os.PathLike[str] | None = None) -> runner.RunResult:
     """``mainboard.integrate``: the runner's, with the fleet's hosts synced before the run."""
     return runner.integrate(run, workers, config=config, broker_url=broker_url,
-                            progress=progress, resume=resume, prepare=sync_fleet,
+                            progress=progress, resume=resume, prepare=PREPARE,
                             run_file=None if run_file is None else os.fspath(run_file))
 
 
 def resume(what: str, workers: int | None = None, **options: Any) -> runner.RunResult:
     """``runs resume``: the runner's, with the fleet's hosts synced first."""
-    return runner.resume(what, workers, prepare=sync_fleet, **options)
+    return runner.resume(what, workers, prepare=PREPARE, **options)
 
 
 def clone(what: str, from_iteration: int, workers: int | None = None, **options: Any
           ) -> runner.RunResult:
     """``runs clone``: the runner's, with the fleet's hosts synced first."""
-    return runner.clone(what, from_iteration, workers, prepare=sync_fleet, **options)
+    return runner.clone(what, from_iteration, workers, prepare=PREPARE, **options)
 
 
-__all__ = ["HostSync", "clone", "evaluating", "integrate", "mirror_of", "resume", "standby_pool",
-           "sync_fleet"]
+__all__ = ["PREPARE", "FleetPrepare", "HostSync", "clone", "evaluating", "integrate", "mirror_of",
+           "resume", "standby_pool", "standby_pools", "sync_fleet"]

@@ -246,7 +246,7 @@ def quote(config: Config, name: str, *, gpu: str | None = None,
     return Quote(name, offer, balance, "; ".join(errors) or None)
 
 
-def offer_text(offer: Offer | None) -> str:
+def offer_sentence(offer: Offer | None) -> str:
     """``cheapest 1x SIM RTX 4090 (25 GB) offer 9001``, or nothing."""
     if offer is None:
         return ""
@@ -289,7 +289,7 @@ def list_compute(config: Config, timeout: float = 5.0) -> list[ComputeRow]:
         text, probed_at = _hardware(config, name, host)
         found = priced.get(("host", name))
         if found is not None and states[name].access == "ready" and (found.offer or found.error):
-            text = f"{text}; {offer_text(found.offer) or found.error}"
+            text = f"{text}; {offer_sentence(found.offer) or found.error}"
         rows.append(ComputeRow(name=name, type="host", kind=host.kind, access=states[name].access,
                                reason=states[name].reason, summary=text, probed_at=probed_at,
                                usd_hr=found.usd_hr if found else getattr(host, "usd_hr", None)))
@@ -297,7 +297,7 @@ def list_compute(config: Config, timeout: float = 5.0) -> list[ComputeRow]:
         state = provider_access(name, provider)
         found = priced[("provider", name)]
         where = f" at {provider.api_url}" if provider.api_url else ""
-        extra = offer_text(found.offer) if state.access == "keyed" else ""
+        extra = offer_sentence(found.offer) if state.access == "keyed" else ""
         if state.access == "keyed" and found.error:
             extra = "; ".join(t for t in (extra, found.error) if t)
         rows.append(ComputeRow(name=name, type="provider", kind=provider.kind,

@@ -131,9 +131,11 @@ def _check_name(workspace: Path, name: str) -> None:
                         "or .gitignore") from None
 
 
-def manifest_path(config: Config, host: str) -> Path:
-    """``.mainboard/mirror/<host>.json``, the host name percent-encoded into one file name."""
-    return config.state_dir / "mirror" / f"{quote(host, safe='')}.json"
+def manifest_path(config: Config, host: str, machine: str | None = None) -> Path:
+    """``.mainboard/mirror/<host>.json``, the host name percent-encoded into one file name;
+    ``<host>@<machine>.json`` for one of several machines of a host (a fleet's rentals)."""
+    name = quote(host, safe="") + (f"@{quote(machine, safe='')}" if machine else "")
+    return config.state_dir / "mirror" / f"{name}.json"
 
 
 def load_manifest(path: Path, host: str, root: str) -> Manifest:
@@ -164,13 +166,14 @@ class Mirror:
     """The workspace mirror on one host: ``plan()`` says what would ship, ``sync()`` ships it."""
 
     def __init__(self, config: Config, host: str, transport: Transport | None, root: str, *,
-                 env: Mapping[str, str] | None = None, inline_limit: int = INLINE_LIMIT) -> None:
+                 env: Mapping[str, str] | None = None, inline_limit: int = INLINE_LIMIT,
+                 machine: str | None = None) -> None:
         if inline_limit < 0:
             raise UserError(f"inline_limit must be 0 or more bytes (got {inline_limit!r})")
         self.config, self.host, self.transport, self.root = config, host, transport, root
         self.env = dict(env or {})  # the host's [hosts.X] env: its PATH finds tar and zstd
         self.inline_limit = inline_limit
-        self.manifest_file = manifest_path(config, host)
+        self.manifest_file = manifest_path(config, host, machine)  # what that machine holds
         self._local_root = (Path(root).expanduser().resolve()
                             if isinstance(transport, LocalTransport) else None)
 

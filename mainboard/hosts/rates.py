@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from mainboard.bridges.providers.base import Offer
     from mainboard.hosts.facts import Facts
 
-__all__ = ["Rate", "facts_text", "host_rate", "offer_text"]
+__all__ = ["Rate", "facts_text", "host_rate", "offer_word"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Rate:
     facts: Facts | None = None
 
 
-def offer_text(offer: Offer) -> str:
+def offer_word(offer: Offer) -> str:
     """``1xSIM_RTX_4090/24.6GB``: one word, for columns (GPU memory is per GPU)."""
     return f"{offer.gpu_count}x{offer.gpu.replace(' ', '_')}/{offer.vram_gb:.1f}GB"
 
@@ -80,4 +80,4 @@ def host_rate(config: Config, name: str, *, gpus: int | None = None,
                           f"max_usd_hr={host.max_usd_hr or 'any'} fits {asked}", "none on sale")
     offer = offers[0]
     return Rate(offer.usd_hr, f"{host.provider} offer {offer.id}: {offer.gpu_count}x "
-                              f"{offer.gpu} (cheapest matching now)", offer_text(offer), offer)
+                              f"{offer.gpu} (cheapest matching now)", offer_word(offer), offer)

@@ -65,12 +65,14 @@ def adapter(config: Config, host: ProviderHost) -> ProviderAdapter:
 
 
 def rent_cheapest(guard: RentalGuard, config: Config, name: str, host: ProviderHost,
-                  public_key: str, tag: str | None = None) -> Rental:
-    """Rent the cheapest offer within the host's ``max_usd_hr`` inside ``guard`` and wait
-    until it runs; the guard destroys it if what follows fails. ``tag`` (the fleet's owner
-    tag) ends the label, so the provider's own listing tells whose the rental is."""
-    offer = guard.adapter.cheapest(host.gpu, host.max_usd_hr)
-    return guard.rent(offer, ssh_public_key=public_key, max_usd_hr=host.max_usd_hr,
+                  public_key: str, tag: str | None = None, cap: float | None = None) -> Rental:
+    """Rent the cheapest offer within the host's ``max_usd_hr`` (and ``cap``: what a fleet
+    pool's own limit leaves) inside ``guard`` and wait until it runs; the guard destroys it
+    if what follows fails. ``tag`` (the fleet's owner tag) ends the label, so the
+    provider's own listing tells whose the rental is."""
+    limit = min((x for x in (host.max_usd_hr, cap) if x is not None), default=None)
+    offer = guard.adapter.cheapest(host.gpu, limit)
+    return guard.rent(offer, ssh_public_key=public_key, max_usd_hr=limit,
                       label=f"mainboard-{safe_word(name)}" + (f"-{tag}" if tag else ""),
                       image=config.providers[host.provider].image, wait=RENT_WAIT_S)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -21,7 +22,17 @@ from mainboard.config import Config
 from mainboard.metrics.snapshot import BROKER_SECTIONS, SECTIONS, Snapshot
 
 log = logging.getLogger("mainboard.metrics")
+_Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily)
 FLEET_CACHE_S = 3.0  # worker states ask every scheduler: a scrape storm asks them once
+
+
+def _per_pool(kind: type[_Family], name: str, doc: str,
+              values: Mapping[str, float]) -> _Family:
+    """A family with one series per pool, in pool order."""
+    family = kind(name, doc, labels=["pool"])
+    for pool, value in sorted(values.items()):
+        family.add_metric([pool], value)
+    return family
 
 
 def families(snap: Snapshot) -> list[GaugeMetricFamily | CounterMetricFamily]:
@@ -43,26 +54,17 @@ def families(snap: Snapshot) -> list[GaugeMetricFamily | CounterMetricFamily]:
         "busy, idle, lost, unknown.", labels=["pool", "state"])
     for (pool, state), n in sorted(snap.workers.items()):
         workers.add_metric([pool, state], n)
-    paused = GaugeMetricFamily("mainboard_pool_paused", "1 while a pool is paused after "
-                               "failed submissions (fleet resume-pool NAME).", labels=["pool"])
-    for pool, flag in sorted(snap.paused.items()):
-        paused.add_metric([pool], 1.0 if flag else 0.0)
-    submitted = CounterMetricFamily("mainboard_allocations_submitted",
-                                    "Allocations submitted for a pool.", labels=["pool"])
-    failed = CounterMetricFamily("mainboard_allocations_failed",
-                                 "Allocation submissions that failed.", labels=["pool"])
-    for pool, n in sorted(snap.submitted.items()):
-        submitted.add_metric([pool], n)
-    for pool, n in sorted(snap.failed.items()):
-        failed.add_metric([pool], n)
-    rate = GaugeMetricFamily("mainboard_spend_usd_per_hour", "What a provider pool's live "
-                             "rentals cost per hour, in USD.", labels=["pool"])
-    spent = CounterMetricFamily("mainboard_spend_usd", "What a provider pool's rentals have "
-                                "cost so far, in USD.", labels=["pool"])
-    for pool, usd in sorted(snap.usd_hr.items()):
-        rate.add_metric([pool], usd)
-    for pool, usd in sorted(snap.spent_usd.items()):
-        spent.add_metric([pool], usd)
+    paused = _per_pool(GaugeMetricFamily, "mainboard_pool_paused", "1 while a pool is paused "
+                       "after failed submissions (fleet resume-pool NAME).",
+                       {pool: 1.0 if flag else 0.0 for pool, flag in snap.paused.items()})
+    submitted = _per_pool(CounterMetricFamily, "mainboard_allocations_submitted",
+                          "Allocations submitted for a pool.", snap.submitted)
+    failed = _per_pool(CounterMetricFamily, "mainboard_allocations_failed",
+                       "Allocation submissions that failed.", snap.failed)
+    rate = _per_pool(GaugeMetricFamily, "mainboard_spend_usd_per_hour", "What a provider "
+                     "pool's live rentals cost per hour, in USD.", snap.usd_hr)
+    spent = _per_pool(CounterMetricFamily, "mainboard_spend_usd", "What a provider pool's "
+                      "rentals have cost so far, in USD.", snap.spent_usd)
     batches = GaugeMetricFamily("mainboard_run_batches_per_second", "Batches a live run "
                                 "finishes per second (last minute).", labels=["run"])
     samples = CounterMetricFamily("mainboard_run_samples", "Samples a live run has "

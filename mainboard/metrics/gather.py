@@ -9,7 +9,6 @@ Nothing here writes anything or starts anything (no keeper revival, no broker st
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -18,14 +17,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from mainboard import keys
-from mainboard.bridges.providers.lifecycle import rental_receipts
-from mainboard.config import Config, ProviderHost
+from mainboard.config import Config
 from mainboard.errors import MainboardError, first_line
 from mainboard.fleet.autoscale import pool_paused
 from mainboard.fleet.records import FleetState, read_fleet
+from mainboard.fleet.spend import pool_of, spend
 from mainboard.fleet.workers import broker_route
 from mainboard.metrics.snapshot import WORKER_STATES, RunRate, Snapshot
-from mainboard.receipts import RentalCreated, RentalDestroyed, WorkerStarted
 from mainboard.redact import redact_text
 from mainboard.runs.spans import FINAL_STAGES
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE
@@ -36,12 +34,6 @@ MIN_WINDOW_S = 1.0
 MAX_RUNS = 1000        # live runs looked at per scrape (newest first)
 MAX_SPANS_READ = 20_000  # spans read per run and scrape (a fast run: a shorter window)
 TIMEOUT_S = 3.0
-
-
-def pool_of(worker: WorkerStarted) -> str:
-    """A worker's pool label: its ``[fleet.pools.NAME]``, else the one-off pool of its host
-    (``fleet up --on HOST`` names that pool after the host)."""
-    return worker.pool or worker.host
 
 
 def client_of(config: Config) -> redis.Redis | None:
@@ -108,41 +100,6 @@ def allocations(config: Config, state: FleetState
     pools = set(config.fleet.pools) | set(submitted) | set(failed)
     return ({p: submitted[p] for p in sorted(pools)}, {p: failed[p] for p in sorted(pools)},
             {p: pool_paused(state, p) for p in sorted(config.fleet.pools)})
-
-
-def spend(config: Config, state: FleetState) -> tuple[dict[str, float], dict[str, float]]:
-    """Per provider pool: USD per hour of its rentals alive now, and USD spent so far
-    (each rental at its own price from its ``rental.created`` receipt to its
-    ``rental.destroyed`` one, or now). A rental destroyed because its worker never
-    started (``fleet up`` failed after renting) has no worker, so no pool: not counted."""
-    pools: dict[tuple[str, str], str] = {}  # (provider, rental id) -> pool
-    rented_for: set[str] = set()
-    for worker in state.started.values():
-        if worker.rental:
-            pools[(worker.rental["provider"], worker.rental["rental_id"])] = pool_of(worker)
-    for name, pool in config.fleet.pools.items():
-        if isinstance(config.host(pool.host), ProviderHost):
-            rented_for.add(name)
-    rentals: dict[tuple[str, str], tuple[float, RentalCreated]] = {}
-    ended: dict[tuple[str, str], float] = {}
-    for ts, payload in rental_receipts(config.state_dir).read_timed():
-        if isinstance(payload, RentalCreated):
-            rentals[(payload.provider, payload.rental_id)] = (ts, payload)
-        elif isinstance(payload, RentalDestroyed):
-            ended[(payload.provider, payload.rental_id)] = ts
-    now = time.time()
-    rented_for |= set(pools.values())
-    usd_hr = dict.fromkeys(sorted(rented_for), 0.0)
-    spent = dict(usd_hr)
-    for rental_id, (began, created) in rentals.items():
-        pool = pools.get(rental_id)
-        if pool is None:
-            continue  # a job's rental, or one that never got its worker
-        stop = ended.get(rental_id)
-        if stop is None:
-            usd_hr[pool] += created.usd_hr
-        spent[pool] += created.usd_hr * max(0.0, (stop or now) - began) / 3600
-    return usd_hr, spent
 
 
 def _ms(entry_id: bytes) -> int:

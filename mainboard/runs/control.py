@@ -30,7 +30,8 @@ def connect(config: Config) -> redis.Redis | None:
 
     Never starts a broker: reading logs or pausing must not create one.
     """
-    from mainboard.services.broker import BROKER_URL_ENV, EmbeddedBroker, check_broker
+    from mainboard.config.brokerurl import BROKER_URL_ENV
+    from mainboard.services.broker import EmbeddedBroker, check_broker
 
     url = os.environ.get(BROKER_URL_ENV, "").strip() or config.broker.url
     if not url:

@@ -118,11 +118,13 @@ def log_counts(r: redis.Redis, run_id: str) -> tuple[int, int]:
 
 
 def read_logs(r: redis.Redis, run_id: str, *, level: str | None = None,
-              limit: int | None = None) -> list[LogLine]:
-    """The run's log lines at ``level`` or above, merged in time order (the last ``limit``)."""
+              limit: int | None = None, upto: str = "+") -> list[LogLine]:
+    """The run's log lines at ``level`` or above, merged in time order (the last ``limit``);
+    only entries up to the stream id ``upto`` (where a follow then starts: no line twice)."""
     floor = level_number(level) if level else 0
     key = keys.run_logs(run_id)  # the newest ``limit`` entries suffice when nothing is filtered
-    raw = r.xrevrange(key, count=limit) if limit and not floor else r.xrange(key)
+    raw = (r.xrevrange(key, max=upto, count=limit) if limit and not floor
+           else r.xrange(key, max=upto))
     lines = [LogLine.from_entry(i, f) for i, f in raw]
     lines = [x for x in lines if LEVELS.get(x.level, logging.INFO) >= floor]
     lines.sort(key=LogLine.order)

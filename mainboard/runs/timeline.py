@@ -21,6 +21,7 @@ from mainboard.receipts import (
     RunResumed,
     RunStopped,
 )
+from mainboard.runs.lazy import LazyReceipts
 from mainboard.runs.store import RunStore
 
 KINDS = ("start", "dispatch", "complete", "resend", "adapt", "snapshot", "pause", "resume",
@@ -70,9 +71,13 @@ def _events(ts: float, item: Payload) -> list[Event]:
 
 
 def timeline(store: RunStore, run_id: str) -> list[Event]:
-    """The latest execution's events in time order (a ``run.created`` line starts each)."""
+    """The latest execution's events in time order (a ``run.created`` line starts each).
+
+    Read with the snapshots cut out unread (no event needs one): a long run's receipts are
+    mostly snapshots, and an open run page asks for its timeline after every iteration.
+    """
     events: list[Event] = []
-    for ts, item in store.receipts(run_id).read_timed():
+    for ts, item in LazyReceipts(store.path(run_id)).read_timed():
         if isinstance(item, RunCreated):
             events = []
         events.extend(_events(ts, item))

@@ -30,7 +30,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
+from mainboard.config.brokerurl import BROKER_URL_ENV, REDIS_URL_FORMS, redis_url_problem
 from mainboard.daemon import (
     FORBIDDEN_PORTS,
     HOST,
@@ -52,7 +52,6 @@ REDIS_SERVER_ENV = "MAINBOARD_REDIS_SERVER"
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 15.0
 PING_TIMEOUT_S = 5.0  # connect and answer: a broker that is down is told within seconds
-BROKER_URL_ENV = "MAINBOARD_BROKER_URL"
 _CONNECTING = re.compile(r"^Error -?\d+ connecting to \S+?\. ")  # redis-py's prefix
 
 INSTALL_HINT = (

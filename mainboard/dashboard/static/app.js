@@ -22,12 +22,14 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+const GROUPED = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });  // made once: 1,000 rows
+
 function num(v, digits = 6) {
   if (v === null || v === undefined) return "-";
   if (typeof v === "object" && "real" in v) return `${num(v.real, digits)} + ${num(v.imag, digits)}i`;
   if (Array.isArray(v)) return "[" + v.map((x) => num(x, digits)).join(", ") + "]";
   if (typeof v !== "number") return String(v);
-  if (Math.abs(v) >= 1000 && Math.abs(v) < 1e15) return Math.round(v).toLocaleString("en-US");
+  if (Math.abs(v) >= 1000 && Math.abs(v) < 1e15) return GROUPED.format(Math.round(v));
   return Number(v.toPrecision(digits)).toString();
 }
 const pm = (e, s) => (e === null || e === undefined ? "-" : `${num(e, 8)} ± ${num(s, 2)}`);
@@ -66,19 +68,21 @@ async function getJSON(url) {
   return data;
 }
 
-// Poll `versionUrl` every second; on a change fetch `dataUrl` and render it.
+// Poll `versionUrl` every second; on a change fetch `dataUrl` and render it. The first
+// time, the data comes at once: when it carries its `version`, no version round trip first.
 function poll(versionUrl, dataUrl, render) {
   let seen = null;
   const fresh = document.getElementById("fresh");
   async function tick() {
     try {
       const at = (u) => (typeof u === "function" ? u() : u);
-      const v = versionUrl ? (await getJSON(at(versionUrl))).version : Date.now();
-      if (v !== seen) {
+      const opening = seen === null;
+      const v = !versionUrl ? Date.now() : opening ? null : (await getJSON(at(versionUrl))).version;
+      if (opening || v !== seen) {
         const data = await getJSON(at(dataUrl));
         render(data);
         banner(data.broker);
-        seen = v;
+        seen = opening && versionUrl ? (data.version ?? "") : v;
       }
       fresh.textContent = `updated ${new Date().toLocaleTimeString()}`;
     } catch (err) {
