@@ -327,18 +327,22 @@ STOP_LIMITS = ("max_samples", "max_iterations", "absolute_error", "relative_erro
 
 
 class BatchingSpec(_Model):
-    """``[batching]``: samples per batch, batches per iteration, fused stages, and at most
+    """``[batching]``: samples per batch, batches per iteration, fused stages, at most
     how many batches one task of a fused run carries (``max_bundle``; unset: sized from
-    measured task time, and left out of the definition, so run ids stay as they were)."""
+    measured task time), and the seconds one task needs (``time_request``: a fleet worker
+    whose allocation ends sooner does not start it; unset: the measured task time). Both
+    unset are left out of the definition, so run ids stay as they were."""
 
     batch_size: Int = Field(default=100_000, ge=1, le=100_000_000)
     batches_per_iteration: Int = Field(default=10, ge=1, le=1_000_000)
     fuse: Flag = False
     max_bundle: Int | None = Field(default=None, ge=1, le=1_000_000)
+    time_request: PositiveReal | None = Field(default=None, le=366 * 86400)
 
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return {k: v for k, v in handler(self).items() if k != "max_bundle" or v is not None}
+        return {k: v for k, v in handler(self).items()
+                if k not in ("max_bundle", "time_request") or v is not None}
 
 
 class RunSpec(_Model):

@@ -295,13 +295,15 @@ class FleetScale(Payload):
 
 
 class WorkerStopped(Payload):
-    """A fleet worker is gone (drained, retired, cancelled, failed to start, or idle)."""
+    """A fleet worker is gone (drained, retired, cancelled, failed to start, or idle);
+    ``lost``: taken from the fleet (its job ended unasked, or its heartbeat stopped)."""
 
     topic: ClassVar[str] = "worker.stopped"
     worker_id: str
     host: str
     reason: str
     state: str | None = None
+    lost: bool = False
 
 
 TOPICS: dict[str, type[Payload]] = {

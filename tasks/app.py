@@ -164,7 +164,9 @@ def make_app(config: Config | None = None, *, broker_url: str | None = None,
     url = resolve_url(config, broker_url)
     timeout = visibility_timeout if visibility_timeout is not None else (
         _env_visibility_timeout() or DEFAULT_VISIBILITY_TIMEOUT)
-    app = Celery(name, include=list(include), set_as_current=False)
+    # Every task goes through the time-need check before it starts (mainboard.tasks.timeneed).
+    app = Celery(name, include=list(include), set_as_current=False,
+                 task_cls="mainboard.tasks.timeneed:TimedTask")
     app.conf.update(settings(url, visibility_timeout=timeout))
     return app
 

@@ -132,7 +132,7 @@ class Coordinator:
         self._published = 0  # outages after which the run's keys were written again
         self.workers = workers  # worker slots known to be there (local workers started)
         self._guarded = 0.0  # when the broker and the lease were last checked
-        self.dispatch = Dispatch(app, run_id, state.run.spec)
+        self.dispatch = Dispatch(app, run_id, state.run.spec, lambda: self.timing.batch_s)
         self.steer = Steering(r, store, run_id)
         self.outage.note = self.steer.log  # outages and warnings reach `runs logs` too
 

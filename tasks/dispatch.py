@@ -16,7 +16,7 @@ for a chain), named by its first batch.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from celery import Celery, chain
@@ -28,6 +28,7 @@ from mainboard.tasks import BATCH_QUEUE, STAGE_PREFIX
 from mainboard.tasks.bundles import Bundle, Done, Sizer, plan_bundles
 from mainboard.tasks.context import BatchRef
 from mainboard.tasks.steering import shadow_name
+from mainboard.tasks.timeneed import HEADER
 
 OPTIONS = {"queue": BATCH_QUEUE, "ignore_result": True}
 
@@ -35,8 +36,11 @@ OPTIONS = {"queue": BATCH_QUEUE, "ignore_result": True}
 class Dispatch:
     """The messages of one run's batches, and which units an iteration is cut into."""
 
-    def __init__(self, app: Celery, run_id: str, spec: RunSpec) -> None:
+    def __init__(self, app: Celery, run_id: str, spec: RunSpec,
+                 measured: Callable[[], float | None] = lambda: None) -> None:
         self.app, self.run_id, self.name = app, run_id, spec.name
+        self.declared = spec.batching.time_request
+        self.measured = measured  # a task's duration as the coordinator observed it
         self.fused = spec.batching.fuse
         self.batch_size = spec.batching.batch_size
         self.stages = ["materialize", *(["transform"] if spec.transforms else []), "evaluate"]
@@ -96,6 +100,12 @@ class Dispatch:
             self._batch.close()
             self._batch.enter_context(self._producer.batch())  # type: ignore[union-attr]
 
+    def headers(self) -> dict[str, float]:
+        """The time need each message carries (``mainboard.tasks.timeneed``): the run's
+        ``time_request``, else the measured task time once known, else none."""
+        need = self.declared if self.declared is not None else self.measured()
+        return {HEADER: round(need, 3)} if need else {}
+
     def send(self, k: int, unit: Bundle, sizes: Sequence[int], attempt: int) -> None:
         """Publish one unit of iteration ``k`` as attempt ``attempt``."""
         with self.sending():
@@ -103,7 +113,7 @@ class Dispatch:
                 self._send_bundle(k, unit, sizes, attempt)
             else:
                 self.chain_for(k, unit.lead, sizes[unit.lead], attempt).apply_async(
-                    producer=self._producer)
+                    producer=self._producer, headers=self.headers())
             self._sent()
 
     def _send_bundle(self, k: int, unit: Bundle, sizes: Sequence[int], attempt: int) -> None:
@@ -114,7 +124,8 @@ class Dispatch:
         if self.latents is not None:  # produced here by the owner: the points travel along
             message["latents"] = [self.latents[i] for i in unit.members]
         self.app.send_task(STAGE_PREFIX + "bundle", args=(message,), producer=self._producer,
-                           shadow=shadow_name("bundle", self.name, k + 1, lead), **OPTIONS)
+                           shadow=shadow_name("bundle", self.name, k + 1, lead),
+                           headers=self.headers(), **OPTIONS)
 
     def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
         """The per-batch chain: sample | materialize | [transform] | evaluate (storing)."""

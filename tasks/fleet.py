@@ -34,7 +34,8 @@ from celery.signals import (
 )
 
 from mainboard import keys
-from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV
+from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV
+from mainboard.tasks.timeneed import set_end
 
 BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then goes
 PROBE_TASK = "mainboard.fleet.probe"
@@ -121,15 +122,20 @@ def retire_delay(end: float, retire_before: float, now: float) -> float:
     return max(0.0, end - retire_before - now)
 
 
-def _retire_on_clock(node: str, job_id: str, retire_before: float) -> None:
+def _retire_on_clock(node: str, job_id: str, retire_before: float, end: float | None) -> None:
     """Warm shutdown ``retire_before`` seconds before the allocation's end, by this host's
     clock: SLURM's ``--signal`` fires up to 60 s early, so it is only the backstop. The end is
-    asked again every minute (an operator may extend the allocation). When it retires goes
-    into the registry (``retire_at``): the autoscaler times the replacement by this same
-    clock, not by a guess from when the worker came up (issue 19)."""
+    asked again every minute (an operator may extend the allocation); ``end`` is the first
+    answer. When it retires goes into the registry (``retire_at``): the autoscaler times the
+    replacement by this same clock, not by a guess from when the worker came up (issue 19);
+    each answer is also what tasks' time needs are checked against
+    (:mod:`mainboard.tasks.timeneed`)."""
     said: float | None = None
+    first = True
     while not _stop.is_set():
-        end = allocation_end(job_id)
+        end = end if first else allocation_end(job_id)
+        first = False
+        set_end(end)
         if end is None:
             log.warning("retire clock: no end time for job %s; SLURM's signal retires it", job_id)
             return
@@ -172,11 +178,26 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     job_id, retire = os.environ.get("SLURM_JOB_ID"), os.environ.get(RETIRE_ENV)
     at = os.environ.get(RETIRE_AT_ENV)
     if job_id and retire:
-        threading.Thread(target=_retire_on_clock, args=(node, job_id, float(retire)),
+        end = allocation_end(job_id)  # known before the first task is taken
+        set_end(end)
+        threading.Thread(target=_retire_on_clock, args=(node, job_id, float(retire), end),
                          name="fleet-retire", daemon=True).start()
     elif at:  # a node of a multi-node PBS job: the node script's time, on every node
         threading.Thread(target=_retire_at, args=(float(at),), name="fleet-retire",
                          daemon=True).start()
+    if not job_id:  # no scheduler to ask: the job script's start stamp + the walltime
+        set_end(walltime_end(os.environ.get("MAINBOARD_JOB_DIR", ""),
+                             os.environ.get(WALLTIME_ENV, "")))
+
+
+def walltime_end(job_dir: str, walltime: str) -> float | None:
+    """When a job ends that its own script's watchdog (local, ssh, rentals) or PBS ends
+    ``walltime`` seconds after the script's ``started`` stamp; None when either is unknown."""
+    try:
+        started = float((Path(job_dir) / "started").read_text().split()[0].replace(",", "."))
+        return started + float(walltime)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def pinned_device(visible: str, index: int) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from celery import Task
-
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE
+from mainboard.tasks.timeneed import TimedTask
 
 
-class QueueTask(Task):
-    """Sends to ``default_queue`` unless a ``queue`` option or ``task_routes`` decide."""
+class QueueTask(TimedTask):
+    """Sends to ``default_queue`` unless a ``queue`` option or ``task_routes`` decide (and,
+    as every task of ours, is not started where its time need does not fit)."""
 
     default_queue: ClassVar[str] = BATCH_QUEUE
 

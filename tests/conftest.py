@@ -44,6 +44,7 @@ SHARED_WORKER = {
               "tests/test_fleet_nodes.py", "tests/test_fleet_retire.py",
               "tests/test_fleet_standby.py", "tests/test_jobs.py", "tests/test_fleet_faults.py",
               "tests/test_fleet_reconcile.py", "tests/test_fleet_scenarios.py",
+              "tests/test_fleet_kill_scenario.py", "tests/test_fleet_timeneed.py",
               "tests/test_job_env.py", "tests/test_router.py", "tests/test_study.py"},
     "podman": {"tests/test_celery_containers.py", "tests/test_provision.py",
                "tests/test_tasks_deploy.py"},

@@ -152,3 +152,29 @@ def test_a_preempted_or_cancelled_worker_is_shown_lost_not_starting() -> None:
     assert _state(JobStatus(JobState.COMPLETED, "COMPLETED"), online=False, beat=now) \
         == "completed"  # retired on schedule
     assert STALE_AFTER_S <= 30  # lost within 30 s of the last heartbeat
+
+
+def test_a_lost_worker_stays_lost_once_the_keeper_recorded_it_gone(tmp_path: Path) -> None:
+    """The keeper records a lost worker stopped (and replaces it) within a tick: `fleet
+    status --all` must go on saying lost, not stopped like a worker `fleet down` drained
+    (found by the kill-every-30-s scenario: the lost state lasted one keeper tick)."""
+    from mainboard.fleet.records import fleet_receipts
+    from mainboard.fleet.status import _stopped_row
+    from mainboard.receipts import WorkerStarted, WorkerStopped
+
+    worker = WorkerStarted(worker_id="w1", host="hpc", kind="slurm", node="slurm-hpc-7",
+                           queues=["q"], concurrency=1, root="/r", job={
+                               "job_id": "7", "uid": "u7", "host": "hpc", "kind": "slurm",
+                               "name": "w", "job_dir": "/r/j", "submitted_at": 0.0,
+                               "spec": {"command": "true"}},
+                           python="python3", broker_via="direct", secret_path="/r/s")
+    receipts = fleet_receipts(tmp_path)
+    receipts.append(WorkerStopped(worker_id="w1", host="hpc", state="failed",
+                                  reason="its job ended: failed", lost=True))
+    stop = read_fleet(tmp_path).stopped["w1"]
+    row = _stopped_row(worker, stop)
+    assert (row.state, row.job_state, row.stopped) == ("lost", "failed", True)
+    drained = WorkerStopped(worker_id="w1", host="hpc", state="cancelled", reason="fleet down")
+    assert _stopped_row(worker, drained).state == "stopped"
+    old = WorkerStopped.model_validate({"worker_id": "w1", "host": "hpc", "reason": "x"})
+    assert old.lost is False  # receipts written before the field read as before

@@ -235,7 +235,8 @@ def _fleet_from_receipts(config: Config, live_only: bool = False) -> list[dict[s
             continue
         rows.append({"worker_id": worker_id, "host": w.host, "kind": w.kind,
                      "node": w.node, "job_id": str(w.job.get("job_id", "")),
-                     "state": "stopped" if stop else "unknown", "job_state": "unknown",
+                     "state": ("lost" if stop.lost else "stopped") if stop else "unknown",
+                     "job_state": "unknown",
                      "queues": list(w.queues), "concurrency": w.concurrency,
                      "tasks_done": None, "last_heartbeat": None, "online": False,
                      "reason": stop.reason if stop else ""})

@@ -235,13 +235,13 @@ class Autoscaler:
     def scale(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> None:
         look = self.look(name, pool, state, url)
         for worker, final in look.ended:
-            record_ended(self.config, worker, final)
+            record_ended(self.config, worker, final)  # lost unless it completed
         for worker, wait in look.began:  # the queue waits replacements are timed by
             fleet_receipts(self.config.state_dir).append(FleetScale(
                 pool=name, action="running", worker_ids=[worker.worker_id], wait_s=wait,
                 reason=f"running {wait:.1f} s after its submission"))
         for worker, silent in look.stale:
-            stop_workers(self.config, [worker], timeout=5.0,
+            stop_workers(self.config, [worker], timeout=5.0, lost=True,
                          reason=f"lost: no heartbeat for {silent:.0f} s")
         for decision in decide(look.view):
             self.act(name, pool, look.view, decision, look.members)

@@ -49,7 +49,7 @@ from mainboard.fleet.warm import Stamp, free_remote_port, remove_secret, write_s
 from mainboard.hosts.access import ensure_root
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerSubmitting, WorkerTunnel
-from mainboard.tasks import BATCH_QUEUE, GPU_ENV, RETIRE_ENV, TASK_MODULES
+from mainboard.tasks import BATCH_QUEUE, GPU_ENV, RETIRE_ENV, TASK_MODULES, WALLTIME_ENV
 from mainboard.tasks.paths import WORKSPACE_ENV
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
@@ -149,7 +149,7 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
                 f"host {name!r}: --retire-before {format_walltime(options.retire_before)} is not "
                 f"shorter than the walltime {format_walltime(spec.walltime)}; valid: a "
                 "retire-before below the walltime (the worker must have time to work)")
-        retire, env = options.retire_before, dict(spec.env)
+        retire, env = options.retire_before, {**spec.env, WALLTIME_ENV: str(spec.walltime)}
         if host.kind == "slurm":  # the worker retires by its own clock; the signal is a backstop
             env[RETIRE_ENV], retire = str(retire), signal_backstop(retire)
         spec = JobSpec.model_validate({**spec.model_dump(), "retire_before": retire, "env": env})

@@ -23,7 +23,7 @@ from mainboard.fleet.control import fleet_broker
 from mainboard.fleet.launch import BrokerRoute
 from mainboard.fleet.records import FleetState, node_names, read_fleet
 from mainboard.fleet.workers import fleet_entries, job_of, poll_jobs
-from mainboard.receipts import WorkerStarted
+from mainboard.receipts import WorkerStarted, WorkerStopped
 from mainboard.tasks import HEARTBEAT_S
 
 STALE_AFTER_S = 3 * HEARTBEAT_S
@@ -39,7 +39,7 @@ class WorkerView:
     kind: str
     node: str
     job_id: str
-    state: str                  # queued, starting, online, lost, or completed (retired)
+    state: str                  # queued, starting, online, lost, completed (retired), stopped
     job_state: str
     queues: list[str]
     concurrency: int
@@ -144,7 +144,7 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
         for worker_id, stop in state.stopped.items():
             worker = state.started.get(worker_id)
             if worker is not None:
-                rows.append(_stopped_row(worker, stop.state or "unknown", stop.reason))
+                rows.append(_stopped_row(worker, stop))
     return rows
 
 
@@ -167,14 +167,17 @@ def _row(worker: WorkerStarted, job: JobStatus | MainboardError, celery: dict[st
         reason=reason, node_index=index)
 
 
-def _stopped_row(worker: WorkerStarted, final: str, reason: str) -> WorkerView:
+def _stopped_row(worker: WorkerStarted, stop: WorkerStopped) -> WorkerView:
+    """A worker gone: ``lost`` if it was taken (its replacement is the keeper's business),
+    else ``stopped`` (drained, retired, cancelled by ``fleet down``)."""
     return WorkerView(
         worker_id=worker.worker_id, host=worker.host, kind=worker.kind, node=f"{worker.node}@?",
-        job_id=job_of(worker).job_id, state="stopped", job_state=final,
+        job_id=job_of(worker).job_id, state="lost" if stop.lost else "stopped",
+        job_state=stop.state or "unknown",
         queues=list(worker.queues), concurrency=worker.concurrency, tasks_done=None, active=None,
         last_heartbeat=None, online=False, broker_via=worker.broker_via,
         rental_id=worker.rental["rental_id"] if worker.rental else None, stopped=True,
-        reason=reason)
+        reason=stop.reason)
 
 
 def pool_status(config: Config) -> list[dict[str, object]]:

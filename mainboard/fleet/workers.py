@@ -219,8 +219,9 @@ def cleanup_hint(worker: WorkerStarted) -> str:
 
 def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: str,
                  timeout: float = DRAIN_TIMEOUT_S, force: bool = False,
-                 skip: frozenset[str] = frozenset()) -> dict[str, str]:
+                 skip: frozenset[str] = frozenset(), lost: bool = False) -> dict[str, str]:
     """Drain, then cancel what is still running, destroy rentals, record; worker id -> outcome.
+    ``lost``: they were taken from the fleet (``fleet status`` shows them lost, not stopped).
 
     With ``force``, a worker whose host cannot be asked (or in ``skip``: marked lost) is
     forgotten: recorded stopped, its outcome ``forgotten: <what may still run and how to
@@ -261,7 +262,8 @@ def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: st
             continue
         state = status.state.value if isinstance(status, JobStatus) else "unknown"
         fleet_receipts(config.state_dir).append(WorkerStopped(
-            worker_id=worker.worker_id, host=worker.host, reason=reason, state=state))
+            worker_id=worker.worker_id, host=worker.host, reason=reason, state=state,
+            lost=lost))
         outcome[worker.worker_id] = state
     return outcome
 
@@ -273,7 +275,7 @@ def record_ended(config: Config, worker: WorkerStarted, final: str) -> None:
         remove_secret(_secret_transport(config, worker), worker.secret_path)
     fleet_receipts(config.state_dir).append(WorkerStopped(
         worker_id=worker.worker_id, host=worker.host, state=final,
-        reason=f"its job ended: {final}"))
+        reason=f"its job ended: {final}", lost=final != "completed"))
 
 
 def _secret_transport(config: Config, worker: WorkerStarted) -> Transport:

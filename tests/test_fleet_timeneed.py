@@ -1,0 +1,173 @@
+"""Time needs (issue 19, part 3): a task is not started on a worker with less time left.
+
+Pure parts first (the header, the comparison, what a run's messages carry); then, live, a
+real SLURM allocation whose walltime is 2 minutes (its worker reads its end from squeue):
+a task declaring ``time_request = 600`` is put back in the queue there, never run, and runs
+on the worker of a second pool without a walltime once that one is up; a task without a
+need, and one whose need fits, run on the short-lived worker meanwhile. About 20 s each.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from mainboard.integrators.spec import RunSpec
+from mainboard.tasks.dispatch import Dispatch
+from mainboard.tasks.timeneed import HEADER, need_of, refuses
+from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
+from tests.fleet_helpers import (
+    HOST_PYTHON,
+    cli,
+    config,
+    provisioned_root,  # noqa: F401 - session fixture
+    stop_broker,
+    table,
+    up_ok,
+    wait_until,
+    workspace,
+)
+from tests.services import SlurmCluster
+
+QUEUE = "t19n.q"
+RUN = {"name": "needs", "seed": 1, "domain": {"continuous": 1},
+       "integrand": {"kind": "constant", "value": 1.0}, "stop": {"max_iterations": 1}}
+
+
+@pytest.mark.parametrize(("headers", "need"), [
+    ({HEADER: 600}, 600.0), ({HEADER: "90.5"}, 90.5), ({}, None), (None, None),
+    ({HEADER: 0}, None), ({HEADER: -5}, None), ({HEADER: "soon"}, None),
+    ({HEADER: float("inf")}, None), ({HEADER: True}, None)])
+def test_a_message_declares_its_time_need_in_one_header(headers: dict | None,
+                                                         need: float | None) -> None:
+    assert need_of(headers) == need
+
+
+def test_only_a_need_larger_than_the_time_left_is_refused() -> None:
+    assert refuses(600.0, 90.0)
+    assert not refuses(60.0, 90.0) and not refuses(90.0, 90.0)
+    assert not refuses(None, 5.0)  # no need: runs whatever is left
+    assert not refuses(600.0, None)  # no end known (no walltime): every task starts
+
+
+def test_a_runs_messages_carry_its_time_request_else_the_measured_task_time() -> None:
+    from mainboard.integrators.spec import parse_run
+
+    plain = parse_run(dict(RUN), file="<t>")
+    measured: list[float | None] = [None]
+    dispatch = Dispatch(object(), "r1", plain, lambda: measured[0])  # type: ignore[arg-type]
+    assert dispatch.headers() == {}  # nothing measured yet: no need
+    measured[0] = 2.34567
+    assert dispatch.headers() == {HEADER: 2.346}
+    declared = parse_run({**RUN, "batching": {"time_request": 600}}, file="<t>")
+    assert Dispatch(object(), "r2", declared, lambda: 2.0).headers() == {HEADER: 600.0}  # type: ignore[arg-type]
+    assert declared.run_id() != plain.run_id()
+    assert "time_request" not in plain.model_dump()["batching"]  # old run ids unchanged
+
+
+def test_every_task_of_the_app_goes_through_the_time_need_check() -> None:
+    """Stage tasks (a run's bundles and chains), the coordinator task, the probe, and a
+    pipeline's own task defined on the app: one strategy."""
+    import mainboard.tasks.fleet  # noqa: F401 - registers the probe
+    from mainboard.tasks.app import make_app
+
+    app = make_app(broker_url="redis://127.0.0.1:1/0")
+    try:
+        app.loader.import_default_modules()
+
+        @app.task(name="t19n.mine")
+        def mine() -> None:
+            """A user's own task."""
+
+        names = ["mainboard.stages.bundle", "mainboard.stages.sample", "mainboard.integrate",
+                 "mainboard.fleet.probe", "t19n.mine"]
+        assert {app.tasks[n].Strategy for n in names} == {"mainboard.tasks.timeneed:strategy"}
+    finally:
+        app.close()
+
+
+def test_a_bad_time_request_names_its_key() -> None:
+    from mainboard.errors import UserError
+    from mainboard.integrators.spec import parse_run
+
+    with pytest.raises(UserError, match="batching.time_request"):
+        parse_run({**RUN, "batching": {"time_request": -3}}, file="run.toml")
+    assert isinstance(parse_run(dict(RUN), file="<t>"), RunSpec)
+
+
+def _app(ws: Path):  # -> Celery
+    from mainboard.fleet.workers import broker_route
+    from mainboard.tasks.app import make_app
+
+    route = broker_route(config(ws), start=False)
+    assert route is not None
+    return make_app(broker_url=route.url)
+
+
+def _send(app, need: float | None, tag: str):  # -> AsyncResult
+    from mainboard.tasks.fleet import PROBE_TASK
+
+    return app.send_task(PROBE_TASK, kwargs={"sleep_s": 0.1}, queue=QUEUE, task_id=tag,
+                         headers={HEADER: need} if need is not None else {})
+
+
+def _job_log(ws: Path, pool: str) -> str:
+    from mainboard.fleet.records import read_fleet
+
+    (worker,) = [w for w in read_fleet(ws / ".mainboard").started.values() if w.pool == pool]
+    job_dir = Path(worker.job["job_dir"])
+    return "".join((job_dir / n).read_text() for n in ("stdout", "stderr")
+                   if (job_dir / n).exists())
+
+
+def test_a_job_without_a_scheduler_to_ask_ends_walltime_after_its_start_stamp(
+        tmp_path: Path) -> None:
+    from mainboard.tasks.fleet import walltime_end
+
+    (tmp_path / "started").write_text("1796300000,25\n")  # EPOCHREALTIME in a comma locale
+    assert walltime_end(str(tmp_path), "120") == 1796300120.25
+    assert walltime_end(str(tmp_path), "") is None  # no walltime: no end
+    assert walltime_end(str(tmp_path / "nowhere"), "120") is None
+
+
+@pytest.mark.live
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["slurm", "local"])
+def test_a_task_needing_more_time_than_the_allocation_has_left_runs_elsewhere(
+        kind: str, tmp_path: Path, slurm_cluster: SlurmCluster,  # noqa: F811
+        provisioned_root: Path) -> None:  # noqa: F811
+    """SLURM: the end asked of squeue; local (as ssh and rentals): the job script's start
+    stamp plus the walltime its watchdog enforces."""
+    host = dict(kind="slurm", partition="debug", root=str(provisioned_root),
+                python=HOST_PYTHON, env={"SLURM_CONF": str(slurm_cluster.conf)}) \
+        if kind == "slurm" else dict(kind="local", root=str(provisioned_root))
+    ws = workspace(tmp_path / "ws", table("hosts.cluster", **host),
+                   table("fleet.pools.short", host="cluster", queues=[QUEUE], walltime="2m",
+                         retire_before="30s"),
+                   table("fleet.pools.long", host="cluster", queues=[QUEUE]))
+    app = None
+    try:
+        up_ok(ws, "--pool", "short", "--no-flower")
+        app = _app(ws)
+        long_task = _send(app, 600, "needs-600s")
+        plain, fits = _send(app, None, "no-need"), _send(app, 20, "needs-20s")
+        short_node = plain.get(timeout=120)["node"]
+        assert fits.get(timeout=60)["node"] == short_node  # 20 s fit in what is left
+        wait_until(lambda: "not starting mainboard.fleet.probe needs-600s here: it needs "
+                   "600 s, this allocation ends in" in _job_log(ws, "short"), 30,
+                   "the short-lived worker putting the 600 s task back")
+        time.sleep(3.0)  # a few more refusals: it is never run there
+        assert not long_task.ready()
+        assert _job_log(ws, "short").count("not starting mainboard.fleet.probe needs-600s") == 1
+        up_ok(ws, "--pool", "long", "--no-flower")
+        ran = long_task.get(timeout=120)
+        assert ran["node"] != short_node and ran["node"].startswith(f"{kind}-cluster-")
+        assert ran["task_id"] == "needs-600s"
+    finally:
+        if app is not None:
+            app.close()
+        down = cli(ws, "fleet", "down", "--timeout", "10")
+        stop_broker(ws)
+    assert down.returncode == 0, down.stderr
