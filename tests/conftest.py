@@ -36,16 +36,20 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderS
     server.stop()
 
 
-# Test files that must share one xdist worker: the machine has one SLURM, one podman
-# store, and the simulated provider's tests count the machine's mbsim-* namespaces.
+# Test files that must share one xdist worker: each worker process that asks for SLURM
+# starts a cluster of its own (own ports and state; two run side by side here), so the
+# SLURM files are split in two groups of about equal length to keep the suite short and
+# the clusters few; one podman store; the simulated provider's tests count the machine's
+# mbsim-* namespaces.
 SHARED_WORKER = {
     "slurm": {"tests/test_batch_watch.py", "tests/test_bridges_sched.py",
-              "tests/test_cli_streams.py", "tests/test_fleet_live.py", "tests/test_fleet_tls.py",
-              "tests/test_fleet_nodes.py", "tests/test_fleet_retire.py",
-              "tests/test_fleet_standby.py", "tests/test_jobs.py", "tests/test_fleet_faults.py",
-              "tests/test_fleet_reconcile.py", "tests/test_fleet_scenarios.py",
-              "tests/test_fleet_kill_scenario.py", "tests/test_fleet_timeneed.py",
-              "tests/test_job_env.py", "tests/test_router.py", "tests/test_study.py"},
+              "tests/test_cli_streams.py", "tests/test_fleet_retire.py",
+              "tests/test_fleet_standby.py", "tests/test_jobs.py",
+              "tests/test_fleet_kill_scenario.py", "tests/test_router.py", "tests/test_study.py"},
+    "slurm-b": {"tests/test_fleet_live.py", "tests/test_fleet_tls.py", "tests/test_fleet_nodes.py",
+                "tests/test_fleet_faults.py", "tests/test_fleet_reconcile.py",
+                "tests/test_fleet_scenarios.py", "tests/test_fleet_timeneed.py",
+                "tests/test_job_env.py"},
     "podman": {"tests/test_celery_containers.py", "tests/test_provision.py",
                "tests/test_tasks_deploy.py"},
     "sim": {"tests/test_batch.py", "tests/test_fleet_provider.py", "tests/test_jobs_provider.py",
@@ -72,9 +76,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Keep SHARED_WORKER true: a file that starts SLURM or a simulated provider must be in
     its group, or two workers could start them at once."""
     for fixture, group in (("slurm_cluster", "slurm"), ("sim", "sim")):
+        grouped = set().union(*(v for k, v in SHARED_WORKER.items() if k.startswith(group)))
         missing = sorted({item.nodeid.split("::", 1)[0] for item in items
                           if isinstance(item, pytest.Function) and fixture in item.fixturenames}
-                         - SHARED_WORKER[group])
+                         - grouped)
         if missing:
             raise pytest.UsageError(f"tests/conftest.py: add {missing} to SHARED_WORKER[{group!r}]"
                                     f" (they use the {fixture} fixture)")

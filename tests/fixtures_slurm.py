@@ -1,8 +1,10 @@
-"""The session's one real SLURM (import ``slurm_cluster`` into a test module to use it).
+"""The test process's one real SLURM (import ``slurm_cluster`` into a test module to use it).
 
-Only one slurmctld/slurmd pair can run on this machine, so the cluster is a process-wide
-singleton even if several modules import this fixture (pytest then holds one fixture
-definition per module); the last user to finish stops it. conftest.py imports it, so
+The cluster is a process-wide singleton even if several modules import this fixture
+(pytest then holds one fixture definition per module); the last user to finish stops it.
+Each xdist worker running SLURM files starts its own cluster (own ports, state and munge
+socket: two run side by side on this machine); the SHARED_WORKER groups in conftest.py
+decide which files share one. conftest.py imports it, so
 every module can ask for ``slurm_cluster``.
 """
 

@@ -251,7 +251,8 @@ def test_json_of_fleet_up_fleet_down_and_submit(live: Path) -> None:
     assert started["failed"] == {} and started["flower_url"] is None
     worker = started["started"][0]
     assert set(worker) == {"host", "worker_id", "node", "job_id", "queues", "concurrency",
-                           "broker_via", "rental_id"} and worker["host"] == "local"
+                           "broker_via", "rental_id", "nodes"} and worker["host"] == "local"
+    assert worker["nodes"] == 1
     down_, _ = mb(live, "fleet", "down", "--timeout", "3", "--json")
     assert down_.returncode == 0, down_.stderr
     stopped = json.loads(down_.stdout)
