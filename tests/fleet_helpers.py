@@ -222,9 +222,10 @@ def kill_keeper_and_lose_starts(ws: Path) -> list[str]:
     return [d["payload"]["worker_id"] for d in dropped]
 
 
-def send_tasks(ws: Path, queue: str, n: int, sleep_s: float = 0.5) -> list[Any]:
-    """``n`` probe tasks (each waits ``sleep_s``) sent to ``queue``; their AsyncResults
-    (one app: close ``results[0].app`` when done)."""
+def send_tasks(ws: Path, queue: str, n: int, sleep_s: float = 0.5,
+               until_path: Path | None = None) -> list[Any]:
+    """``n`` probe tasks (each waits ``sleep_s``, or less once ``until_path`` exists) sent to
+    ``queue``; their AsyncResults (one app: close ``results[0].app`` when done)."""
     from mainboard.fleet.workers import broker_route
     from mainboard.tasks.app import make_app
     from mainboard.tasks.fleet import PROBE_TASK
@@ -232,5 +233,6 @@ def send_tasks(ws: Path, queue: str, n: int, sleep_s: float = 0.5) -> list[Any]:
     route = broker_route(config(ws), start=False)
     assert route is not None, "the broker is not running"
     app = make_app(broker_url=route.url)
-    return [app.send_task(PROBE_TASK, kwargs={"sleep_s": sleep_s}, queue=queue)
+    until = {"until_path": str(until_path)} if until_path is not None else {}
+    return [app.send_task(PROBE_TASK, kwargs={"sleep_s": sleep_s, **until}, queue=queue)
             for _ in range(n)]

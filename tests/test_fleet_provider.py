@@ -235,7 +235,8 @@ def _public_key(tmp_path: Path) -> str:
 def test_a_provider_pool_stays_within_its_price_limits(
         tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
     """`mix`: offers of $0.40, $0.80 and $1.60/h (each one machine), host ceiling $2/h,
-    pool max_usd_hr 1.5, three 8-s tasks: the pool rents the $0.40 one, then the $0.80 one
+    pool max_usd_hr 1.5, three tasks that keep their machines busy until the hold is recorded
+    (so the third waits for it, whatever the load): the pool rents the $0.40 one, then the $0.80 one
     ($1.20/h, the prices recorded in the rental receipts), then holds with a line naming
     max_usd_hr and the $1.60 offer; judged on the host's $2/h ceiling it would rent none.
     `broke`: budget_usd 0.25 and a 5-minute walltime (one $3.60 allocation may cost
@@ -261,9 +262,14 @@ def test_a_provider_pool_stays_within_its_price_limits(
     try:
         up_ok(ws, "--no-flower", env=env)
         send_tasks(ws, "t19p.broke", 1)[0].app.close()
-        results = send_tasks(ws, "t19p.mix", 3, sleep_s=8.0)
+        release = tmp_path / "release"  # the tasks hold their machines until the hold is seen
+        results = send_tasks(ws, "t19p.mix", 3, sleep_s=120.0, until_path=release)
         try:
             while not all(r.ready() for r in results):
+                if not release.exists() and any(
+                        e.action == "hold" and "max_usd_hr" in e.reason
+                        for e in read_fleet(ws / ".mainboard").scale if e.pool == "mix"):
+                    release.touch()
                 most = max(most, len(_listed(sim)))
                 assert most <= 2, "a third machine past max_usd_hr 1.5"
                 time.sleep(0.5)
