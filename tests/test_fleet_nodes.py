@@ -262,7 +262,11 @@ def test_pbs_wrappers_fan_out_over_ssh_and_a_failing_node_ends_the_others(
                        f'fi; echo $$ > {tmp_path}/pid0; sleep 120; echo late >> {out}')
     assert state == "failed" and [line[0] for line in lines] == ["0", "1"], (state, lines)
     pid = int((tmp_path / "pid0").read_text())
-    wait_until(lambda: not Path(f"/proc/{pid}").exists(), 15, "node 0's share to end")
+    try:
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), 15, "node 0's share to end")
+    finally:  # a share left behind is sshd's child: end its group here, not in the suite
+        if Path(f"/proc/{pid}").exists():
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
     assert "late" not in out.read_text()
 
 
