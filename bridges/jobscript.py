@@ -15,7 +15,7 @@ Every user value is quoted with ``shlex.quote``; nothing is pasted raw.
 A ``per_node`` job on several nodes (a fleet pool's ``nodes = 2``) runs its command once on
 every node: the script writes ``node.sh`` (modules, exports, ``MAINBOARD_NODE_INDEX``,
 ``cd``, the command) into the job directory, which every node sees on the shared root,
-and its fan-out (the bridge's: ``srun``, ``pbsdsh``) runs that on each node. No value
+and its fan-out (the bridge's: ``srun``, ``pbsdsh`` or ``ssh``) runs that on each node. No value
 travels in an argument list: the node script is a file.
 """
 
@@ -148,6 +148,18 @@ NODE_INDEX_ENV = "MAINBOARD_NODE_INDEX"  # 0.. on each node of a per-node job
 NODES_ENV = "MAINBOARD_NODES"
 RETIRE_AT_ENV = "MAINBOARD_RETIRE_AT"  # epoch seconds a per-node worker retires at
 _NODE_END = "_MB_NODE_SCRIPT_END_"
+UNTIL_EOF = "--until-stdin-eof"  # node.sh's second argument when started over ssh
+# Over ssh (no pty) a dropped connection signals nothing: the share watches its stdin (the
+# connection) and ends its command's process group when that closes, so killing the
+# first node's ssh client ends the node's worker as ending pbsdsh's task would.
+_UNTIL_EOF = """\
+if [ "${{2:-}}" = {flag} ]; then
+  exec 3<&0 < /dev/null; set -m
+  {runner} 3<&- & _mb_c=$!
+  {{ cat <&3 > /dev/null 2>&1; kill -TERM -- "-$_mb_c" 2>/dev/null; }} > /dev/null 2>&1 &
+  _mb_w=$!; set +m; exec 3<&-; _mb_code=0; wait "$_mb_c" || _mb_code=$?
+  kill -- "-$_mb_w" 2>/dev/null || true; exit "$_mb_code"
+fi"""
 
 
 def render(spec: JobSpec, paths: JobPaths, *, headers: Sequence[str], workdir: str, root: str,
@@ -206,7 +218,8 @@ def node_script(spec: JobSpec, paths: JobPaths, modules: Sequence[str], setup: S
         lines += ['_mb_t0=$(cat "$_mb_dir/started" 2>/dev/null || date +%s)',
                   '_mb_t0=${_mb_t0%%[.,]*}',
                   f"export {RETIRE_AT_ENV}=$((_mb_t0 + {spec.walltime - spec.retire_before}))"]
-    lines += [f"mkdir -p -- {q(workdir)}", f"cd -- {q(workdir)}", f"exec {runner}"]
+    lines += [f"mkdir -p -- {q(workdir)}", f"cd -- {q(workdir)}",
+              _UNTIL_EOF.format(flag=UNTIL_EOF, runner=runner), f"exec {runner}"]
     text = "\n".join(lines)
     if _NODE_END in text.splitlines():
         raise UserError(f"job {spec.name!r}: a value holds the line {_NODE_END}; remove it")

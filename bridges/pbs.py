@@ -7,7 +7,7 @@ are qsub flags, not headers (some wrappers ignore ``#PBS -o``). Those wrappers p
 qsub's arguments into a shell command unquoted, so job directories must be plain
 paths: anything else is refused before submitting. Under the wrappers
 ``$PBS_JOBID`` is empty; the script falls back to ``$SLURM_JOB_ID``. A per-node job
-fans out with ``pbsdsh`` (``PBS_FANOUT``).
+fans out with ``pbsdsh`` or ``ssh`` (``PBS_FANOUT``, the host's ``fanout`` key).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 from mainboard.errors import CommandFailed, UserError
 
 from .base import Bridge, JobPaths
+from .jobscript import UNTIL_EOF
 from .jobspec import JobSpec
 from .jobstate import JobState, JobStatus
 from .slurm import safe_job_name
@@ -50,18 +51,32 @@ PBS_EXIT_CODES: dict[int, tuple[JobState, str]] = {
     -25: (JobState.FAILED, "killed over its cpu limit (JOB_EXEC_KILL_NCPUS_SUM)"),
     -24: (JobState.FAILED, "killed over its cpu burst limit (JOB_EXEC_KILL_NCPUS_BURST)"),
 }
-# One pbsdsh per unique host of $PBS_NODEFILE (``-n``: the vnode index of its first line,
-# Torque and OpenPBS alike), each told its node index. The first to fail ends the others
-# (the script then ends, and PBS ends every task of the job): lost as a unit.
+# One share per unique host of $PBS_NODEFILE, each told its node index: through pbsdsh
+# (``-n``: the vnode index of the host's first line, Torque and OpenPBS alike) or ssh to the
+# host (``fanout``; "auto": pbsdsh when on PATH). Every share goes the same way, the first
+# node's included. An ssh share reads a pipe held open by a ``sleep`` of this fan-out, and
+# ends when its connection does (node.sh ``--until-stdin-eof``). The first share to fail
+# ends the others (the script then ends, and PBS ends every task of the job): lost as a unit.
 PBS_FANOUT = """\
-_mb_pids=; _mb_i=0
-for _mb_n in $(awk '!_mb_seen[$0]++ {print NR - 1}' "${PBS_NODEFILE:?not in a PBS job}"); do
-  pbsdsh -n "$_mb_n" -- /bin/bash "$_mb_dir/node.sh" "$_mb_i" &
+: "${{PBS_NODEFILE:?not in a PBS job}}"
+_mb_pids=; _mb_i=0; _mb_how={how}
+if [ "$_mb_how" = auto ]; then
+  if command -v pbsdsh > /dev/null 2>&1; then _mb_how=pbsdsh; else _mb_how=ssh; fi
+fi
+if [ "$_mb_how" = ssh ]; then exec 3< <(exec sleep 2147483647); _mb_hold=$!; fi
+for _mb_x in $(awk '!_mb_seen[$0]++ {{print NR - 1 ":" $1}}' "$PBS_NODEFILE"); do
+  if [ "$_mb_how" = ssh ]; then
+    ssh -o BatchMode=yes -- "${{_mb_x#*:}}" \\
+      "/bin/bash $(printf %q "$_mb_dir/node.sh") $_mb_i {until_eof}" <&3 &
+  else
+    pbsdsh -n "${{_mb_x%%:*}}" -- /bin/bash "$_mb_dir/node.sh" "$_mb_i" &
+  fi
   _mb_pids="$_mb_pids $!"; _mb_i=$((_mb_i + 1))
 done
 wait -n; _mb_c=$?
 [ "$_mb_c" -eq 0 ] || kill -TERM $_mb_pids 2>/dev/null
 for _mb_p in $_mb_pids; do wait "$_mb_p"; _mb_w=$?; [ "$_mb_c" -ne 0 ] || _mb_c=$_mb_w; done
+[ -z "${{_mb_hold:-}}" ] || kill "$_mb_hold" 2>/dev/null
 return "$_mb_c"
 """
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./+@%,=-]+$")
@@ -119,6 +134,12 @@ class PbsBridge(Bridge):
     job_id_env = '"${PBS_JOBID:-${SLURM_JOB_ID:-}}"'
     _json: bool | None = None  # per bridge: does qstat speak -F json? (None: not asked yet)
     node_fanout = PBS_FANOUT
+
+    def fanout(self, spec: JobSpec) -> str | None:
+        """The per-node fan-out, by the host's ``fanout`` (pbsdsh, ssh, or auto: pbsdsh on PATH)."""
+        text = super().fanout(spec)
+        how = getattr(self.host, "fanout", "auto")
+        return None if text is None else text.format(how=shlex.quote(how), until_eof=UNTIL_EOF)
 
     def header_lines(self, spec: JobSpec, paths: JobPaths) -> list[str]:
         # A tagged (fleet) job is named by its owner tag: every qstat -f prints Job_Name

@@ -1,11 +1,12 @@
 """Multi-node allocations (issue 19, part 5): a pool with ``nodes = 2`` starts one worker
-per node of ONE allocation (srun on SLURM, pbsdsh on PBS), each with its own Celery name
+per node of ONE allocation (srun on SLURM, pbsdsh or ssh on PBS), each with its own Celery name
 and heartbeat key (``-n<index>``), counted, idled and lost as one allocation.
 
 The live tests run on the session SLURM's partition ``multi``: two slurmds on this one
 machine (``slurmd -N``), so a 2-node allocation is real (both nodes share a hostname:
 the node index alone keeps the names apart). pbsdsh does not exist here: the PBS fan-out
-runs through the PBS wrappers (qsub over SLURM) with a pbsdsh shim on PATH.
+runs through the PBS wrappers (qsub over SLURM) with a pbsdsh shim on PATH, and its ssh
+fan-out through the real ssh to the loopback sshd.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from tests.fleet_helpers import (
     wait_until,
     workspace,
 )
-from tests.services import SlurmCluster
+from tests.services import SlurmCluster, SshServer
 
 HOSTILE = "we'ird $(touch /tmp/pwned) `x`"
 
@@ -137,14 +138,29 @@ def test_pbs_per_node_script_runs_pbsdsh_once_per_unique_host() -> None:
     bridge = PbsBridge("pbs", PbsHost(), LocalTransport("pbs"), root="/r")
     script = bridge.render_script(JobSpec(command="x", nodes=2, per_node=True), _paths(), "j1")
     assert "#PBS -l select=2" in script
-    assert "awk '!_mb_seen[$0]++ {print NR - 1}'" in script
-    assert 'pbsdsh -n "$_mb_n" -- /bin/bash "$_mb_dir/node.sh" "$_mb_i" &' in script
+    assert "awk '!_mb_seen[$0]++ {print NR - 1 \":\" $1}'" in script
+    assert 'pbsdsh -n "${_mb_x%%:*}" -- /bin/bash "$_mb_dir/node.sh" "$_mb_i" &' in script
+    assert "_mb_how=auto" in script  # pbsdsh when on PATH in the job, else ssh
     timed = bridge.render_script(JobSpec(command="x", nodes=2, per_node=True, walltime=600,
                                          retire_before=120), _paths(), "j1")
     assert "MAINBOARD_RETIRE_AT=$((_mb_t0 + 480))" in timed
     assert "sleep 480" not in timed  # no retire watchdog: it would end pbsdsh, tasks and all
     assert "sleep 480" in bridge.render_script(JobSpec(command="x", walltime=600,
                                                        retire_before=120), _paths(), "j1")
+
+
+def test_pbs_fanout_key_picks_ssh_and_a_bad_value_is_one_line_naming_the_valid_ones() -> None:
+    host = loads_config('[hosts.p]\nkind = "pbs"\nfanout = "ssh"\n').hosts["p"]
+    bridge = PbsBridge("pbs", host, LocalTransport("pbs"), root="/r")
+    script = bridge.render_script(JobSpec(command="x", nodes=2, per_node=True), _paths(), "j1")
+    assert "_mb_how=ssh" in script
+    assert 'ssh -o BatchMode=yes -- "${_mb_x#*:}"' in script
+    assert '"$_mb_dir/node.sh") $_mb_i --until-stdin-eof" <&3 &' in script
+    with pytest.raises(ConfigError) as caught:
+        loads_config('[hosts.p]\nkind = "pbs"\nfanout = "mpirun"\n')
+    message = str(caught.value)
+    assert "\n" not in message and "hosts.p.fanout" in message, message
+    assert "valid: 'auto', 'pbsdsh' or 'ssh'" in message, message
 
 
 def test_hosts_without_a_fan_out_refuse_a_per_node_job() -> None:
@@ -197,6 +213,61 @@ def test_pbs_wrappers_fan_out_through_pbsdsh_one_node_script_per_unique_host(
     held = subprocess.run(["squeue", "-h", "-t", "all", "-j", record.job_id, "-o", "%D"],
                           env=slurm_cluster.env, capture_output=True, text=True).stdout.strip()
     assert held == "2"  # `-l select=2` through the wrappers: a 2-node allocation
+
+
+SSH_SHIM = """#!/bin/sh
+# the real ssh, reading the test's client config (ssh takes ~ from passwd, not $HOME)
+exec /usr/bin/ssh -F "$MB_SSH_CONFIG" "$@"
+"""
+
+
+@pytest.mark.live
+@pytest.mark.timeout(120)
+def test_pbs_wrappers_fan_out_over_ssh_and_a_failing_node_ends_the_others(
+        tmp_path: Path, slurm_cluster: SlurmCluster, sshd_server: SshServer) -> None:  # noqa: F811
+    """No pbsdsh on PATH: each unique host of $PBS_NODEFILE gets its share through a real
+    ssh to the loopback sshd (node-a, node-b: aliases in an ssh config). The shares run as
+    children of sshd, outside the job: only the connection's end can stop them."""
+    shim = tmp_path / "bin" / "ssh"
+    shim.parent.mkdir()
+    shim.write_text(SSH_SHIM)
+    shim.chmod(0o755)
+    (tmp_path / "ssh_config").write_text(
+        f"Host node-a node-b\n  HostName {sshd_server.host}\n  Port {sshd_server.port}\n"
+        f"  User {sshd_server.user}\n  IdentityFile {sshd_server.identity}\n"
+        f"  IdentitiesOnly yes\n  UserKnownHostsFile {sshd_server.known_hosts()}\n"
+        "  StrictHostKeyChecking yes\n")
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("node-a\nnode-a\nnode-b\n")
+    out = tmp_path / "out"
+    path = ":".join(p for p in os.environ["PATH"].split(":") if not Path(p, "pbsdsh").exists())
+    host = PbsHost(env={"SLURM_CONF": str(slurm_cluster.conf), "PBS_NODEFILE": str(nodefile),
+                        "MB_SSH_CONFIG": str(tmp_path / "ssh_config"),
+                        "PATH": f"{shim.parent}:{path}"})
+    bridge = PbsBridge("pbs", host, LocalTransport("pbs"), root=str(tmp_path / "root"))
+
+    def run(command: str) -> tuple[str, list[list[str]]]:
+        record = bridge.submit(command=command, nodes=2, per_node=True, env={"WHO": HOSTILE},
+                               queue=slurm_cluster.multi)
+        wait_until(lambda: bridge.poll([record])[record.job_id].final, 60, "the PBS job")
+        state = bridge.poll([record])[record.job_id].state.value
+        return state, sorted(line.split(" ", 2) for line in out.read_text().splitlines())
+
+    report = f'echo "$MAINBOARD_NODE_INDEX ${{SSH_CONNECTION:+ssh}} $WHO" >> {out}; '
+    state, lines = run(report)
+    assert state == "completed", lines
+    assert lines == [["0", "ssh", HOSTILE], ["1", "ssh", HOSTILE]]  # one share per host
+    out.unlink()
+    state, lines = run(report + f'if [ "$MAINBOARD_NODE_INDEX" = 1 ]; then sleep 1; exit 3; '
+                       f'fi; echo $$ > {tmp_path}/pid0; sleep 120; echo late >> {out}')
+    assert state == "failed" and [line[0] for line in lines] == ["0", "1"], (state, lines)
+    pid = int((tmp_path / "pid0").read_text())
+    try:
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), 15, "node 0's share to end")
+    finally:  # a share left behind is sshd's child: end its group here, not in the suite
+        if Path(f"/proc/{pid}").exists():
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+    assert "late" not in out.read_text()
 
 
 def _pair_workspace(tmp: Path, slurm: SlurmCluster, root: Path) -> Path:

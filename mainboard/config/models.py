@@ -249,9 +249,12 @@ class PbsHost(_Batch):
 
     kind: Literal["pbs"] = "pbs"
     queue: str | None = None
+    # How a multi-node job starts its node shares: pbsdsh when it is on PATH in the job, else
+    # ssh to each node (PBS lets a job's user ssh between its nodes); or one of them, always.
+    fanout: Literal["auto", "pbsdsh", "ssh"] = "auto"
 
 
-MULTI_NODE_KINDS = ("slurm", "pbs")  # a pool's `nodes > 1`: one worker per node (srun, pbsdsh)
+MULTI_NODE_KINDS = ("slurm", "pbs")  # a pool's `nodes > 1`: one worker per node (srun, pbsdsh, ssh)
 AUTO = "auto"  # the router's name in `on(...)`: never a declared host
 
 
