@@ -62,6 +62,7 @@ GOAL_S = 20.0
 PARTITION_S = 30.0
 WALLTIME, RETIRE_BEFORE = "1m", 30  # SLURM counts minutes: the shortest allocation
 HANG_S = 600.0
+ONE_WORKER = "one-worker"
 RUN = spec(name="recovery-gauss-6d", seed=19, domain={"continuous": 6},
            integrand={"kind": "genz.gaussian", "a": [3.0] * 6, "u": [0.45] * 6},
            sampler={"kind": "vegas", "bins": 32, "alpha": 0.5},
@@ -123,18 +124,20 @@ class Bench:
 
     # ----- the fleet ---------------------------------------------------------------------
 
-    def up(self, walltime: bool) -> list[dict[str, Any]]:
-        """Both workers up and online; their status rows."""
+    def up(self, walltime: bool, hosts: tuple[str, ...] = ("ns", "cluster")
+           ) -> list[dict[str, Any]]:
+        """The workers of ``hosts`` up and online; their status rows."""
         extra = ["--walltime", WALLTIME, "--retire-before", f"{RETIRE_BEFORE}s"] \
             if walltime else []
-        for host, args in (("ns", []), ("cluster", extra)):
+        for host in hosts:
+            args = extra if host == "cluster" else []
             done = cli(self.ws, "fleet", "up", "--on", host, "--no-flower", *args)
             if done.returncode != 0:
                 raise SystemExit(f"fleet up --on {host} failed: {done.stderr.strip()}")
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             rows = status(self.ws)
-            if len(rows) == 2 and all(r["online"] for r in rows):
+            if len(rows) == len(hosts) and all(r["online"] for r in rows):
                 return rows
             time.sleep(0.5)
         raise SystemExit(f"the fleet not online after 180 s: {status(self.ws)}")
@@ -184,10 +187,27 @@ class Bench:
             raise SystemExit(f"no end time for job {job}: {out!r}")
         return end - RETIRE_BEFORE - time.time()
 
+    def resent(self, run_id: str, began: float) -> list[str]:
+        """The run's re-sends since ``began`` (its receipts): when, which, why."""
+        path = self.ws / ".mainboard" / "runs" / run_id / "receipts.ndjson"
+        lines = path.read_text().splitlines() if path.exists() else []
+        found = []
+        for line in lines:
+            receipt = json.loads(line)
+            if receipt["topic"] == "run.resent" and receipt["ts"] >= began:
+                p = receipt["payload"]
+                found.append(f"re-sent at {receipt['ts'] - began:.1f} s: iteration "
+                             f"{p['iteration']} batch {p['batch']} ({p['reason']})")
+        return found
+
     # ----- one trial ---------------------------------------------------------------------
 
     def trial(self, fault: str | None) -> Trial:
-        rows = self.up(walltime=fault == "walltime")
+        """One run: ``fault`` None (undisturbed), ONE_WORKER (undisturbed on the namespaced
+        worker alone: the capacity reference), or one of FAULTS."""
+        rows = self.up(walltime=fault == "walltime",
+                       hosts=("ns",) if fault == ONE_WORKER else ("ns", "cluster"))
+        fault = None if fault == ONE_WORKER else fault
         note, inject = "", self.fault(fault, rows) if fault else None
         try:
             if fault == "walltime":
@@ -197,7 +217,7 @@ class Bench:
                 time.sleep(max(0.0, wait))
             notes: list[str] = []
             timer = threading.Timer(self.at, lambda: notes.append(inject())) if inject else None
-            start = time.perf_counter()
+            start, began = time.perf_counter(), time.time()
             if timer:
                 timer.start()
             try:
@@ -214,7 +234,10 @@ class Bench:
                 note += f"; exit {done.returncode}: {done.stderr.strip()[-200:]}"
                 wall = None
             result = json.loads(done.stdout) if done is not None and wall is not None else None
-            return Trial(fault or "none", wall, result, os.getloadavg()[0], note)
+            if result is not None:
+                note = "; ".join(n for n in (note, *self.resent(result["run_id"], began)) if n)
+            name = "none" if len(rows) == 2 else ONE_WORKER
+            return Trial(fault or name, wall, result, os.getloadavg()[0], note)
         finally:
             self.down(rows)
 
@@ -246,7 +269,15 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
                                                                        "samples"))
 
 
-def report(trials: list[Trial]) -> int:
+def capacity_only(fault: str, at: float, two: float, one: float) -> float:
+    """The disturbed wall if recovery cost nothing but the lost worker's capacity: after
+    ``at`` s the rest runs at the one-worker pace (back at two after a partition)."""
+    if fault == "partition":
+        return two + PARTITION_S * (1 - two / one)
+    return at + (two - at) * one / two
+
+
+def report(trials: list[Trial], at: float) -> int:
     """Print the table; 0 when every disturbed run ended right within the goal."""
     base = [t for t in trials if t.fault == "none"]
     if not base or any(t.wall is None or t.result is None for t in base):
@@ -259,21 +290,30 @@ def report(trials: list[Trial]) -> int:
     print(f"\nrecovery after faults, {os.cpu_count()} cores; undisturbed runs: "
           + ", ".join(f"{w:.1f}" for w in walls) + " s; result "
           + f"{ref['estimate']!r} ± {ref['error']!r}, {ref['samples']} samples")
+    single = [t.wall for t in trials if t.fault == ONE_WORKER and t.wall is not None]
+    one = statistics.median(single) if single else None
+    if one is not None:
+        print(f"undisturbed on one worker: {one:.1f} s (capacity-only: the disturbed wall if "
+              "recovery cost nothing beyond the lost worker's share; recovery = the rest)")
     head = ("fault", "undisturbed s", "disturbed s", "extra s", "goal s", "met?", "same result",
-            "load 1m")
+            "capacity-only s", "recovery s", "load 1m")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     failed = 0
     for t in trials:
-        if t.fault == "none":
+        if t.fault in ("none", ONE_WORKER):
             continue
+        ideal = None if one is None else capacity_only(t.fault, at, undisturbed, one)
         right = t.result is not None and same(t.result, ref)
         extra = None if t.wall is None else t.wall - undisturbed
         met = extra is not None and extra <= GOAL_S and right
         failed += not met
         cells = (t.fault, f"{undisturbed:.1f}", "-" if t.wall is None else f"{t.wall:.1f}",
                  "-" if extra is None else f"{extra:+.1f}", f"{GOAL_S:.0f}",
-                 "yes" if met else "NO", "yes" if right else "NO", f"{t.load:.2f}")
+                 "yes" if met else "NO", "yes" if right else "NO",
+                 "-" if ideal is None else f"{ideal:.1f}",
+                 "-" if ideal is None or t.wall is None else f"{t.wall - ideal:+.1f}",
+                 f"{t.load:.2f}")
         print("| " + " | ".join(cells) + " |")
     for t in trials:
         if t.note:
@@ -289,6 +329,8 @@ def main() -> None:
     parser.add_argument("--at", type=float, default=8.0,
                         help="seconds into the run at which the fault strikes")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--no-one-worker", action="store_true",
+                        help="skip the undisturbed one-worker run (the capacity reference)")
     args = parser.parse_args()
     faults = [f for f in args.faults.split(",") if f]
     unknown = sorted(set(faults) - set(FAULTS))
@@ -301,7 +343,8 @@ def main() -> None:
     bench = Bench(base, args.at)
     try:
         for _ in range(args.repeat):
-            for fault in (None, *faults):
+            one = [] if args.no_one_worker else [ONE_WORKER]
+            for fault in (None, *one, *faults):
                 trial = bench.trial(fault)
                 trials.append(trial)
                 wall = "-" if trial.wall is None else f"{trial.wall:.1f} s"
@@ -312,7 +355,7 @@ def main() -> None:
             print(f"work directory kept: {base}", file=sys.stderr)
         else:
             shutil.rmtree(base, ignore_errors=True)
-    sys.exit(report(trials))
+    sys.exit(report(trials, args.at))
 
 
 if __name__ == "__main__":
