@@ -21,6 +21,11 @@ and injects one fault ``--at`` seconds into the run:
 Each disturbed run must end with the undisturbed estimate and error bit-for-bit and the
 same sample count. The table: fault, undisturbed wall (median of the --repeat undisturbed
 runs), disturbed wall, extra, the goal (20 s), met?, and the 1-min load average at the end.
+Both workers are not equally fast (the namespaced one's results travel through the ssh
+tunnel), so each fault's survivor also runs the integration alone, undisturbed: from that,
+"capacity-only" is the disturbed wall had recovery cost nothing beyond the lost worker's
+share, and "recovery" the rest (detection, re-sends, the stall). The run's re-sends (its
+receipts: when, which batch, why) are printed under the table.
 """
 
 from __future__ import annotations
@@ -62,7 +67,9 @@ GOAL_S = 20.0
 PARTITION_S = 30.0
 WALLTIME, RETIRE_BEFORE = "1m", 30  # SLURM counts minutes: the shortest allocation
 HANG_S = 600.0
-ONE_WORKER = "one-worker"
+ALONE = {"only-ns": ("ns",), "only-cluster": ("cluster",)}  # undisturbed, one worker
+SURVIVOR = {"scancel": "only-ns", "walltime": "only-ns", "partition": "only-cluster",
+            "sigkill": "only-cluster"}  # the worker left to carry a fault's run
 RUN = spec(name="recovery-gauss-6d", seed=19, domain={"continuous": 6},
            integrand={"kind": "genz.gaussian", "a": [3.0] * 6, "u": [0.45] * 6},
            sampler={"kind": "vegas", "bins": 32, "alpha": 0.5},
@@ -203,11 +210,11 @@ class Bench:
     # ----- one trial ---------------------------------------------------------------------
 
     def trial(self, fault: str | None) -> Trial:
-        """One run: ``fault`` None (undisturbed), ONE_WORKER (undisturbed on the namespaced
-        worker alone: the capacity reference), or one of FAULTS."""
-        rows = self.up(walltime=fault == "walltime",
-                       hosts=("ns",) if fault == ONE_WORKER else ("ns", "cluster"))
-        fault = None if fault == ONE_WORKER else fault
+        """One run: ``fault`` None (undisturbed), a key of ALONE (undisturbed on that one
+        worker: the capacity reference of the faults it survives), or one of FAULTS."""
+        name = fault if fault in ALONE else "none"
+        rows = self.up(walltime=fault == "walltime", hosts=ALONE.get(name, ("ns", "cluster")))
+        fault = None if fault in ALONE else fault
         note, inject = "", self.fault(fault, rows) if fault else None
         try:
             if fault == "walltime":
@@ -236,7 +243,6 @@ class Bench:
             result = json.loads(done.stdout) if done is not None and wall is not None else None
             if result is not None:
                 note = "; ".join(n for n in (note, *self.resent(result["run_id"], began)) if n)
-            name = "none" if len(rows) == 2 else ONE_WORKER
             return Trial(fault or name, wall, result, os.getloadavg()[0], note)
         finally:
             self.down(rows)
@@ -271,7 +277,8 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def capacity_only(fault: str, at: float, two: float, one: float) -> float:
     """The disturbed wall if recovery cost nothing but the lost worker's capacity: after
-    ``at`` s the rest runs at the one-worker pace (back at two after a partition)."""
+    ``at`` s the rest runs at the pace of the survivor alone (``one``: its undisturbed wall;
+    back to both after a partition)."""
     if fault == "partition":
         return two + PARTITION_S * (1 - two / one)
     return at + (two - at) * one / two
@@ -290,19 +297,24 @@ def report(trials: list[Trial], at: float) -> int:
     print(f"\nrecovery after faults, {os.cpu_count()} cores; undisturbed runs: "
           + ", ".join(f"{w:.1f}" for w in walls) + " s; result "
           + f"{ref['estimate']!r} ± {ref['error']!r}, {ref['samples']} samples")
-    single = [t.wall for t in trials if t.fault == ONE_WORKER and t.wall is not None]
-    one = statistics.median(single) if single else None
-    if one is not None:
-        print(f"undisturbed on one worker: {one:.1f} s (capacity-only: the disturbed wall if "
-              "recovery cost nothing beyond the lost worker's share; recovery = the rest)")
+    alone = {}
+    for name in ALONE:
+        walls = [t.wall for t in trials if t.fault == name and t.wall is not None]
+        if walls:
+            alone[name] = statistics.median(walls)
+            print(f"undisturbed on {name.removeprefix('only-')} alone: {alone[name]:.1f} s")
+    if alone:
+        print("capacity-only: the disturbed wall if recovery cost nothing beyond the lost "
+              "worker's share (the survivor alone after the fault); recovery = the rest")
     head = ("fault", "undisturbed s", "disturbed s", "extra s", "goal s", "met?", "same result",
             "capacity-only s", "recovery s", "load 1m")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     failed = 0
     for t in trials:
-        if t.fault in ("none", ONE_WORKER):
+        if t.fault == "none" or t.fault in ALONE:
             continue
+        one = alone.get(SURVIVOR[t.fault])
         ideal = None if one is None else capacity_only(t.fault, at, undisturbed, one)
         right = t.result is not None and same(t.result, ref)
         extra = None if t.wall is None else t.wall - undisturbed
@@ -329,8 +341,8 @@ def main() -> None:
     parser.add_argument("--at", type=float, default=8.0,
                         help="seconds into the run at which the fault strikes")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--no-one-worker", action="store_true",
-                        help="skip the undisturbed one-worker run (the capacity reference)")
+    parser.add_argument("--no-alone", action="store_true",
+                        help="skip the undisturbed one-worker runs (the capacity reference)")
     args = parser.parse_args()
     faults = [f for f in args.faults.split(",") if f]
     unknown = sorted(set(faults) - set(FAULTS))
@@ -343,8 +355,9 @@ def main() -> None:
     bench = Bench(base, args.at)
     try:
         for _ in range(args.repeat):
-            one = [] if args.no_one_worker else [ONE_WORKER]
-            for fault in (None, *one, *faults):
+            alone = [] if args.no_alone else \
+                list(dict.fromkeys(SURVIVOR[f] for f in faults))
+            for fault in (None, *alone, *faults):
                 trial = bench.trial(fault)
                 trials.append(trial)
                 wall = "-" if trial.wall is None else f"{trial.wall:.1f} s"
