@@ -13,7 +13,7 @@ fleet up afresh, runs ``mainboard integrate RUN.toml --workers 0 --json`` (the f
 and injects one fault ``--at`` seconds into the run:
 
 - ``scancel``: ``scancel`` of the SLURM worker's job;
-- ``walltime``: the SLURM worker started with ``--walltime 1m --retire-before 30s``, the run
+- ``walltime``: the SLURM worker started with ``--walltime 3m --retire-before 2m``, the run
   started so that its own retire clock fires ``--at`` s into the run;
 - ``partition``: the namespaced host's veth link down for 30 s, then up;
 - ``sigkill``: SIGKILL of the namespaced worker's whole process group ("host SIGKILL").
@@ -65,7 +65,9 @@ from tests.integration import spec  # noqa: E402
 FAULTS = ("scancel", "walltime", "partition", "sigkill")
 GOAL_S = 20.0
 PARTITION_S = 30.0
-WALLTIME, RETIRE_BEFORE = "1m", 30  # SLURM counts minutes: the shortest allocation
+# SLURM's --signal backstop fires up to 60 s early: with retire-before >= 120 s it comes
+# after the worker's own clock (a 1 m walltime retired workers before the run began)
+WALLTIME, RETIRE_BEFORE = "3m", 120
 HANG_S = 600.0
 ALONE = {"only-ns": ("ns",), "only-cluster": ("cluster",)}  # undisturbed, one worker
 SURVIVOR = {"scancel": "only-ns", "walltime": "only-ns", "partition": "only-cluster",
@@ -222,6 +224,8 @@ class Bench:
                 if wait < 0:
                     note = f"started {-wait:.1f} s late: retires {self.at + wait:.1f} s in"
                 time.sleep(max(0.0, wait))
+                if not all(r["online"] for r in status(self.ws)):
+                    note += " the SLURM worker retired before the run began"
             notes: list[str] = []
             timer = threading.Timer(self.at, lambda: notes.append(inject())) if inject else None
             start, began = time.perf_counter(), time.time()
