@@ -230,10 +230,31 @@ class Deaths:
             count = self.exited()
             died, self._exited = count > self._exited, count
         fresh = set(self.r.zrangebyscore(keys.workers_index(), now - self.stale_s, "+inf"))
+        fresh -= self._retired(fresh, now)
         if self._fresh is not None and self._fresh - fresh:
             died = True
         self._fresh = fresh
         return died
+
+    def _retired(self, nodes: set[bytes], now: float) -> set[bytes]:
+        """Nodes whose retire time (``retire_at`` in their registry) has come: gone for new
+        work though they still beat while they drain. A retiring worker may sit on a message
+        it received but never started until its allocation ends (measured, issue 19:
+        bench/bench_recovery.py --faults walltime); counted as a death, that batch is re-sent
+        after DEATH_FLOOR_S, not the 15 s queue floor."""
+        ordered = sorted(nodes)
+        with self.r.pipeline(transaction=False) as pipe:
+            for node in ordered:
+                pipe.hget(keys.worker(node.decode()), "retire_at")
+            replies = pipe.execute()
+        gone = set()
+        for node, at in zip(ordered, replies, strict=True):
+            try:
+                if at is not None and float(at) <= now:
+                    gone.add(node)
+            except ValueError:
+                continue
+        return gone
 
 
 def observe(r: redis.Redis, run_id: str, iteration: int, attempts: list[Attempt]

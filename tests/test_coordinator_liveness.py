@@ -307,6 +307,29 @@ def test_deaths_are_noticed_from_exited_local_workers_and_stale_fleet_heartbeats
         r.zrem(keys.workers_index(), "mb-a@h", "mb-b@h")
 
 
+@pytest.mark.live
+def test_a_worker_whose_retire_time_has_come_counts_as_gone_while_it_still_beats(
+        redis_server: RedisServer) -> None:
+    """Issue 19 (bench_recovery, walltime): a retiring worker held a message it never
+    started until SLURM ended its job; it still beat, so its batch waited 15 s, not 3."""
+    r = redis.Redis.from_url(redis_server.url)
+    now = [1000.0]
+    r.zadd(keys.workers_index(), {"mb-r@h": 999.0, "mb-s@h": 999.0})
+    r.hset(keys.worker("mb-r@h"), mapping={"beat": 999.0, "retire_at": "1005.0"})
+    r.hset(keys.worker("mb-s@h"), mapping={"beat": 999.0, "retire_at": "bad"})
+    deaths = Deaths(r, stale_s=15.0, every_s=0.0, clock=lambda: now[0])
+    try:
+        assert not deaths.poll()
+        alive = deaths.alive
+        now[0] = 1005.0  # both still beating; mb-r's retire time has come
+        r.zadd(keys.workers_index(), {"mb-r@h": 1004.5, "mb-s@h": 1004.5})
+        assert deaths.poll() and deaths.alive == alive - 1
+        assert not deaths.poll()  # known once
+    finally:
+        r.zrem(keys.workers_index(), "mb-r@h", "mb-s@h")
+        r.delete(keys.worker("mb-r@h"), keys.worker("mb-s@h"))
+
+
 @pytest.mark.parametrize("when", [15.1, 60.0, 600.0, 3600.0])
 def test_a_lost_hand_off_is_resent_within_60_s_even_if_no_claim_was_ever_seen(
         when: float) -> None:
