@@ -284,7 +284,9 @@ def test_a_provider_pool_stays_within_its_price_limits(
     assert most == 2 and len({r["task_id"] for r in ran}) == 3
     rented = [p.usd_hr for p in rental_receipts(ws / ".mainboard").read()
               if isinstance(p, RentalCreated)]
-    assert rented == [0.40, 0.80], rented
+    # the $0.40 one, then the $0.80 one; after the release, an idle machine retired past
+    # idle_timeout may be rented again, but never the $1.60 offer
+    assert rented[:2] == [0.40, 0.80] and set(rented) <= {0.40, 0.80}, rented
     scale = read_fleet(ws / ".mainboard").scale
     mix = [e for e in scale if e.pool == "mix"]
     assert any(e.action == "hold" and e.reason.endswith(
