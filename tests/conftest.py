@@ -59,7 +59,7 @@ _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in p
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Five workers (the README test command), scheduled by file: a file's tests stay on one
+    """Four workers (the README test command), scheduled by file: a file's tests stay on one
     worker (its module fixtures start once), and the files of each SHARED_WORKER group
     run on one worker."""
     from xdist.scheduler import LoadScopeScheduling
