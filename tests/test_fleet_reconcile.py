@@ -98,7 +98,7 @@ def test_a_killed_controller_adopts_its_allocations_and_submits_nothing_twice(
         done = cli(ws, "fleet", "status", "--json", env=env)  # no keeper: it reconciles
         assert done.returncode == 0, done.stderr
         rows = json.loads(done.stdout)
-        assert {r["worker_id"]: r["job_id"] for r in rows} == before
+        assert {r["worker_id"]: r["job_id"] for r in rows} == before, done.stderr
         for worker_id in before:
             assert f"fleet: adopted worker {worker_id}" in done.stderr, done.stderr
         assert f"cleaned cluster: job {orphan} (no receipt knows it)" in done.stderr
