@@ -131,10 +131,7 @@ def _retire_on_clock(node: str, job_id: str, retire_before: float, end: float | 
     each answer is also what tasks' time needs are checked against
     (:mod:`mainboard.tasks.timeneed`)."""
     said: float | None = None
-    first = True
     while not _stop.is_set():
-        end = end if first else allocation_end(job_id)
-        first = False
         set_end(end)
         if end is None:
             log.warning("retire clock: no end time for job %s; SLURM's signal retires it", job_id)
@@ -152,6 +149,7 @@ def _retire_on_clock(node: str, job_id: str, retire_before: float, end: float | 
             os.kill(os.getpid(), signal.SIGINT)  # the warm shutdown installed below
             return
         _stop.wait(min(delay, END_RECHECK_S))
+        end = allocation_end(job_id)
 
 
 def _retire_at(when: float) -> None:
