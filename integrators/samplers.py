@@ -22,13 +22,14 @@ import numpy as np
 
 from mainboard.integrators.domain import Batch, Domain
 from mainboard.integrators.grid import GridTables, adapt_edges, uniform_edges
+from mainboard.integrators.kernels import stratified_draw, stratified_kernel
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.strata import KEYS as STRATA_KEYS
 from mainboard.integrators.strata import (
     SPAN,
     StrataPlan,
+    StrataSums,
     add_span,
-    batch_statistics,
     learn,
     strata_shape,
 )
@@ -95,16 +96,14 @@ class Sampler(ABC):
 
     @property
     def stratified(self) -> bool:
-        """Whether :meth:`strata_training` wants the batch's signed weighted values."""
+        """Whether :meth:`strata_sums` wants the batch's signed weighted values."""
         return False
 
-    def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None,
-                        batch_index: int, squares: np.ndarray | None = None) -> Training:
-        """Per-stratum training data from the signed values w f (n, m) of batch
-        ``batch_index`` (``squares``: w f squared when m is 1, non-finite rows zeroed; saves
-        a pass); none by default."""
-        del batch, wf, finite, batch_index, squares
-        return {}
+    def strata_sums(self, batch: Batch, batch_index: int, width: int) -> StrataSums | None:
+        """Per-stratum sums for batch ``batch_index``, fed slice by slice with its signed
+        values w f (``width`` columns) by evaluate; None for unstratified batches."""
+        del batch, batch_index, width
+        return None
 
     def strata_layout(self, batch: Batch, batch_index: int
                       ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -240,11 +239,19 @@ class VegasSampler(Sampler):
             aux = {"bins": bins.T}
         else:
             first, local = self.strata.share(latent.batch_index, latent.n)
-            fill = _Stratify(self.bin_corners, self.strata.nstrat,
-                             self.bins / self.strata.nstrat, first, local)
-            x, jac, bins = self.tables.draw(rng, latent.n, into=fill)
-            scale = np.repeat(self.strata.factors[first:first + local.size], local)
-            jac *= scale
+            step, span = self.bins / self.strata.nstrat, slice(first, first + local.size)
+            kernel = stratified_kernel(latent.n)
+            if kernel is not None:  # the same numbers, in one compiled pass
+                starts = np.zeros(local.size + 1, dtype=np.intp)
+                np.cumsum(local, out=starts[1:])
+                x, jac, bins, scale = stratified_draw(
+                    kernel, rng, latent.n, self.tables, step, self.bin_corners[:, span],
+                    starts, self.strata.factors[span])
+            else:
+                fill = _Stratify(self.bin_corners, self.strata.nstrat, step, first, local)
+                x, jac, bins = self.tables.draw(rng, latent.n, into=fill)
+                scale = np.repeat(self.strata.factors[span], local)
+                jac *= scale
             aux = {"bins": bins.T, "stratum_factor": scale}
         if factor != 1.0:
             jac *= factor
@@ -267,14 +274,13 @@ class VegasSampler(Sampler):
             return None
         return self.strata.layout(batch_index, batch.n), self.strata.counts
 
-    def strata_training(self, batch: Batch, wf: np.ndarray, finite: np.ndarray | None,
-                        batch_index: int, squares: np.ndarray | None = None) -> Training:
-        """Per-stratum sums over the batch's strata (its share of the plan), for the
-        stratified variance and the next allocation."""
+    def strata_sums(self, batch: Batch, batch_index: int, width: int) -> StrataSums | None:
+        """Sums over the batch's strata (its share of the plan), for the stratified variance
+        and the next allocation."""
         if self.strata is None or "stratum_factor" not in batch.aux:
-            return {}
+            return None
         first, local = self.strata.share(batch_index, batch.n)
-        return batch_statistics(first, local, wf, finite, self.strata.counts.size, squares)
+        return StrataSums(first, local, self.strata.counts.size, width)
 
     def _adapt(self, training: Training) -> None:
         if "grid_sum" in training:
@@ -319,19 +325,17 @@ class _Stratify:
     A batch's samples come in runs, one per stratum (``counts``, in stratum order, numbered
     row-major from ``first``). An axis whose corner stays put over long stretches of rows
     (a slow axis: the first ones) gets its corner added as a constant over each stretch;
-    only the fast axes gather a corner per sample (``take`` by each row's stratum: measured
-    a little faster than a ``repeat`` over the slice's runs, whose run lengths vary). Either
-    way every y is the same u * step + corner, so how the axes are split is a matter of
-    speed, not of numbers."""
+    the fast axes get theirs repeated over the slice's runs (one ``repeat`` of the runs'
+    corners, no per-row stratum index). Either way every y is the same u * step + corner,
+    so how the axes are split is a matter of speed, not of numbers."""
 
-    #: An axis whose corner changes every fewer rows than this, on average, is gathered.
+    #: An axis whose corner changes every fewer rows than this, on average, is repeated.
     BLOCK_ROWS = 512
 
     def __init__(self, corners: np.ndarray, nstrat: np.ndarray, step: np.ndarray,
                  first: int, counts: np.ndarray) -> None:
         self.step = step[:, None]
-        self.stratum = StrataPlan.runs(first, counts)  # the batch's stratum per sample
-        n, dim = self.stratum.size, nstrat.size
+        n, dim = int(counts.sum()), nstrat.size
         stride = np.ones(dim, dtype=np.int64)
         stride[:-1] = np.cumprod(nstrat[::-1])[::-1][1:]
         per_row = counts.size / max(n, 1)  # strata per row, on average
@@ -339,19 +343,21 @@ class _Stratify:
         while slow < dim and stride[slow] >= self.BLOCK_ROWS * per_row:
             slow += 1
         self.slow = slow
-        self.corners = corners[slow:]  # fast axes' corners, indexed by absolute stratum
-        starts = np.concatenate(([0], np.cumsum(counts)))  # of each run, and the end
+        self.fast = corners[slow:, first:first + counts.size]  # the batch's runs' corners
+        self.starts = np.zeros(counts.size + 1, dtype=np.intp)  # of each run, and the end
+        np.cumsum(counts, out=self.starts[1:])
         last = first + counts.size
         self.blocks: list[tuple[list[int], list[float]]] = []
         for j in range(slow):  # one stretch per change of the axis' corner
             heads = np.arange((first // stride[j] + 1) * stride[j], last, stride[j])
             at = np.concatenate(([first], heads))
-            rows = starts[at - first].tolist() + [n]
+            rows = self.starts[at - first].tolist() + [n]
             values = corners[j].take(at).tolist()
             self.blocks.append((rows, values))
 
     def __call__(self, rng: np.random.Generator, part: np.ndarray, sl: slice,
                  low: np.ndarray) -> None:
+        del low  # no work array needed
         rng.random(out=part)
         part *= self.step
         lo, hi = sl.start, sl.stop
@@ -361,12 +367,12 @@ class _Stratify:
             while rows[b] < hi:
                 row[max(rows[b], lo) - lo:min(rows[b + 1], hi) - lo] += values[b]
                 b += 1
-        if self.corners.shape[0]:
-            stratum = self.stratum[sl]
-            fast = low[self.slow:]
-            for j, row in enumerate(self.corners):  # the method: no per-call dispatch cost
-                row.take(stratum, out=fast[j], mode="clip")  # in range: no checks needed
-            part[self.slow:] += fast
+        if self.fast.shape[0]:
+            a = int(self.starts.searchsorted(lo, side="right")) - 1  # run holding row lo
+            b = int(self.starts.searchsorted(hi, side="left"))  # one past the last run
+            edges = self.starts[a:b + 1].copy()
+            edges[0], edges[-1] = lo, hi
+            part[self.slow:] += np.repeat(self.fast[:, a:b], np.diff(edges), axis=1)
 
 
 SamplerFactory = Callable[..., Sampler]

@@ -27,7 +27,7 @@ import numpy as np
 
 from mainboard.errors import ConfigError
 from mainboard.integrators.accumulators import IterationEstimate, Partial, real_columns
-from mainboard.integrators.chunking import row_slices
+from mainboard.integrators.chunking import SLICE_ROWS, row_slices
 from mainboard.integrators.domain import Batch, Domain, validate
 from mainboard.integrators.errors import MergeError
 from mainboard.integrators.integrands import Integrand, load_target, make_integrand
@@ -235,7 +235,9 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     smp, latent = _sampler(run, sampler), _latent(latent)
     n = batch.n
     wf2 = np.empty(n)
-    wf = np.empty((n, run.width)) if smp.stratified else None  # signed, for the strata
+    strata = smp.strata_sums(batch, latent.batch_index, run.width) if smp.stratified else None
+    # signed w f of one slice, for the strata (summed while the slice is in cache)
+    signed = np.empty((min(n, SLICE_ROWS), run.width)) if strata is not None else None
     partial = Partial.empty(run.width)
     finite: np.ndarray | None = None
     learner = getattr(smp, "inner", smp)  # a process sampler learns projection(f) * w
@@ -253,8 +255,12 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
                       else whole[sl])
             if projected is not None:
                 projected[sl] = project(values, batch.weights[sl], projection, labels)
+            rows = sl.stop - sl.start
             part, part_finite = _reduce(values, batch.weights[sl], wf2[sl],
-                                        None if wf is None else wf[sl])
+                                        None if signed is None else signed[:rows])
+            if strata is not None:  # one real column: wf2 is its square (non-finite zeroed)
+                strata.add(sl.start, signed[:rows], wf2[sl] if run.width == 1 else None,
+                           part_finite)
             partial = partial.merge(part)
             if sums is not None:  # same slices, same order: bit-identical anywhere
                 sums = add_sums(sums, obs.reduce(
@@ -271,9 +277,8 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
         training = learner.training_values(latent.batch_index, projected)
     else:
         training = smp.training(batch, wf2, finite)
-        if wf is not None:  # one real column: wf2 is its square (non-finite rows zeroed)
-            training.update(smp.strata_training(batch, wf, finite, latent.batch_index,
-                                                wf2 if run.width == 1 else None))
+        if strata is not None:
+            training.update(strata.result())
     return BatchResult(latent.iteration, latent.batch_index, smp.version, partial, training,
                        example, sums)
 

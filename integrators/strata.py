@@ -14,7 +14,7 @@ coordinates only: bit-identical on any worker, exactly once under redelivery.
 
 A sample in stratum h carries the weight factor N / (H n_h) (H strata of volume 1/H), so the
 plain mean over the iteration is the stratified estimate sum_h V_h <J f>_h. Its variance is
-not the plain one: every batch reports per-stratum sums (:func:`batch_statistics`) over its
+not the plain one: every batch reports per-stratum sums (:class:`StrataSums`) over its
 own span of strata, the merge adds them into full-length arrays (:func:`add_span`), and
 :func:`stratified_variance` combines them.
 """
@@ -145,34 +145,60 @@ class StrataPlan:
         return np.repeat(np.arange(first, first + local.size, dtype=np.intp), local)
 
 
+class StrataSums:
+    """Per-stratum count, sum and sum of squares of one batch's weighted values w f, added
+    slice by slice while evaluate still holds each slice in cache (the rows run through
+    strata ``first, first + 1, ...`` in runs of ``counts`` rows: the plan's share).
+
+    Each slice sums its part of every run with one ``add.reduceat`` (runs are contiguous:
+    no per-row stratum index); a run cut by a slice edge gets its two parts added in slice
+    order, so the sums depend on the batch alone. Non-finite rows count as absent: zeros in
+    the sums, one less in the run's count. :meth:`result` is the span form (see
+    :func:`add_span`)."""
+
+    def __init__(self, first: int, counts: np.ndarray, strata: int, width: int) -> None:
+        self.first, self.strata = first, strata
+        self.starts = np.zeros(counts.size + 1, dtype=np.intp)
+        np.cumsum(counts, out=self.starts[1:])
+        self.count = counts.astype(np.float64)
+        self.sums, self.sums2 = np.zeros((width, counts.size)), np.zeros((width, counts.size))
+
+    def add(self, lo: int, wf: np.ndarray, squares: np.ndarray | None,
+            finite: np.ndarray | None) -> None:
+        """Rows ``lo, lo + 1, ...`` of the batch: their w f (rows, m) and, for one column,
+        their squares with non-finite rows zeroed (None: squared here); ``finite`` (None:
+        all are) says which rows count."""
+        rows = wf.shape[0]
+        if rows == 0:
+            return
+        a = int(np.searchsorted(self.starts, lo, side="right")) - 1  # run holding row lo
+        b = int(np.searchsorted(self.starts, lo + rows, side="left"))  # first run after
+        heads = self.starts[a:b] - lo
+        heads[0] = 0
+        if finite is not None:  # zeros in the sums, one less in the count
+            self.count[a:b] -= np.add.reduceat((~finite).astype(np.float64), heads)
+            wf = np.where(finite[:, None], wf, 0.0)
+        for c in range(wf.shape[1]):
+            col = wf[:, c]
+            self.sums[c, a:b] += np.add.reduceat(col, heads)
+            square = np.square(col) if squares is None else squares
+            self.sums2[c, a:b] += np.add.reduceat(square, heads)
+
+    def result(self) -> dict[str, np.ndarray]:
+        """The batch's statistics in span form."""
+        return {SPAN: np.array([self.first, self.strata], dtype=np.float64),
+                "strata_count": self.count, "strata_sum": self.sums, "strata_sum2": self.sums2}
+
+
 def batch_statistics(first: int, counts: np.ndarray, wf: np.ndarray,
                      finite: np.ndarray | None, strata: int,
                      squares: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Per-stratum count, sum and sum of squares of the weighted values wf (n, m) of a batch
-    whose rows run through strata ``first, first + 1, ...`` in runs of ``counts`` rows (the
-    plan's share); non-finite rows left out. The arrays cover the batch's own strata only,
-    with ``strata_span = [first, strata]`` saying where they go (see :func:`add_span`).
-
-    Each run is summed with ``add.reduceat`` (runs are contiguous: no per-row stratum
-    index); the count of a run without non-finite rows is its plan count. ``squares``
-    (one column only): wf squared, non-finite rows zeroed, when the caller has it."""
+    """:class:`StrataSums` of a whole batch at once (rows of wf (n, m) in one piece)."""
     if counts.size == 0:
         return {}
-    heads = np.zeros(counts.size, dtype=np.intp)
-    np.cumsum(counts[:-1], out=heads[1:])
-    if finite is None:
-        count = counts.astype(np.float64)
-    else:  # non-finite rows count as absent: zeros in the sums, not in the counts
-        count = np.add.reduceat(finite.astype(np.float64), heads)
-        wf = np.where(finite[:, None], wf, 0.0)
-    width = wf.shape[1]
-    sums, sums2 = np.empty((width, counts.size)), np.empty((width, counts.size))
-    for c in range(width):
-        col = wf[:, c]
-        np.add.reduceat(col, heads, out=sums[c])
-        np.add.reduceat(np.square(col) if squares is None else squares, heads, out=sums2[c])
-    return {SPAN: np.array([first, strata], dtype=np.float64), "strata_count": count,
-            "strata_sum": sums, "strata_sum2": sums2}
+    sums = StrataSums(first, counts, strata, wf.shape[1])
+    sums.add(0, wf, squares, finite)
+    return sums.result()
 
 
 def add_span(out: dict[str, np.ndarray], part: Mapping[str, np.ndarray]) -> None:

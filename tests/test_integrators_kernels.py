@@ -1,0 +1,115 @@
+"""The compiled VEGAS+ draw (integrators/kernels.py) against its numpy twin.
+
+The kernel must give the numpy path's numbers to the last bit (a fleet may mix hosts with
+and without numba), including the rare sum that rounds up to the bin count; small batches,
+``MAINBOARD_KERNELS=0`` and a numba that does not import keep to numpy. numba is a declared
+dependency: a kernel that does not load here is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from mainboard.integrators import kernels
+from mainboard.integrators.driver import RunState, integrate_local, step
+from mainboard.integrators.grid import ONE_BELOW, GridTables
+from mainboard.integrators.samplers import _Stratify
+from mainboard.integrators.stages import build_run
+from mainboard.integrators.strata import StrataPlan
+
+SPEC = {"name": "kernel", "seed": 11, "domain": {"continuous": 5, "discrete": [3]},
+        "integrand": {"kind": "genz.gaussian", "a": [4.0] * 5, "u": [0.4] * 5},
+        "sampler": {"kind": "vegas", "bins": 12, "alpha": 0.7, "beta": 0.75},
+        "stop": {"max_samples": 4 * 2 * 9000},
+        "batching": {"batch_size": 9000, "batches_per_iteration": 2}}
+
+
+@pytest.fixture
+def small_kernel_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels for every batch, so the tests stay small (9,000-row batches: two slices)."""
+    monkeypatch.setattr(kernels, "KERNEL_ROWS", 1)
+
+
+def _batches(monkeypatch: pytest.MonkeyPatch, switch: str) -> list:
+    monkeypatch.setenv(kernels.ENV, switch)
+    run = build_run(SPEC)
+    state = RunState.start(run)
+    step(state)  # a learned, uneven allocation: runs of many lengths cross the slice edge
+    sizes = state.next_batches()
+    smp = state.sampler
+    assert smp.stratified
+    return [smp.materialize(smp.sample(run.spec.seed, state.iteration, b, n))
+            for b, n in enumerate(sizes)]
+
+
+def test_kernel_draws_the_numpy_batch_to_the_last_bit(
+        monkeypatch: pytest.MonkeyPatch, small_kernel_rows: None) -> None:
+    numpy_side = _batches(monkeypatch, "0")
+    kernel_side = _batches(monkeypatch, "1")
+    assert kernels.stratified_kernel(10 ** 6) is not None, "numba did not load"
+    for a, b in zip(numpy_side, kernel_side, strict=True):
+        for got, want in ((b.x, a.x), (b.weights, a.weights), (b.idx, a.idx),
+                          (b.aux["bins"], a.aux["bins"]),
+                          (b.aux["stratum_factor"], a.aux["stratum_factor"])):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+class _Draws:
+    """A stand-in generator whose "uniforms" are chosen: the largest double below 1 (the
+    sum that rounds up to N), 0 and a few ordinary values."""
+
+    def random(self, out: np.ndarray) -> None:
+        pattern = np.array([ONE_BELOW, 0.0, 0.5, 0.999, 0.25, ONE_BELOW, 1e-17])
+        out[...] = np.resize(pattern, out.size).reshape(out.shape)
+
+
+def test_kernel_puts_a_sum_that_rounds_up_to_the_bin_count_in_the_last_bin() -> None:
+    nstrat, bins = np.array([3, 3]), 64  # step 64 / 3: the top stratum's sum rounds to 64
+    tables = GridTables(np.sort(np.random.default_rng(2).random((1, 2, bins + 1)), axis=-1))
+    plan = StrataPlan.build(nstrat, [90], None)
+    first, local = plan.share(0, 90)
+    corners, step_ = StrataPlan.corners_of(nstrat, bins), bins / nstrat
+    x, jac, got_bins = tables.draw(_Draws(), 90, into=_Stratify(corners, nstrat, step_,
+                                                                first, local))
+    jac = jac * np.repeat(plan.factors[first:first + local.size], local)
+    kernel = kernels.stratified_kernel(10 ** 6)
+    assert kernel is not None, "numba did not load"
+    starts = np.concatenate(([0], np.cumsum(local))).astype(np.intp)
+    kx, kjac, kbins, _ = kernels.stratified_draw(
+        kernel, _Draws(), 90, tables, step_, corners[:, first:first + local.size], starts,
+        plan.factors[first:first + local.size])
+    assert (got_bins == bins - 1).any()  # the clamp happened
+    assert np.array_equal(kx, x) and np.array_equal(kjac, jac)
+    assert np.array_equal(kbins, got_bins)
+
+
+def test_a_run_gives_the_same_result_with_and_without_kernels(
+        monkeypatch: pytest.MonkeyPatch, small_kernel_rows: None) -> None:
+    results = []
+    for switch in ("0", "1"):
+        monkeypatch.setenv(kernels.ENV, switch)
+        r = integrate_local(SPEC)
+        results.append((float(r.estimate).hex(), float(r.error).hex(), r.samples))
+    assert results[0] == results[1]
+
+
+def test_small_batches_switched_off_kernels_and_a_missing_numba_keep_to_numpy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert kernels.stratified_kernel(kernels.KERNEL_ROWS - 1) is None
+    monkeypatch.setenv(kernels.ENV, "0")
+    assert kernels.stratified_kernel(10 ** 6) is None
+    monkeypatch.setenv(kernels.ENV, "1")
+    monkeypatch.setattr(kernels, "_LOADED", {})
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba -> ImportError
+    monkeypatch.delitem(sys.modules, "mainboard.integrators.stratified_kernel",
+                        raising=False)
+    assert kernels.stratified_kernel(10 ** 6) is None
+    monkeypatch.setattr(kernels, "KERNEL_ROWS", 1)
+    run = build_run(SPEC)
+    state = RunState.start(run)
+    sizes = state.next_batches()
+    batch = state.sampler.materialize(state.sampler.sample(run.spec.seed, 0, 0, sizes[0]))
+    assert batch.n == sizes[0] and "stratum_factor" in batch.aux
