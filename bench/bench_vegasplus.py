@@ -6,9 +6,12 @@
    iteration in the result (no warm-up thrown away on either side). Over R seeds: the median
    reported error and the RMS of (estimate - exact); ratio mainboard / vegas.
 2. Speed: the 8-d Genz gaussian of bench_vegas.py, time of mainboard with beta = 0.75
-   against beta = 0 (classic VEGAS, today's code path), same budget, median of R; printed
-   next to vegas.Integrator's own figures (defaults, VEGAS+ on) on the same integrand and
-   budget in the same run: wall and CPU time and reported error.
+   against beta = 0 (classic VEGAS, today's code path), same budget, median of R; also
+   VEGAS+ on numpy alone (MAINBOARD_KERNELS=0: what a host without numba runs, the same
+   numbers), and vegas.Integrator's own figures (defaults, VEGAS+ on) on the same integrand
+   and budget in the same run: wall and CPU time and reported error. Last, the once-per-
+   process cost of loading the compiled draw (integrators/kernels.py), left out of the
+   timed runs by a warm-up.
 
     .venv/bin/python bench/bench_vegasplus.py [--ridge-budget 4e5] [--gauss-budget 2e6]
                                               [--repeat 10] [--ridge-repeat 20]
@@ -23,12 +26,15 @@ import argparse
 import math
 import os
 import statistics
+import subprocess
+import sys
+import time
 from typing import Any
 
 import numpy as np
 import vegas
 
-from mainboard.integrators import genz
+from mainboard.integrators import genz, kernels
 from mainboard.integrators.driver import integrate_local
 from mainboard.integrators.integrands import make_integrand, ridge
 from mainboard.integrators.spec import RidgeSpec
@@ -98,28 +104,48 @@ def gauss_vegas(budget: int, seed: int) -> float:
     return float(integ(f, nitn=ITERATIONS, neval=budget // ITERATIONS).sdev)
 
 
-def gauss_times(budget: int, repeat: int) -> dict[Any, tuple[float, float, float, float]]:
-    """Per beta (0.75, 0) and for the vegas package: median wall time, CPU time (user +
-    system), user time and reported error of the 8-d gaussian. mainboard's runs alternate
-    A B V B A V ..., so a busy machine or a cold allocator after the previous run
-    (whichever runs first in a pair is slower) weighs on both alike. CPU time is the figure to read on a shared machine: wall time
-    there mostly measures the neighbours, and page faults (system time) move between the
-    two sides with the allocator's mood."""
-    runs: dict[Any, list[tuple[float, float, float, float]]] = {0.75: [], 0.0: [],
-                                                                "vegas": []}
+#: The gaussian's sides: (label, beta, MAINBOARD_KERNELS), and the vegas package.
+SIDES = (("vegas+", 0.75, "1"), ("classic", 0.0, "1"), ("vegas+ numpy", 0.75, "0"))
+
+
+def gauss_times(budget: int, repeat: int) -> dict[str, tuple[float, float, float]]:
+    """Per side: median wall time, CPU time (user + system) and reported error of the 8-d
+    gaussian. Every side runs once per seed, in an order that rotates with the seed (the
+    package last), so a busy spell or a cold allocator after the previous run weighs on
+    every side alike. CPU time is the figure to read on a shared machine: wall time there
+    mostly measures the neighbours."""
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name, *_ in SIDES}
+    runs["vegas"] = []
+    for _, beta, switch in SIDES:  # warm-up: the kernel's load is a once-per-process cost
+        os.environ[kernels.ENV] = switch
+        integrate_local(spec(GAUSS, 8, budget // 10, 99, beta))
     for seed in range(1, repeat + 1):
-        pair: tuple[Any, ...] = (0.75, 0.0) if seed % 2 else (0.0, 0.75)
-        for side in (*pair, "vegas"):  # the package last: after it, either side in turn
-            before = os.times()
-            if side == "vegas":
+        order = SIDES[seed % len(SIDES):] + SIDES[:seed % len(SIDES)]
+        for name, beta, switch in (*order, ("vegas", 0.0, "1")):
+            os.environ[kernels.ENV] = switch
+            wall, cpu = time.perf_counter(), time.process_time()
+            if name == "vegas":
                 error = gauss_vegas(budget, seed)
             else:
-                error = float(integrate_local(spec(GAUSS, 8, budget, seed, side)).error)
-            after = os.times()
-            user, system = after.user - before.user, after.system - before.system
-            runs[side].append((after.elapsed - before.elapsed, user + system, user, error))
-    return {beta: tuple(statistics.median(r[i] for r in rows) for i in range(4))
-            for beta, rows in runs.items()}  # type: ignore[misc]
+                error = float(integrate_local(spec(GAUSS, 8, budget, seed, beta)).error)
+            runs[name].append((time.perf_counter() - wall, time.process_time() - cpu, error))
+    os.environ.pop(kernels.ENV, None)
+    return {name: tuple(statistics.median(r[i] for r in rows) for i in range(3))
+            for name, rows in runs.items()}  # type: ignore[misc]
+
+
+def kernel_load_seconds() -> float:
+    """Wall time a fresh process spends loading the compiled VEGAS+ draw (numba and the
+    cached machine code), once per process: what a batch of KERNEL_ROWS rows or more
+    costs first."""
+    code = ("import time; t = time.perf_counter(); "
+            "from mainboard.integrators.kernels import stratified_kernel as k; "
+            "assert k(1 << 30) is not None, 'numba did not load'; "
+            "print(time.perf_counter() - t)")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)  # cache
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True)
+    return float(out.stdout)
 
 
 def main() -> None:
@@ -135,18 +161,20 @@ def main() -> None:
     print(f"ridge reported-error ratio mainboard/vegas = {rep_m / rep_v:.3f}  (target <= 1.25)")
     print(f"ridge rms-error ratio      mainboard/vegas = {rms_m / rms_v:.3f}")
     times = gauss_times(int(args.gauss_budget), args.repeat)
-    (wp, cp, up, ep), (wc, cc, uc, ec) = times[0.75], times[0.0]
-    wv, cv, uv, ev = times["vegas"]
-    for side, (w, c, u, e) in times.items():
-        name = "vegas pkg " if side == "vegas" else f"beta={side:<5}"
-        print(f"gauss-8d {name} wall {w:.3f} s cpu {c:.3f} s (user {u:.3f} s) "
-              f"error {e:.3e}")
+    for name, (wall, cpu, error) in times.items():
+        print(f"gauss-8d {name:13s} wall {wall:.3f} s cpu {cpu:.3f} s error {error:.3e}")
+    (wp, cp, ep), (wc, cc, ec) = times["vegas+"], times["classic"]
+    wv, cv, ev = times["vegas"]
+    cn = times["vegas+ numpy"][1]
     print(f"gauss-8d budget {args.gauss_budget:.3g} in {ITERATIONS} iterations; "
-          f"mainboard beta=0.75 / vegas package: cpu {cp / cv:.3f}, wall {wp / wv:.3f}, "
+          f"mainboard vegas+ / vegas package: cpu {cp / cv:.3f}, wall {wp / wv:.3f}, "
           f"error {ep / ev:.3f}")
-    print(f"gauss-8d cpu ratio beta=0.75/beta=0 = {cp / cc:.3f}  (target <= 1.10); "
-          f"wall {wp / wc:.3f}, user {up / uc:.3f}; cost at equal error (cpu * error^2) = "
+    print(f"gauss-8d cpu ratio vegas+/classic = {cp / cc:.3f}  (target <= 1.10); "
+          f"wall {wp / wc:.3f}; cost at equal error (cpu * error^2) = "
           f"{cp * ep ** 2 / (cc * ec ** 2):.3f}")
+    print(f"gauss-8d cpu ratio vegas+ without kernels (MAINBOARD_KERNELS=0)/classic = "
+          f"{cn / cc:.3f}")
+    print(f"kernel load, once per process: {kernel_load_seconds():.2f} s")
 
 
 if __name__ == "__main__":
