@@ -63,6 +63,20 @@ def _tagged_dirs(root: Path, prefix: str) -> list[str]:
                   if f"MAINBOARD_JOB_TAG={prefix}" in p.read_text())
 
 
+def _job_dirs_seen(root: Path, prefix: str) -> str:
+    """Each tagged job directory's pid and what ps says that pid runs (for a failure's
+    message: the reconciler calls a process job alive when its pid runs the script)."""
+    lines = []
+    for uid in _tagged_dirs(root, prefix):
+        job = root / ".mainboard" / "jobs" / uid
+        pid = (job / "pid").read_text().strip() if (job / "pid").exists() else "-"
+        ps = subprocess.run(["ps", "-ww", "-p", pid, "-o", "args="], capture_output=True,
+                            text=True).stdout.strip() if pid != "-" else ""
+        marks = [m for m in ("exit_code", "cancelled", "timeout") if (job / m).exists()]
+        lines.append(f"{uid}: pid {pid} runs {ps!r} {marks}")
+    return "\n".join(["", "job directories:", *lines])
+
+
 def test_a_killed_controller_adopts_its_allocations_and_submits_nothing_twice(
         tmp_path: Path, slurm_cluster: SlurmCluster, sshd_server: SshServer,  # noqa: F811
         provisioned_root: Path) -> None:  # noqa: F811
@@ -98,7 +112,8 @@ def test_a_killed_controller_adopts_its_allocations_and_submits_nothing_twice(
         done = cli(ws, "fleet", "status", "--json", env=env)  # no keeper: it reconciles
         assert done.returncode == 0, done.stderr
         rows = json.loads(done.stdout)
-        assert {r["worker_id"]: r["job_id"] for r in rows} == before, done.stderr
+        assert {r["worker_id"]: r["job_id"] for r in rows} == before, \
+            done.stderr + _job_dirs_seen(provisioned_root, prefix)
         for worker_id in before:
             assert f"fleet: adopted worker {worker_id}" in done.stderr, done.stderr
         assert f"cleaned cluster: job {orphan} (no receipt knows it)" in done.stderr

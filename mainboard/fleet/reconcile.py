@@ -64,9 +64,15 @@ class Reconciler:
         self.config = config
         self.receipts = fleet_receipts(config.state_dir)
         self.prefix = owner_prefix(config.state_dir)
-        self.state = read_fleet(config.state_dir)
-        self.intents = open_intents(self.state)
+        self.refresh()
         self.done = Reconciled()
+
+    def refresh(self) -> None:
+        """Read the fleet record again. Called after each listing: a submission racing the
+        pass (``fleet up`` beside the keeper) writes its receipt before asking the host, so
+        a record read after the listing knows every allocation the listing shows."""
+        self.state = read_fleet(self.config.state_dir)
+        self.intents = open_intents(self.state)
 
     def known(self, worker_id: str) -> bool:
         """Recorded as live, or being submitted right now: not ours to touch."""
@@ -137,6 +143,7 @@ class Reconciler:
 
     def settle(self, bridge: Bridge, found: dict[str, str]) -> None:
         """Adopt, or clean, what one host lists under the owner prefix."""
+        self.refresh()
         for tag, job_id in found.items():
             worker_id = tag[len(self.prefix):]
             if self.known(worker_id) or self.elsewhere(worker_id, bridge.name):
@@ -189,6 +196,7 @@ class Reconciler:
             except MainboardError as exc:
                 self.done.errors.append(f"host {name!r}: {exc}")
                 continue
+            self.refresh()
             for rental in listed:
                 label = rental.label or ""
                 _, mark, worker_id = label.rpartition(f"-{self.prefix}")
