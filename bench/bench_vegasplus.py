@@ -116,7 +116,8 @@ def gauss_times(budget: int, repeat: int) -> dict[str, tuple[float, float, float
     mostly measures the neighbours."""
     runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name, *_ in SIDES}
     runs["vegas"] = []
-    for _, beta, switch in SIDES:  # warm-up: the kernel's load is a once-per-process cost
+    assert kernels.preload(), "numba did not load"  # a once-per-process cost, timed apart
+    for _, beta, switch in SIDES:  # warm-up
         os.environ[kernels.ENV] = switch
         integrate_local(spec(GAUSS, 8, budget // 10, 99, beta))
     for seed in range(1, repeat + 1):
@@ -136,11 +137,10 @@ def gauss_times(budget: int, repeat: int) -> dict[str, tuple[float, float, float
 
 def kernel_load_seconds() -> float:
     """Wall time a fresh process spends loading the compiled VEGAS+ draw (numba and the
-    cached machine code), once per process: what a batch of KERNEL_ROWS rows or more
-    costs first."""
+    cached machine code), once per process (after numpy drew LOAD_AFTER_ROWS rows)."""
     code = ("import time; t = time.perf_counter(); "
-            "from mainboard.integrators.kernels import stratified_kernel as k; "
-            "assert k(1 << 30) is not None, 'numba did not load'; "
+            "from mainboard.integrators.kernels import preload; "
+            "assert preload(), 'numba did not load'; "
             "print(time.perf_counter() - t)")
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)  # cache
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,

@@ -7,9 +7,14 @@ whole draw in a single pass and is faster than the classic numpy path.
 
 A kernel computes exactly its numpy twin's numbers (same operations, same order, no
 fast-math), so which one ran is invisible in every result: a fleet may mix hosts with and
-without numba and stay bit-identical. Kernels are used for batches of at least
-:data:`KERNEL_ROWS` rows (loading numba and the cached machine code costs about 0.4 s once
-per process, which small batches would not repay), unless ``MAINBOARD_KERNELS=0``.
+without numba, and a process may switch from one to the other mid-run, and stay
+bit-identical. Loading numba and the cached machine code costs about 0.3 s once per
+process, as much as numpy's extra passes over some 5 million rows; so a process draws its
+first :data:`LOAD_AFTER_ROWS` stratified rows with numpy and loads the kernel only then
+(rent until renting has cost what buying does: never more than twice the better choice,
+and nothing for the short runs and small workers that never get there). Batches under
+:data:`KERNEL_ROWS` rows always keep to numpy; ``MAINBOARD_KERNELS=0`` keeps every batch
+there; :func:`preload` loads at once (benchmarks, long-lived workers).
 """
 
 from __future__ import annotations
@@ -25,21 +30,36 @@ from mainboard.integrators.chunking import row_slices
 
 #: Batches of fewer rows keep to numpy.
 KERNEL_ROWS = 16384
+#: Stratified rows a process draws with numpy before it loads the kernel.
+LOAD_AFTER_ROWS = 1 << 22
 #: ``MAINBOARD_KERNELS=0`` keeps every batch on numpy (to compare, or to rule kernels out).
 ENV = "MAINBOARD_KERNELS"
 
 _LOCK = threading.Lock()
 _LOADED: dict[str, Any] = {}
+_DRAWN = {"stratified": 0}  # rows drawn with numpy so far, in this process
 
 
 def stratified_kernel(rows: int) -> Callable[..., None] | None:
-    """The compiled stratified slice for a batch of ``rows`` rows, or None: numpy then."""
+    """The compiled stratified draw for a batch of ``rows`` rows, or None: numpy then
+    (the rows are counted towards loading the kernel)."""
     if rows < KERNEL_ROWS or os.environ.get(ENV, "1") == "0":
         return None
     with _LOCK:
         if "stratified" not in _LOADED:
+            if _DRAWN["stratified"] < LOAD_AFTER_ROWS:
+                _DRAWN["stratified"] += rows
+                return None
             _LOADED["stratified"] = _import_kernel()
-    return _LOADED["stratified"]
+        return _LOADED["stratified"]
+
+
+def preload() -> bool:
+    """Load the kernels now (whatever has been drawn); whether they are there."""
+    with _LOCK:
+        if "stratified" not in _LOADED:
+            _LOADED["stratified"] = _import_kernel()
+        return _LOADED["stratified"] is not None
 
 
 def _import_kernel() -> Callable[..., None] | None:

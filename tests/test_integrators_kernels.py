@@ -1,7 +1,8 @@
 """The compiled VEGAS+ draw (integrators/kernels.py) against its numpy twin.
 
 The kernel must give the numpy path's numbers to the last bit (a fleet may mix hosts with
-and without numba), including the rare sum that rounds up to the bin count; small batches,
+and without numba, a process switches mid-run), including the rare sum that rounds up to
+the bin count; a process loads it once numpy has drawn its share of rows; small batches,
 ``MAINBOARD_KERNELS=0`` and a numba that does not import keep to numpy. numba is a declared
 dependency: a kernel that does not load here is a failure, not a skip.
 """
@@ -29,8 +30,10 @@ SPEC = {"name": "kernel", "seed": 11, "domain": {"continuous": 5, "discrete": [3
 
 @pytest.fixture
 def small_kernel_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kernels for every batch, so the tests stay small (9,000-row batches: two slices)."""
+    """Kernels for every batch from the first, so the tests stay small (9,000-row batches:
+    two slices)."""
     monkeypatch.setattr(kernels, "KERNEL_ROWS", 1)
+    monkeypatch.setattr(kernels, "LOAD_AFTER_ROWS", 0)
 
 
 def _batches(monkeypatch: pytest.MonkeyPatch, switch: str) -> list:
@@ -49,7 +52,7 @@ def test_kernel_draws_the_numpy_batch_to_the_last_bit(
         monkeypatch: pytest.MonkeyPatch, small_kernel_rows: None) -> None:
     numpy_side = _batches(monkeypatch, "0")
     kernel_side = _batches(monkeypatch, "1")
-    assert kernels.stratified_kernel(10 ** 6) is not None, "numba did not load"
+    assert kernels.preload(), "numba did not load"
     for a, b in zip(numpy_side, kernel_side, strict=True):
         for got, want in ((b.x, a.x), (b.weights, a.weights), (b.idx, a.idx),
                           (b.aux["bins"], a.aux["bins"]),
@@ -75,8 +78,9 @@ def test_kernel_puts_a_sum_that_rounds_up_to_the_bin_count_in_the_last_bin() -> 
     x, jac, got_bins = tables.draw(_Draws(), 90, into=_Stratify(corners, nstrat, step_,
                                                                 first, local))
     jac = jac * np.repeat(plan.factors[first:first + local.size], local)
+    assert kernels.preload(), "numba did not load"
     kernel = kernels.stratified_kernel(10 ** 6)
-    assert kernel is not None, "numba did not load"
+    assert kernel is not None
     starts = np.concatenate(([0], np.cumsum(local))).astype(np.intp)
     kx, kjac, kbins, _ = kernels.stratified_draw(
         kernel, _Draws(), 90, tables, step_, corners[:, first:first + local.size], starts,
@@ -96,9 +100,21 @@ def test_a_run_gives_the_same_result_with_and_without_kernels(
     assert results[0] == results[1]
 
 
-def test_small_batches_switched_off_kernels_and_a_missing_numba_keep_to_numpy(
+def test_a_process_loads_the_kernel_once_numpy_has_drawn_its_share(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    assert kernels.stratified_kernel(kernels.KERNEL_ROWS - 1) is None
+    monkeypatch.setattr(kernels, "_LOADED", {})
+    monkeypatch.setattr(kernels, "_DRAWN", {"stratified": 0})
+    monkeypatch.setattr(kernels, "LOAD_AFTER_ROWS", 3 * kernels.KERNEL_ROWS)
+    rows = kernels.KERNEL_ROWS
+    assert kernels.stratified_kernel(rows - 1) is None  # small: numpy, not counted
+    assert [kernels.stratified_kernel(rows) is None for _ in range(4)] == [True] * 3 + [False]
+    assert kernels._DRAWN["stratified"] == 3 * rows
+    assert kernels.stratified_kernel(rows - 1) is None  # small batches stay on numpy
+
+
+def test_switched_off_kernels_and_a_missing_numba_keep_to_numpy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "LOAD_AFTER_ROWS", 0)
     monkeypatch.setenv(kernels.ENV, "0")
     assert kernels.stratified_kernel(10 ** 6) is None
     monkeypatch.setenv(kernels.ENV, "1")
@@ -106,7 +122,7 @@ def test_small_batches_switched_off_kernels_and_a_missing_numba_keep_to_numpy(
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba -> ImportError
     monkeypatch.delitem(sys.modules, "mainboard.integrators.stratified_kernel",
                         raising=False)
-    assert kernels.stratified_kernel(10 ** 6) is None
+    assert kernels.stratified_kernel(10 ** 6) is None and not kernels.preload()
     monkeypatch.setattr(kernels, "KERNEL_ROWS", 1)
     run = build_run(SPEC)
     state = RunState.start(run)
