@@ -21,6 +21,7 @@ own span of strata, the merge adds them into full-length arrays (:func:`add_span
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -143,6 +144,64 @@ class StrataPlan:
     def runs(first: int, local: np.ndarray) -> np.ndarray:
         """Stratum numbers of a share (see :meth:`share`), one run per stratum."""
         return np.repeat(np.arange(first, first + local.size, dtype=np.intp), local)
+
+
+class StratifiedFill:
+    """Fill callback for ``GridTables.draw``: uniform draws moved into each sample's stratum
+    and scaled to bin units at once, N y = u N / nstrat + N corner, slice by slice in the
+    grid's own work array (a batch-sized buffer would push the slice out of cache).
+
+    A batch's samples come in runs, one per stratum (``counts``, in stratum order, numbered
+    row-major from ``first``). An axis whose corner stays put over long stretches of rows
+    (a slow axis: the first ones) gets its corner added as a constant over each stretch;
+    the fast axes get theirs repeated over the slice's runs (one ``repeat`` of the runs'
+    corners, no per-row stratum index). Either way every y is the same u * step + corner,
+    so how the axes are split is a matter of speed, not of numbers."""
+
+    #: An axis whose corner changes every fewer rows than this, on average, is repeated.
+    BLOCK_ROWS = 512
+
+    def __init__(self, corners: np.ndarray, nstrat: np.ndarray, step: np.ndarray,
+                 first: int, counts: np.ndarray) -> None:
+        self.step = step[:, None]
+        n, dim = int(counts.sum()), nstrat.size
+        stride = np.ones(dim, dtype=np.int64)
+        stride[:-1] = np.cumprod(nstrat[::-1])[::-1][1:]
+        per_row = counts.size / max(n, 1)  # strata per row, on average
+        slow = 0
+        while slow < dim and stride[slow] >= self.BLOCK_ROWS * per_row:
+            slow += 1
+        self.slow = slow
+        self.fast = corners[slow:, first:first + counts.size]  # the batch's runs' corners
+        self.starts = np.zeros(counts.size + 1, dtype=np.intp)  # of each run, and the end
+        np.cumsum(counts, out=self.starts[1:])
+        last = first + counts.size
+        self.blocks: list[tuple[list[int], list[float]]] = []
+        for j in range(slow):  # one stretch per change of the axis' corner
+            heads = np.arange((first // stride[j] + 1) * stride[j], last, stride[j])
+            at = np.concatenate(([first], heads))
+            rows = self.starts[at - first].tolist() + [n]
+            values = corners[j].take(at).tolist()
+            self.blocks.append((rows, values))
+
+    def __call__(self, rng: np.random.Generator, part: np.ndarray, sl: slice,
+                 low: np.ndarray) -> None:
+        del low  # no work array needed
+        rng.random(out=part)
+        part *= self.step
+        lo, hi = sl.start, sl.stop
+        for j, (rows, values) in enumerate(self.blocks):
+            row = part[j]
+            b = bisect.bisect_right(rows, lo) - 1
+            while rows[b] < hi:
+                row[max(rows[b], lo) - lo:min(rows[b + 1], hi) - lo] += values[b]
+                b += 1
+        if self.fast.shape[0]:
+            a = int(self.starts.searchsorted(lo, side="right")) - 1  # run holding row lo
+            b = int(self.starts.searchsorted(hi, side="left"))  # one past the last run
+            edges = self.starts[a:b + 1].copy()
+            edges[0], edges[-1] = lo, hi
+            part[self.slow:] += np.repeat(self.fast[:, a:b], np.diff(edges), axis=1)
 
 
 class StrataSums:

@@ -1,8 +1,8 @@
 """The VEGAS+ stratified draw of one slice as one compiled loop (numba; imported only by
 :mod:`~mainboard.integrators.kernels`, which falls back to numpy when this fails to import).
 
-Per row and axis it performs the numpy path's operations (``_Stratify`` then
-``GridTables._map_block`` and the stratum factor) one after the other, in the same order
+Per row and axis it performs the numpy path's operations (``StratifiedFill`` then
+``GridTables._run`` and the stratum factor) one after the other, in the same order
 and with the same roundings: u * step, plus the stratum's corner, floor, position in the
 bin, the bin (the last one when the sum rounds up to N), lower edge + position * width,
 capped below 1, and the Jacobian as the product of width * N over the axes in axis order,

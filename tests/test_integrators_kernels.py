@@ -17,9 +17,8 @@ import pytest
 from mainboard.integrators import kernels
 from mainboard.integrators.driver import RunState, integrate_local, step
 from mainboard.integrators.grid import ONE_BELOW, GridTables
-from mainboard.integrators.samplers import _Stratify
 from mainboard.integrators.stages import build_run
-from mainboard.integrators.strata import StrataPlan
+from mainboard.integrators.strata import StrataPlan, StratifiedFill
 
 SPEC = {"name": "kernel", "seed": 11, "domain": {"continuous": 5, "discrete": [3]},
         "integrand": {"kind": "genz.gaussian", "a": [4.0] * 5, "u": [0.4] * 5},
@@ -75,7 +74,7 @@ def test_kernel_puts_a_sum_that_rounds_up_to_the_bin_count_in_the_last_bin() -> 
     plan = StrataPlan.build(nstrat, [90], None)
     first, local = plan.share(0, 90)
     corners, step_ = StrataPlan.corners_of(nstrat, bins), bins / nstrat
-    x, jac, got_bins = tables.draw(_Draws(), 90, into=_Stratify(corners, nstrat, step_,
+    x, jac, got_bins = tables.draw(_Draws(), 90, into=StratifiedFill(corners, nstrat, step_,
                                                                 first, local))
     jac = jac * np.repeat(plan.factors[first:first + local.size], local)
     assert kernels.preload(), "numba did not load"

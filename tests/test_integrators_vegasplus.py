@@ -19,11 +19,12 @@ import vegas
 from mainboard.cli.runview import result_json, result_text
 from mainboard.integrators.driver import RunState, integrate_local, step
 from mainboard.integrators.integrands import make_integrand, ridge
-from mainboard.integrators.samplers import _Stratify, merge_training, restore_sampler
+from mainboard.integrators.samplers import merge_training, restore_sampler
 from mainboard.integrators.spec import RidgeSpec
 from mainboard.integrators.stages import BatchResult, build_run, merge_results, process_batch
 from mainboard.integrators.strata import (
     StrataPlan,
+    StratifiedFill,
     allocate,
     batch_statistics,
     combine,
@@ -94,8 +95,8 @@ def test_strata_points_and_statistics_do_not_depend_on_how_axes_are_filled(
     smp = state.sampler
     latent = smp.sample(run.spec.seed, 1, 1, sizes[1])
     batches = []
-    for rows in (1, 10 ** 9, _Stratify.BLOCK_ROWS):  # every axis by stretches, gathered, mixed
-        monkeypatch.setattr(_Stratify, "BLOCK_ROWS", rows)
+    for rows in (1, 10 ** 9, StratifiedFill.BLOCK_ROWS):  # every axis by stretches, gathered, mixed
+        monkeypatch.setattr(StratifiedFill, "BLOCK_ROWS", rows)
         batches.append(smp.materialize(latent))
     for other in batches[1:]:
         assert np.array_equal(other.x, batches[0].x)
