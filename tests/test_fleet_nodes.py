@@ -377,7 +377,10 @@ def test_both_nodes_retire_together_before_walltime_and_the_job_completes(
         wait_until(lambda: _squeue_state(slurm_cluster, job_id) == "COMPLETED", 60,
                    "the allocation to end on its own, before its walltime")
         logs = "".join((job_dir / n).read_text() for n in ("stdout", "stderr"))
-        assert logs.count("Warm shutdown") == 2, logs[-3000:]  # each node's worker retired
+        # each node's worker decided to retire and shut down warm (a worker may announce its
+        # warm shutdown twice: srun signals the step's other task when the first one ends)
+        assert logs.count("retiring: allocation") == 2, logs[-3000:]
+        assert logs.count("Warm shutdown") >= 2, logs[-3000:]
     finally:
         cli(ws, "fleet", "down")
         stop_broker(ws)
