@@ -170,6 +170,16 @@ def stop_broker(ws: Path) -> None:
     EmbeddedBroker(ws / ".mainboard").down()
 
 
+def tear_down(ws: Path, *args: str, env: Mapping[str, str] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    """A fleet test's cleanup: ``fleet down ARGS``, then the workspace's broker stopped
+    (even when the down fails); the ``fleet down`` result, for the test to check."""
+    try:
+        return cli(ws, "fleet", "down", *args, env=env)
+    finally:
+        stop_broker(ws)
+
+
 def up_ok(ws: Path, *args: str, env: Mapping[str, str] | None = None) -> list[str]:
     """``fleet up ARGS``, which must succeed; its stdout lines."""
     done = cli(ws, "fleet", "up", *args, env=env)

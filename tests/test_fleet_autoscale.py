@@ -22,7 +22,15 @@ from mainboard.errors import UserError
 from mainboard.fleet.autoscale import SCALE_TICK_ENV
 from mainboard.fleet.control import resume_pool
 from mainboard.fleet.records import read_fleet
-from tests.fleet_helpers import cli, config, stop_broker, table, wait_until, workspace
+from tests.fleet_helpers import (
+    cli,
+    config,
+    stop_broker,
+    table,
+    tear_down,
+    wait_until,
+    workspace,
+)
 from tests.services import free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
@@ -199,5 +207,4 @@ def test_a_run_on_an_autoscaled_pool_at_zero_starts_its_worker(tmp_path: Path) -
         runs = [e for e in read_fleet(ws / ".mainboard").scale if e.pool == "runs"]
         assert [e.action for e in runs][:2] == ["start", "submit"], runs
     finally:
-        cli(ws, "fleet", "down")
-        stop_broker(ws)
+        tear_down(ws)

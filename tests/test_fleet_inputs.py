@@ -22,8 +22,8 @@ from tests.fleet_helpers import (
     processes_matching,
     ssh_host,
     status,
-    stop_broker,
     table,
+    tear_down,
     wait_until,
     workspace,
 )
@@ -121,8 +121,7 @@ def test_failing_hosts_get_one_line_each_and_the_rest_comes_up(tmp_path: Path,
         assert host_queue(hostile) in next(r for r in rows if r["host"] == hostile)["queues"]
     finally:
         rows = status(ws)
-        assert cli(ws, "fleet", "down", "--timeout", "20").returncode == 0
-        stop_broker(ws)
+        assert tear_down(ws, "--timeout", "20").returncode == 0
     assert_nothing_left(ws, nodes_of(rows))
     assert not mark.exists()
 

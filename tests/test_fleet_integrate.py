@@ -37,7 +37,7 @@ from tests.fleet_helpers import (
     provisioned_root,  # noqa: F401 - session fixture
     ssh_host,
     status,
-    stop_broker,
+    tear_down,
     up_ok,
     wait_until,
     workspace,
@@ -79,8 +79,7 @@ def ns_fleet(tmp_path_factory: pytest.TempPathFactory,
     try:
         yield NsFleet(ws, ns, up_ok(ws, "--on", "ns"), provisioned_root)
     finally:
-        cli(ws, "fleet", "down", "--timeout", "20")
-        stop_broker(ws)
+        tear_down(ws, "--timeout", "20")
         ns.cleanup()
 
 

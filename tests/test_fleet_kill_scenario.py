@@ -30,12 +30,11 @@ from mainboard.fleet.records import read_fleet
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.fleet_helpers import (
     HOST_PYTHON,
-    cli,
     config,
     provisioned_root,  # noqa: F401 - session fixture
     status,
-    stop_broker,
     table,
+    tear_down,
     up_ok,
     wait_until,
     workspace,
@@ -151,8 +150,7 @@ def test_a_run_survives_a_worker_killed_every_30s_and_each_is_replaced_within_60
         if run is not None and run.poll() is None:
             run.kill()
             run.communicate()
-        down = cli(ws, "fleet", "down", "--timeout", "10")
-        stop_broker(ws)
+        down = tear_down(ws, "--timeout", "10")
     print("\n" + "\n".join(f"{how} at +{at:.0f} s: lost after {lost:.1f} s, replacement "
                            f"registered after {rep:.1f} s" for how, _, at, lost, rep in kills)
           + f"\nrun took {took:.1f} s; victims with a batch in hand: {held}")

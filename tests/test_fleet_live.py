@@ -31,8 +31,8 @@ from tests.fleet_helpers import (
     provisioned_root,  # noqa: F401 - session fixture
     ssh_host,
     status,
-    stop_broker,
     table,
+    tear_down,
     up_ok,
     wait_until,
     workspace,
@@ -73,8 +73,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer,
         lines += up_ok(ws, "--on", "ns")  # a second `up` adds to the running fleet
         yield Fleet(ws, ns, slurm_cluster, lines)
     finally:
-        cli(ws, "fleet", "down", "--timeout", "20")
-        stop_broker(ws)
+        tear_down(ws, "--timeout", "20")
         ns.cleanup()
 
 

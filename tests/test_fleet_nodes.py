@@ -42,8 +42,8 @@ from tests.fleet_helpers import (
     provisioned_root,  # noqa: F401 - session fixture
     send_tasks,
     status,
-    stop_broker,
     table,
+    tear_down,
     up_ok,
     wait_until,
     workspace,
@@ -318,8 +318,7 @@ def test_a_two_node_pool_runs_one_worker_per_node_and_fleet_down_stops_both(
                           >= 8 and r, 30, "both heartbeat keys counting tasks")
         assert all((x["tasks_done"] or 0) >= 1 for x in done)
     finally:
-        down = cli(ws, "fleet", "down")
-        stop_broker(ws)
+        down = tear_down(ws)
     assert down.returncode == 0, down.stderr
     assert _squeue_state(slurm_cluster, job_id) == "COMPLETED"  # drained, not killed
     assert_nothing_left(ws, nodes_of(rows))
@@ -355,8 +354,7 @@ def test_one_node_worker_killed_ends_the_whole_allocation_which_is_replaced_whol
         assert [w.nodes for w in fleet.live()] == [2]  # one allocation replaced it
         rows += fresh
     finally:
-        cli(ws, "fleet", "down")
-        stop_broker(ws)
+        tear_down(ws)
     assert_nothing_left(ws, nodes_of(rows))
 
 
@@ -382,6 +380,5 @@ def test_both_nodes_retire_together_before_walltime_and_the_job_completes(
         assert logs.count("retiring: allocation") == 2, logs[-3000:]
         assert logs.count("Warm shutdown") >= 2, logs[-3000:]
     finally:
-        cli(ws, "fleet", "down")
-        stop_broker(ws)
+        tear_down(ws)
     assert_nothing_left(ws, nodes_of(rows))

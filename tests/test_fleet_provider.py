@@ -30,6 +30,7 @@ from tests.fleet_helpers import (
     status,
     stop_broker,
     table,
+    tear_down,
     up_ok,
     wait_until,
     workspace,
@@ -86,8 +87,7 @@ def test_rented_worker_runs_a_task_and_down_destroys_the_rental(
         for text in (user_data, sim.log_text()):
             assert not any(s in text for s in secrets)
     finally:
-        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
-        stop_broker(ws)
+        down = tear_down(ws, "--timeout", "20", env=env)
     assert down.returncode == 0 and "gpu: worker " in down.stdout, down.stderr
     assert owned_rentals(ws / ".mainboard") == [] and _listed(sim) == []
     assert sandbox["netns"] not in _namespaces()
@@ -120,8 +120,7 @@ def test_a_worker_idle_past_its_timeout_loses_its_rental(
         stopped = wait_until(lambda: read_fleet(ws / ".mainboard").stopped, 90,
                              "the keeper stopping the idle worker")
     finally:
-        cli(ws, "fleet", "down", "--timeout", "20", env=env)
-        stop_broker(ws)
+        tear_down(ws, "--timeout", "20", env=env)
     (reason,) = [s.reason for s in stopped.values()]
     assert reason == "idle past idle_timeout"
     assert owned_rentals(ws / ".mainboard") == [] and _listed(sim) == []
@@ -165,8 +164,7 @@ def test_metrics_show_a_provider_pools_spend_as_the_provider_bills_it(
         assert value(live, "mainboard_allocations_submitted_total", pool="rented") == 1
         assert 0 < value(live, "mainboard_spend_usd_total", pool="rented") < price  # < 1 h
     finally:
-        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
-        stop_broker(ws)
+        down = tear_down(ws, "--timeout", "20", env=env)
     assert down.returncode == 0, down.stderr
     billed = json.loads((sim.state / "state.json").read_text())["rentals"][rental]
     assert billed["end"], billed  # destroyed: the clock stopped
@@ -220,8 +218,7 @@ def test_a_killed_controller_adopts_its_rental_and_destroys_an_unknown_one(
         assert ours == sorted([worker.rental["rental_id"], stray.id])  # one rent, ever
         assert _listed(sim) == [worker.rental["rental_id"]]
     finally:
-        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
-        stop_broker(ws)
+        down = tear_down(ws, "--timeout", "20", env=env)
     assert down.returncode == 0, down.stderr
     assert _listed(sim) == []
 
@@ -277,8 +274,7 @@ def test_a_provider_pool_stays_within_its_price_limits(
         finally:
             results[0].app.close()
     finally:
-        down = cli(ws, "fleet", "down", "--timeout", "20", env=env)
-        stop_broker(ws)
+        down = tear_down(ws, "--timeout", "20", env=env)
         sim.exclusive(False)
     assert down.returncode == 0, down.stderr
     assert most == 2 and len({r["task_id"] for r in ran}) == 3

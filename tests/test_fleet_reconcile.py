@@ -29,8 +29,8 @@ from tests.fleet_helpers import (
     kill_keeper_and_lose_starts,
     provisioned_root,  # noqa: F401 - session fixture
     ssh_host,
-    stop_broker,
     table,
+    tear_down,
     up_ok,
     wait_until,
     workspace,
@@ -132,6 +132,5 @@ def test_a_killed_controller_adopts_its_allocations_and_submits_nothing_twice(
         assert sorted(_named_jobs(slurm_cluster, prefix)) == sorted([pools["pbs"], pbs_orphan])
         assert len(_tagged_dirs(provisioned_root, prefix)) == 3  # lo's, hpc's and pbs's script
     finally:
-        down = cli(ws, "fleet", "down", "--timeout", "20")
-        stop_broker(ws)
+        down = tear_down(ws, "--timeout", "20")
     assert down.returncode == 0, down.stderr

@@ -23,11 +23,10 @@ from mainboard.fleet.records import owner_prefix, read_fleet
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.fleet_helpers import (
     HOST_PYTHON,
-    cli,
     provisioned_root,  # noqa: F401 - session fixture
     send_tasks,
-    stop_broker,
     table,
+    tear_down,
     up_ok,
     workspace,
 )
@@ -109,8 +108,7 @@ def test_burst_within_limits_drains_and_scales_to_zero_bad_partition_pauses(
     finally:
         if app is not None:
             app.close()
-        down = cli(ws, "fleet", "down", "--timeout", "10")
-        stop_broker(ws)
+        down = tear_down(ws, "--timeout", "10")
     assert down.returncode == 0, down.stderr
     assert all(s["PENDING"] <= 2 and s["RUNNING"] <= 4 for s in samples), samples
     assert max(s["RUNNING"] for s in samples) > 1  # it did scale out

@@ -23,8 +23,8 @@ from tests.fleet_helpers import (
     HOST_PYTHON,
     cli,
     provisioned_root,  # noqa: F401 - session fixture
-    stop_broker,
     table,
+    tear_down,
     workspace,
 )
 from tests.services import SlurmCluster
@@ -60,6 +60,5 @@ def test_a_workspace_module_runs_on_a_slurm_pool_grown_from_zero(
                      if w.pool == "standby"]
         assert worker.kind == "slurm"
     finally:
-        down = cli(ws, "fleet", "down", "--timeout", "20")
-        stop_broker(ws)
+        down = tear_down(ws, "--timeout", "20")
     assert down.returncode == 0, down.stderr

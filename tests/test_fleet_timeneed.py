@@ -20,11 +20,10 @@ from mainboard.tasks.timeneed import HEADER, need_of, refuses
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.fleet_helpers import (
     HOST_PYTHON,
-    cli,
     config,
     provisioned_root,  # noqa: F401 - session fixture
-    stop_broker,
     table,
+    tear_down,
     up_ok,
     wait_until,
     workspace,
@@ -168,6 +167,5 @@ def test_a_task_needing_more_time_than_the_allocation_has_left_runs_elsewhere(
     finally:
         if app is not None:
             app.close()
-        down = cli(ws, "fleet", "down", "--timeout", "10")
-        stop_broker(ws)
+        down = tear_down(ws, "--timeout", "10")
     assert down.returncode == 0, down.stderr

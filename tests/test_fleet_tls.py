@@ -27,8 +27,8 @@ from tests.fleet_helpers import (
     provisioned_root,  # noqa: F401 - session fixture
     ssh_host,
     status,
-    stop_broker,
     table,
+    tear_down,
     up_ok,
     wait_until,
     workspace,
@@ -65,8 +65,7 @@ def tls_fleet(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer,
                    and all(r["online"] for r in rows), 120, "three TLS workers online")
         yield TlsFleet(ws, slurm_cluster, provisioned_root)
     finally:
-        cli(ws, "fleet", "down", "--timeout", "20")
-        stop_broker(ws)
+        tear_down(ws, "--timeout", "20")
 
 
 def test_a_tls_fleet_runs_an_integration_as_the_worker_user(tls_fleet: TlsFleet) -> None:

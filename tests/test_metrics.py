@@ -24,7 +24,7 @@ from mainboard.services.broker import EmbeddedBroker
 from mainboard.services.flower import USER, Flower
 from mainboard.tasks.runner import integrate, load_spec
 from mainboard.tasks.workers import LocalWorkers
-from tests.fleet_helpers import cli, config, stop_broker, table, wait_until, workspace
+from tests.fleet_helpers import cli, config, table, tear_down, wait_until, workspace
 from tests.integration import ready, slow_spec, subprocess_env
 from tests.scrape import Samples, fetch, parse, value
 from tests.services import free_port
@@ -169,8 +169,7 @@ def test_flower_metrics_match_queues_pools_allocations_and_a_running_integration
     finally:
         if workers is not None:
             workers.stop()
-        cli(ws, "fleet", "down", "--force")
-        stop_broker(ws)
+        tear_down(ws, "--force")
 
 
 def test_metrics_without_a_broker_or_with_a_damaged_record_say_so(tmp_path: Path) -> None:

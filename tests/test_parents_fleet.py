@@ -26,7 +26,7 @@ from tests.fleet_helpers import (
     config,
     provisioned_root,  # noqa: F401 - session fixture
     ssh_host,
-    stop_broker,
+    tear_down,
     up_ok,
     wait_until,
     workspace,
@@ -95,8 +95,7 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer,
         up_ok(ws, "--on", "lo")
         yield ws
     finally:
-        cli(ws, "fleet", "down", "--timeout", "20")
-        stop_broker(ws)
+        tear_down(ws, "--timeout", "20")
 
 
 def test_a_3_child_campaign_runs_on_an_ssh_fleet_host(ssh_fleet: Path) -> None:
