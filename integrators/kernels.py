@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from mainboard.integrators.chunking import row_slices
+from mainboard.integrators.grid import GridTables
 
 #: Batches of fewer rows keep to numpy.
 KERNEL_ROWS = 16384
@@ -71,14 +72,13 @@ def _import_kernel() -> Callable[..., None] | None:
 
 
 def stratified_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,
-                    tables: Any, step: np.ndarray, corners: np.ndarray,
+                    tables: GridTables, step: np.ndarray, corners: np.ndarray,
                     starts: np.ndarray, factors: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x (d, n), Jacobians with the stratum factor (n,), bins (d, n), factors (n,)) of a
     stratified batch: the uniforms drawn slice by slice exactly as the numpy path draws
     them, each slice mapped by ``kernel``. ``corners`` (d, runs), ``starts`` (runs + 1) and
-    ``factors`` (runs,) describe the batch's runs of strata; ``tables`` is the grid's
-    ``GridTables``."""
+    ``factors`` (runs,) describe the batch's runs of strata."""
     d = tables.dim
     x, jac, scale = np.empty((d, n)), np.empty(n), np.empty(n)
     bins = np.empty((d, n), dtype=tables.bin_dtype)

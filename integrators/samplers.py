@@ -31,6 +31,7 @@ from mainboard.integrators.strata import (
     StratifiedFill,
     add_span,
     learn,
+    run_starts,
     strata_shape,
 )
 
@@ -242,11 +243,9 @@ class VegasSampler(Sampler):
             step, span = self.bins / self.strata.nstrat, slice(first, first + local.size)
             kernel = stratified_kernel(latent.n)
             if kernel is not None:  # the same numbers, in one compiled pass
-                starts = np.zeros(local.size + 1, dtype=np.intp)
-                np.cumsum(local, out=starts[1:])
                 x, jac, bins, scale = stratified_draw(
                     kernel, rng, latent.n, self.tables, step, self.bin_corners[:, span],
-                    starts, self.strata.factors[span])
+                    run_starts(local), self.strata.factors[span])
             else:
                 fill = StratifiedFill(self.bin_corners, self.strata.nstrat, step, first, local)
                 x, jac, bins = self.tables.draw(rng, latent.n, into=fill)

@@ -235,7 +235,7 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
     smp, latent = _sampler(run, sampler), _latent(latent)
     n = batch.n
     wf2 = np.empty(n)
-    strata = smp.strata_sums(batch, latent.batch_index, run.width) if smp.stratified else None
+    strata = smp.strata_sums(batch, latent.batch_index, run.width)  # None: unstratified
     # signed w f of one slice, for the strata (summed while the slice is in cache)
     signed = np.empty((min(n, SLICE_ROWS), run.width)) if strata is not None else None
     partial = Partial.empty(run.width)

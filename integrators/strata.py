@@ -82,6 +82,14 @@ def allocate(sigf: np.ndarray | None, total: int, strata: int) -> np.ndarray:
     return counts
 
 
+def run_starts(counts: np.ndarray) -> np.ndarray:
+    """First row of each run of a batch's share (``counts`` rows per stratum), then the
+    end: what the fill, the compiled draw and the per-stratum sums walk."""
+    starts = np.zeros(counts.size + 1, dtype=np.intp)
+    np.cumsum(counts, out=starts[1:])
+    return starts
+
+
 @dataclass(frozen=True)
 class StrataPlan:
     """One iteration's stratification: strata per axis, batch sizes and samples per stratum."""
@@ -173,8 +181,7 @@ class StratifiedFill:
             slow += 1
         self.slow = slow
         self.fast = corners[slow:, first:first + counts.size]  # the batch's runs' corners
-        self.starts = np.zeros(counts.size + 1, dtype=np.intp)  # of each run, and the end
-        np.cumsum(counts, out=self.starts[1:])
+        self.starts = run_starts(counts)
         last = first + counts.size
         self.blocks: list[tuple[list[int], list[float]]] = []
         for j in range(slow):  # one stretch per change of the axis' corner
@@ -217,8 +224,7 @@ class StrataSums:
 
     def __init__(self, first: int, counts: np.ndarray, strata: int, width: int) -> None:
         self.first, self.strata = first, strata
-        self.starts = np.zeros(counts.size + 1, dtype=np.intp)
-        np.cumsum(counts, out=self.starts[1:])
+        self.starts = run_starts(counts)
         self.count = counts.astype(np.float64)
         self.sums, self.sums2 = np.zeros((width, counts.size)), np.zeros((width, counts.size))
 
@@ -247,17 +253,6 @@ class StrataSums:
         """The batch's statistics in span form."""
         return {SPAN: np.array([self.first, self.strata], dtype=np.float64),
                 "strata_count": self.count, "strata_sum": self.sums, "strata_sum2": self.sums2}
-
-
-def batch_statistics(first: int, counts: np.ndarray, wf: np.ndarray,
-                     finite: np.ndarray | None, strata: int,
-                     squares: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """:class:`StrataSums` of a whole batch at once (rows of wf (n, m) in one piece)."""
-    if counts.size == 0:
-        return {}
-    sums = StrataSums(first, counts, strata, wf.shape[1])
-    sums.add(0, wf, squares, finite)
-    return sums.result()
 
 
 def add_span(out: dict[str, np.ndarray], part: Mapping[str, np.ndarray]) -> None:

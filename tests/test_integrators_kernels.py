@@ -18,7 +18,7 @@ from mainboard.integrators import kernels
 from mainboard.integrators.driver import RunState, integrate_local, step
 from mainboard.integrators.grid import ONE_BELOW, GridTables
 from mainboard.integrators.stages import build_run
-from mainboard.integrators.strata import StrataPlan, StratifiedFill
+from mainboard.integrators.strata import StrataPlan, StratifiedFill, run_starts
 
 SPEC = {"name": "kernel", "seed": 11, "domain": {"continuous": 5, "discrete": [3]},
         "integrand": {"kind": "genz.gaussian", "a": [4.0] * 5, "u": [0.4] * 5},
@@ -80,7 +80,7 @@ def test_kernel_puts_a_sum_that_rounds_up_to_the_bin_count_in_the_last_bin() -> 
     assert kernels.preload(), "numba did not load"
     kernel = kernels.stratified_kernel(10 ** 6)
     assert kernel is not None
-    starts = np.concatenate(([0], np.cumsum(local))).astype(np.intp)
+    starts = run_starts(local)
     kx, kjac, kbins, _ = kernels.stratified_draw(
         kernel, _Draws(), 90, tables, step_, corners[:, first:first + local.size], starts,
         plan.factors[first:first + local.size])

@@ -24,9 +24,9 @@ from mainboard.integrators.spec import RidgeSpec
 from mainboard.integrators.stages import BatchResult, build_run, merge_results, process_batch
 from mainboard.integrators.strata import (
     StrataPlan,
+    StrataSums,
     StratifiedFill,
     allocate,
-    batch_statistics,
     combine,
     strata_shape,
 )
@@ -115,7 +115,9 @@ def test_strata_points_and_statistics_do_not_depend_on_how_axes_are_filled(
     finite[::97] = False
     wf[~finite] = np.nan
     first, local = plan.share(1, batch.n)
-    stats = batch_statistics(first, local, wf, finite, int(np.prod(plan.nstrat)))
+    sums = StrataSums(first, local, int(np.prod(plan.nstrat)), wf.shape[1])
+    sums.add(0, wf, None, finite)  # the whole batch as one slice
+    stats = sums.result()
     assert stats["strata_count"].size == local.size < plan.counts.size  # the batch's span
     n, terms = combine(merge_training([stats]))
     total = n.sum()
