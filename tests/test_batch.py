@@ -82,6 +82,20 @@ command = "true"
     assert fleet.targets == ["scratch", "hpc", "edge"]
 
 
+def test_fetch_and_data_may_be_one_path_as_a_string(plain: Path) -> None:
+    """The product page writes `fetch = "results/sweep-a"`: one path, no array."""
+    config = load_config(plain)
+    path = fleet_file(plain.parent, """
+[[jobs]]
+target = "scratch"
+command = "python fit.py"
+data = "./in/d.txt"
+fetch = "results/sweep-a"
+""")
+    (job,) = load_batch(path, config).jobs
+    assert (job.data, job.fetch) == (["in/d.txt"], ["results/sweep-a"])
+
+
 BAD = {
     "unknown key": ('[[jobs]]\ntarget = "scratch"\ncommand = "x"\ncolour = "red"\n',
                     4, "jobs[1].colour", "unknown key", "runtime-s (default: None)"),

@@ -60,6 +60,14 @@ def _command(value: Any) -> Any:
 
 
 Command = Annotated[str | list[str], BeforeValidator(_command)]
+
+
+def _one_or_many(value: Any) -> Any:
+    """A single path may be written as a string (``fetch = "results/a"``), as the page does."""
+    return [value] if isinstance(value, str) and value else value
+
+
+Paths = Annotated[list[str], BeforeValidator(_one_or_many)]
 Param = str | int | float | bool
 STUDY_HINT = "letters, digits, '.', '_' or '-', starting with a letter or digit (at most 200)"
 
@@ -69,8 +77,8 @@ class JobKeys(ConfigModel):
 
     target: str | None = Field(None, description="a host declared in mainboard.toml")
     command: Command | None = None
-    data: list[str] | None = Field(None, description="an array of workspace-relative paths")
-    fetch: list[str] | None = Field(None, description="an array of workspace-relative paths")
+    data: Paths | None = Field(None, description="a workspace-relative path or an array of them")
+    fetch: Paths | None = Field(None, description="a workspace-relative path or an array of them")
     walltime: PositiveDuration | None = None
     runtime_s: PositiveDuration | None = None
     mem_gb: float | None = Field(None, gt=0, description="a number of GB greater than 0")
