@@ -284,3 +284,20 @@ def test_every_message_ends_with_a_newline(embedded: Path, down: tuple[Path, int
     for done in outputs:
         for text in (done.stdout, done.stderr):
             assert text == "" or text.endswith("\n"), (done.args, text)
+
+
+# ----- usage errors are one line -------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "names"), [
+    (("runs", "logs", "some-run", "--level", "bad"), ("--level", "'bad'", "'warn'")),
+    (("runs", "logs"), ("runs logs", "RUN")),
+    (("runs", "list", "--bogus"), ("runs list", "--bogus")),
+])
+def test_a_usage_error_is_one_line_naming_the_option_and_value(tmp_path: Path,
+                                                               args: tuple[str, ...],
+                                                               names: tuple[str, ...]) -> None:
+    config = workspace(tmp_path / "usage")
+    done, _ = mb(config, *args)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    assert len(lines(done.stderr)) == 1, done.stderr  # not click's usage block
+    assert all(name in done.stderr for name in names), done.stderr

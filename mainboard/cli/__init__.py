@@ -37,6 +37,12 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
+        except click.exceptions.UsageError as exc:
+            # One line (not click's usage block): the command, the option, the value, the
+            # valid ones as click names them; exit 2 like every other bad input.
+            where = exc.ctx.command_path if exc.ctx is not None else "mainboard"
+            click.echo(f"{where}: error: {redact_text(exc.format_message())}", err=True)
+            sys.exit(2)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as exc:
