@@ -411,3 +411,24 @@ def test_the_chi2_series_kept_between_refreshes_is_the_series_computed_afresh() 
         assert _chi2_series(snapshot(shown), memo) == _chi2_series(snapshot(shown))
     assert _chi2_series(snapshot(means, 3), memo) == _chi2_series(snapshot(means, 3))
     assert _chi2_now(snapshot(means, 3)) == _chi2_series(snapshot(means, 3))[-1][0]
+
+
+def test_chi2_over_one_iteration_is_undefined_not_zero() -> None:
+    """After one kept iteration chi2/dof and Q have no degrees of freedom: None (shown "-")."""
+    import numpy as np
+
+    from mainboard.dashboard.rundata import _chi2_now, _chi2_series
+    from mainboard.integrators.accumulators import IterationEstimate, RunAccumulator
+
+    def snapshot(means: list[float], discard: int = 0) -> dict[str, Any]:
+        acc = RunAccumulator("real", 1, discard, [
+            IterationEstimate(k, np.array([m]), np.array([1e-4]), 1000, 0)
+            for k, m in enumerate(means, 1)])
+        return {"accumulator": acc.snapshot()}
+
+    assert _chi2_series(snapshot([1.0])) == [(None, None)]
+    assert _chi2_now(snapshot([1.0])) is None
+    series = _chi2_series(snapshot([1.0, 1.01, 0.99]))
+    assert series[0] == (None, None) and all(v is not None for pair in series[1:] for v in pair)
+    assert _chi2_now(snapshot([1.0, 1.01, 0.99], discard=2)) is None  # one kept after discard
+    assert _chi2_now(snapshot([1.0, 1.01, 0.99])) == series[-1][0]

@@ -194,7 +194,9 @@ def _accumulator(snapshot: Mapping[str, Any]) -> Any:
 def _chi2_now(snapshot: Mapping[str, Any]) -> float | None:
     """chi2/dof after the last iteration (the runs list: one combine, not the series)."""
     acc = _accumulator(snapshot)
-    return first_component(acc.result().chi2_dof) if acc and acc.iterations else None
+    if acc is None or len(acc.iterations) - acc.discard < 2:
+        return None  # one iteration has no degrees of freedom: undefined, shown as "-"
+    return first_component(acc.result().chi2_dof)
 
 
 def _chi2_series(snapshot: Mapping[str, Any], memo: Chi2Memo | None = None
@@ -214,6 +216,9 @@ def _chi2_series(snapshot: Mapping[str, Any], memo: Chi2Memo | None = None
     out = done[:same]
     for k in range(same + 1, len(acc.iterations) + 1):
         kept = acc.iterations[acc.discard:k] or acc.iterations[k - 1:k]
+        if len(kept) < 2:  # chi2/dof and Q are undefined over one iteration ("-", not 0)
+            out.append((None, None))
+            continue
         comb = combine(kept)
         out.append((first_component(comb.chi2_dof), first_component(comb.q_total)))
     if memo is not None:
