@@ -286,3 +286,20 @@ def test_a_worker_log_never_shows_a_url_password(tmp_path: Path,
     text = log.read_text(errors="replace")
     assert "ValueError" in text and "redis://:***@h:1/0" in text, text[-3000:]
     assert MARK not in text
+
+
+def test_every_warning_line_goes_through_the_one_redaction(capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    """jobs, batch, study, monitor and fleet warn through `common.warn`: a warning that quotes
+    a broker URL shows no password, and no verb echoes a warning of its own."""
+    from mainboard.cli import common
+
+    secret = "s3cr3t-" + secrets.token_hex(4)
+    common.warn(f"receipt line 3 unreadable: redis://worker:{secret}@10.0.0.1:6379/0 refused")
+    err = capsys.readouterr().err
+    assert err.startswith("mainboard: warning: ") and secret not in err and "worker" in err
+    cli = Path(__file__).resolve().parent.parent / "mainboard" / "cli"
+    echoed = [f"{path.name}:{n}" for path in sorted(cli.glob("*.py")) if path.name != "common.py"
+              for n, line in enumerate(path.read_text().splitlines(), 1)
+              if 'mainboard: warning: {' in line]
+    assert echoed == [], echoed

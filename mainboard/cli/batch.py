@@ -151,7 +151,7 @@ class _WatchOutput:
                     self.line(f"host {host}: " + (f"unreachable: {now}" if now else "back"))
         self.down = dict(step.unreachable)
         for error in step.errors:
-            click.echo(f"mainboard: warning: {error}", err=True)
+            common.warn(error)
         if self.live is not None:
             from rich.console import Group
 
@@ -246,7 +246,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     config = common.load(ctx)
     views, problems = BatchStore(config.state_dir).scan()
     for problem in problems:
-        click.echo(f"mainboard: warning: {problem}", err=True)
+        common.warn(problem)
     if as_json:
         _echo_json([{"batch": v.id, "name": v.name, "jobs": len(v.jobs), "created": v.created_at,
                      "complete": v.complete, "outcomes": v.outcomes()} for v in views])
@@ -276,7 +276,7 @@ def show_cmd(ctx: click.Context, batch_id: str, as_json: bool) -> None:
         view = store_of(board).load(batch_id)
         rows = job_rows(board, view)
     for problem in view.errors:
-        click.echo(f"mainboard: warning: {problem}", err=True)
+        common.warn(problem)
     if as_json:
         _echo_json(summary(view, rows))
         return

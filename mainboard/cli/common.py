@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def warn(text: str) -> None:
+    """One warning line on stderr, through the one redaction (a warning may quote a broker
+    URL or a provider's answer, and so a credential)."""
+    from mainboard.redact import redact_text
+
+    click.echo(f"mainboard: warning: {redact_text(str(text))}", err=True)
+
+
 def config_path(ctx: click.Context) -> str | None:
     """``--config`` (or ``$MAINBOARD_CONFIG``) as the group stored it; None: search upwards."""
     return (ctx.obj or {}).get("config_path")

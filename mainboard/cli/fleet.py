@@ -115,7 +115,7 @@ def up(ctx: click.Context, hosts: tuple[str, ...], pools: tuple[str, ...], jobs:
             click.echo(f"mainboard: {pool}: {kept} allocation(s) already live, counted toward "
                        "its target (raise it with --jobs N)", err=True)
     if flower_error:  # errors of hosts and daemons may quote a broker URL
-        click.echo(f"mainboard: warning: flower did not start: {flower_error}", err=True)
+        common.warn(f"flower did not start: {flower_error}")
     for line in failed.values():
         click.echo(f"mainboard: error: {line}", err=True)
     if failed:
@@ -214,7 +214,7 @@ def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, force: bool
     outcomes = {w.worker_id: report.outcome.get(w.worker_id, "unknown") for w in report.workers}
     for outcome in outcomes.values():
         if outcome.startswith("forgotten: "):
-            click.echo(f"mainboard: warning: {outcome.removeprefix('forgotten: ')}", err=True)
+            common.warn(outcome.removeprefix('forgotten: '))
     if as_json:
         common.echo_json({"workers": [{**_worker(w), "outcome": outcomes[w.worker_id]}
                                       for w in report.workers],

@@ -48,7 +48,7 @@ def list_jobs(ctx: click.Context, host: str | None, as_json: bool) -> None:
         common.echo_json({"jobs": [v.as_json() for v in views], "errors": [str(e) for e in errors]})
         return
     for error in errors:
-        click.echo(f"mainboard: warning: {error}", err=True)
+        common.warn(error)
     if not views:
         click.echo("no jobs yet (submit one with `mainboard submit --on HOST -- CMD`)")
         return

@@ -34,7 +34,7 @@ def monitor(ctx: click.Context, as_json: bool, lock_wait: float) -> None:
         common.echo_json(report)
         return
     for error in report["errors"]:
-        click.echo(f"mainboard: warning: {error}", err=True)
+        common.warn(error)
     if report["busy"]:
         click.echo("busy: another monitor pass is running; nothing done")
         return

@@ -96,7 +96,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
 
     views, problems = StudyStore(common.load(ctx).state_dir).scan()
     for problem in problems:
-        click.echo(f"mainboard: warning: {problem}", err=True)
+        common.warn(problem)
     if as_json:
         common.echo_json([{"study": v.id, "runs": len(v.runs), "counts": v.counts()}
                           for v in views])
