@@ -444,7 +444,13 @@ def test_cli_facts(workspace: Path) -> None:
     as_json = run_cli(workspace, "facts", "--json")
     assert as_json.returncode == 0, as_json.stderr
     assert Facts.model_validate_json(as_json.stdout).hostname == socket.gethostname()
-    human = run_cli(workspace, "facts", "--cached")
+    piped = run_cli(workspace, "facts", "--cached")  # stdout is a pipe: the JSON
+    assert piped.returncode == 0, piped.stderr
+    assert Facts.model_validate_json(piped.stdout).hostname == socket.gethostname()
+    assert piped.stdout.splitlines()[0] == "{"
+    both = run_cli(workspace, "facts", "--cached", "--json", "--table")
+    assert both.returncode == 2 and "--table" in both.stderr and both.stdout == ""
+    human = run_cli(workspace, "facts", "--cached", "--table")
     assert human.returncode == 0, human.stderr
     assert "facts of local (cached, probed" in human.stdout
     assert socket.gethostname() in human.stdout and "memory" in human.stdout

@@ -1,4 +1,5 @@
-"""`mainboard facts [--on HOST] [--json] [--cached]`: a host's hardware, probed or cached."""
+"""`mainboard facts [--on HOST] [--json|--table] [--cached]`: a host's hardware, probed or
+cached; JSON when stdout is not a terminal."""
 
 from __future__ import annotations
 
@@ -55,16 +56,22 @@ def fact_lines(facts: Facts) -> list[tuple[str, str]]:
 @click.command("facts")
 @click.option("--on", "host", default="local", show_default=True, metavar="HOST",
               help="Host from mainboard.toml to probe.")
-@common.json_option("Print the facts as JSON (schema v1).")
+@common.json_option("Print the facts as JSON (schema v1); the default when stdout is "
+                    "not a terminal.")
+@click.option("--table", "as_table", is_flag=True,
+              help="Print the table even when stdout is not a terminal.")
 @click.option("--cached", is_flag=True, help="Show the last probed facts; do not contact the host.")
 @click.pass_context
-def facts(ctx: click.Context, host: str, as_json: bool, cached: bool) -> None:
+def facts(ctx: click.Context, host: str, as_json: bool, as_table: bool, cached: bool) -> None:
     """Probe a host's hardware (CPU, memory, cgroup limits, GPUs, scratch, InfiniBand, pythons).
 
     The probe is a standard-library script sent to the host's python, so nothing
     needs installing there; the answer is cached for `mainboard compute`.
     """
     from mainboard.board import Board  # imported late: `mainboard --help` stays fast
+
+    if as_json and as_table:
+        raise click.UsageError("--json and --table are alternatives; give one")
 
     board = Board(common.config_path(ctx))
     board.config.host(host)  # unknown host -> UnknownHost listing the declared ones
@@ -78,7 +85,8 @@ def facts(ctx: click.Context, host: str, as_json: bool, cached: bool) -> None:
         result, when = record.facts, record.probed_at
     else:
         result, when = probe_facts(board, host), None
-    if as_json:
+    # A pipe (`mainboard facts | head -4`, a script) gets the JSON; a terminal the table.
+    if as_json or not (as_table or click.get_text_stream("stdout").isatty()):
         click.echo(result.model_dump_json(indent=2))
         return
     table = Table(show_header=False, box=None, pad_edge=False)
