@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from mainboard.redact import redact_text
+
 if TYPE_CHECKING:
     from mainboard.board import Board
     from mainboard.config import Config
@@ -24,8 +26,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def warn(text: str) -> None:
     """One warning line on stderr, through the one redaction (a warning may quote a broker
     URL or a provider's answer, and so a credential)."""
-    from mainboard.redact import redact_text
-
     click.echo(f"mainboard: warning: {redact_text(str(text))}", err=True)
 
 

@@ -194,9 +194,15 @@ def _accumulator(snapshot: Mapping[str, Any]) -> Any:
 def _chi2_now(snapshot: Mapping[str, Any]) -> float | None:
     """chi2/dof after the last iteration (the runs list: one combine, not the series)."""
     acc = _accumulator(snapshot)
-    if acc is None or len(acc.iterations) - acc.discard < 2:
-        return None  # one iteration has no degrees of freedom: undefined, shown as "-"
-    return first_component(acc.result().chi2_dof)
+    return _defined(acc.result())[0] if acc and acc.iterations else None
+
+
+def _defined(comb: Any) -> tuple[float | None, float | None]:
+    """(chi2/dof, Q) of a combination; None without degrees of freedom (one iteration),
+    where the stored result says 0 (as vegas does) and the dashboard shows "-"."""
+    if comb.dof_total == 0:
+        return None, None
+    return first_component(comb.chi2_dof), first_component(comb.q_total)
 
 
 def _chi2_series(snapshot: Mapping[str, Any], memo: Chi2Memo | None = None
@@ -216,11 +222,7 @@ def _chi2_series(snapshot: Mapping[str, Any], memo: Chi2Memo | None = None
     out = done[:same]
     for k in range(same + 1, len(acc.iterations) + 1):
         kept = acc.iterations[acc.discard:k] or acc.iterations[k - 1:k]
-        if len(kept) < 2:  # chi2/dof and Q are undefined over one iteration ("-", not 0)
-            out.append((None, None))
-            continue
-        comb = combine(kept)
-        out.append((first_component(comb.chi2_dof), first_component(comb.q_total)))
+        out.append(_defined(combine(kept)))
     if memo is not None:
         memo.state = (acc.discard, marks, out)  # one assignment: safe across threads
     return out
