@@ -103,6 +103,7 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
     bridge = bridge_of(handle)
     spec = bridge.prepare(**{k: v for k, v in asked.items() if v is not None})
     began = time.time()
+    prepared_here = environment is None  # a study hands in the env it prepared once
     if environment is None:
         environment = prepare_environment(handle, bridge)
     if environment.env_dir is not None:
@@ -119,7 +120,7 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
         id=record.uid, host=record.host, kind=record.kind, job_id=record.job_id,
         name=record.name, job_dir=record.job_dir, root=bridge.root, spec=recorded,
         data=data_paths, fetch=fetch_paths, submitted_at=record.submitted_at,
-        phases={**({"env": [began, ready]} if ready - began > 0.001 else {}),
+        phases={**({"env": [began, ready]} if prepared_here and ready - began > 0.001 else {}),
                 "sync": [ready, shipped], "submit": [shipped, time.time()]},
         env_key=environment.key))
     return Job(board, record.uid)
