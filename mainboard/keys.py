@@ -136,6 +136,14 @@ def worker(hostname: str) -> str:
     return f"{PREFIX}worker:{hostname}"
 
 
+def worker_roles(worker_id: str) -> str:
+    """hash: queue -> "1" (consume) or "0" (do not), set by ``fleet assign``/``unassign``;
+    read by the worker at start, so a restarted worker keeps its roles."""
+    if not isinstance(worker_id, str) or not _WORKER.match(worker_id):
+        raise ValueError(f"invalid worker id {worker_id!r}")
+    return f"{PREFIX}worker-roles:{worker_id}"
+
+
 def _index(name: str, value: int) -> int:
     """Validated batch index or attempt number (a non-negative int)."""
     if type(value) is not int or value < 0:

@@ -269,6 +269,17 @@ class WorkerSubmitting(Payload):
     draft: dict[str, Any] = Field(default_factory=dict)
 
 
+class WorkerRoles(Payload):
+    """``fleet assign``/``unassign`` changed the queues a live worker consumes (recorded in
+    Redis too, ``keys.worker_roles``, where the worker reads them when it starts)."""
+
+    topic: ClassVar[str] = "worker.roles"
+    worker_id: str
+    host: str
+    queues: list[str]
+    consume: bool
+
+
 class WorkerLost(Payload):
     """The fleet keeper gave up reaching a worker's host (its tunnel retry budget ran out):
     no longer dialled; ``fleet down --force`` forgets it."""
@@ -310,8 +321,8 @@ TOPICS: dict[str, type[Payload]] = {
     cls.topic: cls for cls in (RunCreated, RunResumed, IterationDone, RunFinished, RunFailed,
                                 RentalCreated, RentalDestroyed, JobSubmitted, JobStateChanged,
                                 JobFinished, JobPulled, JobRouted, MonitorPass, WorkerTunnel,
-                                WorkerStarted, WorkerStopped, WorkerLost, FleetScale,
-                                WorkerSubmitting)
+                                WorkerStarted, WorkerStopped, WorkerLost, WorkerRoles,
+                                FleetScale, WorkerSubmitting)
 }
 
 

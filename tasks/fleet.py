@@ -20,6 +20,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,27 @@ def _retire_at(when: float) -> None:
         os.kill(os.getpid(), signal.SIGINT)
 
 
+def consumed(consumer: Any) -> str:
+    """The queues a worker's consumer takes tasks from now, comma-separated and sorted."""
+    return ",".join(sorted(q.name for q in consumer.task_consumer.queues))
+
+
+def apply_roles(consumer: Any, worker_id: str) -> None:
+    """Consume what ``fleet assign``/``unassign`` last said for this worker id (Celery's
+    add/cancel consumer), before the first task: a restarted worker keeps its roles."""
+    try:
+        roles = _redis().hgetall(keys.worker_roles(worker_id))
+    except redis.RedisError as exc:  # the roles it was started with still hold
+        log.warning("fleet roles of %s not read: %s", worker_id, exc)
+        return
+    for raw, on in sorted(roles.items()):
+        queue = raw.decode()
+        if on == b"1":
+            consumer.add_task_queue(queue)
+        else:
+            consumer.cancel_task_queue(queue)
+
+
 @worker_ready.connect
 def _on_ready(sender: Any = None, **_: Any) -> None:
     worker_id = _fleet_worker()
@@ -168,9 +190,11 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
     if not worker_id or not node:
         return
     _retire_on_sigint(getattr(sender, "controller", None))
+    apply_roles(sender, worker_id)
     beat(node, worker_id=worker_id, host=os.environ.get(HOST_ENV, ""), pid=os.getpid(),
          started=time.time(), tasks_done=0, active=0, job_id=os.environ.get("MAINBOARD_JOB_ID", ""),
-         node_index=os.environ.get(NODE_INDEX_ENV, ""))
+         node_index=os.environ.get(NODE_INDEX_ENV, ""), uuid=uuid.uuid4().hex,
+         queues=consumed(sender))
     threading.Thread(target=_beat_forever, args=(node,), name="fleet-heartbeat",
                      daemon=True).start()
     job_id, retire = os.environ.get("SLURM_JOB_ID"), os.environ.get(RETIRE_ENV)

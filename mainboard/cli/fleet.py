@@ -155,8 +155,10 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool, by_pool: bo
     if not rows:
         click.echo("no fleet workers (start some with `mainboard fleet up`)")
         return
-    header = ("HOST", "WORKER", "JOB", "STATE", "QUEUES", "CONC", "DONE", "HEARTBEAT")
-    table = [header] + [(r.host, r.node, r.job_id, r.state, ",".join(r.queues),
+    header = ("HOST", "WORKER", "PROCESS", "JOB", "STATE", "QUEUES", "CONC", "DONE",
+              "HEARTBEAT")
+    table = [header] + [(r.host, r.node, (r.uuid or "-")[:8], r.job_id, r.state,
+                         ",".join(r.queues),
                          str(r.concurrency), "-" if r.tasks_done is None else str(r.tasks_done),
                          _age(r.last_heartbeat)) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -244,3 +246,81 @@ def resume_pool(ctx: click.Context, name: str) -> None:
 
     resume(common.load(ctx), name)
     click.echo(f"pool {name}: resumed; the fleet keeper submits again when work waits")
+
+
+_QUEUES = click.option("--queues", default=None, metavar="Q[,Q...]",
+                       help="Queue names (roles): mainboard.batches evaluates batches, "
+                            "mainboard.coordinator owns runs.")
+_ROLE = click.option("--role", type=click.Choice(["evaluator", "coordinator"]), default=None,
+                     help="Shorthand: evaluator = mainboard.batches, coordinator = "
+                          "mainboard.coordinator.")
+
+
+def _roles(ctx: click.Context, name: str, queues: str | None, role: str | None, *,
+           consume: bool, as_json: bool) -> None:
+    from mainboard.fleet.roles import change_roles, find_worker, queues_of
+
+    config = common.load(ctx)
+    wanted = queues_of(queues, role)
+    change = change_roles(config, find_worker(config, name), wanted, consume=consume)
+    if as_json:
+        common.echo_json({"worker_id": change.worker.worker_id, "node": change.worker.node,
+                          "queues": change.queues, "consume": consume,
+                          "consumed": change.consumed})
+        return
+    verb = "consumes" if consume else "no longer consumes"
+    click.echo(f"{change.worker.host}: worker {change.worker.node} {verb} "
+               f"{','.join(change.queues)}")
+    for node, now in change.consumed.items():
+        click.echo(f"  {node}: consuming {','.join(now) or 'nothing'}")
+    if not change.consumed:
+        common.warn(f"worker {change.worker.node} has not started yet: it takes the roles "
+                    "when it does")
+
+
+@fleet.command()
+@click.argument("worker")
+@_QUEUES
+@_ROLE
+@common.json_option("Print one JSON object: worker_id, node, queues, consume, consumed.")
+@click.pass_context
+def assign(ctx: click.Context, worker: str, queues: str | None, role: str | None,
+           as_json: bool) -> None:
+    """Make a live WORKER (worker id or node name) consume more queues, now and after a
+    restart (Celery's add_consumer; recorded)."""
+    _roles(ctx, worker, queues, role, consume=True, as_json=as_json)
+
+
+@fleet.command()
+@click.argument("worker")
+@_QUEUES
+@_ROLE
+@common.json_option("Print one JSON object: worker_id, node, queues, consume, consumed.")
+@click.pass_context
+def unassign(ctx: click.Context, worker: str, queues: str | None, role: str | None,
+             as_json: bool) -> None:
+    """Make a live WORKER stop consuming queues; the task in hand finishes (Celery's
+    cancel_consumer; recorded, so a restarted worker keeps it)."""
+    _roles(ctx, worker, queues, role, consume=False, as_json=as_json)
+
+
+@fleet.command()
+@click.argument("worker")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to let the worker finish its task before cancelling the job.")
+@common.json_option("Print one JSON object: worker_id, node, outcome.")
+@click.pass_context
+def stop(ctx: click.Context, worker: str, timeout: float, as_json: bool) -> None:
+    """Stop one live WORKER warm (its task in hand finishes) and end its allocation; its
+    pool may start a replacement. Exit 1 when it could not be stopped."""
+    from mainboard.fleet.roles import find_worker, stop_one
+
+    config = common.load(ctx)
+    found = find_worker(config, worker)
+    outcome = stop_one(config, found, timeout=timeout)
+    if as_json:
+        common.echo_json({"worker_id": found.worker_id, "node": found.node, "outcome": outcome})
+    else:
+        click.echo(f"{found.host}: worker {found.node} {outcome}")
+    if outcome.startswith("error"):
+        sys.exit(1)

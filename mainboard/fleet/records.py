@@ -20,6 +20,7 @@ from mainboard.receipts import (
     FleetScale,
     Receipts,
     WorkerLost,
+    WorkerRoles,
     WorkerStarted,
     WorkerStopped,
     WorkerSubmitting,
@@ -109,6 +110,7 @@ class FleetState:
     lost: dict[str, WorkerLost] = field(default_factory=dict)
     submitting: dict[str, WorkerSubmitting] = field(default_factory=dict)
     scale: list[FleetScale] = field(default_factory=list)
+    roles: dict[str, dict[str, bool]] = field(default_factory=dict)  # id -> {queue: consume}
 
     def live(self, hosts: set[str] | None = None) -> list[WorkerStarted]:
         """Workers started and not yet stopped (optionally only on ``hosts``), oldest first."""
@@ -137,4 +139,7 @@ def read_fleet(state_dir: Path) -> FleetState:
             state.submitting[payload.worker_id] = payload
         elif isinstance(payload, FleetScale):
             state.scale.append(payload)
+        elif isinstance(payload, WorkerRoles):
+            state.roles.setdefault(payload.worker_id, {}).update(
+                dict.fromkeys(payload.queues, payload.consume))
     return state

@@ -52,6 +52,7 @@ class WorkerView:
     stopped: bool
     reason: str
     node_index: int | None = None  # which node of a multi-node allocation (one row each)
+    uuid: str | None = None  # the worker process's own id: a restart under one name shows
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -164,7 +165,7 @@ def _row(worker: WorkerStarted, job: JobStatus | MainboardError, celery: dict[st
         active=int(entry["active"]) if entry.get("active") else None,
         last_heartbeat=beat, online=node is not None, broker_via=worker.broker_via,
         rental_id=worker.rental["rental_id"] if worker.rental else None, stopped=False,
-        reason=reason, node_index=index)
+        reason=reason, node_index=index, uuid=entry.get("uuid") or None)
 
 
 def _stopped_row(worker: WorkerStarted, stop: WorkerStopped) -> WorkerView:
