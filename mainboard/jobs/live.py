@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mainboard.jobs")
 PROBE_TIMEOUT_S = 10.0  # the longest a listing waits for one host's answer
+SILENT = "no answer within"
 Group = tuple[str, str]  # (host, root the jobs ran in): one bridge, one query
 
 
@@ -59,7 +60,8 @@ def _ask(board: Hosts, store: JobStore, group: Group, views: list[JobView]) -> s
 def probe(board: Hosts, store: JobStore, groups: dict[Group, list[JobView]],
           timeout: float | None = PROBE_TIMEOUT_S) -> dict[str, str]:
     """Ask every group's host at once; the hosts that failed (or stayed silent past
-    ``timeout`` seconds; None: wait for all) -> one line saying why."""
+    ``timeout`` seconds; None: wait for all) -> one line saying why. A silent host's
+    thread still holds its connection: closing ``board`` waits for its connect timeout."""
     answers: dict[Group, str | None] = {}
 
     def ask(group: Group, views: list[JobView]) -> None:
@@ -75,7 +77,7 @@ def probe(board: Hosts, store: JobStore, groups: dict[Group, list[JobView]],
     down: dict[str, str] = {}
     for group in groups:
         if group not in answers:
-            down.setdefault(group[0], f"no answer within {timeout:g}s")
+            down.setdefault(group[0], f"{SILENT} {timeout:g}s")
         elif (error := answers[group]) is not None:
             down.setdefault(group[0], error)
     return down
@@ -91,6 +93,11 @@ class Sweep:
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> why
     fresh: frozenset[str] = frozenset()       # unfinished jobs a host answered for
     cached: bool = False                      # receipts only, no host asked
+
+    @property
+    def late(self) -> bool:
+        """A host was still being asked when the time budget ran out."""
+        return any(why.startswith(SILENT) for why in self.unreachable.values())
 
     def stale(self, view: JobView) -> bool:
         """Owed an outcome, on a host that was asked and did not answer."""
