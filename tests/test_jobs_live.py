@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from mainboard.board import Board
 from mainboard.bridges.jobstate import JobState
+from mainboard.cli import cli
 from mainboard.config import load_config
 from mainboard.jobs.job import Job
 from mainboard.jobs.live import SharedSweep, Sweep
@@ -210,3 +212,22 @@ def test_the_open_jobs_page_shows_the_job_finish_with_no_monitor_pass(tmp_path: 
     report = json.loads(run_cli(config, "monitor", "--json").stdout)
     assert [e["id"] for e in report["finished"]] == [job_id]
     assert _topics(config, job_id)["job.finished"] == 1
+
+
+def test_bad_input_is_one_line_exit_2_and_records_nothing(tmp_path: Path) -> None:
+    config = make_workspace(tmp_path)
+    with Board(config) as board:
+        job = board.on("scratch").submit("sleep 30", name="kept")
+        receipts = board.config.state_dir / "jobs" / f"{job.id}.ndjson"
+        before = receipts.read_bytes()
+        for args, said in (
+                (("jobs", "list", "--timeout", "0"), "'--timeout': 0.0 is not in the range x>=0.1"),
+                (("jobs", "show", "nosuch"), "no job 'nosuch' in "),
+                (("jobs", "show", "nosuch", "--cached"), "no job 'nosuch' in "),
+                (("jobs", "show", job.id, "--timeout", "-1"), "'--timeout': -1.0 is not in")):
+            result = CliRunner().invoke(cli, ["--config", str(config), *args])
+            assert result.exit_code == 2, (args, result.output)
+            assert len(result.stderr.splitlines()) == 1 and said in result.stderr, result.stderr
+            assert result.stdout == ""
+        assert receipts.read_bytes() == before  # no host was asked, nothing recorded
+        assert job.cancel() is JobState.CANCELLED
