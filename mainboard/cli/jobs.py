@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +92,7 @@ def list_jobs(ctx: click.Context, host: str | None, cached: bool, timeout: float
     asked once each (news is recorded as receipts). AGE is how long ago the state was
     last known true; `stale`: the host did not answer, the state is the last recorded."""
     look, _ = _look(ctx, cached, timeout, host=host)
-    now = time.time()
+    now = dt.datetime.now().timestamp()
     rows = [look.entry(v, now) for v in look.views if host is None or v.host == host]
     if as_json:
         common.echo_json({"jobs": rows, "errors": [str(e) for e in look.errors],

@@ -25,6 +25,7 @@ from mainboard.errors import MainboardError, first_line
 from mainboard.jobs.job import bridge_of, store_of
 from mainboard.jobs.store import JobStore, JobView
 from mainboard.receipts import ReceiptError
+from mainboard.redact import redact_text
 
 if TYPE_CHECKING:
     from mainboard.hosts.access import Hosts
@@ -51,7 +52,7 @@ def _ask(board: Hosts, store: JobStore, group: Group, views: list[JobView]) -> s
     try:
         statuses = bridge_of(board.on(host), root).poll([v.record() for v in views])
     except (MainboardError, OSError) as exc:
-        return first_line(exc)
+        return redact_text(first_line(exc))  # shown on pages and in --json as well
     for view in views:
         store.observe(view.id, statuses[view.submitted.job_id])
     return None
@@ -63,20 +64,27 @@ def probe(board: Hosts, store: JobStore, groups: dict[Group, list[JobView]],
     ``timeout`` seconds; None: wait for all) -> one line saying why. A silent host's
     thread still holds its connection: closing ``board`` waits for its connect timeout."""
     answers: dict[Group, str | None] = {}
+    crashed: list[BaseException] = []
 
     def ask(group: Group, views: list[JobView]) -> None:
-        answers[group] = _ask(board, store, group, views)
+        try:
+            answers[group] = _ask(board, store, group, views)
+        except BaseException as exc:  # a bug, not a host that is down: raised below
+            crashed.append(exc)
 
-    threads = [threading.Thread(target=ask, args=item, daemon=True,
-                                name=f"probe-{item[0][0]}") for item in groups.items()]
-    for thread in threads:
+    threads = {group: threading.Thread(target=ask, args=(group, views), daemon=True,
+                                       name=f"probe-{group[0]}")
+               for group, views in groups.items()}
+    for thread in threads.values():
         thread.start()
     deadline = None if timeout is None else time.monotonic() + timeout
-    for thread in threads:
+    for thread in threads.values():
         thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    if crashed:
+        raise crashed[0]
     down: dict[str, str] = {}
-    for group in groups:
-        if group not in answers:
+    for group, thread in threads.items():
+        if thread.is_alive():
             down.setdefault(group[0], f"{SILENT} {timeout:g}s")
         elif (error := answers[group]) is not None:
             down.setdefault(group[0], error)
