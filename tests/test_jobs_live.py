@@ -140,6 +140,7 @@ def test_a_host_that_does_not_answer_is_one_line_and_its_jobs_are_stale(tmp_path
         assert "running" in far_row and "stale" in far_row
         shown = json.loads(run_cli(config, "jobs", "show", far.id, "--json").stdout)
         assert (shown["state"], shown["stale"]) == ("running", True)
+        _the_page_marks_it_stale(config, far.id)
         assert _topics(config, far.id) == Counter({"job.submitted": 1, "job.state": 1})
     finally:
         silent.close()
@@ -151,6 +152,28 @@ def test_a_host_that_does_not_answer_is_one_line_and_its_jobs_are_stale(tmp_path
         assert back["unreachable_hosts"] == {} and _rows(back)[far.id]["state"] == "cancelled"
     finally:
         server.stop()
+
+
+def _the_page_marks_it_stale(config: Path, job_id: str) -> None:
+    """The dashboard's Jobs page (its JSON and the page in Chromium) with edge refusing."""
+    dash = start_dashboard(load_config(config))
+    try:
+        api = dash.api("/api/jobs")
+        assert list(api["unreachable_hosts"]) == ["edge"]
+        assert (_rows(api)[job_id]["state"], _rows(api)[job_id]["stale"]) == ("running", True)
+
+        async def look(tab: Tab) -> tuple[str, str]:
+            row = await tab.wait_until(f"(r => r && r.dataset.stale === 'true' && r.textContent)"
+                                       f"(document.querySelector('tr[data-job=\"{job_id}\"]'))", 20)
+            note = await tab.wait_until("(p => p && p.textContent)"
+                                        "(document.querySelector('p.stale-host'))", 5)
+            return row, note
+
+        row, note = drive(dash.page("/jobs"), look)
+        assert "running" in row and "stale" in row
+        assert note.startswith("host edge did not answer (") and "marked stale" in note
+    finally:
+        stop_dashboard(dash)
 
 
 def test_concurrent_readers_share_one_sweep(tmp_path: Path) -> None:
