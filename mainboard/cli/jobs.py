@@ -59,13 +59,14 @@ def _look(ctx: click.Context, cached: bool, timeout: float | None, *,
         return live.cached(store), None if only is None else store.load(only).id
     from mainboard.board import Board
 
-    board, look = Board(common.config_path(ctx)), None
+    board, late = Board(common.config_path(ctx)), False
     try:
         job_id = None if only is None else JobStore(board.config.state_dir).load(only).id
         look = live.sweep(board, only=None if job_id is None else {job_id}, host=host,
                           timeout=live.PROBE_TIMEOUT_S if timeout is None else timeout)
+        late = look.late
     finally:  # a host still connecting past the budget would hold the close up: exit ends it
-        if look is None or not look.late:
+        if not late:
             board.close()
     for name, why in sorted(look.unreachable.items()):
         owed = sum(1 for v in look.views if v.host == name and look.stale(v))
