@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import getpass
+import logging
 import os
 import posixpath
 import socket
@@ -44,6 +45,11 @@ from mainboard.bridges.transport import Command, Output, Transport, local_file
 from mainboard.errors import AuthFailed, HostError, HostUnreachable, UserError
 
 Trust = Literal["known-hosts", "first-use"]
+# paramiko's own threads log a handshake cut short (a host still silent when a listing's
+# time budget ran out and the process exits) as a traceback through logging's last resort.
+# Its errors reach users as our one-line HostErrors; handlers set on the root (a daemon's
+# log) still get its records.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 _T = TypeVar("_T")
 KEEPALIVE_S = 15
 # mainboard.toml's defaults: a value equal to one of them may be a default, not a choice

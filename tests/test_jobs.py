@@ -26,7 +26,7 @@ from mainboard.errors import QueuePolicyError, UserError, WaitTimedOut
 from mainboard.jobs.job import Job
 from mainboard.jobs.store import UnknownJob
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
-from tests.jobs_workspace import job_files, make_workspace, wait_running
+from tests.jobs_workspace import job_files, make_workspace, wait_running, wait_until
 from tests.services import SlurmCluster, SshServer
 from tests.workspace import run_cli
 
@@ -206,6 +206,28 @@ def test_hostile_names_and_commands_stay_literal(board: Board, tmp_path: Path, h
     assert again.wait(timeout=60, poll=0.5) is JobState.COMPLETED
     assert again.logs() == f"{words[0]}\n" and not mark.exists()
     assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_a_finished_slurm_job_is_completed_in_jobs_list_with_no_monitor_pass(
+        board: Board, slurm_cluster: SlurmCluster) -> None:  # noqa: F811
+    """`jobs list` asks SLURM (one query) once SLURM itself says the job completed."""
+    config = board.config.path
+    assert config is not None
+    job = board.on("hpc").submit(["sh", "-c", "echo hello; sleep 1"], name="one-second")
+
+    def slurm_says_completed() -> bool:
+        shown = subprocess.run(["squeue", "-h", "-t", "all", "-j", job.view().submitted.job_id,
+                                "-o", "%T"], env=slurm_cluster.env, capture_output=True,
+                               text=True, check=True)
+        return shown.stdout.strip() == "COMPLETED"
+
+    wait_until(slurm_says_completed, "SLURM reports the job COMPLETED", timeout=90)
+    assert _topics(board, job) == ["job.submitted"]  # nobody asked since the submit
+    listed = json.loads(_invoke(config, "jobs", "list", "--host", "hpc", "--json").stdout)
+    row = next(j for j in listed["jobs"] if j["id"] == job.id)
+    assert (row["state"], row["exit_code"], row["stale"], listed["unreachable_hosts"]) == (
+        "completed", 0, False, {})
+    assert _topics(board, job).count("job.finished") == 1
 
 
 def test_jobs_verbs_from_fresh_processes(board: Board) -> None:

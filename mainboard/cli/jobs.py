@@ -1,8 +1,10 @@
 """`mainboard jobs list|show|logs|pull|cancel`: jobs of this workspace, read from their receipts.
 
-``list`` and ``show`` read only ``.mainboard/jobs/*.ndjson`` (no host is contacted;
-``show --refresh`` asks the host). An unreadable receipt line is a warning naming its
-file and line; the other jobs are still shown. JOB is an id or a unique id suffix.
+``list`` and ``show`` first ask the hosts of unfinished jobs (``mainboard.jobs.live``:
+one query per host, bounded in time), so a state is never only as fresh as the last
+monitor pass; ``--cached`` reads ``.mainboard/jobs/*.ndjson`` alone and says how old
+each state is. An unreadable receipt line is a warning naming its file and line; the
+other jobs are still shown. JOB is an id or a unique id suffix.
 """
 
 from __future__ import annotations
@@ -10,22 +12,68 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mainboard.cli import common
 
 if TYPE_CHECKING:
-    from mainboard.jobs.store import JobView
+    from mainboard.jobs.live import Sweep
 
 _JSON = common.json_option()
+_CACHED = click.option("--cached", is_flag=True,
+                       help="Receipts only, no host asked: each state with how old it is.")
+_TIMEOUT = click.option("--timeout", type=click.FloatRange(min=0.1), default=None, metavar="S",
+                        help="Seconds to wait for each host's answer (default 10); a host "
+                             "past it keeps its jobs' last recorded states, marked stale.")
 
 
-def _row(view: JobView) -> str:
-    when = dt.datetime.fromtimestamp(view.submitted.submitted_at).strftime("%Y-%m-%d %H:%M:%S")
-    code = "" if view.exit_code is None else str(view.exit_code)
-    return f"{view.id:<40} {view.host:<12} {view.state.value:<10} {code:>4}  {when}  {view.name}"
+def _age(seconds: float) -> str:
+    """``42s``, ``3m``, ``5h``, ``2d``: how old a state is, in one short word."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _row(entry: dict[str, Any]) -> str:
+    when = dt.datetime.fromtimestamp(entry["submitted_at"]).strftime("%Y-%m-%d %H:%M:%S")
+    code = "" if entry["exit_code"] is None else str(entry["exit_code"])
+    age = _age(entry["state_age_s"]) + (" stale" if entry["stale"] else "")
+    return (f"{entry['id']:<40} {entry['host']:<12} {entry['state']:<10} {code:>4}  {age:<9}  "
+            f"{when}  {entry['name']}")
+
+
+def _look(ctx: click.Context, cached: bool, timeout: float | None, *,
+          only: str | None = None, host: str | None = None) -> tuple[Sweep, str | None]:
+    """Every job, its states as of now (or as recorded, ``cached``); the id ``only`` names.
+
+    One line on stderr per host that did not answer: its jobs keep their recorded state.
+    """
+    from mainboard.jobs import live
+    from mainboard.jobs.store import JobStore
+
+    if cached:
+        store = JobStore(common.load(ctx).state_dir)
+        return live.cached(store), None if only is None else store.load(only).id
+    from mainboard.board import Board
+
+    board, late = Board(common.config_path(ctx)), False
+    try:
+        job_id = None if only is None else JobStore(board.config.state_dir).load(only).id
+        look = live.sweep(board, only=None if job_id is None else {job_id}, host=host,
+                          timeout=live.PROBE_TIMEOUT_S if timeout is None else timeout)
+        late = look.late
+    finally:  # a host still connecting past the budget would hold the close up: exit ends it
+        if not late:
+            board.close()
+    for name, why in sorted(look.unreachable.items()):
+        owed = sum(1 for v in look.views if v.host == name and look.stale(v))
+        common.warn(f"host {name} did not answer ({why}); its {owed} unfinished job(s) show "
+                    "their last recorded state, marked stale; check the host, or read the "
+                    "receipts alone with --cached")
+    return look, job_id
 
 
 @click.group("jobs")
@@ -35,52 +83,52 @@ def jobs() -> None:
 
 @jobs.command("list")
 @click.option("--host", default=None, help="Only jobs on this host.")
+@_CACHED
+@_TIMEOUT
 @_JSON
 @click.pass_context
-def list_jobs(ctx: click.Context, host: str | None, as_json: bool) -> None:
-    """Every job with receipts, oldest first (no host is contacted)."""
-    from mainboard.jobs.store import JobStore
-
-    config = common.load(ctx)
-    views, errors = JobStore(config.state_dir).scan()
-    views = [v for v in views if host is None or v.host == host]
+def list_jobs(ctx: click.Context, host: str | None, cached: bool, timeout: float | None,
+              as_json: bool) -> None:
+    """Every job, oldest first, in its current state: the hosts of unfinished jobs are
+    asked once each (news is recorded as receipts). AGE is how long ago the state was
+    last known true; `stale`: the host did not answer, the state is the last recorded."""
+    look, _ = _look(ctx, cached, timeout, host=host)
+    now = dt.datetime.now().timestamp()
+    rows = [look.entry(v, now) for v in look.views if host is None or v.host == host]
     if as_json:
-        common.echo_json({"jobs": [v.as_json() for v in views], "errors": [str(e) for e in errors]})
+        common.echo_json({"jobs": rows, "errors": [str(e) for e in look.errors],
+                          "cached": look.cached, "unreachable_hosts": look.unreachable})
         return
-    for error in errors:
+    for error in look.errors:
         common.warn(error)
-    if not views:
+    if not rows:
         click.echo("no jobs yet (submit one with `mainboard submit --on HOST -- CMD`)")
         return
-    click.echo(f"{'ID':<40} {'HOST':<12} {'STATE':<10} {'EXIT':>4}  {'SUBMITTED':<19}  NAME")
-    for view in views:
-        click.echo(_row(view))
+    click.echo(f"{'ID':<40} {'HOST':<12} {'STATE':<10} {'EXIT':>4}  {'AGE':<9}  "
+               f"{'SUBMITTED':<19}  NAME")
+    for row in rows:
+        click.echo(_row(row))
 
 
 @jobs.command("show")
 @click.argument("job")
-@click.option("--refresh", is_flag=True, help="Ask the host first (records any news).")
+@_CACHED
+@_TIMEOUT
+@click.option("--refresh", is_flag=True, hidden=True, help="What show does by default now.")
 @_JSON
 @click.pass_context
-def show(ctx: click.Context, job: str, refresh: bool, as_json: bool) -> None:
-    """One job: what it asked for, where it runs, its state and outcome."""
-    if refresh:
-        from mainboard.jobs.job import Job
-
-        with common.board(ctx) as board:
-            handle = Job(board, job)
-            handle.poll()
-            view = handle.view()
-    else:
-        from mainboard.jobs.store import JobStore
-
-        config = common.load(ctx)
-        view = JobStore(config.state_dir).load(job)
-    data = view.as_json()
+def show(ctx: click.Context, job: str, cached: bool, timeout: float | None, refresh: bool,
+         as_json: bool) -> None:
+    """One job: what it asked for, where it runs, its current state (its host is asked
+    unless it has ended or --cached) and outcome."""
+    look, job_id = _look(ctx, cached, timeout, only=job)
+    data = next(look.entry(v) for v in look.views if v.id == job_id)
     if as_json:
-        common.echo_json(data)
+        common.echo_json({**data, "cached": look.cached})
         return
     spec = {k: v for k, v in data["spec"].items() if v not in (None, [], {})}
+    data["state"] += f" ({_age(data['state_age_s'])} ago" + (
+        ", stale: the host did not answer)" if data["stale"] else ")")
     for key in ("id", "name", "host", "kind", "job_id", "state", "exit_code", "reason",
                 "job_dir", "root", "data", "fetch", "pulled"):
         if data[key] not in (None, "", []):

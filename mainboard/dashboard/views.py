@@ -3,12 +3,15 @@
 Every view answers with the broker down: rows come from receipts, and what only Redis
 knows (live status, worker registry, run logs) is left empty while ``broker.ok`` is false.
 Slow sources (the fleet's schedulers over ssh) are cached for a few seconds so that a
-page polling every second costs the hosts nothing extra.
+page polling every second costs the hosts nothing extra. Job states come from one shared
+sweep (``mainboard.jobs.live.SharedSweep``): an open Jobs page keeps them a few seconds
+fresh, however many pages ask, with at most one sweep running at a time.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from typing import Any
@@ -17,6 +20,8 @@ from mainboard.config import Config
 from mainboard.dashboard import rundata
 from mainboard.dashboard.live import Live
 from mainboard.errors import MainboardError, first_line
+from mainboard.hosts.access import Hosts
+from mainboard.jobs.live import SharedSweep, Sweep
 from mainboard.runs.store import RunHistory
 from mainboard.runs.workers import WorkerTally
 
@@ -24,6 +29,7 @@ PAGE_SIZE = 1000
 FLEET_CACHE_S = 3.0
 LOG_LINES = 500
 LOGS_EVERY_S = 5
+JOBS_FRESH_S = 2.0  # an open Jobs page shows job states no older than this (plus one sweep)
 
 
 def _digest(parts: list[str]) -> str:
@@ -60,6 +66,9 @@ class Views:
         self.timelines: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run id -> (stamp, events)
         self.tallies: dict[str, WorkerTally] = {}  # run id -> its spans summed so far
         self.chi2: dict[str, rundata.Chi2Memo] = {}  # run id -> its chi2/dof series so far
+        self._hosts: Hosts | None = None
+        self._hosts_lock = threading.Lock()
+        self.job_sweep = SharedSweep(self._sweep_hosts, max_age=JOBS_FRESH_S)
 
     def broker(self) -> dict[str, Any]:
         """Whether the broker answers, and the one line to show when it does not."""
@@ -183,22 +192,28 @@ class Views:
         return {"broker": broker, "workers": rows, "registry": registry, "note": note}
 
     def jobs(self) -> dict[str, Any]:
-        """The job store: each job's state, host, times and exit code; unreadable lines."""
-        from mainboard.jobs.store import JobStore
-
-        views, errors = JobStore(self.config.state_dir).scan()
+        """Every job in its current state (the shared sweep: no older than JOBS_FRESH_S),
+        host, times and exit code; which hosts did not answer; unreadable lines."""
+        look = self.job_sweep.get()
+        now = time.time()
         rows = []
-        for v in reversed(views):  # newest first
-            row = v.as_json()
+        for v in reversed(look.views):  # newest first
+            row = look.entry(v, now)
             row.pop("spec", None)
             row["updated"] = v.file.stat().st_mtime if v.file and v.file.exists() else None
             rows.append(row)
-        return {"jobs": rows, "errors": [str(e) for e in errors[:20]]}
+        return {"jobs": rows, "errors": [str(e) for e in look.errors[:20]],
+                "checked_at": look.at, "unreachable_hosts": look.unreachable,
+                "version": self._jobs_digest(look)}
 
     def jobs_version(self) -> str:
-        """Changes when any job's receipts change (one directory scan, no file read)."""
-        import os
+        """Changes when any job's receipts change or a host stops or starts answering;
+        asking it starts a sweep in the background when the last is JOBS_FRESH_S old, so
+        an open Jobs page keeps the states fresh (one directory scan, no file read)."""
+        self.job_sweep.kick()
+        return self._jobs_digest(self.job_sweep.latest())
 
+    def _jobs_digest(self, look: Sweep | None) -> str:
         folder = self.config.state_dir / "jobs"
         try:
             with os.scandir(folder) as found:
@@ -206,11 +221,18 @@ class Views:
                                 for e in found if e.name.endswith(".ndjson"))
         except OSError:
             stamps = []
-        return _digest(stamps)
+        down = sorted(look.unreachable) if look is not None else []
+        return _digest([*stamps, f"unreachable:{down}"])
+
+    def _sweep_hosts(self) -> Hosts:
+        """The hosts the job sweep asks, opened once and kept (their connections reused)."""
+        with self._hosts_lock:
+            if self._hosts is None:
+                self._hosts = Hosts(config=self.config)
+            return self._hosts
 
     def job_logs(self, ref: str, stream: str) -> str:
         """The last LOG_LINES lines of a job's stdout or stderr, fetched from its host."""
-        from mainboard.hosts.access import Hosts
         from mainboard.jobs.job import Job
 
         hosts = Hosts(config=self.config)
@@ -221,6 +243,9 @@ class Views:
 
     def close(self) -> None:
         self.live.close()
+        with self._hosts_lock:
+            if self._hosts is not None:
+                self._hosts.close()
 
 
 def _fleet_from_receipts(config: Config, live_only: bool = False) -> list[dict[str, Any]]:

@@ -22,15 +22,15 @@ Every pass also writes the verdicts study ledgers lack (``mainboard.jobs.verdict
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mainboard.bridges.jobstate import JobState
 from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError, first_line
-from mainboard.jobs.job import bridge_of, pull_view, store_of
-from mainboard.jobs.store import JobStore, JobView
+from mainboard.jobs.job import pull_view, store_of
+from mainboard.jobs.live import groups_of, probe
+from mainboard.jobs.store import JobView
 from mainboard.jobs.verdicts import record_verdicts
 from mainboard.locks import flocked
 from mainboard.receipts import (
@@ -107,19 +107,6 @@ def release_rentals(config: Config, hosts: Mapping[str, float]) -> tuple[list[st
     return done, errors
 
 
-def _probe(board: Hosts, store: JobStore, host: str, root: str,
-           views: list[JobView]) -> str | None:
-    """Ask one host about its owed jobs in one query and record the news; the error, if any."""
-    try:
-        bridge = bridge_of(board.on(host), root)
-        statuses = bridge.poll([v.record() for v in views])
-    except (MainboardError, OSError) as exc:
-        return first_line(exc)
-    for view in views:
-        store.observe(view.id, statuses[view.submitted.job_id])
-    return None
-
-
 def _entry(view: JobView) -> dict[str, Any]:
     """How one announced job appears in the report."""
     s = view.submitted
@@ -172,18 +159,8 @@ def _sweep(board: Hosts, only: frozenset[str] | None, release: Release) -> dict[
     def mine(view: JobView) -> bool:
         return only is None or view.id in only
 
-    groups: dict[tuple[str, str], list[JobView]] = {}
-    for view in views:
-        if not view.finished and mine(view):
-            groups.setdefault((view.host, view.submitted.root), []).append(view)
-    down: dict[str, str] = {}
-    if groups:
-        with ThreadPoolExecutor(max_workers=min(8, len(groups))) as pool:
-            answers = list(pool.map(lambda item: _probe(board, store, *item[0], item[1]),
-                                    groups.items()))
-        for (host, _root), error in zip(groups, answers, strict=True):
-            if error is not None:
-                down.setdefault(host, error)
+    groups = groups_of(views, only)
+    down = probe(board, store, groups, timeout=None) if groups else {}
     # The cursor comes from the receipts, including the verdicts this pass just wrote.
     views, problems = store.scan()
     errors = [str(p) for p in problems]

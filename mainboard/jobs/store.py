@@ -53,6 +53,7 @@ class JobView:
     finished: bool = False        # a job.finished line (the verdict) exists
     pulled: JobPulled | None = None
     file: Path | None = None
+    since: float = 0.0            # when the line that set ``state`` was written (epoch s)
 
     @property
     def id(self) -> str:
@@ -95,23 +96,23 @@ class JobView:
                 "pulled": None if self.pulled is None else self.pulled.model_dump(mode="json")}
 
 
-def replay(payloads: Iterator[Payload], file: Path) -> JobView | None:
-    """Fold one job's payloads into a view; None when its ``job.submitted`` line is missing."""
+def replay(payloads: Iterator[tuple[float, Payload]], file: Path) -> JobView | None:
+    """Fold one job's timed payloads into a view; None when its ``job.submitted`` line is missing."""
     view: JobView | None = None
-    for payload in payloads:
+    for ts, payload in payloads:
         if isinstance(payload, JobSubmitted):
-            view = JobView(submitted=payload, file=file)
+            view = JobView(submitted=payload, file=file, since=ts)
         elif view is None:
             continue
         elif isinstance(payload, JobFinished) and not view.finished:
             view = JobView(view.submitted, JobState(payload.state), payload.exit_code,
-                           payload.native, payload.reason, True, view.pulled, file)
+                           payload.native, payload.reason, True, view.pulled, file, ts)
         elif isinstance(payload, JobStateChanged) and not view.finished:
             view = JobView(view.submitted, JobState(payload.state), None, payload.native,
-                           payload.reason, False, view.pulled, file)
+                           payload.reason, False, view.pulled, file, ts)
         elif isinstance(payload, JobPulled):
             view = JobView(view.submitted, view.state, view.exit_code, view.native,
-                           view.reason, view.finished, payload, file)
+                           view.reason, view.finished, payload, file, view.since)
     return view
 
 
@@ -121,7 +122,7 @@ class JobStore(ReceiptStore[JobView]):
     FOLDER, LAYOUT, FIRST, FORM = "jobs", "{id}" + SUFFIX, "job.submitted", FORM
 
     def fold(self, receipts: Receipts, errors: list[ReceiptError] | None) -> JobView | None:
-        return replay(receipts.read(errors=errors), receipts.path)
+        return replay(receipts.read_timed(errors=errors), receipts.path)
 
     def file(self, job_id: str) -> Path:
         """The receipts file of ``job_id`` (refusing ids that are not plain names)."""

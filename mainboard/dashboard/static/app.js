@@ -363,13 +363,17 @@ function renderJobs(data) {
   const main = document.getElementById("main");
   main.replaceChildren(
     el("h1", { text: "Jobs" }),
-    el("p", { class: "muted", text: `${data.jobs.length} jobs in the job store` }),
+    el("p", { class: "muted", text: `${data.jobs.length} jobs in the job store; states as the hosts told them at ${when(data.checked_at)} (asked every few seconds while this page is open)` }),
+    ...Object.entries(data.unreachable_hosts || {}).map(([host, why]) =>
+      el("p", { class: "stale-host", text: `host ${host} did not answer (${why}): its unfinished jobs show their last recorded state, marked stale` })),
     table([
       ["id", (j) => j.id], ["name", (j) => j.name], ["host", (j) => j.host], ["kind", (j) => j.kind],
-      ["scheduler id", (j) => j.job_id], ["state", (j) => status(j.state)], ["exit", (j) => j.exit_code ?? "", "num"],
-      ["submitted", (j) => when(j.submitted_at)], ["last change", (j) => when(j.updated)],
+      ["scheduler id", (j) => j.job_id],
+      ["state", (j) => j.stale ? el("span", {}, status(j.state), " ", el("span", { class: "stale", text: "stale" })) : status(j.state)],
+      ["exit", (j) => j.exit_code ?? "", "num"],
+      ["submitted", (j) => when(j.submitted_at)], ["state since", (j) => when(j.state_since)],
       ["logs", (j) => el("span", {}, el("a", { href: `/jobs/${j.id}/logs?stream=stdout`, text: "stdout" }), " ", el("a", { href: `/jobs/${j.id}/logs?stream=stderr`, text: "stderr" }))],
-    ], data.jobs, (j) => ({ "data-job": j.id })),
+    ], data.jobs, (j) => ({ "data-job": j.id, "data-state": j.state, "data-stale": String(j.stale) })),
     ...(data.errors.length ? [section("Unreadable receipts", el("pre", { text: data.errors.join("\n") }))] : []));
 }
 
