@@ -44,6 +44,46 @@ function ago(ts) {
 }
 const status = (s) => el("span", { class: `status ${s}`, text: s });
 
+// A long id in a table cell: up to 8 characters and an ellipsis (the head of a hex run id;
+// the tail of a job or scheduler id: its hex suffix, which `mainboard jobs` takes, as its
+// head is a date), the whole value on hover (title) and in data-full, copied by a click.
+const ID_CHARS = 8;
+function shortId(value, { tail = false } = {}) {
+  if (value === null || value === undefined || value === "") return "-";
+  const full = String(value);
+  if (full.length <= ID_CHARS + 2) return full;
+  const suffix = full.slice(full.lastIndexOf("-") + 1);  // a job id's hex suffix
+  const end = suffix.length >= 4 && suffix.length <= ID_CHARS ? suffix : full.slice(-ID_CHARS);
+  const text = tail ? `…${end}` : `${full.slice(0, ID_CHARS)}…`;
+  return el("button", { type: "button", class: "id", title: full, "data-full": full, text });
+}
+
+// navigator.clipboard exists only in a secure context (https, or localhost); elsewhere
+// (the dashboard on a cluster's login node over http) a selected textarea and execCommand
+function copyId(button) {
+  const full = button.dataset.full;
+  const done = () => { button.classList.add("copied"); button.title = `${full} (copied)`; };
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(full).then(done, () => copyByTextarea(full) && done());
+  } else if (copyByTextarea(full)) done();
+}
+
+function copyByTextarea(text) {
+  const area = el("textarea", { readonly: "", style: "position:fixed;top:0;left:0;opacity:0" });
+  area.value = text;
+  document.body.append(area);
+  area.select();
+  let ok = false;
+  try { ok = document.execCommand("copy"); } catch (_) { ok = false; }
+  area.remove();
+  return ok;
+}
+
+document.addEventListener("click", (event) => {
+  const button = event.target.closest && event.target.closest("button.id[data-full]");
+  if (button) copyId(button);
+});
+
 function table(columns, rows, rowAttrs) {
   const head = el("tr", {}, columns.map(([label, , cls]) => el("th", { class: cls, text: label })));
   const body = rows.map((r) => el("tr", rowAttrs ? rowAttrs(r) : {},
@@ -102,7 +142,7 @@ function renderRuns(data) {
   const main = document.getElementById("main");
   const cols = [
     ["name", (r) => el("a", { href: `/run/${r.run_id}`, text: r.name })],
-    ["id", (r) => r.run_id],
+    ["id", (r) => shortId(r.run_id)],
     ["status", (r) => status(r.status)],
     ["samples", (r) => num(r.samples), "num"],
     ["estimate ± error", (r) => pm(r.estimate, r.error), "num"],
@@ -121,17 +161,36 @@ function renderRuns(data) {
 }
 
 // ---------------------------------------------------------------- plots
+// A plot is as wide as its box (less the box's padding): drawn so, and redrawn so when the
+// window is resized or the page's layout moves the box (fitPlots).
+const plotWidth = (container) => Math.max(160, container.clientWidth - 12);
+
 function plotInto(key, container, opts, data) {
-  const width = Math.max(300, container.clientWidth - 12);
   const existing = plots[key];
   if (existing && existing.root.isConnected && existing.series.length === opts.series.length) {
     existing.setData(data);
+    fitPlots();
     return existing;
   }
   container.querySelectorAll(".uplot").forEach((n) => n.remove());
-  plots[key] = new uPlot({ width, height: opts.height || 260, ...opts }, data, container);
+  plots[key] = new uPlot({ width: plotWidth(container), height: opts.height || 260, ...opts },
+    data, container);
   return plots[key];
 }
+
+function fitPlots() {
+  for (const [key, plot] of Object.entries(plots)) {
+    if (!plot.root.isConnected) { delete plots[key]; continue; }
+    const width = plotWidth(plot.root.parentElement);
+    if (Math.abs(width - plot.width) >= 1) plot.setSize({ width, height: plot.height });
+  }
+}
+
+let fitting = 0;
+window.addEventListener("resize", () => {
+  cancelAnimationFrame(fitting);
+  fitting = requestAnimationFrame(fitPlots);
+});
 
 const ITER_AXIS = { label: "iteration", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] };
 const yAxis = (extra) => ({ size: 80, values: (u, vals) => vals.map((v) => num(v, 5)), ...extra });
@@ -244,17 +303,17 @@ function renderRun(run) {
   ], run.series.slice().reverse(), (p) => ({ "data-iteration": p.iteration })));
   document.getElementById("workers-note").textContent = run.workers_note || "";
   document.getElementById("workers").replaceChildren(table([
-    ["worker", (w) => w.worker], ["host", (w) => w.host], ["kind", (w) => w.kind], ["job", (w) => w.job_id],
+    ["worker", (w) => w.worker, "wrap"], ["host", (w) => w.host], ["kind", (w) => w.kind], ["job", (w) => shortId(w.job_id, { tail: true })],
     ["batches", (w) => num(w.batches), "num"], ["samples/s", (w) => num(w.samples_per_s, 3), "num"],
     ["last heartbeat", (w) => ago(w.last_heartbeat)],
   ], run.workers));
   document.getElementById("timeline").replaceChildren(table([
-    ["time", (e) => when(e.time)], ["event", (e) => e.kind], ["iteration", (e) => e.iteration ?? "", "num"], ["detail", (e) => e.detail || ""],
+    ["time", (e) => when(e.time)], ["event", (e) => e.kind], ["iteration", (e) => e.iteration ?? "", "num"], ["detail", (e) => e.detail || "", "wrap"],
   ], run.timeline.slice(-200)));
   document.getElementById("logs-note").textContent = run.logs_note || "";
   document.getElementById("logs").replaceChildren(table([
     ["time", (l) => when(l.ts)], ["level", (l) => el("span", { class: `level-${String(l.level).toLowerCase()}`, text: l.level })],
-    ["worker", (l) => l.worker], ["host", (l) => l.host], ["message", (l) => l.message, "msg"],
+    ["worker", (l) => l.worker, "wrap"], ["host", (l) => l.host], ["message", (l) => l.message, "msg"],
   ], run.logs.slice().reverse()));
   renderDiagnostics(run.diagnostics);
   renderObservables(run.observables);
@@ -335,7 +394,7 @@ function renderLineage(run) {
   document.getElementById("snapshots").replaceChildren(table([
     ["after iteration", (s) => s.iteration, "num"], ["samples", (s) => num(s.samples), "num"],
     ["", (s) => (s.inherited ? "inherited from the parent" : "")],
-    ["resume/clone", (s) => `mainboard runs clone ${run.summary.run_id} --from-iteration ${s.iteration}`],
+    ["resume/clone", (s) => el("code", { text: `mainboard runs clone ${run.summary.run_id} --from-iteration ${s.iteration}` })],
   ], run.snapshots.slice().reverse()));
 }
 
@@ -346,14 +405,14 @@ function renderFleet(data) {
     el("h1", { text: "Fleet" }),
     el("p", { class: "muted", text: data.note || `${data.workers.length} fleet workers` }),
     table([
-      ["worker", (w) => w.worker_id], ["host", (w) => w.host], ["kind", (w) => w.kind], ["node", (w) => w.node],
-      ["scheduler job", (w) => w.job_id], ["state", (w) => status(w.state)], ["job state", (w) => w.job_state],
+      ["worker", (w) => shortId(w.worker_id)], ["host", (w) => w.host], ["kind", (w) => w.kind], ["node", (w) => w.node, "wrap"],
+      ["scheduler job", (w) => shortId(w.job_id, { tail: true })], ["state", (w) => status(w.state)], ["job state", (w) => w.job_state],
       ["tasks done", (w) => num(w.tasks_done), "num"], ["tasks/s", (w) => num(w.tasks_per_s, 3), "num"],
-      ["last heartbeat", (w) => ago(w.last_heartbeat)], ["note", (w) => w.reason || ""],
+      ["last heartbeat", (w) => ago(w.last_heartbeat)], ["note", (w) => w.reason || "", "wrap"],
     ], data.workers, (w) => ({ "data-worker": w.worker_id })),
     section("Every worker beating on the broker",
       table([
-        ["node", (w) => w.node], ["host", (w) => w.host || ""], ["job", (w) => w.job_id || ""],
+        ["node", (w) => w.node, "wrap"], ["host", (w) => w.host || ""], ["job", (w) => (w.job_id ? shortId(w.job_id, { tail: true }) : "")],
         ["tasks done", (w) => num(Number(w.tasks_done || 0)), "num"], ["active", (w) => w.active || "0", "num"],
         ["tasks/s", (w) => num(w.tasks_per_s, 3), "num"], ["last beat", (w) => ago(w.beat)],
       ], data.registry)));
@@ -365,8 +424,8 @@ function renderJobs(data) {
     el("h1", { text: "Jobs" }),
     el("p", { class: "muted", text: `${data.jobs.length} jobs in the job store` }),
     table([
-      ["id", (j) => j.id], ["name", (j) => j.name], ["host", (j) => j.host], ["kind", (j) => j.kind],
-      ["scheduler id", (j) => j.job_id], ["state", (j) => status(j.state)], ["exit", (j) => j.exit_code ?? "", "num"],
+      ["id", (j) => shortId(j.id, { tail: true })], ["name", (j) => j.name, "wrap"], ["host", (j) => j.host], ["kind", (j) => j.kind],
+      ["scheduler id", (j) => shortId(j.job_id, { tail: true })], ["state", (j) => status(j.state)], ["exit", (j) => j.exit_code ?? "", "num"],
       ["submitted", (j) => when(j.submitted_at)], ["last change", (j) => when(j.updated)],
       ["logs", (j) => el("span", {}, el("a", { href: `/jobs/${j.id}/logs?stream=stdout`, text: "stdout" }), " ", el("a", { href: `/jobs/${j.id}/logs?stream=stderr`, text: "stderr" }))],
     ], data.jobs, (j) => ({ "data-job": j.id })),
