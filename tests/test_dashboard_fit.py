@@ -33,6 +33,7 @@ WIDTHS = (1280, 1920)
 README_SHOT = Path(__file__).resolve().parent.parent / "docs" / "dashboard-run.png"
 LONG_NAME = "gauss-4d-with-a-long-name-that-has-to-wrap-somewhere"
 JOB_NAME = "calibrate-the-detector-response-for-every-channel-of-run-2026"
+LOG_LINE = "channel" * 60  # one 420-character word in the job's log
 # what a person sees: the page wider than the window, and each box that sticks out of it
 MEASURE = """JSON.stringify((() => { const root = document.documentElement;
   const out = [...document.querySelectorAll('table, .uplot, .plot, pre, .card, h1, p')]
@@ -68,7 +69,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer
     one = mainboard.integrate(spec(name="fit-one", stop={"max_samples": 40_000}), workers=1,
                               config=config)
     with Board(config.path) as board:
-        job = board.on("local").submit(["sh", "-c", "echo fit"], name=JOB_NAME)
+        job = board.on("local").submit(["sh", "-c", f"echo {LOG_LINE}"], name=JOB_NAME)
         job.wait(timeout=60, poll=0.2)
     up = _mb(config, "fleet", "up", "--on", "local", "--no-flower", "--json")
     assert up.exit_code == 0, up.stderr
@@ -130,6 +131,8 @@ def test_every_page_fits_1280_and_1920_px_without_sideways_scrolling(
                 "document.querySelector('#plot-convergence[data-points=\"3\"]')"),
         "fleet": ("/fleet", f"document.querySelector('tr[data-worker=\"{scene.worker_id}\"]')"),
         "jobs": ("/jobs", f"document.querySelector('tr[data-job=\"{scene.job_id}\"]')"),
+        "log": (f"/jobs/{scene.job_id}/logs?stream=stdout",
+                f"document.body && document.body.textContent.includes('{LOG_LINE}')"),
     }
 
     async def look(tab: Tab) -> dict[str, Any]:
@@ -164,7 +167,7 @@ def test_every_page_fits_1280_and_1920_px_without_sideways_scrolling(
 
     seen = drive(scene.dash.page("/"), look, timeout=120)
     for width in WIDTHS:
-        for name in ("runs", "run", "fleet", "jobs"):
+        for name in ("runs", "run", "fleet", "jobs", "log"):
             fit = seen[f"{name}-{width}"]
             assert fit["scroll"] <= fit["client"] and not fit["out"], (name, width, fit)
             shot = tmp_path / f"{name}-{width}.png"

@@ -193,7 +193,19 @@ window.addEventListener("resize", () => {
 });
 
 const ITER_AXIS = { label: "iteration", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] };
-const yAxis = (extra) => ({ size: 80, values: (u, vals) => vals.map((v) => num(v, 5)), ...extra });
+// a y axis as wide as its longest tick label (1,000,000 samples/s was cut at a fixed 70 px);
+// uPlot asks again while the labels change, and takes the last size after two rounds
+function axisSize(least) {
+  return (u, values, axisIdx, cycleNum) => {
+    const axis = u.axes[axisIdx];
+    if (cycleNum > 1) return axis._size;
+    const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+    u.ctx.font = axis.font[0];
+    const text = longest ? u.ctx.measureText(longest).width / devicePixelRatio : 0;
+    return Math.max(least, Math.ceil(axis.ticks.size + axis.gap + text + 4));
+  };
+}
+const yAxis = (extra) => ({ size: axisSize(50), values: (u, vals) => vals.map((v) => num(v, 5)), ...extra });
 
 function plotBox(id, title) {
   return el("div", { class: "plot", id }, el("div", { class: "t", text: title }));
@@ -227,7 +239,7 @@ function drawSmall(key, title, run, pick, label2, pick2) {
   const x = run.series.map((p) => p.iteration);
   const series = [{ label: "iteration" }, { label: title, stroke: "#7c3aed", width: 2, points: { show: true } }];
   const data = [x, run.series.map(pick)];
-  const axes = [ITER_AXIS, yAxis({ size: 70 })];
+  const axes = [ITER_AXIS, yAxis()];
   const scales = { x: { time: false } };
   if (label2) {
     series.push({ label: label2, stroke: "#0891b2", scale: "q", points: { show: true } });
