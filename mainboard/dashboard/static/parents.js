@@ -1,6 +1,6 @@
 // mainboard dashboard: the page of a parent run (scan, tune, campaign). Loaded before
-// app.js, whose helpers (el, table, num, pm, card, section, plotBox, plotInto, yAxis,
-// status) it calls when a run page's data carries a "parent" table.
+// app.js, whose helpers (el, table, num, pm, card, section, plotBox, yAxis, status) it
+// calls, as layout.js's plotInto, when a run page's data carries a "parent" table.
 "use strict";
 
 // a number for the x axis: a number, or the first number of a list (integrand.a = [a, a])
