@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import mainboard
 from mainboard.board import Board
 from mainboard.cli import cli
-from mainboard.cli.runview import result_text
+from mainboard.cli.runview import result_json, result_text
 from mainboard.config import Config, load_config
 from mainboard.integrators.driver import RunResult
 from mainboard.runs.store import RECEIPTS_NAME
@@ -82,8 +82,11 @@ def scene(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer
     try:
         yield Scene(config, runs, one, job.id, worker_id, dash)
     finally:
-        stop_dashboard(dash)
-        _mb(config, "fleet", "down", "--timeout", "10")
+        try:
+            stop_dashboard(dash)
+        finally:
+            down = _mb(config, "fleet", "down", "--timeout", "10")
+    assert down.exit_code == 0, down.stderr
 
 
 def test_runs_show_prints_a_dash_for_the_chi2_of_one_iteration_and_null_in_json(
@@ -98,7 +101,9 @@ def test_runs_show_prints_a_dash_for_the_chi2_of_one_iteration_and_null_in_json(
     assert shown["result"]["chi2_dof"] is None and shown["result"]["q"] is None
     three = _mb(scene.config, "runs", "show", scene.runs.run_id).stdout
     assert f"chi2/dof {scene.runs.chi2_dof:.3g}   Q {scene.runs.q:.3g}" in three
-    assert "\nchi2/dof  -   Q -\n" in result_text(scene.one)  # what `integrate` printed
+    assert "\nchi2/dof  -   Q -\n" in result_text(scene.one)  # what `integrate` prints
+    printed = json.loads(result_json(scene.one))  # and with --json
+    assert printed["chi2_dof"] is None and printed["q"] is None
 
 
 def test_a_result_stored_with_chi2_zero_for_one_iteration_is_shown_undefined(
