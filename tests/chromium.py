@@ -118,6 +118,18 @@ class Tab:
                                    awaitPromise=wait)
         return done.get("result", {}).get("value")
 
+    async def click(self, selector: str) -> None:
+        """A person's left click (mouse down and up, a user gesture) on the middle of the
+        first element ``selector`` matches."""
+        found = await self.evaluate(f"(r => r && [r.left + r.width / 2, r.top + r.height / 2])"
+                                    f"(document.querySelector({json.dumps(selector)})"
+                                    f"?.getBoundingClientRect())")
+        if not found:
+            raise RuntimeError(f"nothing on the page matches {selector}")
+        for kind in ("mousePressed", "mouseReleased"):
+            await self.cdp.call("Input.dispatchMouseEvent", type=kind, x=found[0], y=found[1],
+                                button="left", clickCount=1)
+
     async def resize(self, width: int, height: int) -> None:
         """Make the viewport ``width`` x ``height`` CSS pixels at scale 1 (a screenshot is
         then that many pixels); an open page gets its ``resize`` event."""

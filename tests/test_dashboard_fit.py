@@ -201,17 +201,26 @@ def test_long_ids_are_shortened_whole_on_hover_and_copied_by_a_click(scene: Scen
                            permissions=["clipboardReadWrite", "clipboardSanitizedWrite"])
         await tab.cdp.call("Emulation.setFocusEmulationEnabled", enabled=True)
         await tab.goto(scene.dash.page("/"))
-        button = f"document.querySelector('tr[data-run-id=\"{run.run_id}\"] button.id')"
+        css = f'tr[data-run-id="{run.run_id}"] button.id'
+        button = f"document.querySelector('{css}')"
         shown = await tab.wait_until(f"{button} && [{button}.textContent, {button}.title]", 20)
-        await tab.evaluate(f"{button}.click()")
+        await tab.click(css)
         copied = await tab.wait_until(f"{button}.classList.contains('copied')", 5)
         clip = await tab.evaluate("navigator.clipboard.readText()", wait=True)
         await tab.goto(scene.dash.page("/jobs"))
-        job = f"document.querySelector('tr[data-job=\"{scene.job_id}\"] button.id')"
+        css = f'tr[data-job="{scene.job_id}"] button.id'
+        job = f"document.querySelector('{css}')"
         job_shown = await tab.wait_until(f"{job} && [{job}.textContent, {job}.dataset.full]", 20)
         name = await tab.evaluate(f"document.querySelector('tr[data-job=\"{scene.job_id}\"]')"
                                   ".textContent")
-        return {"shown": shown, "copied": copied, "clip": clip, "job": job_shown, "name": name}
+        # where the clipboard API refuses (plain http from another machine): the fallback
+        await tab.evaluate("navigator.clipboard.writeText = () => Promise.reject("
+                           "new Error('not a secure context'))")
+        await tab.click(css)
+        fallback = await tab.wait_until(f"{job}.classList.contains('copied')", 5)
+        job_clip = await tab.evaluate("navigator.clipboard.readText()", wait=True)
+        return {"shown": shown, "copied": copied, "clip": clip, "job": job_shown, "name": name,
+                "fallback": fallback, "job_clip": job_clip}
 
     seen = drive(scene.dash.page("/"), look, timeout=60)
     assert seen["shown"] == [f"{run.run_id[:8]}…", run.run_id]
@@ -219,3 +228,4 @@ def test_long_ids_are_shortened_whole_on_hover_and_copied_by_a_click(scene: Scen
     suffix = scene.job_id.rsplit("-", 1)[1]  # the unique suffix `mainboard jobs` takes
     assert seen["job"] == [f"…{suffix}", scene.job_id]
     assert JOB_NAME in seen["name"]  # names are not shortened: they wrap
+    assert seen["fallback"] is True and seen["job_clip"] == scene.job_id
