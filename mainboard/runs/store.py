@@ -51,7 +51,7 @@ def defined_fit(result: Mapping[str, Any]) -> dict[str, Any]:
     """A stored result with chi2/dof None where it is undefined: no degrees of freedom (one
     kept iteration), which a null Q marks; results recorded before said 0 there."""
     out = dict(result)
-    if out.get("q") is None:
+    if "chi2_dof" in out and out.get("q") is None:  # a parent's result has neither
         out["chi2_dof"] = None
     return out
 
