@@ -158,7 +158,7 @@ def summary_row(h: RunHistory, entry: _Entry | None) -> dict[str, Any]:
     row["estimate_value"] = first_component(row["estimate"])
     row["error_value"] = first_component(row["error"])
     if h.result is not None:
-        row["chi2_dof"] = first_component(h.result["chi2_dof"])
+        row["chi2_dof"] = first_component(h.result.get("chi2_dof"))
     else:
         if entry is not None:
             entry.full()  # an unfinished run's chi2/dof needs its last snapshot
