@@ -144,9 +144,10 @@ class Combined:
     q_total: float
 
     @property
-    def chi2_dof(self) -> float:
-        """chi2 per degree of freedom over all components (0 with a single iteration)."""
-        return self.chi2_total / self.dof_total if self.dof_total > 0 else 0.0
+    def chi2_dof(self) -> float | None:
+        """chi2 per degree of freedom over all components; None with a single kept iteration,
+        where it is undefined (vegas says 0, which reads as a perfect fit)."""
+        return self.chi2_total / self.dof_total if self.dof_total > 0 else None
 
 
 def _q(dof: int, chi2: float) -> float:

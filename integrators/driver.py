@@ -185,7 +185,7 @@ class RunResult:
     kind: str
     estimate: Any
     error: Any
-    chi2_dof: float
+    chi2_dof: float | None  # None: one kept iteration, no degrees of freedom
     q: float
     samples: int
     iterations: int

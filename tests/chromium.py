@@ -112,10 +112,29 @@ class Tab:
         """Navigate to ``url`` (returns at once; ``wait_for`` what the page should show)."""
         await self.cdp.call("Page.navigate", url=url)
 
-    async def evaluate(self, expression: str) -> Any:
-        """The value of a JavaScript expression in the page."""
-        done = await self.cdp.call("Runtime.evaluate", returnByValue=True, expression=expression)
+    async def evaluate(self, expression: str, *, wait: bool = False) -> Any:
+        """The value of a JavaScript expression in the page (``wait``: of the promise it gives)."""
+        done = await self.cdp.call("Runtime.evaluate", returnByValue=True, expression=expression,
+                                   awaitPromise=wait)
         return done.get("result", {}).get("value")
+
+    async def click(self, selector: str) -> None:
+        """A person's left click (mouse down and up, a user gesture) on the middle of the
+        first element ``selector`` matches."""
+        found = await self.evaluate(f"(r => r && [r.left + r.width / 2, r.top + r.height / 2])"
+                                    f"(document.querySelector({json.dumps(selector)})"
+                                    f"?.getBoundingClientRect())")
+        if not found:
+            raise RuntimeError(f"nothing on the page matches {selector}")
+        for kind in ("mousePressed", "mouseReleased"):
+            await self.cdp.call("Input.dispatchMouseEvent", type=kind, x=found[0], y=found[1],
+                                button="left", clickCount=1)
+
+    async def resize(self, width: int, height: int) -> None:
+        """Make the viewport ``width`` x ``height`` CSS pixels at scale 1 (a screenshot is
+        then that many pixels); an open page gets its ``resize`` event."""
+        await self.cdp.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                            deviceScaleFactor=1, mobile=False)
 
     async def dom(self) -> str:
         """The DOM as HTML once the document has loaded ('' before)."""
@@ -150,6 +169,14 @@ class Tab:
         shot = await self.cdp.call("Page.captureScreenshot", format="png")
         path.write_bytes(base64.b64decode(shot["data"]))
         return path
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) of a PNG file, from its IHDR chunk; ValueError if it is no PNG."""
+    head = path.read_bytes()[:24]
+    if len(head) < 24 or head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        raise ValueError(f"{path} is not a PNG file")
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
 async def _open(port: int, url: str, auth: tuple[str, str] | None,

@@ -169,6 +169,7 @@ def test_the_dashboard_plots_a_scan_estimate_against_its_parameter(
         workspace: Config, scan: subprocess.CompletedProcess[str]) -> None:
     from tests.chromium import Tab, drive
     from tests.test_dashboard import INK, start_dashboard, stop_dashboard
+    from tests.test_dashboard_fit import MEASURE
 
     got = json.loads(scan.stdout)
     dash = start_dashboard(workspace)
@@ -176,14 +177,17 @@ def test_the_dashboard_plots_a_scan_estimate_against_its_parameter(
         data = dash.api(f"/api/run/{got['run_id']}")
         assert data["parent"]["kind"] == "scan" and data["parent"]["rows"] == got["rows"]
 
-        async def look(tab: Tab) -> tuple[str, int]:
+        async def look(tab: Tab) -> tuple[str, int, dict[str, Any]]:
+            await tab.resize(1280, 900)  # a laptop screen: nothing sticks out sideways
             html = await tab.wait_for('id="plot-parent" data-points="6"', 15)
-            return html, await tab.evaluate(INK % "plot-parent")
+            fit = json.loads(await tab.evaluate(MEASURE))
+            return html, await tab.evaluate(INK % "plot-parent"), fit
 
-        html, ink = drive(dash.page(f"/run/{got['run_id']}"), look)
+        html, ink, fit = drive(dash.page(f"/run/{got['run_id']}"), look)
     finally:
         stop_dashboard(dash)
     assert ink > 500, f"the scan plot drew nothing ({ink} dark pixels)"
+    assert fit["scroll"] <= fit["client"] <= 1280 and not fit["out"], fit
     assert "sampler.alpha=0" in html and "sampler.alpha=0.5" in html  # one series per alpha
     assert html.count('data-child="p') == 6 and "integrand.a" in html
     for row in got["rows"]:

@@ -79,8 +79,8 @@ def _detail(h: RunHistory) -> dict[str, Any]:
                        "training_samples": (i.snapshot or {}).get("training_samples", 0),
                        "diagnostics": (i.snapshot or {}).get("diagnostics")}
                       for i in h.iterations]
-    if h.finished is not None:
-        out["result"] = h.finished.result
+    if h.result is not None:
+        out["result"] = h.result
     return out
 
 
@@ -133,7 +133,7 @@ def show(ctx: click.Context, run: str, with_timeline: bool, with_histograms: boo
     click.echo(f"integrand  {spec['integrand']['kind']}  sampler {spec['sampler']['kind']}  "
                f"seed {spec['seed']}  stop " + ", ".join(
                    f"{k}={v}" for k, v in spec["stop"].items() if v not in (None, 0)))
-    from mainboard.cli.runview import diagnostics_text
+    from mainboard.cli.runview import diagnostics_text, fit_text
 
     for row in data["history"]:
         click.echo(f"  iteration {row['iteration']:>4}  {row['samples']:>12,} samples  "
@@ -141,6 +141,8 @@ def show(ctx: click.Context, run: str, with_timeline: bool, with_histograms: boo
                                        if row["training_samples"] else "")
                    + (f"  [{diagnostics_text(row['diagnostics'])}]"
                       if row["diagnostics"] else ""))
+    if "result" in data:
+        click.echo(f"result     {fit_text(data['result'])}")
     if with_timeline:
         click.echo("timeline")
     origin = events[0].time if events else 0.0

@@ -79,14 +79,21 @@ def result_text(result: RunResult) -> str:
              f"estimate  {pm(result.estimate, result.error)}"]
     if result.exact is not None:
         lines.append(f"exact     {_num(result.exact)}{_pull(result)}")
-    q = "-" if math.isnan(result.q) else f"{result.q:.3g}"
     training = f" (+{result.training_samples:,} training)" if result.training_samples else ""
-    lines += [f"chi2/dof  {result.chi2_dof:.3g}   Q {q}",
+    q = None if math.isnan(result.q) else result.q
+    lines += [f"chi2/dof  {_num(result.chi2_dof, 3)}   Q {_num(q, 3)}",
               f"samples   {result.samples:,} in {result.iterations} iterations{training}, "
               f"{result.nan_count} non-finite, {_ending(result.stop_reason)}"]
     if result.wall_s is not None:
         lines.append(f"wall      {result.wall_s:.2f} s ({rate:,.0f} samples/s)")
     return "\n".join(lines)
+
+
+def fit_text(result: Mapping[str, Any]) -> str:
+    """``runs show``'s result line: estimate ± error, chi2/dof and Q ("-" where undefined)."""
+    estimate = "-" if result.get("estimate") is None else pm(result["estimate"], result["error"])
+    return f"{estimate}   chi2/dof {_num(result.get('chi2_dof'), 3)}   Q " \
+           f"{_num(result.get('q'), 3)}"
 
 
 def result_json(result: RunResult) -> str:
@@ -287,4 +294,4 @@ class ProgressBar:
 
 
 __all__ = ["ProgressBar", "StopLimits", "emit", "eta_by_rate", "eta_text", "histograms_text",
-           "make_bar", "pm", "diagnostics_text", "result_json", "result_text"]
+           "make_bar", "pm", "diagnostics_text", "fit_text", "result_json", "result_text"]

@@ -157,8 +157,8 @@ def summary_row(h: RunHistory, entry: _Entry | None) -> dict[str, Any]:
     row = h.summary()
     row["estimate_value"] = first_component(row["estimate"])
     row["error_value"] = first_component(row["error"])
-    if h.finished is not None:
-        row["chi2_dof"] = first_component(h.finished.result.get("chi2_dof"))
+    if h.result is not None:
+        row["chi2_dof"] = first_component(h.result.get("chi2_dof"))
     else:
         if entry is not None:
             entry.full()  # an unfinished run's chi2/dof needs its last snapshot
@@ -198,10 +198,8 @@ def _chi2_now(snapshot: Mapping[str, Any]) -> float | None:
 
 
 def _defined(comb: Any) -> tuple[float | None, float | None]:
-    """(chi2/dof, Q) of a combination; None without degrees of freedom (one iteration),
-    where the stored result says 0 (as vegas does) and the dashboard shows "-"."""
-    if comb.dof_total == 0:
-        return None, None
+    """(chi2/dof, Q) of a combination; both None without degrees of freedom (one
+    iteration), shown "-"."""
     return first_component(comb.chi2_dof), first_component(comb.q_total)
 
 

@@ -105,7 +105,7 @@ class Views:
             "exact": rundata.exact_of(h),
             "series": rundata.series(h, entry.times,
                                      self.chi2.setdefault(h.run_id, rundata.Chi2Memo())),
-            "result": h.finished.result if h.finished else None,
+            "result": h.result,
             "failure": h.failed.model_dump() if h.failed else None,
             "snapshots": rundata.snapshots(h, entry.snapshots),
             "lineage": rundata.lineage(self.runs, h),

@@ -115,7 +115,7 @@ class Children:
         if history is not None and history.status == "finished" and \
                 history.created.spec == spec_json and history.finished is not None:
             return self._done(Outcome(child, run_id, "finished",
-                                      row_of(history.finished.result), reused=True))
+                                      row_of(history.result or {}), reused=True))
         self.s.store.record(ChildStarted(run_id=self.parent_id, child=run_id,
                                          label=child.label, point=child.point,
                                          budget=child.budget))

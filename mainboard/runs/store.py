@@ -47,6 +47,15 @@ def clone_id(spec_id: str, parent: str, from_iteration: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def defined_fit(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored result with chi2/dof None where it is undefined: no degrees of freedom (one
+    kept iteration), which a null Q marks; results recorded before said 0 there."""
+    out = dict(result)
+    if "chi2_dof" in out and out.get("q") is None:  # a parent's result has neither
+        out["chi2_dof"] = None
+    return out
+
+
 @dataclass
 class RunHistory:
     """The latest execution of one run, as its receipts tell it."""
@@ -73,6 +82,11 @@ class RunHistory:
         if self.stopped is not None:
             return "stopped"
         return "paused" if self.paused is not None else "unfinished"
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """The finished run's result (chi2/dof None where undefined); None before it ends."""
+        return defined_fit(self.finished.result) if self.finished is not None else None
 
     @property
     def last_snapshot(self) -> tuple[int, dict[str, Any] | None]:

@@ -5,7 +5,6 @@
 const PAGE = document.body.dataset.page;
 const REF = document.body.dataset.ref;
 const POLL_MS = 1000;
-const plots = {};
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -102,7 +101,7 @@ function renderRuns(data) {
   const main = document.getElementById("main");
   const cols = [
     ["name", (r) => el("a", { href: `/run/${r.run_id}`, text: r.name })],
-    ["id", (r) => r.run_id],
+    ["id", (r) => shortId(r.run_id)],
     ["status", (r) => status(r.status)],
     ["samples", (r) => num(r.samples), "num"],
     ["estimate ± error", (r) => pm(r.estimate, r.error), "num"],
@@ -120,21 +119,9 @@ function renderRuns(data) {
     table(cols, data.runs, (r) => ({ "data-run-id": r.run_id, "data-status": r.status })));
 }
 
-// ---------------------------------------------------------------- plots
-function plotInto(key, container, opts, data) {
-  const width = Math.max(300, container.clientWidth - 12);
-  const existing = plots[key];
-  if (existing && existing.root.isConnected && existing.series.length === opts.series.length) {
-    existing.setData(data);
-    return existing;
-  }
-  container.querySelectorAll(".uplot").forEach((n) => n.remove());
-  plots[key] = new uPlot({ width, height: opts.height || 260, ...opts }, data, container);
-  return plots[key];
-}
-
+// ---------------------------------------------------------------- plots (sized in layout.js)
 const ITER_AXIS = { label: "iteration", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000] };
-const yAxis = (extra) => ({ size: 80, values: (u, vals) => vals.map((v) => num(v, 5)), ...extra });
+const yAxis = (extra) => ({ size: axisSize(50), values: (u, vals) => vals.map((v) => num(v, 5)), ...extra });
 
 function plotBox(id, title) {
   return el("div", { class: "plot", id }, el("div", { class: "t", text: title }));
@@ -168,7 +155,7 @@ function drawSmall(key, title, run, pick, label2, pick2) {
   const x = run.series.map((p) => p.iteration);
   const series = [{ label: "iteration" }, { label: title, stroke: "#7c3aed", width: 2, points: { show: true } }];
   const data = [x, run.series.map(pick)];
-  const axes = [ITER_AXIS, yAxis({ size: 70 })];
+  const axes = [ITER_AXIS, yAxis()];
   const scales = { x: { time: false } };
   if (label2) {
     series.push({ label: label2, stroke: "#0891b2", scale: "q", points: { show: true } });
@@ -244,17 +231,17 @@ function renderRun(run) {
   ], run.series.slice().reverse(), (p) => ({ "data-iteration": p.iteration })));
   document.getElementById("workers-note").textContent = run.workers_note || "";
   document.getElementById("workers").replaceChildren(table([
-    ["worker", (w) => w.worker], ["host", (w) => w.host], ["kind", (w) => w.kind], ["job", (w) => w.job_id],
+    ["worker", (w) => w.worker, "wrap"], ["host", (w) => w.host], ["kind", (w) => w.kind], ["job", (w) => shortId(w.job_id, { tail: true })],
     ["batches", (w) => num(w.batches), "num"], ["samples/s", (w) => num(w.samples_per_s, 3), "num"],
     ["last heartbeat", (w) => ago(w.last_heartbeat)],
   ], run.workers));
   document.getElementById("timeline").replaceChildren(table([
-    ["time", (e) => when(e.time)], ["event", (e) => e.kind], ["iteration", (e) => e.iteration ?? "", "num"], ["detail", (e) => e.detail || ""],
+    ["time", (e) => when(e.time)], ["event", (e) => e.kind], ["iteration", (e) => e.iteration ?? "", "num"], ["detail", (e) => e.detail || "", "wrap"],
   ], run.timeline.slice(-200)));
   document.getElementById("logs-note").textContent = run.logs_note || "";
   document.getElementById("logs").replaceChildren(table([
     ["time", (l) => when(l.ts)], ["level", (l) => el("span", { class: `level-${String(l.level).toLowerCase()}`, text: l.level })],
-    ["worker", (l) => l.worker], ["host", (l) => l.host], ["message", (l) => l.message, "msg"],
+    ["worker", (l) => l.worker, "wrap"], ["host", (l) => l.host], ["message", (l) => l.message, "msg"],
   ], run.logs.slice().reverse()));
   renderDiagnostics(run.diagnostics);
   renderObservables(run.observables);
@@ -335,7 +322,7 @@ function renderLineage(run) {
   document.getElementById("snapshots").replaceChildren(table([
     ["after iteration", (s) => s.iteration, "num"], ["samples", (s) => num(s.samples), "num"],
     ["", (s) => (s.inherited ? "inherited from the parent" : "")],
-    ["resume/clone", (s) => `mainboard runs clone ${run.summary.run_id} --from-iteration ${s.iteration}`],
+    ["resume/clone", (s) => el("code", { text: `mainboard runs clone ${run.summary.run_id} --from-iteration ${s.iteration}` })],
   ], run.snapshots.slice().reverse()));
 }
 
@@ -346,14 +333,14 @@ function renderFleet(data) {
     el("h1", { text: "Fleet" }),
     el("p", { class: "muted", text: data.note || `${data.workers.length} fleet workers` }),
     table([
-      ["worker", (w) => w.worker_id], ["host", (w) => w.host], ["kind", (w) => w.kind], ["node", (w) => w.node],
-      ["scheduler job", (w) => w.job_id], ["state", (w) => status(w.state)], ["job state", (w) => w.job_state],
+      ["worker", (w) => shortId(w.worker_id)], ["host", (w) => w.host], ["kind", (w) => w.kind], ["node", (w) => w.node, "wrap"],
+      ["scheduler job", (w) => shortId(w.job_id, { tail: true })], ["state", (w) => status(w.state)], ["job state", (w) => w.job_state],
       ["tasks done", (w) => num(w.tasks_done), "num"], ["tasks/s", (w) => num(w.tasks_per_s, 3), "num"],
-      ["last heartbeat", (w) => ago(w.last_heartbeat)], ["note", (w) => w.reason || ""],
+      ["last heartbeat", (w) => ago(w.last_heartbeat)], ["note", (w) => w.reason || "", "wrap"],
     ], data.workers, (w) => ({ "data-worker": w.worker_id })),
     section("Every worker beating on the broker",
       table([
-        ["node", (w) => w.node], ["host", (w) => w.host || ""], ["job", (w) => w.job_id || ""],
+        ["node", (w) => w.node, "wrap"], ["host", (w) => w.host || ""], ["job", (w) => (w.job_id ? shortId(w.job_id, { tail: true }) : "")],
         ["tasks done", (w) => num(Number(w.tasks_done || 0)), "num"], ["active", (w) => w.active || "0", "num"],
         ["tasks/s", (w) => num(w.tasks_per_s, 3), "num"], ["last beat", (w) => ago(w.beat)],
       ], data.registry)));
@@ -367,8 +354,8 @@ function renderJobs(data) {
     ...Object.entries(data.unreachable_hosts || {}).map(([host, why]) =>
       el("p", { class: "stale-host", text: `host ${host} did not answer (${why}): its unfinished jobs show their last recorded state, marked stale` })),
     table([
-      ["id", (j) => j.id], ["name", (j) => j.name], ["host", (j) => j.host], ["kind", (j) => j.kind],
-      ["scheduler id", (j) => j.job_id],
+      ["id", (j) => shortId(j.id, { tail: true })], ["name", (j) => j.name, "wrap"], ["host", (j) => j.host], ["kind", (j) => j.kind],
+      ["scheduler id", (j) => shortId(j.job_id, { tail: true })],
       ["state", (j) => j.stale ? el("span", {}, status(j.state), " ", el("span", { class: "stale", text: "stale" })) : status(j.state)],
       ["exit", (j) => j.exit_code ?? "", "num"],
       ["submitted", (j) => when(j.submitted_at)], ["state since", (j) => when(j.state_since)],

@@ -1,6 +1,6 @@
 // mainboard dashboard: the page of a parent run (scan, tune, campaign). Loaded before
-// app.js, whose helpers (el, table, num, pm, card, section, plotBox, plotInto, yAxis,
-// status) it calls when a run page's data carries a "parent" table.
+// app.js, whose helpers (el, table, num, pm, card, section, plotBox, yAxis, status) it
+// calls, as layout.js's plotInto, when a run page's data carries a "parent" table.
 "use strict";
 
 // a number for the x axis: a number, or the first number of a list (integrand.a = [a, a])
@@ -100,12 +100,12 @@ function renderParent(run) {
 
   const names = p.kind === "campaign" ? [] : (p.parameters || []);
   const cols = [["child", (r) => el("a", { href: `/run/${r.child}`, text: r.label })],
-    ...names.map((n) => [n, (r) => JSON.stringify(r.point[n])]),
+    ...names.map((n) => [n, (r) => JSON.stringify(r.point[n]), "wrap"]),
     ...(p.kind === "campaign" ? [["coefficient", (r) => num(r.coefficient), "num"]] : []),
     ["estimate ± error", (r) => pm(r.estimate, r.error), "num"], ["chi2/dof", (r) => num(r.chi2_dof, 3), "num"],
     ["samples", (r) => num(r.samples), "num"], ["wall s", (r) => num(r.wall_s, 3), "num"],
     ...(p.kind === "tune" ? [[p.metric, (r) => num(r.objective, 4), "num"]] : []),
-    ["status", (r) => status(r.status)], ["failure", (r) => r.failure || ""]];
+    ["status", (r) => status(r.status)], ["failure", (r) => r.failure || "", "wrap"]];
   document.getElementById("parent-rows").replaceChildren(table(cols, p.rows, (r) => ({ "data-child": r.label })));
   document.getElementById("settings").textContent = JSON.stringify(run.settings, null, 2);
 }
