@@ -16,6 +16,7 @@ resume computes only the rest and the numbers are those of an uninterrupted run)
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -26,7 +27,8 @@ import redis
 from mainboard import keys
 from mainboard.integrators.plain import to_plain
 from mainboard.receipts import BatchResent, RunPaused, RunStopped
-from mainboard.runs.logs import LogLine, append_logs
+from mainboard.redact import redact_text
+from mainboard.runs.logs import LogLine, append_logs, level_name
 from mainboard.runs.spans import clock_offset, register_worker
 from mainboard.runs.store import RunStore
 from mainboard.tasks.outage import BROKER_ERRORS
@@ -121,14 +123,32 @@ class Steering:
                  + (f" ({halt.stored} batches of the next one kept)" if halt.stored else ""))
 
     def log(self, level: str, message: str, iteration: int | None = None,
-            batch: int | None = None) -> None:
-        """A line in the run's log from the coordinator (lost quietly if the broker is away)."""
+            batch: int | None = None, source: str = COORDINATOR) -> None:
+        """A line in the run's log from the coordinator, or relayed by it from a process it
+        runs (``source``); lost quietly if the broker is away."""
         with contextlib.suppress(*BROKER_ERRORS):
             if self._offset is None:
                 self._offset = clock_offset(self.r)
             append_logs(self.r, self.run_id, [LogLine(
                 time.time() + self._offset, level, COORDINATOR, self.host, message,
-                iteration, batch)])
+                iteration, batch, source=source)])
 
 
-__all__ = ["COORDINATOR", "Halt", "Steering", "shadow_name"]
+class ProcessLines(logging.Handler):
+    """Relays what this run's coordinator-side processes say (a process sampler, the
+    evaluator it asks for metadata) into the run's log: ``process`` for their own lines,
+    ``coordinator`` for mainboard's lines about them (started, restarted)."""
+
+    def __init__(self, steer: Steering) -> None:
+        super().__init__()
+        self.steer = steer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "process_run", None) != self.steer.run_id:
+            return
+        source = "process" if getattr(record, "process_role", None) else COORDINATOR
+        self.steer.log(level_name(record.levelno), redact_text(record.getMessage()),
+                       source=source)
+
+
+__all__ = ["COORDINATOR", "Halt", "ProcessLines", "Steering", "shadow_name"]

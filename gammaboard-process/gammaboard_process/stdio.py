@@ -13,10 +13,11 @@ import sys
 import threading
 from typing import Any, BinaryIO
 
-from mainboard.integrators.process.wire import LOG_LEVELS, LOG_SENTINEL, encode_frame, split_header
+from gammaboard_process.wire import LOG_LEVELS, LOG_SENTINEL, encode_frame, split_header
 
 _ALIASES = {"warning": "warn", "err": "error", "critical": "error", "fatal": "error"}
 _lock = threading.Lock()
+LEVEL_ENV = "GAMMABOARD_LOG_LEVEL"
 
 
 def _level(level: str) -> str:
@@ -25,8 +26,14 @@ def _level(level: str) -> str:
 
 
 def log(message: object, level: str = "info") -> None:
-    """Send ``message`` to the host's log at ``level`` (trace, debug, info, warn, error)."""
+    """Send ``message`` to the host's log at ``level`` (trace, debug, info, warn, error).
+
+    Lines below ``$GAMMABOARD_LOG_LEVEL`` (default trace: all) are dropped here, as
+    gammaboard's helper does, so a chatty process can be quietened without editing it."""
     name = _level(level)
+    floor = os.environ.get(LEVEL_ENV)
+    if floor and LOG_LEVELS.index(name) < LOG_LEVELS.index(_level(floor)):
+        return
     data = "".join(f"{LOG_SENTINEL}\t{name}\t{line}\n" for line in str(message).split("\n"))
     with _lock:
         _write_all(2, data.encode("utf-8", errors="replace"))
