@@ -59,7 +59,7 @@ from mainboard.tasks.dispatch import Dispatch
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.liveness import Deaths, Liveness, LostBatch, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
-from mainboard.tasks.steering import Halt, ProcessLines, Steering
+from mainboard.tasks.steering import Halt, Steering, relay_process_lines
 
 POLL_S = 0.25
 OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
@@ -278,20 +278,18 @@ class Coordinator:
             return
         from mainboard.integrators.process.adapters import run_scope
 
-        relay, logger = ProcessLines(self.steer), logging.getLogger("mainboard")
-        logger.addHandler(relay)
-        try:
-            with run_scope(self.run_id):
-                yield
-        finally:
+        with relay_process_lines(self.steer):
             try:
-                sampler = self.state.sampler
-                close = getattr(getattr(sampler, "inner", sampler), "close", None)
-                if close is not None:
-                    close()
+                with run_scope(self.run_id):
+                    yield
             finally:
-                release_processes(self.run_id)
-                logger.removeHandler(relay)
+                try:
+                    sampler = self.state.sampler
+                    close = getattr(getattr(sampler, "inner", sampler), "close", None)
+                    if close is not None:
+                        close()
+                finally:
+                    release_processes(self.run_id)
 
     @contextlib.contextmanager
     def _sampler_work(self, what: str, stage: str) -> Iterator[None]:

@@ -19,7 +19,9 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -34,6 +36,7 @@ from mainboard.runs.store import RunStore
 from mainboard.tasks.outage import BROKER_ERRORS
 
 COORDINATOR = "coordinator"
+PROCESS_LOGGER = "mainboard.process"  # where the process client logs (integrators/process)
 
 
 def shadow_name(stage: str, run_name: str, iteration: int, batch: int) -> str:
@@ -134,21 +137,49 @@ class Steering:
                 iteration, batch, source=source)])
 
 
-class ProcessLines(logging.Handler):
+class ProcessLines(logging.Filter):
     """Relays what this run's coordinator-side processes say (a process sampler, the
     evaluator it asks for metadata) into the run's log: ``process`` for their own lines,
-    ``coordinator`` for mainboard's lines about them (started, restarted)."""
+    ``coordinator`` for mainboard's lines about them (started, restarted).
+
+    A filter on the process logger, not a handler: a handler would stop Python's last-resort
+    printing of warnings on the CLI's stderr."""
 
     def __init__(self, steer: Steering) -> None:
         super().__init__()
         self.steer = steer
 
-    def emit(self, record: logging.LogRecord) -> None:
-        if getattr(record, "process_run", None) != self.steer.run_id:
-            return
-        source = "process" if getattr(record, "process_role", None) else COORDINATOR
-        self.steer.log(level_name(record.levelno), redact_text(record.getMessage()),
-                       source=source)
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "process_run", None) == self.steer.run_id:
+            source = "process" if getattr(record, "process_role", None) else COORDINATOR
+            self.steer.log(level_name(record.levelno), redact_text(record.getMessage()),
+                           source=source)
+        return True
 
 
-__all__ = ["COORDINATOR", "Halt", "ProcessLines", "Steering", "shadow_name"]
+_relay_lock = threading.Lock()
+_level_before: list[int] = []  # the process logger's level before the first relay
+
+
+@contextlib.contextmanager
+def relay_process_lines(steer: Steering) -> Iterator[None]:
+    """While a run's processes live here, their info lines and up reach its log (the
+    process logger is opened to INFO, as on workers, then closed again by the last relay)."""
+    logger, relay = logging.getLogger(PROCESS_LOGGER), ProcessLines(steer)
+    with _relay_lock:
+        if not any(isinstance(f, ProcessLines) for f in logger.filters):
+            _level_before[:] = [logger.level]
+            if logger.getEffectiveLevel() > logging.INFO:
+                logger.setLevel(logging.INFO)
+        logger.addFilter(relay)
+    try:
+        yield
+    finally:
+        with _relay_lock:
+            logger.removeFilter(relay)
+            if not any(isinstance(f, ProcessLines) for f in logger.filters) and _level_before:
+                logger.setLevel(_level_before.pop())
+
+
+__all__ = ["COORDINATOR", "Halt", "ProcessLines", "Steering", "relay_process_lines",
+           "shadow_name"]
