@@ -226,11 +226,14 @@ def follow(workspace: Config, run_id: str) -> subprocess.Popen[str]:
                              str(workspace.path), "runs", "logs", run_id[:8], "--follow"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=subprocess_env())
-    ready, _, _ = select.select([proc.stdout], [], [], 30)
-    first = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
-    if "before the follow" not in first:
-        proc.kill()
-        raise AssertionError(f"no first line from the follow: {first!r} {proc.communicate()}")
+    seen: list[str] = []  # earlier lines of the run (its "run started") come first
+    while not seen or "before the follow" not in seen[-1]:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        seen.append(proc.stdout.readline() if ready else "")  # type: ignore[union-attr]
+        if not seen[-1]:
+            proc.kill()
+            raise AssertionError(f"no marker line from the follow: {seen!r} "
+                                 f"{proc.communicate()}")
     return proc
 
 
