@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import shutil
 import socket
 import subprocess
@@ -203,3 +204,23 @@ def test_a_line_stored_before_sources_were_recorded_is_told_by_its_writer(
                                        "host": "h", "msg": f"from {worker}"})
     assert [(x.worker, x.source) for x in read_logs(r, run_id)] == [
         ("coordinator", "coordinator"), ("local-1@host", "worker")]
+
+
+@pytest.mark.parametrize(("floor", "ready", "warned"), [
+    ("warn", False, False),   # info lines are dropped in the process
+    ("INFO", True, False),
+    ("loud", True, True),     # not a level: said once, naming it and the valid ones
+])
+def test_gammaboard_log_level_quietens_a_program_and_a_bad_value_is_named(
+        floor: str, ready: bool, warned: bool, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="mainboard.process")
+    client = ProcessClient([sys.executable, str(PROGRAMS / "evaluator.py")], role="evaluator",
+                           env={"GAMMABOARD_LOG_LEVEL": floor}, request_timeout=60)
+    with client:
+        client.start()
+        client.initialize({"domain": {"continuous": {"dims": 1}}, "args": {}})
+    said = [(r.levelno, r.getMessage().split("] ", 1)[-1]) for r in caplog.records]
+    assert ((logging.INFO, "gammaboard evaluator ready") in said) is ready
+    bad = (logging.WARNING, "GAMMABOARD_LOG_LEVEL='loud' is not a log level; valid: trace, "
+                            "debug, info, warn, error; logging every level")
+    assert (bad in said) is warned and said.count(bad) <= 1
