@@ -33,6 +33,8 @@ from mainboard.config import Config
 from mainboard.dashboard.runextras import _logs as dashboard_logs
 from mainboard.integrators.process.client import ProcessClient
 from mainboard.runs.logs import LogLine, read_logs
+from mainboard.runs.store import RunStore
+from mainboard.tasks.steering import PROCESS_LOGGER, Steering, relay_process_lines
 from mainboard.tasks.workers import LocalWorkers
 from tests.integration import REPO, module_fixtures, subprocess_env
 from tests.services import RedisServer, unavailable
@@ -224,3 +226,22 @@ def test_gammaboard_log_level_quietens_a_program_and_a_bad_value_is_named(
     bad = (logging.WARNING, "GAMMABOARD_LOG_LEVEL='loud' is not a log level; valid: trace, "
                             "debug, info, warn, error; logging every level")
     assert (bad in said) is warned and said.count(bad) <= 1
+
+
+def test_the_coordinator_relays_its_processes_lines_of_its_run_only(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    """A process sampler runs beside the coordinator: its lines (and mainboard's about it)
+    reach that run's log, another run's do not, and the logger is closed again after."""
+    r = redis.Redis.from_url(redis_server.url)
+    run_id, logger = "c10c0000000000b2", logging.getLogger(PROCESS_LOGGER)
+    before = logger.level
+    with relay_process_lines(Steering(r, RunStore(tmp_path), run_id)):
+        assert logger.isEnabledFor(logging.INFO)
+        ours = {"process_run": run_id, "process_role": "sampler"}
+        logger.info("[sampler x] from the sampler", extra=ours)
+        logger.info("started the sampler process `x`", extra={"process_run": run_id})
+        logger.warning("[sampler y] another run", extra={**ours, "process_run": "other"})
+    assert logger.level == before
+    assert [(x.source, x.worker, x.level, x.message) for x in read_logs(r, run_id)] == [
+        ("process", "coordinator", "info", "[sampler x] from the sampler"),
+        ("coordinator", "coordinator", "info", "started the sampler process `x`")]
