@@ -59,7 +59,7 @@ from mainboard.tasks.dispatch import Dispatch
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.liveness import Deaths, Liveness, LostBatch, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
-from mainboard.tasks.steering import Halt, Steering
+from mainboard.tasks.steering import Halt, Steering, relay_process_lines
 
 POLL_S = 0.25
 OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
@@ -278,17 +278,18 @@ class Coordinator:
             return
         from mainboard.integrators.process.adapters import run_scope
 
-        try:
-            with run_scope(self.run_id):
-                yield
-        finally:
+        with relay_process_lines(self.steer):
             try:
-                sampler = self.state.sampler
-                close = getattr(getattr(sampler, "inner", sampler), "close", None)
-                if close is not None:
-                    close()
+                with run_scope(self.run_id):
+                    yield
             finally:
-                release_processes(self.run_id)
+                try:
+                    sampler = self.state.sampler
+                    close = getattr(getattr(sampler, "inner", sampler), "close", None)
+                    if close is not None:
+                        close()
+                finally:
+                    release_processes(self.run_id)
 
     @contextlib.contextmanager
     def _sampler_work(self, what: str, stage: str) -> Iterator[None]:
@@ -347,6 +348,8 @@ class Coordinator:
                                     "initialize"):
                 prepare_sampler(self.state.run, self.state.sampler)
             self.outage.run(lambda: self._start(fresh))
+            self.steer.log("info", "run started" if fresh else
+                           f"run resumed after {self.state.iteration} iterations")
             began, before = time.perf_counter(), self.state.samples
             while True:
                 k = self.state.iteration
@@ -369,6 +372,8 @@ class Coordinator:
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)
             self.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
+            self.steer.log("info", f"run finished: {result.estimate:.6g} +- {result.error:.2g} "
+                           f"from {result.samples:,} samples")
             self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status",
                                                 "finished"))
             return result

@@ -16,9 +16,12 @@ resume computes only the rest and the numbers are those of an uninterrupted run)
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -26,12 +29,14 @@ import redis
 from mainboard import keys
 from mainboard.integrators.plain import to_plain
 from mainboard.receipts import BatchResent, RunPaused, RunStopped
-from mainboard.runs.logs import LogLine, append_logs
+from mainboard.redact import redact_text
+from mainboard.runs.logs import LogLine, append_logs, level_name
 from mainboard.runs.spans import clock_offset, register_worker
 from mainboard.runs.store import RunStore
 from mainboard.tasks.outage import BROKER_ERRORS
 
 COORDINATOR = "coordinator"
+PROCESS_LOGGER = "mainboard.process"  # where the process client logs (integrators/process)
 
 
 def shadow_name(stage: str, run_name: str, iteration: int, batch: int) -> str:
@@ -121,14 +126,60 @@ class Steering:
                  + (f" ({halt.stored} batches of the next one kept)" if halt.stored else ""))
 
     def log(self, level: str, message: str, iteration: int | None = None,
-            batch: int | None = None) -> None:
-        """A line in the run's log from the coordinator (lost quietly if the broker is away)."""
+            batch: int | None = None, source: str = COORDINATOR) -> None:
+        """A line in the run's log from the coordinator, or relayed by it from a process it
+        runs (``source``); lost quietly if the broker is away."""
         with contextlib.suppress(*BROKER_ERRORS):
             if self._offset is None:
                 self._offset = clock_offset(self.r)
             append_logs(self.r, self.run_id, [LogLine(
                 time.time() + self._offset, level, COORDINATOR, self.host, message,
-                iteration, batch)])
+                iteration, batch, source=source)])
 
 
-__all__ = ["COORDINATOR", "Halt", "Steering", "shadow_name"]
+class ProcessLines(logging.Filter):
+    """Relays what this run's coordinator-side processes say (a process sampler, the
+    evaluator it asks for metadata) into the run's log: ``process`` for their own lines,
+    ``coordinator`` for mainboard's lines about them (started, restarted).
+
+    A filter on the process logger, not a handler: a handler would stop Python's last-resort
+    printing of warnings on the CLI's stderr."""
+
+    def __init__(self, steer: Steering) -> None:
+        super().__init__()
+        self.steer = steer
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "process_run", None) == self.steer.run_id:
+            source = "process" if getattr(record, "process_role", None) else COORDINATOR
+            self.steer.log(level_name(record.levelno), redact_text(record.getMessage()),
+                           source=source)
+        return True
+
+
+_relay_lock = threading.Lock()
+_level_before: list[int] = []  # the process logger's level before the first relay
+
+
+@contextlib.contextmanager
+def relay_process_lines(steer: Steering) -> Iterator[None]:
+    """While a run's processes live here, their info lines and up reach its log (the
+    process logger is opened to INFO, as on workers, then closed again by the last relay)."""
+    logger, relay = logging.getLogger(PROCESS_LOGGER), ProcessLines(steer)
+    with _relay_lock:
+        if not any(isinstance(f, ProcessLines) for f in logger.filters):
+            _level_before[:] = [logger.level]
+            if logger.getEffectiveLevel() > logging.INFO:
+                logger.setLevel(logging.INFO)
+        logger.addFilter(relay)
+    try:
+        yield
+    finally:
+        with _relay_lock:
+            logger.removeFilter(relay)
+            if not any(isinstance(f, ProcessLines) for f in logger.filters) and _level_before:
+                logger.setLevel(_level_before.pop())
+
+
+__all__ = ["COORDINATOR", "Halt", "ProcessLines", "Steering", "relay_process_lines",
+           "shadow_name"]

@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -80,9 +81,7 @@ class Shipper:
             lines: dict[str, list[LogLine]] = {}
             while self.lines:
                 run, line = self.lines.popleft()
-                lines.setdefault(run, []).append(
-                    LogLine(line.ts + self.offset, line.level, line.worker, line.host,
-                            line.message, line.iteration, line.batch, line.stage))
+                lines.setdefault(run, []).append(replace(line, ts=line.ts + self.offset))
             with self.r.pipeline(transaction=False) as pipe:
                 for run in (set(spans) | set(lines)) - self.known:
                     register_worker(pipe, run, self.node, {
@@ -134,6 +133,12 @@ def span(ship: Shipper, stage: str, run: str, iteration: int, batch: int, n: int
     ship.spans.append((run, stage, iteration, batch, n, attempt, start, duration))
 
 
+def source_of(record: logging.LogRecord) -> str:
+    """``process`` for what an external process said (the process client tags those records
+    with its role), ``worker`` for mainboard's own lines."""
+    return "process" if getattr(record, "process_role", None) else "worker"
+
+
 class RunLogHandler(logging.Handler):
     """Sends ``mainboard.*`` records of a worker process to the log of the run in hand."""
 
@@ -148,7 +153,8 @@ class RunLogHandler(logging.Handler):
         except Exception:  # a bad format string must not break the task
             text = str(record.msg)
         ship.lines.append((run, LogLine(record.created, level_name(record.levelno), ship.node,
-                                        ship.host, text, it, b, stage)))
+                                        ship.host, text, it, b, stage,
+                                        source=source_of(record))))
 
 
 _HANDLER = RunLogHandler()
@@ -171,5 +177,5 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["RunLogHandler", "Shipper", "enter", "now", "shipper", "shutdown", "span",
+__all__ = ["RunLogHandler", "Shipper", "enter", "now", "shipper", "shutdown", "source_of", "span",
            "worker_kind"]

@@ -205,8 +205,11 @@ def test_pages_show_the_finished_run_with_its_plots_the_jobs_and_the_fleet(
     assert "chi2/dof" in html and "Q" in html and "genz.gaussian" in html  # settings
     assert "vegas grid map" in html
     assert "&lt;b&gt;evaluate&lt;/b&gt; retried &amp; re-sent" in html and "<b>evaluate" not in html
-    assert 'class="level-warning"' in html and "the last 1 of 1 lines kept" in html
+    # the coordinator's "run started" and "run finished" lines, then the one appended above
+    assert 'class="level-warning"' in html and "the last 3 of 3 lines kept" in html
     run = dash.api(f"/api/run/{finished.run_id}")  # who did the work, and when what happened
+    assert [x["source"] for x in run["logs"]] == ["coordinator", "coordinator", "worker"]
+    assert "<th>source</th>" in html and "<td>w1@node</td><td>worker</td>" in html
     assert finished.exact is not None and run["exact"] == pytest.approx(finished.exact)
     assert 'class="u-label">exact<' in html  # the exact value: a line on the plot
     assert sum(w["batches"] for w in run["workers"]) == 3 * 4 and run["workers_note"] == ""

@@ -15,7 +15,6 @@ import pytest
 
 from mainboard.integrators.process.client import ProcessClient
 from mainboard.integrators.process.errors import ProcessRemoteError
-from mainboard.integrators.process.helper import HELPER_MODULES
 from mainboard.integrators.process.wire import PROTOCOL
 from tests.services import require, unavailable
 
@@ -53,13 +52,8 @@ def test_helper_runs_where_only_numpy_is_installed(numpy_only_python: Path,
     check = subprocess.run([str(numpy_only_python), "-c", "import mainboard"],
                            capture_output=True, text=True, cwd=tmp_path)
     assert check.returncode != 0, "the bare venv must not see mainboard"
-    package = tmp_path / "lib" / "mainboard" / "integrators" / "process"
-    package.mkdir(parents=True)
-    for parent in (package.parent.parent, package.parent):
-        (parent / "__init__.py").write_text("")
-    source = REPO / "integrators" / "process"
-    for name in HELPER_MODULES:
-        shutil.copy(source / f"{name}.py", package / f"{name}.py")
+    shutil.copytree(REPO / "gammaboard-process" / "gammaboard_process",
+                    tmp_path / "lib" / "gammaboard_process")  # the helper is this folder
     client = ProcessClient([str(numpy_only_python), str(SIN)], role="evaluator", cwd=tmp_path,
                            env={"PYTHONPATH": str(tmp_path / "lib")}, request_timeout=60)
     with client:

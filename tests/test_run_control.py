@@ -226,11 +226,15 @@ def follow(workspace: Config, run_id: str) -> subprocess.Popen[str]:
                              str(workspace.path), "runs", "logs", run_id[:8], "--follow"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=subprocess_env())
+    # earlier lines of the run (its "run started") come first, printed at once with the
+    # marker: only the first waits on the pipe (later ones may sit in the reader's buffer)
     ready, _, _ = select.select([proc.stdout], [], [], 30)
-    first = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
-    if "before the follow" not in first:
+    seen = [proc.stdout.readline() if ready else ""]  # type: ignore[union-attr]
+    while seen[-1] and "before the follow" not in seen[-1]:
+        seen.append(proc.stdout.readline())  # type: ignore[union-attr]
+    if "before the follow" not in seen[-1]:
         proc.kill()
-        raise AssertionError(f"no first line from the follow: {first!r} {proc.communicate()}")
+        raise AssertionError(f"no marker line from the follow: {seen!r} {proc.communicate()}")
     return proc
 
 

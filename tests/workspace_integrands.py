@@ -37,7 +37,7 @@ PROCESS = '''\
 import os
 from pathlib import Path
 
-from mainboard.integrators.process import Evaluator, run_evaluator
+from gammaboard_process import Evaluator, run_evaluator
 
 if os.environ.get("MAINBOARD_FLEET_WORKER"):
     Path(__file__).with_suffix(".ran").write_text(os.path.realpath(__file__))

@@ -8,7 +8,7 @@ batch_index))``, so every batch is reproducible wherever it runs. Run as
 
 import numpy as np
 
-from mainboard.integrators.process import MaterializedBatch, Materializer, run_materializer
+from gammaboard_process import MaterializedBatch, Materializer, run_materializer
 
 
 class SeededUniform(Materializer):

@@ -7,7 +7,7 @@ of periodic and non-periodic integrands alike are unchanged. Run as
 
 import numpy as np
 
-from mainboard.integrators.process import BatchTransform, TransformedBatch, run_batch_transform
+from gammaboard_process import BatchTransform, TransformedBatch, run_batch_transform
 
 
 class Shift(BatchTransform):

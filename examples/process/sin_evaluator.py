@@ -2,12 +2,12 @@
 
 Run it under mainboard with ``[integrand] kind = "process"``,
 ``command = ["python3", "examples/process/sin_evaluator.py"]``. Needs only numpy and
-the helper (``mainboard.integrators.process``), so it also runs under gammaboard.
+the helper (``gammaboard_process``), so it also runs under gammaboard.
 """
 
 import numpy as np
 
-from mainboard.integrators.process import Evaluator, log, run_evaluator
+from gammaboard_process import Evaluator, log, run_evaluator
 
 
 class Sin(Evaluator):

@@ -7,7 +7,7 @@ ingest, snapshot, restore) in a few lines. Run as ``[sampler] kind = "process"``
 
 import numpy as np
 
-from mainboard.integrators.process import SampleBatch, Sampler, log, run_sampler
+from gammaboard_process import SampleBatch, Sampler, log, run_sampler
 
 
 class Uniform(Sampler):

@@ -72,8 +72,9 @@ class ProcessClient:
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                  shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
                  terminate_grace: float = DEFAULT_TERMINATE_GRACE,
-                 logger: logging.Logger = LOG) -> None:
+                 logger: logging.Logger = LOG, run_id: str = "") -> None:
         self.command = [str(part) for part in command]
+        self.run_id = run_id  # tags every log record, so the run's log can take them in
         self.label = shlex.join(self.command)
         if len(self.label) > 200:
             self.label = self.label[:197] + "..."
@@ -193,7 +194,8 @@ class ProcessClient:
     def _emit(self, level: int, text: str) -> None:
         tag = f"{self.role} {self.label} pid {self.pid}"
         self.logger.log(level, "[%s] %s", tag, text, extra={"process_command": self.label,
-                                                           "process_role": self.role})
+                                                           "process_role": self.role,
+                                                           "process_run": self.run_id})
 
     def _pump_stderr(self, stream: IO[bytes]) -> None:
         skipping = False

@@ -87,20 +87,20 @@ class ProcessSpec:
             timings[key] = float(value)
         return cls(tuple(command), cwd, tuple(sorted(env.items())), dict(args), **timings)
 
-    def client(self, role: str, logger: logging.Logger = LOG) -> ProcessClient:
-        """A fresh, unstarted client for this spec."""
+    def client(self, role: str, logger: logging.Logger = LOG, run_id: str = "") -> ProcessClient:
+        """A fresh, unstarted client for this spec (``run_id`` tags its log records)."""
         return ProcessClient(self.command, role=role, cwd=self.cwd, env=dict(self.env),
                              request_timeout=self.request_timeout,
                              shutdown_grace=self.shutdown_grace,
-                             terminate_grace=self.terminate_grace, logger=logger)
+                             terminate_grace=self.terminate_grace, logger=logger, run_id=run_id)
 
 
 class ManagedProcess:
     """A process that is (re)started on demand and initialized with fixed parameters."""
 
     def __init__(self, spec: ProcessSpec, role: str, init_params: Mapping[str, Any],
-                 logger: logging.Logger = LOG) -> None:
-        self.spec, self.role, self.logger = spec, role, logger
+                 logger: logging.Logger = LOG, run_id: str = "") -> None:
+        self.spec, self.role, self.logger, self.run_id = spec, role, logger, run_id
         self.init_params = dict(init_params)
         self.metadata: dict[str, Any] = {}
         self.starts = 0
@@ -121,7 +121,7 @@ class ManagedProcess:
             self._client = None
             raise ProcessCrashed(f"exited with code {rc} between requests", client.label,
                                  client.stderr_tail(), rc)
-        client = self.spec.client(self.role, self.logger)
+        client = self.spec.client(self.role, self.logger, self.run_id)
         self._client = client
         self.starts += 1
         client.start()
@@ -132,6 +132,8 @@ class ManagedProcess:
             raise
         meta = result.get("metadata")
         self.metadata = dict(meta) if isinstance(meta, Mapping) else {}
+        self.logger.info("started the %s process `%s` (pid %s)", self.role, client.label,
+                         client.pid, extra={"process_run": self.run_id})
         return client
 
     def _discard(self) -> None:
@@ -207,7 +209,8 @@ class ProcessPool:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                entry = self._entries[key] = ManagedProcess(spec, role, init_params, logger)
+                entry = self._entries[key] = ManagedProcess(spec, role, init_params, logger,
+                                                            str(run_id))
             return entry
 
     def __len__(self) -> int:

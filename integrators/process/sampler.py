@@ -30,7 +30,12 @@ import numpy as np
 from mainboard.errors import ConfigError
 from mainboard.integrators.domain import Batch, Domain, validate
 from mainboard.integrators.errors import BatchError
-from mainboard.integrators.process.adapters import ProcessMaterializer, domain_json, to_spec
+from mainboard.integrators.process.adapters import (
+    RUN_ID,
+    ProcessMaterializer,
+    domain_json,
+    to_spec,
+)
 from mainboard.integrators.process.errors import ProcessError
 from mainboard.integrators.process.pool import ManagedProcess
 from mainboard.integrators.process.wire import row_offsets
@@ -97,7 +102,8 @@ class ProcessSampler(Sampler):
     def process(self) -> ManagedProcess:
         """The sampler's process, started on first use and restarted from the last snapshot."""
         if self._managed is None:
-            self._managed = ManagedProcess(self.spec, "sampler", self._init_params())
+            self._managed = ManagedProcess(self.spec, "sampler", self._init_params(),
+                                           run_id=RUN_ID.get())
             weakref.finalize(self, self._managed.close)
         return self._managed
 

@@ -24,6 +24,9 @@ MAX_LINES = 100_000
 TRACE = 5
 LEVELS = {"trace": TRACE, "debug": logging.DEBUG, "info": logging.INFO,
           "warn": logging.WARNING, "error": logging.ERROR}
+SOURCES = ("worker", "coordinator", "process")
+"""Who said it: mainboard's worker code, the run's coordinator, or an external process's
+own ``log()``/stderr (``@gblog`` lines, relayed by whichever side runs the process)."""
 _NAMES = {TRACE: "trace", logging.DEBUG: "debug", logging.INFO: "info",
           logging.WARNING: "warn", logging.ERROR: "error", logging.CRITICAL: "error"}
 
@@ -50,7 +53,8 @@ def stream_id_order(entry_id: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class LogLine:
-    """One line of a run's log (``iteration``/``batch`` when a batch was in hand)."""
+    """One line of a run's log (``iteration``/``batch`` when a batch was in hand;
+    ``source`` one of :data:`SOURCES`)."""
 
     ts: float
     level: str
@@ -61,6 +65,7 @@ class LogLine:
     batch: int | None = None
     stage: str | None = None
     id: str = ""  # the stream entry id (a cursor for --follow)
+    source: str = "worker"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (the ``--json`` line)."""
@@ -73,7 +78,7 @@ class LogLine:
     def to_fields(self) -> dict[str, str]:
         """The stream entry (strings; absent coordinates left out)."""
         out = {"ts": repr(self.ts), "level": self.level, "worker": self.worker,
-               "host": self.host, "msg": self.message}
+               "host": self.host, "msg": self.message, "src": self.source}
         for name, value in (("it", self.iteration), ("b", self.batch), ("stage", self.stage)):
             if value is not None:
                 out[name] = str(value)
@@ -86,17 +91,20 @@ class LogLine:
             raw = fields.get(name.encode())
             return None if raw is None else raw.decode("utf-8", errors="replace")
 
-        it, b = get("it"), get("b")
-        return cls(float(get("ts") or 0.0), get("level") or "info", get("worker") or "?",
+        it, b, worker = get("it"), get("b"), get("worker") or "?"
+        # a line written before sources were recorded: the coordinator signs with its name
+        source = get("src") or ("coordinator" if worker == "coordinator" else "worker")
+        return cls(float(get("ts") or 0.0), get("level") or "info", worker,
                    get("host") or "?", get("msg") or "", None if it is None else int(it),
-                   None if b is None else int(b), get("stage"), entry_id.decode())
+                   None if b is None else int(b), get("stage"), entry_id.decode(), source)
 
     def text(self) -> str:
-        """The human line: time, level, worker, where, message."""
+        """The human line: time, level, worker, source, where, message."""
         stamp = time.strftime("%H:%M:%S", time.localtime(self.ts)) + f".{int(self.ts % 1 * 1000):03d}"
         where = "" if self.iteration is None else f" it={self.iteration}" + (
             "" if self.batch is None else f" b={self.batch}")
-        return f"{stamp} {self.level.upper():5} {self.worker}{where}: {self.message}"
+        return (f"{stamp} {self.level.upper():5} {self.worker} [{self.source}]{where}: "
+                f"{self.message}")
 
 
 def append_logs(r: redis.Redis | Any, run_id: str, lines: Iterable[LogLine]) -> None:
@@ -163,5 +171,5 @@ def follow_logs(r: redis.Redis, run_id: str, *, level: str | None = None,
             return
 
 
-__all__ = ["LEVELS", "MAX_LINES", "LogLine", "append_logs", "follow_logs", "last_id",
+__all__ = ["LEVELS", "MAX_LINES", "SOURCES", "LogLine", "append_logs", "follow_logs", "last_id",
            "level_name", "level_number", "log_counts", "read_logs", "stream_id_order"]

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from mainboard.integrators.process import (
+from gammaboard_process import (
     Evaluator,
     SampleBatch,
     log,

@@ -241,7 +241,7 @@ function renderRun(run) {
   document.getElementById("logs-note").textContent = run.logs_note || "";
   document.getElementById("logs").replaceChildren(table([
     ["time", (l) => when(l.ts)], ["level", (l) => el("span", { class: `level-${String(l.level).toLowerCase()}`, text: l.level })],
-    ["worker", (l) => l.worker, "wrap"], ["host", (l) => l.host], ["message", (l) => l.message, "msg"],
+    ["worker", (l) => l.worker, "wrap"], ["source", (l) => l.source || ""], ["host", (l) => l.host], ["message", (l) => l.message, "msg"],
   ], run.logs.slice().reverse()));
   renderDiagnostics(run.diagnostics);
   renderObservables(run.observables);

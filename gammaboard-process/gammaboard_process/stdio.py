@@ -13,10 +13,12 @@ import sys
 import threading
 from typing import Any, BinaryIO
 
-from mainboard.integrators.process.wire import LOG_LEVELS, LOG_SENTINEL, encode_frame, split_header
+from gammaboard_process.wire import LOG_LEVELS, LOG_SENTINEL, encode_frame, split_header
 
 _ALIASES = {"warning": "warn", "err": "error", "critical": "error", "fatal": "error"}
 _lock = threading.Lock()
+LEVEL_ENV = "GAMMABOARD_LOG_LEVEL"
+_warned: set[str] = set()
 
 
 def _level(level: str) -> str:
@@ -24,9 +26,31 @@ def _level(level: str) -> str:
     return name if name in LOG_LEVELS else "info"
 
 
+def _floor() -> int:
+    """The rank below which ``log`` drops lines: ``$GAMMABOARD_LOG_LEVEL``, 0 (all) when
+    unset; a value that is no level says so once, on the host's log, and keeps all."""
+    raw = os.environ.get(LEVEL_ENV, "")
+    name = _ALIASES.get(raw.lower(), raw.lower())
+    if name in LOG_LEVELS or not raw:
+        return LOG_LEVELS.index(name) if raw else 0
+    if raw not in _warned:
+        _warned.add(raw)
+        _emit("warn", f"{LEVEL_ENV}={raw!r} is not a log level; valid: "
+                      f"{', '.join(LOG_LEVELS)}; logging every level")
+    return 0
+
+
 def log(message: object, level: str = "info") -> None:
-    """Send ``message`` to the host's log at ``level`` (trace, debug, info, warn, error)."""
+    """Send ``message`` to the host's log at ``level`` (trace, debug, info, warn, error).
+
+    Lines below ``$GAMMABOARD_LOG_LEVEL`` (default: none) are dropped here, as gammaboard's
+    helper does, so a chatty process can be quietened without editing it."""
     name = _level(level)
+    if LOG_LEVELS.index(name) >= _floor():
+        _emit(name, message)
+
+
+def _emit(name: str, message: object) -> None:
     data = "".join(f"{LOG_SENTINEL}\t{name}\t{line}\n" for line in str(message).split("\n"))
     with _lock:
         _write_all(2, data.encode("utf-8", errors="replace"))

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.integrators.process.helper_api import MaterializedBatch
-from mainboard.integrators.process.helper_io import StdioChannel, log
-from mainboard.integrators.process.wire import (
+from gammaboard_process.api import MaterializedBatch
+from gammaboard_process.stdio import StdioChannel, log
+from gammaboard_process.wire import (
     ERROR_CODE,
     JSONRPC_VERSION,
     PROTOCOL,
