@@ -50,11 +50,11 @@ def list_jobs(ctx: click.Context, host: str | None, as_json: bool) -> None:
     for error in errors:
         common.warn(error)
     if not views:
-        click.echo("no jobs yet (submit one with `mainboard submit --on HOST -- CMD`)")
+        common.echo("no jobs yet (submit one with `mainboard submit --on HOST -- CMD`)")
         return
-    click.echo(f"{'ID':<40} {'HOST':<12} {'STATE':<10} {'EXIT':>4}  {'SUBMITTED':<19}  NAME")
+    common.echo(f"{'ID':<40} {'HOST':<12} {'STATE':<10} {'EXIT':>4}  {'SUBMITTED':<19}  NAME")
     for view in views:
-        click.echo(_row(view))
+        common.echo(_row(view))
 
 
 @jobs.command("show")
@@ -84,8 +84,8 @@ def show(ctx: click.Context, job: str, refresh: bool, as_json: bool) -> None:
     for key in ("id", "name", "host", "kind", "job_id", "state", "exit_code", "reason",
                 "job_dir", "root", "data", "fetch", "pulled"):
         if data[key] not in (None, "", []):
-            click.echo(f"{key + ':':<10} {data[key]}")
-    click.echo(f"{'spec:':<10} {json.dumps(spec)}")
+            common.echo(f"{key + ':':<10} {data[key]}")
+    common.echo(f"{'spec:':<10} {json.dumps(spec)}")
 
 
 @jobs.command("logs")
@@ -113,11 +113,11 @@ def logs(ctx: click.Context, job: str, tail: int | None, stderr_: bool, follow: 
     with common.board(ctx) as board:
         handle = Job(board, job)
         if not follow:
-            click.echo(handle.logs(tail=tail, stream=stream), nl=False)
+            common.echo(handle.logs(tail=tail, stream=stream), nl=False)
             return
         with common.streaming():
             for chunk in handle.logs(tail=tail, stream=stream, follow=True, interval=interval):
-                click.echo(chunk, nl=False)  # flushed: each chunk shows as it arrives
+                common.echo(chunk, nl=False)  # flushed: each chunk shows as it arrives
 
 
 @jobs.command("pull")
@@ -135,7 +135,7 @@ def pull(ctx: click.Context, job: str, as_json: bool) -> None:
         return
     if payload.error:
         raise click.ClickException(f"nothing pulled: {payload.error}")
-    click.echo(f"pulled: {', '.join(payload.paths) or 'nothing'}"
+    common.echo(f"pulled: {', '.join(payload.paths) or 'nothing'}"
                + (f"; missing on the host: {', '.join(payload.missing)}" if payload.missing else ""))
 
 
@@ -161,7 +161,7 @@ def cancel(ctx: click.Context, job: str, as_json: bool) -> None:
         common.echo_json({"id": handle.id, "host": view.host, "job_id": view.submitted.job_id,
                           "state": state.value})
         return
-    click.echo(f"{handle.id}: {state.value}")
+    common.echo(f"{handle.id}: {state.value}")
 
 
 @jobs.command("trace")
@@ -188,5 +188,5 @@ def trace(ctx: click.Context, job: str, output: Path, as_json: bool) -> None:
         common.echo_json({"id": handle.id, "output": str(output),
                           "phases": {p.name: round(p.end - p.start, 6) for p in phases}})
         return
-    click.echo(f"wrote {output}: " + ", ".join(f"{p.name} {p.end - p.start:.3f}s"
+    common.echo(f"wrote {output}: " + ", ".join(f"{p.name} {p.end - p.start:.3f}s"
                                                 for p in phases))
