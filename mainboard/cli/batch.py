@@ -88,13 +88,13 @@ def run_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
             from mainboard.cli.study import run_and_report
 
             common.echo(f"mainboard: {fleet} declares [study]: running it as a study (see "
-                       "`mainboard study show ID`)", err=True)
+                        "`mainboard study show ID`)", err=True)
             ctx.exit(run_and_report(board, fleet, as_json))
         batch_id = start(board, fleet)
         if not as_json:
             common.echo(batch_id)
         written = dispatch(board, batch_id, on_event=lambda p: common.echo(_event_line(p),
-                                                                          err=True))
+                                                                           err=True))
         view = store_of(board).load(batch_id)
     if as_json:
         events = [_event_json(p) for p in written]

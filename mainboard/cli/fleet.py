@@ -106,14 +106,14 @@ def up(ctx: click.Context, hosts: tuple[str, ...], pools: tuple[str, ...], jobs:
             rental = f", rental {worker.rental['rental_id']}" if worker.rental else ""
             nodes = f", {worker.nodes} nodes: one worker each" if worker.nodes > 1 else ""
             common.echo(f"{worker.host}: worker {worker.node} (job {worker.job['job_id']}{nodes}, "
-                       f"queues {','.join(worker.queues)}, broker {via}{rental})")
+                        f"queues {','.join(worker.queues)}, broker {via}{rental})")
         if report.flower_url:
             common.echo(f"flower: {report.flower_url} (user mainboard, password in "
-                       ".mainboard/flower.secret)")
+                        ".mainboard/flower.secret)")
     for pool, kept in report.kept.items():
         if kept:
             common.echo(f"mainboard: {pool}: {kept} allocation(s) already live, counted toward "
-                       "its target (raise it with --jobs N)", err=True)
+                        "its target (raise it with --jobs N)", err=True)
     if flower_error:  # errors of hosts and daemons may quote a broker URL
         common.warn(f"flower did not start: {flower_error}")
     for line in failed.values():
@@ -231,7 +231,7 @@ def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, force: bool
     if any(outcome.startswith("error") for outcome in outcomes.values()):
         if not force and any("cannot reach" in o or "unreachable" in o for o in outcomes.values()):
             common.echo("mainboard: hint: `mainboard fleet down --force` forgets workers on "
-                       "hosts that cannot be reached", err=True)
+                        "hosts that cannot be reached", err=True)
         sys.exit(1)
 
 

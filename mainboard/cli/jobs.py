@@ -136,7 +136,7 @@ def pull(ctx: click.Context, job: str, as_json: bool) -> None:
     if payload.error:
         raise click.ClickException(f"nothing pulled: {payload.error}")
     common.echo(f"pulled: {', '.join(payload.paths) or 'nothing'}"
-               + (f"; missing on the host: {', '.join(payload.missing)}" if payload.missing else ""))
+                + (f"; missing on the host: {', '.join(payload.missing)}" if payload.missing else ""))
 
 
 @jobs.command("cancel")

@@ -165,5 +165,5 @@ def _routed(board: Board, cmd: str | list[str], runtime: str | None, explain: bo
         for line in explain_lines(handle.decision):
             common.echo(line, err=True)
     common.echo(f"mainboard: --on auto chose {handle.decision.chosen} "
-               f"(prefer {handle.decision.prefer})", err=True)
+                f"(prefer {handle.decision.prefer})", err=True)
     return job, handle.decision.as_json()
