@@ -106,7 +106,7 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
     asked = {"command": command, "name": name or _default_name(command), "walltime": walltime,
              "mem_gb": mem_gb, "cpus": cpus, "gpus": gpus, "queue": queue, "attempt": attempt,
              "env": env or {}, **params}
-    with _rental_lease(handle) as lease:
+    with rental_lease(handle) as lease:
         bridge = bridge_of(handle)  # a provider host's rental is chosen (or rented) here
         spec = bridge.prepare(**{k: v for k, v in asked.items() if v is not None})
         began = time.time()
@@ -137,8 +137,10 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
     return Job(board, record.uid)
 
 
-def _rental_lease(handle: Host) -> AbstractContextManager[Lease | None]:
-    """A lease on a provider host's job rental until the job is recorded; elsewhere none."""
+def rental_lease(handle: Host) -> AbstractContextManager[Lease | None]:
+    """A lease on a provider host's job rental for the ``with`` block (a submit: until its
+    job is recorded; a batch or study: from preparing the host's environment, which
+    chooses the rental, to its last submit); elsewhere none."""
     if handle.config.kind != "provider":
         return nullcontext(None)
     return holding(handle.board.config.state_dir, handle.name)
