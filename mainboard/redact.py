@@ -19,6 +19,9 @@ from urllib.parse import unquote
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE", re.I)
 _ENV_CALL = re.compile(r"""env\(\s*['"]([^'"]*)['"]""")
 MASK = "***"
+# Exact secrets of this process's workspace (its broker password, its providers' API keys),
+# scrubbed by every redact_text call: a bare API key has no pattern to be found by.
+_KNOWN: set[str] = set()
 
 # Where a URL in running text ends: whitespace, quotes, angle brackets, backticks.
 _STOP = "\\s'\"<>`"
@@ -78,9 +81,18 @@ def redact_text(text: str, also: Iterable[str] = ()) -> str:
     """``text`` with every URL password and ``password=``-style value shown as ``***``.
 
     For messages, tracebacks and log lines that may quote a URL, valid or not. ``also``
-    names exact secrets (e.g. a password read from a file) to scrub wherever they appear.
+    names exact secrets (e.g. a password read from a file) to scrub wherever they appear,
+    besides those :func:`remember_secrets` was given.
     """
-    return _redact(text, _USERINFO_IN_TEXT, also)
+    return _redact(text, _USERINFO_IN_TEXT, (*_KNOWN, *also))
+
+
+def remember_secrets(secrets: Iterable[str]) -> None:
+    """Scrub these exact values from everything :func:`redact_text` sees in this process
+    from now on (a workspace's broker password, its providers' API keys). Values shorter
+    than 6 characters are left to the patterns: masking them everywhere would mangle
+    ordinary text."""
+    _KNOWN.update(s for s in secrets if len(s) >= 6)
 
 
 def redact_url(url: str) -> str:

@@ -292,6 +292,22 @@ def test_every_message_ends_with_a_newline(embedded: Path, down: tuple[Path, int
     (("runs", "logs", "some-run", "--level", "bad"), ("--level", "'bad'", "'warn'")),
     (("runs", "logs"), ("runs logs", "RUN")),
     (("runs", "list", "--bogus"), ("runs list", "--bogus")),
+    # the top-level group's own options and verbs (parsed before any verb runs)
+    (("--bogus",), ("mainboard: error", "--bogus", "--config", "--debug")),
+    (("--config",), ("mainboard: error", "--config", "requires an argument")),
+    (("nosuchverb",), ("mainboard: error", "'nosuchverb'", "jobs", "fleet", "monitor")),
+    (("jbos",), ("'jbos'", "Did you mean 'jobs'")),
+    (("jobs", "nosuch"), ("mainboard jobs: error", "'nosuch'", "show", "logs")),
+    # a missing required argument or option, in two verb groups
+    (("jobs", "show"), ("mainboard jobs show", "Missing argument 'JOB'")),
+    (("batch", "watch"), ("mainboard batch watch", "Missing argument 'ID'")),
+    (("jobs", "trace", "some-job"), ("mainboard jobs trace", "'-o' / '--output'")),
+    # a bad choice or out-of-range value, in different verb groups
+    (("runs", "export", "some-run", "--format", "xml"), ("--format", "'xml'", "'hwu'", "'json'")),
+    (("jobs", "logs", "some-job", "--tail", "0"), ("mainboard jobs logs", "--tail", "0", "1")),
+    (("batch", "watch", "b1", "--interval", "0.01"), ("batch watch", "--interval", "0.01",
+                                                        "0.05")),
+    (("fleet", "up", "--jobs", "many"), ("mainboard fleet up", "--jobs", "'many'", "integer")),
 ])
 def test_a_usage_error_is_one_line_naming_the_option_and_value(tmp_path: Path,
                                                                args: tuple[str, ...],

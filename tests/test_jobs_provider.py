@@ -12,10 +12,12 @@ before it is released, and the fleet's rental keeps running.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,7 @@ from mainboard.bridges.transport import LocalTransport
 from mainboard.config import ProviderHost
 from mainboard.errors import HostError, ProviderError
 from mainboard.fleet.provider import fleet_guard
+from mainboard.hosts.leases import LEASES
 from mainboard.hosts.rentals import adapter, rent_cheapest, rental_key
 from mainboard.jobs.job import Job, store_of
 from mainboard.jobs.monitor import monitor_pass
@@ -43,7 +46,7 @@ from mainboard.receipts import (
 )
 from tests.jobs_workspace import make_workspace
 from tests.sim_provider import SimulatedProviderServer
-from tests.workspace import toml_tables
+from tests.workspace import run_cli, toml_tables
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 KEY_ENV = "MB_JOBS_SIM_KEY"
@@ -101,6 +104,55 @@ def test_jobs_on_a_rented_machine_then_the_monitor_releases_it(
                 Job(board, job.id).logs()
         assert market.list_rentals() == [] and owned_rentals(config.parent / ".mainboard") == []
     finally:
+        for rental in market.list_rentals():
+            market.destroy(rental.id)
+
+
+def test_a_monitor_pass_never_releases_the_rental_a_submit_is_still_recording_on(
+        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, sim.api_key)
+    config = _config(tmp_path, sim)
+    state, market = config.parent / ".mainboard", _market(sim)
+    chosen, go = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def paused() -> None:  # the job is with its host, its receipt not yet written
+        chosen.set()
+        assert go.wait(120)
+
+    def second_submit() -> None:
+        try:
+            with Board(config) as board:
+                outcome["id"] = board.on("gpu").submit("hostname", name="second",
+                                                       before_record=paused).id
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome["error"] = exc
+            chosen.set()
+
+    try:
+        with Board(config) as board:
+            first = board.on("gpu").submit("true", name="first")
+            assert first.wait(timeout=60, poll=0.5) is JobState.COMPLETED
+        (owned,) = owned_rentals(state)  # every job on it done: idle, as a monitor sees it
+        thread = threading.Thread(target=second_submit)
+        thread.start()
+        assert chosen.wait(120) and "error" not in outcome, outcome
+        # A cron'd monitor pass (its own process) lands in the window.
+        done = run_cli(config, "monitor", "--json", timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["released"] == []
+        assert market.status(owned.rental_id).state == "running"
+        go.set()
+        thread.join(120)
+        assert "error" not in outcome and not list((state / LEASES).glob("*.json")), outcome
+        with Board(config) as board:
+            second = Job(board, str(outcome["id"]))
+            assert second.wait(timeout=60, poll=0.5) is JobState.COMPLETED
+            assert second.logs().strip().startswith("sim-gpu-")  # ran on the kept rental
+            assert [r.rental_id for r in owned_rentals(state)] == [owned.rental_id]
+            assert monitor_pass(board)["released"] == [owned.rental_id]  # now idle: released
+    finally:
+        go.set()
         for rental in market.list_rentals():
             market.destroy(rental.id)
 

@@ -28,6 +28,7 @@ from mainboard.bridges.providers import RestProvider
 from mainboard.bridges.providers.base import Rental
 from mainboard.bridges.providers.lifecycle import FLEET, JOBS, RentalGuard, owned_rentals
 from mainboard.config import Config, load_config
+from mainboard.hosts.leases import LEASE_S, LEASES
 from mainboard.jobs.job import Job, store_of
 from mainboard.jobs.monitor import LOCK_FILE, monitor_log, monitor_pass, release_rentals
 from mainboard.receipts import JobPulled, JobSubmitted
@@ -252,6 +253,32 @@ def test_release_rentals_destroys_only_the_done_hosts_rentals(
     finally:
         for rental in adapter.list_rentals():
             adapter.destroy(rental.id)
+
+
+def test_a_crashed_submits_lease_pins_its_rental_only_until_it_expires(
+        sim: SimulatedProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _provider_config(sim, tmp_path, monkeypatch, ("gpu-a",))
+    adapter = RestProvider("sim", api_url=sim.url, api_key_env="MB_TEST_SIM_KEY")
+    try:
+        rental = _rent(adapter, config, ("gpu-a",), tmp_path)["gpu-a"]
+        # A submit that took its lease and died before recording its job (no drop, no cleanup).
+        crashed = subprocess.run(
+            [sys.executable, "-c", "import os, sys\n"
+             "from mainboard.hosts.leases import take_lease\n"
+             "take_lease(sys.argv[1], 'gpu-a')\nos._exit(9)", str(config.state_dir)],
+            capture_output=True, text=True, timeout=60)
+        assert crashed.returncode == 9, crashed.stderr
+        (lease,) = (config.state_dir / LEASES).glob("*.json")
+        idle = {"gpu-a": time.time()}
+        assert release_rentals(config, idle) == ([], [])  # held: the submit may be alive
+        assert adapter.status(rental.id).state != "destroyed" and lease.exists()
+        expired = time.time() + LEASE_S + 60  # the same pass, once the lease ran out
+        assert release_rentals(config, idle, now=expired) == ([rental.id], [])
+        assert adapter.status(rental.id).state == "destroyed" and not lease.exists()
+        assert owned_rentals(config.state_dir) == []
+    finally:
+        for left in adapter.list_rentals():
+            adapter.destroy(left.id)
 
 
 def _provider_job(board: Board, name: str, *, fetch: tuple[str, ...] = ()) -> str:

@@ -303,3 +303,24 @@ def test_every_warning_line_goes_through_the_one_redaction(capsys: pytest.Captur
               for n, line in enumerate(path.read_text().splitlines(), 1)
               if 'mainboard: warning: {' in line]
     assert echoed == [], echoed
+
+
+def test_a_loaded_workspace_hands_its_exact_secrets_to_the_one_redaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A provider key has no pattern: loading the config that names its variable is what
+    makes every later redact_text (warnings, errors, log lines) hide it."""
+    from mainboard.config import load_config, workspace_secrets
+
+    key = "Zq9key" + secrets.token_hex(8)
+    monkeypatch.setenv("MB_REDACT_UNIT_KEY", key)
+    monkeypatch.setenv("MAINBOARD_BROKER_URL", "redis://:Zq9envpw@127.0.0.1:1/0")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "mainboard.toml").write_text(
+        '[broker]\nurl = "redis://:Zq9tomlpw@127.0.0.1:1/0"\n'
+        '[providers.sim]\nkind = "simulated"\napi_url = "http://127.0.0.1:1"\n'
+        'api_key_env = "MB_REDACT_UNIT_KEY"\n')
+    config = load_config(ws / "mainboard.toml")
+    assert set(workspace_secrets(config)) >= {key, "Zq9tomlpw", "Zq9envpw"}
+    shown = redact_text(f"provider said: bad key {key}; Zq9tomlpw alone")
+    assert shown == "provider said: bad key ***; *** alone"

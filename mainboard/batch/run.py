@@ -44,7 +44,7 @@ from mainboard.receipts import (
 )
 
 if TYPE_CHECKING:
-    from mainboard.hosts.access import Hosts
+    from mainboard.hosts.access import Host, Hosts
 
 __all__ = ["BatchStore", "BatchView", "BatchSpec", "BatchJob", "UnknownBatch", "dispatch",
            "load_batch", "run", "start", "store_of"]
@@ -199,12 +199,19 @@ class _Dispatcher:
 
     def target(self, target: str, jobs: list[BatchJob]) -> None:
         """Prepare ``target``'s environment (pins, deps) and mirror the workspace to it once,
-        then submit its jobs in fleet order."""
+        then submit its jobs in fleet order; all under a lease on a provider target's job
+        rental (preparing the environment chooses it, long before the first job is recorded)."""
+        from mainboard.jobs.job import rental_lease
+
+        handle = self.board.on(target)
+        with rental_lease(handle):
+            self._send(handle, target, jobs)
+
+    def _send(self, handle: Host, target: str, jobs: list[BatchJob]) -> None:
         from mainboard.hosts.mirror import Mirror
         from mainboard.jobs.environment import JobEnvironment, declared, prepare_environment
         from mainboard.jobs.job import bridge_of, submit
 
-        handle = self.board.on(target)
         down: tuple[str, str] | None = None
         environment: JobEnvironment | None = None
         synced = handle.config.kind != "provider"  # a rental is mirrored by its submit

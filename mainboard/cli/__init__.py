@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from typing import NoReturn
 
 import click
 
@@ -19,6 +20,8 @@ from mainboard.redact import install_log_redaction, redact_text
 # imports neither (kombu belongs to tasks/; redis-py costs every verb ~0.2 s at start-up).
 _BROKER_ERRORS = frozenset({"redis.exceptions.ConnectionError", "redis.exceptions.TimeoutError",
                             "kombu.exceptions.OperationalError"})
+# Bare `mainboard` (click >= 8.2 raises this to print the help), never one error line.
+_NO_ARGS_IS_HELP: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def _as_mainboard_error(exc: Exception) -> MainboardError | None:
@@ -30,19 +33,43 @@ def _as_mainboard_error(exc: Exception) -> MainboardError | None:
     return None
 
 
+def _usage_exit(exc: click.exceptions.UsageError) -> NoReturn:
+    """One line (not click's usage block): the command, the option, the value, the valid
+    ones as click names them; exit 2 like every other bad input."""
+    ctx = exc.ctx
+    where = ctx.command_path if ctx is not None else "mainboard"
+    message = exc.format_message()
+    if ctx is not None and "Did you mean" not in message:
+        valid: list[str] = []
+        if message.startswith("No such command") and isinstance(ctx.command, click.Group):
+            valid = ctx.command.list_commands(ctx)
+        elif message.startswith("No such option"):
+            valid = [o for p in ctx.command.get_params(ctx) if isinstance(p, click.Option)
+                     for o in p.opts]
+        if valid:
+            message += f" Valid: {', '.join(valid)}."
+    click.echo(f"{where}: error: {redact_text(message)}", err=True)
+    sys.exit(2)
+
+
 class _Group(click.Group):
     """Turns errors into one redacted line and their exit code; --debug adds the traceback,
     redacted too. A bug (not a MainboardError) still shows its traceback, redacted."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """The group's own options (``mainboard --bogus``) fail in one line too."""
+        try:
+            return super().parse_args(ctx, args)
+        except _NO_ARGS_IS_HELP:
+            raise  # bare `mainboard`: click prints the help, as asked
+        except click.exceptions.UsageError as exc:
+            _usage_exit(exc)
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
         except click.exceptions.UsageError as exc:
-            # One line (not click's usage block): the command, the option, the value, the
-            # valid ones as click names them; exit 2 like every other bad input.
-            where = exc.ctx.command_path if exc.ctx is not None else "mainboard"
-            click.echo(f"{where}: error: {redact_text(exc.format_message())}", err=True)
-            sys.exit(2)
+            _usage_exit(exc)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as exc:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from mainboard.cli import batchplan, columns, common
+from mainboard.redact import redact_text
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -86,14 +87,14 @@ def run_cmd(ctx: click.Context, fleet: str, as_json: bool) -> None:
         if load_batch(fleet, board.config).study is not None:  # a [study] table: a study
             from mainboard.cli.study import run_and_report
 
-            click.echo(f"mainboard: {fleet} declares [study]: running it as a study (see "
-                       "`mainboard study show ID`)", err=True)
+            common.echo(f"mainboard: {fleet} declares [study]: running it as a study (see "
+                        "`mainboard study show ID`)", err=True)
             ctx.exit(run_and_report(board, fleet, as_json))
         batch_id = start(board, fleet)
         if not as_json:
-            click.echo(batch_id)
-        written = dispatch(board, batch_id, on_event=lambda p: click.echo(_event_line(p),
-                                                                          err=True))
+            common.echo(batch_id)
+        written = dispatch(board, batch_id, on_event=lambda p: common.echo(_event_line(p),
+                                                                           err=True))
         view = store_of(board).load(batch_id)
     if as_json:
         events = [_event_json(p) for p in written]
@@ -130,9 +131,9 @@ class _WatchOutput:
 
     def line(self, text: str) -> None:
         if self.live is not None:
-            self.live.console.print(text, markup=False, highlight=False)
+            self.live.console.print(redact_text(text), markup=False, highlight=False)
         else:
-            click.echo(text)
+            common.echo(text)
 
     def step(self, step: WatchStep) -> None:
         news: list[Payload] = [*step.dispatched, *step.announced]
@@ -230,7 +231,7 @@ def watch_cmd(ctx: click.Context, batch_id: str, interval: float, as_json: bool)
         _echo_json({"event": "summary", **result})
     else:
         columns.show(_rows_table(last.rows))
-        click.echo(_summary_line(last.view))
+        common.echo(_summary_line(last.view))
     ctx.exit(0 if result["ok"] else 1)
 
 
@@ -252,7 +253,7 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
                      "complete": v.complete, "outcomes": v.outcomes()} for v in views])
         return
     if not views:
-        click.echo("no batches yet (`mainboard batch run fleet.toml`)")
+        common.echo("no batches yet (`mainboard batch run fleet.toml`)")
         return
     table = columns.table("BATCH", "CREATED", "JOBS", "OUTCOMES")
     for v in views:
@@ -281,4 +282,4 @@ def show_cmd(ctx: click.Context, batch_id: str, as_json: bool) -> None:
         _echo_json(summary(view, rows))
         return
     columns.show(_rows_table(rows))
-    click.echo(_summary_line(view))
+    common.echo(_summary_line(view))

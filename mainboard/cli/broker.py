@@ -69,12 +69,12 @@ def _describe(status: BrokerStatus) -> str:
 
 def _emit(status: BrokerStatus, as_json: bool, external: str | None) -> None:
     if as_json:
-        click.echo(json.dumps({**status.to_dict(), "configured_url": external}))
+        common.echo(json.dumps({**status.to_dict(), "configured_url": external}))
         return
-    click.echo(_describe(status))
+    common.echo(_describe(status))
     if external:
-        click.echo(f"note: mainboard.toml sets [broker] url = {external}; "
-                   "jobs use that, not this embedded broker")
+        common.echo(f"note: mainboard.toml sets [broker] url = {external}; "
+                    "jobs use that, not this embedded broker")
 
 
 # What a status verb (`broker`, `flower`, `fleet status`) exits with when what it reports is

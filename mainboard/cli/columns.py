@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from mainboard.redact import redact_text
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -52,7 +54,7 @@ def echo(keys: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
     import click
 
     for line in columns(keys, [dict(zip(keys, row, strict=True)) for row in rows]):
-        click.echo(line)
+        click.echo(redact_text(line))
 
 
 def table(*names: str, fold: int = 1) -> Table:
@@ -60,7 +62,15 @@ def table(*names: str, fold: int = 1) -> Table:
     words."""
     from rich.table import Table
 
-    out = Table(box=None, pad_edge=False, header_style="bold")
+    class Redacted(Table):
+        """Cells through the one redaction before rich wraps them (a wrapped URL would
+        no longer look like one)."""
+
+        def add_row(self, *cells: Any, **options: Any) -> None:
+            super().add_row(*(redact_text(c) if isinstance(c, str) else c for c in cells),
+                            **options)
+
+    out = Redacted(box=None, pad_edge=False, header_style="bold")
     for index, name in enumerate(names):
         wraps = index >= len(names) - fold
         out.add_column(name, overflow="fold" if wraps else "ellipsis", no_wrap=not wraps)

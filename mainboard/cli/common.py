@@ -55,9 +55,15 @@ def json_option(help: str = "Machine-readable output.") -> Callable[[F], F]:
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
+def echo(message: object = "", *, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` through the one redaction: every line a verb prints (results, a job's
+    own log, a host's error) shows no broker password or provider key."""
+    click.echo(redact_text(str(message)), err=err, nl=nl)
+
+
 def echo_json(value: Any, **options: Any) -> None:
-    """One JSON document on stdout; NaN is refused (it is not JSON)."""
-    click.echo(json.dumps(value, allow_nan=False, **options))
+    """One JSON document on stdout, redacted; NaN is refused (it is not JSON)."""
+    echo(json.dumps(value, allow_nan=False, **options))
 
 
 @contextmanager

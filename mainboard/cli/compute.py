@@ -67,10 +67,10 @@ def compute(ctx: click.Context, as_json: bool, agent: bool, timeout: float) -> N
     rows = list_compute(common.load(ctx),
                         timeout=timeout)
     if as_json:
-        click.echo(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
+        common.echo(json.dumps([row.model_dump(mode="json") for row in rows], indent=2))
     elif agent:
         for line in columns(AGENT_KEYS, [row.model_dump() for row in rows]):
-            click.echo(line)
+            common.echo(line)
     else:
         console = Console()
         console.print(_table([r for r in rows if r.type == "host"], "HOST", "ACCESS"))

@@ -32,15 +32,15 @@ def check(ctx: click.Context, as_json: bool) -> None:
     loaded = load_config(common.config_path(ctx), required=True)
     dump = _redacted(loaded.model_dump(mode="json"))
     if as_json:
-        click.echo(json.dumps(dump, indent=2))
+        common.echo(json.dumps(dump, indent=2))
         return
-    click.echo(f"{loaded.path}: ok")
-    click.echo(f"broker: {dump['broker']['url'] or 'embedded (mainboard broker up)'}")
+    common.echo(f"{loaded.path}: ok")
+    common.echo(f"broker: {dump['broker']['url'] or 'embedded (mainboard broker up)'}")
     names = loaded.host_names()
     width = max(len(n) for n in names)
     for name in names:
         host = loaded.host(name)
-        click.echo(f"  {name:<{width}}  {host.kind:<8}  {_where(host)}")
+        common.echo(f"  {name:<{width}}  {host.kind:<8}  {_where(host)}")
 
 
 def _where(host: Any) -> str:

@@ -8,6 +8,8 @@ only, so it can start after a run and keeps working with the broker down.
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from mainboard.cli import common
@@ -32,14 +34,15 @@ def dashboard(ctx: click.Context, host: str, port: int, open_browser: bool,
     config = common.load(ctx)
 
     def ready(url: str) -> None:
+        # The one line printed unredacted on purpose: its token is what opens the pages.
         if as_json:
-            common.echo_json({"url": url, "state_dir": str(config.state_dir)})
+            click.echo(json.dumps({"url": url, "state_dir": str(config.state_dir)}))
         else:
             click.echo(url)
-        click.echo(f"dashboard of {config.state_dir} (Ctrl-C stops it)", err=True)
+        common.echo(f"dashboard of {config.state_dir} (Ctrl-C stops it)", err=True)
         if host not in ("127.0.0.1", "localhost", "::1"):
-            click.echo(f"mainboard: warning: listening on {host}, not loopback: anyone who "
-                       "can reach it and has the URL sees the runs (plain HTTP)", err=True)
+            common.warn(f"listening on {host}, not loopback: anyone who can reach it and "
+                        "has the URL sees the runs (plain HTTP)")
         import sys
 
         sys.stdout.flush()

@@ -87,7 +87,7 @@ def facts(ctx: click.Context, host: str, as_json: bool, as_table: bool, cached: 
         result, when = probe_facts(board, host), None
     # A pipe (`mainboard facts | head -4`, a script) gets the JSON; a terminal the table.
     if as_json or not (as_table or click.get_text_stream("stdout").isatty()):
-        click.echo(result.model_dump_json(indent=2))
+        common.echo(result.model_dump_json(indent=2))
         return
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")

@@ -105,19 +105,19 @@ def up(ctx: click.Context, hosts: tuple[str, ...], pools: tuple[str, ...], jobs:
             via = "via tunnel" if worker.broker_via == "tunnel" else "direct"
             rental = f", rental {worker.rental['rental_id']}" if worker.rental else ""
             nodes = f", {worker.nodes} nodes: one worker each" if worker.nodes > 1 else ""
-            click.echo(f"{worker.host}: worker {worker.node} (job {worker.job['job_id']}{nodes}, "
-                       f"queues {','.join(worker.queues)}, broker {via}{rental})")
+            common.echo(f"{worker.host}: worker {worker.node} (job {worker.job['job_id']}{nodes}, "
+                        f"queues {','.join(worker.queues)}, broker {via}{rental})")
         if report.flower_url:
-            click.echo(f"flower: {report.flower_url} (user mainboard, password in "
-                       ".mainboard/flower.secret)")
+            common.echo(f"flower: {report.flower_url} (user mainboard, password in "
+                        ".mainboard/flower.secret)")
     for pool, kept in report.kept.items():
         if kept:
-            click.echo(f"mainboard: {pool}: {kept} allocation(s) already live, counted toward "
-                       "its target (raise it with --jobs N)", err=True)
+            common.echo(f"mainboard: {pool}: {kept} allocation(s) already live, counted toward "
+                        "its target (raise it with --jobs N)", err=True)
     if flower_error:  # errors of hosts and daemons may quote a broker URL
         common.warn(f"flower did not start: {flower_error}")
     for line in failed.values():
-        click.echo(f"mainboard: error: {line}", err=True)
+        common.echo(f"mainboard: error: {line}", err=True)
     if failed:
         sys.exit(1)
 
@@ -150,10 +150,10 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool, by_pool: bo
     live = [r for r in rows if not r.stopped]
     code = STATUS_DOWN if live and not any(r.alive for r in live) else 0
     if as_json:
-        click.echo(json.dumps([r.to_dict() for r in rows], indent=1))
+        common.echo(json.dumps([r.to_dict() for r in rows], indent=1))
         sys.exit(code)
     if not rows:
-        click.echo("no fleet workers (start some with `mainboard fleet up`)")
+        common.echo("no fleet workers (start some with `mainboard fleet up`)")
         return
     header = ("HOST", "WORKER", "PROCESS", "JOB", "STATE", "QUEUES", "CONC", "DONE",
               "HEARTBEAT")
@@ -163,16 +163,16 @@ def status(ctx: click.Context, as_json: bool, include_stopped: bool, by_pool: bo
                          _age(r.last_heartbeat)) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        common.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     sys.exit(code)
 
 
 def _pools(rows: list[dict[str, object]], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(rows, indent=1))
+        common.echo(json.dumps(rows, indent=1))
         return
     if not rows:
-        click.echo("no pools declared (add [fleet.pools.NAME] to mainboard.toml)")
+        common.echo("no pools declared (add [fleet.pools.NAME] to mainboard.toml)")
         return
     keys = ("pool", "host", "target", "pending", "running", "idle", "lost", "queue_depth",
             "outstanding")
@@ -181,7 +181,7 @@ def _pools(rows: list[dict[str, object]], as_json: bool) -> None:
         for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(keys))]
     for row in table:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        common.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 @fleet.command()
@@ -225,15 +225,15 @@ def down(ctx: click.Context, hosts: tuple[str, ...], timeout: float, force: bool
         for worker in report.workers:
             said = outcomes[worker.worker_id]
             said = "forgotten" if said.startswith("forgotten: ") else said  # hint: stderr
-            click.echo(f"{worker.host}: worker {worker.node} {said}")
+            common.echo(f"{worker.host}: worker {worker.node} {said}")
         for rental in report.rentals_destroyed:
-            click.echo(f"rental {rental} destroyed")
+            common.echo(f"rental {rental} destroyed")
         if not report.workers:
-            click.echo("no fleet workers were running")
+            common.echo("no fleet workers were running")
     if any(outcome.startswith("error") for outcome in outcomes.values()):
         if not force and any("cannot reach" in o or "unreachable" in o for o in outcomes.values()):
-            click.echo("mainboard: hint: `mainboard fleet down --force` forgets workers on "
-                       "hosts that cannot be reached", err=True)
+            common.echo("mainboard: hint: `mainboard fleet down --force` forgets workers on "
+                        "hosts that cannot be reached", err=True)
         sys.exit(1)
 
 
@@ -245,7 +245,7 @@ def resume_pool(ctx: click.Context, name: str) -> None:
     from mainboard.fleet.control import resume_pool as resume
 
     resume(common.load(ctx), name)
-    click.echo(f"pool {name}: resumed; the fleet keeper submits again when work waits")
+    common.echo(f"pool {name}: resumed; the fleet keeper submits again when work waits")
 
 
 _QUEUES = click.option("--queues", default=None, metavar="Q[,Q...]",
@@ -269,10 +269,10 @@ def _roles(ctx: click.Context, name: str, queues: str | None, role: str | None, 
                           "consumed": change.consumed})
         return
     verb = "consumes" if consume else "no longer consumes"
-    click.echo(f"{change.worker.host}: worker {change.worker.node} {verb} "
+    common.echo(f"{change.worker.host}: worker {change.worker.node} {verb} "
                f"{','.join(change.queues)}")
     for node, now in change.consumed.items():
-        click.echo(f"  {node}: consuming {','.join(now) or 'nothing'}")
+        common.echo(f"  {node}: consuming {','.join(now) or 'nothing'}")
     if not change.consumed:
         common.warn(f"worker {change.worker.node} has not started yet: it takes the roles "
                     "when it does")
@@ -321,6 +321,6 @@ def stop(ctx: click.Context, worker: str, timeout: float, as_json: bool) -> None
     if as_json:
         common.echo_json({"worker_id": found.worker_id, "node": found.node, "outcome": outcome})
     else:
-        click.echo(f"{found.host}: worker {found.node} {outcome}")
+        common.echo(f"{found.host}: worker {found.node} {outcome}")
     if outcome.startswith("error"):
         sys.exit(1)

@@ -48,7 +48,7 @@ def _describe(status: FlowerStatus) -> str:
 
 
 def _emit(status: FlowerStatus, as_json: bool) -> None:
-    click.echo(json.dumps(status.to_dict()) if as_json else _describe(status))
+    common.echo(json.dumps(status.to_dict()) if as_json else _describe(status))
 
 
 _JSON = common.json_option("Print one JSON object.")

@@ -102,12 +102,12 @@ def list_jobs(ctx: click.Context, host: str | None, cached: bool, timeout: float
     for error in look.errors:
         common.warn(error)
     if not rows:
-        click.echo("no jobs yet (submit one with `mainboard submit --on HOST -- CMD`)")
+        common.echo("no jobs yet (submit one with `mainboard submit --on HOST -- CMD`)")
         return
-    click.echo(f"{'ID':<40} {'HOST':<12} {'STATE':<10} {'EXIT':>4}  {'AGE':<9}  "
+    common.echo(f"{'ID':<40} {'HOST':<12} {'STATE':<10} {'EXIT':>4}  {'AGE':<9}  "
                f"{'SUBMITTED':<19}  NAME")
     for row in rows:
-        click.echo(_row(row))
+        common.echo(_row(row))
 
 
 @jobs.command("show")
@@ -132,8 +132,8 @@ def show(ctx: click.Context, job: str, cached: bool, timeout: float | None, refr
     for key in ("id", "name", "host", "kind", "job_id", "state", "exit_code", "reason",
                 "job_dir", "root", "data", "fetch", "pulled"):
         if data[key] not in (None, "", []):
-            click.echo(f"{key + ':':<10} {data[key]}")
-    click.echo(f"{'spec:':<10} {json.dumps(spec)}")
+            common.echo(f"{key + ':':<10} {data[key]}")
+    common.echo(f"{'spec:':<10} {json.dumps(spec)}")
 
 
 @jobs.command("logs")
@@ -161,11 +161,11 @@ def logs(ctx: click.Context, job: str, tail: int | None, stderr_: bool, follow: 
     with common.board(ctx) as board:
         handle = Job(board, job)
         if not follow:
-            click.echo(handle.logs(tail=tail, stream=stream), nl=False)
+            common.echo(handle.logs(tail=tail, stream=stream), nl=False)
             return
         with common.streaming():
             for chunk in handle.logs(tail=tail, stream=stream, follow=True, interval=interval):
-                click.echo(chunk, nl=False)  # flushed: each chunk shows as it arrives
+                common.echo(chunk, nl=False)  # flushed: each chunk shows as it arrives
 
 
 @jobs.command("pull")
@@ -183,8 +183,8 @@ def pull(ctx: click.Context, job: str, as_json: bool) -> None:
         return
     if payload.error:
         raise click.ClickException(f"nothing pulled: {payload.error}")
-    click.echo(f"pulled: {', '.join(payload.paths) or 'nothing'}"
-               + (f"; missing on the host: {', '.join(payload.missing)}" if payload.missing else ""))
+    common.echo(f"pulled: {', '.join(payload.paths) or 'nothing'}"
+                + (f"; missing on the host: {', '.join(payload.missing)}" if payload.missing else ""))
 
 
 @jobs.command("cancel")
@@ -209,7 +209,7 @@ def cancel(ctx: click.Context, job: str, as_json: bool) -> None:
         common.echo_json({"id": handle.id, "host": view.host, "job_id": view.submitted.job_id,
                           "state": state.value})
         return
-    click.echo(f"{handle.id}: {state.value}")
+    common.echo(f"{handle.id}: {state.value}")
 
 
 @jobs.command("trace")
@@ -236,5 +236,5 @@ def trace(ctx: click.Context, job: str, output: Path, as_json: bool) -> None:
         common.echo_json({"id": handle.id, "output": str(output),
                           "phases": {p.name: round(p.end - p.start, 6) for p in phases}})
         return
-    click.echo(f"wrote {output}: " + ", ".join(f"{p.name} {p.end - p.start:.3f}s"
+    common.echo(f"wrote {output}: " + ", ".join(f"{p.name} {p.end - p.start:.3f}s"
                                                 for p in phases))

@@ -38,8 +38,8 @@ def metrics(ctx: click.Context, as_json: bool, no_fleet: bool) -> None:
     else:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(StaticCollector(snap))
-        click.echo(generate_latest(registry).decode(), nl=False)
+        common.echo(generate_latest(registry).decode(), nl=False)
     for section, why in snap.errors.items():
-        click.echo(f"mainboard: {section}: {why}", err=True)
+        common.echo(f"mainboard: {section}: {why}", err=True)
     if snap.errors:
         sys.exit(1)

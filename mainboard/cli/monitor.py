@@ -36,16 +36,16 @@ def monitor(ctx: click.Context, as_json: bool, lock_wait: float) -> None:
     for error in report["errors"]:
         common.warn(error)
     if report["busy"]:
-        click.echo("busy: another monitor pass is running; nothing done")
+        common.echo("busy: another monitor pass is running; nothing done")
         return
     for key in ("finished", "failed"):
         if report[key]:
-            click.echo(f"{key}:")
+            common.echo(f"{key}:")
             for entry in report[key]:
-                click.echo(_line(entry))
+                common.echo(_line(entry))
     for host in report["unreachable_hosts"]:
-        click.echo(f"unreachable: {host}: {report['host_errors'][host]}")
+        common.echo(f"unreachable: {host}: {report['host_errors'][host]}")
     if report["released"]:
-        click.echo(f"rentals destroyed: {', '.join(report['released'])}")
+        common.echo(f"rentals destroyed: {', '.join(report['released'])}")
     state = "changed" if report["changed"] else "no change"
-    click.echo(f"{report['running']} job(s) still running or queued; {state}")
+    common.echo(f"{report['running']} job(s) still running or queued; {state}")

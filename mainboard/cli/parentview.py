@@ -9,8 +9,6 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-import click
-
 from mainboard.cli import common
 
 if TYPE_CHECKING:
@@ -39,9 +37,9 @@ def emit(data: dict[str, Any], as_json: bool, as_csv: bool = False) -> None:
     if as_json:
         common.echo_json(data)
     elif as_csv:
-        click.echo(to_csv(data), nl=False)
+        common.echo(to_csv(data), nl=False)
     else:
-        click.echo(text(data))
+        common.echo(text(data))
 
 
 def integrate(data: dict[str, Any], run_file: str, config: Config, workers: int | None,

@@ -39,7 +39,7 @@ def run(ctx: click.Context, host: str, timeout: float | None, command: tuple[str
         try:
             result = handle.run(shell_text, stream=True, timeout=timeout)
         except CommandTimeout as exc:
-            click.echo(f"mainboard: {first_line(exc.args[0], limit=10_000)}", err=True)
+            common.echo(f"mainboard: {first_line(exc.args[0], limit=10_000)}", err=True)
             sys.exit(exc.returncode)
         except KeyboardInterrupt:  # the command was stopped too (local group / remote group)
             sys.exit(130)

@@ -70,7 +70,7 @@ def logs(ctx: click.Context, run: str, follow: bool, level: str | None, tail: in
         if as_json:
             common.echo_json(line.to_dict())
         else:
-            click.echo(line.text())
+            common.echo(line.text())
 
     with common.streaming():
         cursor = last_id(r, history.run_id)
@@ -79,8 +79,8 @@ def logs(ctx: click.Context, run: str, follow: bool, level: str | None, tail: in
             show(line)
         kept, dropped = log_counts(r, history.run_id)
         if dropped:
-            click.echo(f"({dropped:,} older lines were dropped; the log keeps the last "
-                       f"{kept:,})", err=True)
+            common.echo(f"({dropped:,} older lines were dropped; the log keeps the last "
+                        f"{kept:,})", err=True)
         if follow:
             for line in follow_logs(r, history.run_id, level=level, after=cursor,
                                     live=lambda: live(r, history.run_id)):
@@ -96,8 +96,8 @@ def _control(ctx: click.Context, run: str, what: str, wait_s: float, as_json: bo
         common.echo_json({"run_id": outcome.run_id, "status": outcome.status,
                           "iterations": outcome.iteration})
         return
-    click.echo(f"run {outcome.run_id} {outcome.status} after iteration {outcome.iteration}"
-               + ("; `mainboard runs resume` continues it" if outcome.status == "paused"
+    common.echo(f"run {outcome.run_id} {outcome.status} after iteration {outcome.iteration}"
+                + ("; `mainboard runs resume` continues it" if outcome.status == "paused"
                   else ""))
 
 
@@ -148,7 +148,7 @@ def remove(ctx: click.Context, run: str, yes: bool, as_json: bool) -> None:
         common.echo_json({"run_id": history.run_id, "removed": True, "redis_keys": keys_gone,
                           "child_runs": children})
         return
-    click.echo(f"removed run {label}: receipts and {keys_gone} Redis keys")
+    common.echo(f"removed run {label}: receipts and {keys_gone} Redis keys")
 
 
 @runs.command("trace")
@@ -170,5 +170,5 @@ def trace(ctx: click.Context, run: str, output: Path, as_json: bool) -> None:
     if as_json:
         common.echo_json({"run_id": history.run_id, "output": str(output), **summary})
         return
-    click.echo(f"wrote {output}: {summary['spans']} spans on {summary['workers']} workers "
-               f"({summary['hosts']} hosts)")
+    common.echo(f"wrote {output}: {summary['spans']} spans on {summary['workers']} workers "
+                f"({summary['hosts']} hosts)")

@@ -60,14 +60,14 @@ def list_runs(ctx: click.Context, as_json: bool) -> None:
         common.echo_json(rows)
         return
     if not rows:
-        click.echo(f"no runs yet in {store.root} (start one with `mainboard integrate RUN.toml`)")
+        common.echo(f"no runs yet in {store.root} (start one with `mainboard integrate RUN.toml`)")
         return
-    click.echo(f"{'RUN':16}  {'NAME':16}  {'STATUS':10}  {'ITER':>4}  {'SAMPLES':>12}  "
-               f"{'UPDATED':19}  ESTIMATE")
+    common.echo(f"{'RUN':16}  {'NAME':16}  {'STATUS':10}  {'ITER':>4}  {'SAMPLES':>12}  "
+                f"{'UPDATED':19}  ESTIMATE")
     for r in rows:
-        click.echo(f"{r['run_id']:16}  {r['name'][:16]:16}  {r['status']:10}  "
-                   f"{r['iterations']:>4}  {r['samples']:>12,}  {_when(r['updated'])}  "
-                   f"{_value(r)}")
+        common.echo(f"{r['run_id']:16}  {r['name'][:16]:16}  {r['status']:10}  "
+                    f"{r['iterations']:>4}  {r['samples']:>12,}  {_when(r['updated'])}  "
+                    f"{_value(r)}")
 
 
 def _detail(h: RunHistory) -> dict[str, Any]:
@@ -121,39 +121,39 @@ def show(ctx: click.Context, run: str, with_timeline: bool, with_histograms: boo
     if as_json:
         common.echo_json(data)
         return
-    click.echo(f"run        {data['run_id']} ({data['name']})")
-    click.echo(f"status     {data['status']}" + (f": {data['failure']}" if "failure" in data
+    common.echo(f"run        {data['run_id']} ({data['name']})")
+    common.echo(f"status     {data['status']}" + (f": {data['failure']}" if "failure" in data
                                                   else ""))
     if history.created.point is not None:
         point = " ".join(f"{k}={v}" for k, v in history.created.point.items())
-        click.echo(f"child of   {data['parent']} at {point}")
+        common.echo(f"child of   {data['parent']} at {point}")
     elif data["parent"]:
-        click.echo(f"clone of   {data['parent']} after iteration {data['from_iteration']}")
+        common.echo(f"clone of   {data['parent']} after iteration {data['from_iteration']}")
     spec = data["spec"]
-    click.echo(f"integrand  {spec['integrand']['kind']}  sampler {spec['sampler']['kind']}  "
-               f"seed {spec['seed']}  stop " + ", ".join(
+    common.echo(f"integrand  {spec['integrand']['kind']}  sampler {spec['sampler']['kind']}  "
+                f"seed {spec['seed']}  stop " + ", ".join(
                    f"{k}={v}" for k, v in spec["stop"].items() if v not in (None, 0)))
     from mainboard.cli.runview import diagnostics_text, fit_text
 
     for row in data["history"]:
-        click.echo(f"  iteration {row['iteration']:>4}  {row['samples']:>12,} samples  "
-                   f"{_value(row)}" + (f"  (training {row['training_samples']:,})"
+        common.echo(f"  iteration {row['iteration']:>4}  {row['samples']:>12,} samples  "
+                    f"{_value(row)}" + (f"  (training {row['training_samples']:,})"
                                        if row["training_samples"] else "")
-                   + (f"  [{diagnostics_text(row['diagnostics'])}]"
+                    + (f"  [{diagnostics_text(row['diagnostics'])}]"
                       if row["diagnostics"] else ""))
     if "result" in data:
-        click.echo(f"result     {fit_text(data['result'])}")
+        common.echo(f"result     {fit_text(data['result'])}")
     if with_timeline:
-        click.echo("timeline")
+        common.echo("timeline")
     origin = events[0].time if events else 0.0
     for e in events:
         it = "" if e.iteration is None else f"it {e.iteration}"
-        click.echo(f"  {_when(e.time)}  +{e.time - origin:9.3f}s  {e.kind:9}  {it:7}  "
-                   f"{e.detail}".rstrip())
+        common.echo(f"  {_when(e.time)}  +{e.time - origin:9.3f}s  {e.kind:9}  {it:7}  "
+                    f"{e.detail}".rstrip())
     if with_histograms:
         from mainboard.cli.runview import histograms_text
 
-        click.echo(histograms_text(data["observables"]))
+        common.echo(histograms_text(data["observables"]))
 
 
 @runs.command("export")
@@ -172,10 +172,10 @@ def export(ctx: click.Context, run: str, fmt: str, output: str | None) -> None:
     store, _ = _store(ctx)
     text = observables.export(observables.require(store.find(run)), fmt)
     if output is None:
-        click.echo(text, nl=False)
+        common.echo(text, nl=False)
         return
     Path(output).write_text(text, encoding="utf-8")
-    click.echo(f"wrote {output}", err=True)
+    common.echo(f"wrote {output}", err=True)
 
 
 @runs.command("resume")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import click
+from mainboard.cli import common
 
 if TYPE_CHECKING:  # imported lazily: numpy and Celery cost every other verb startup time
     from rich.console import Console
@@ -150,7 +150,7 @@ def histograms_text(obs: dict[str, Any]) -> str:
 
 def emit(result: RunResult, as_json: bool) -> None:
     """Print the result on stdout."""
-    click.echo(result_json(result) if as_json else result_text(result))
+    common.echo(result_json(result) if as_json else result_text(result))
 
 
 def eta_text(seconds: float | None) -> str:
@@ -277,8 +277,8 @@ class ProgressBar:
         """Called by the coordinator after every iteration."""
         rate = f"{p.samples_per_s:,.0f} samples/s"
         if self.bar is None:
-            click.echo(f"{self.name}: iteration {p.iteration}: {p.samples:,} samples  "
-                       f"{pm(p.estimate, p.error)}  {rate}", err=True)
+            common.echo(f"{self.name}: iteration {p.iteration}: {p.samples:,} samples  "
+                        f"{pm(p.estimate, p.error)}  {rate}", err=True)
             return
         most = self.limits.max_samples
         done, left = self.limits.progress(p)

@@ -33,7 +33,7 @@ def run_and_report(board: Hosts, path: str, as_json: bool) -> int:
 
     def event(outcome: Outcome) -> None:
         if not as_json:
-            click.echo(outcome.line(), err=True)
+            common.echo(outcome.line(), err=True)
 
     found, outcomes = run_study(board, path, on_event=event)
     failed = sum(o.action == "failed" for o in outcomes)
@@ -41,7 +41,7 @@ def run_and_report(board: Hosts, path: str, as_json: bool) -> int:
         common.echo_json({"study": found.id, "jobs": [o.as_json() for o in outcomes],
                           "failed": failed})
     else:
-        click.echo(found.id)
+        common.echo(found.id)
     return 1 if failed else 0
 
 
@@ -84,7 +84,7 @@ def _show(view: StudyView) -> None:
          e.attempts, e.outcome, e.verdict.exit_code if e.verdict else None]
         for e in view.runs.values()))
     counts = ", ".join(f"{n} {word}" for word, n in view.counts().items() if n)
-    click.echo(f"study {view.id}: {len(view.runs)} runs: {counts}")
+    common.echo(f"study {view.id}: {len(view.runs)} runs: {counts}")
 
 
 @study.command("list")
@@ -103,4 +103,4 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
         return
     for v in views:
         counts = ", ".join(f"{n} {word}" for word, n in v.counts().items() if n)
-        click.echo(f"{v.id}: {len(v.runs)} runs: {counts}")
+        common.echo(f"{v.id}: {len(v.runs)} runs: {counts}")

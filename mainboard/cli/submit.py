@@ -115,9 +115,9 @@ def submit(ctx: click.Context, host: str, runtime: str | None, explain: bool, na
                 raise click.UsageError("--explain and --runtime go with --on auto")
             job = submit_job(board, host, cmd, **options)
         if not as_json:
-            click.echo(job.id)
+            common.echo(job.id)
         if wait_:
-            job.wait(progress=lambda s: click.echo(f"{job.id}: {s.describe()}", err=True))
+            job.wait(progress=lambda s: common.echo(f"{job.id}: {s.describe()}", err=True))
             if job.view().submitted.fetch:
                 job.pull()
         view = job.view()
@@ -158,12 +158,12 @@ def _routed(board: Board, cmd: str | list[str], runtime: str | None, explain: bo
     except NoHostFits:
         if explain and handle.decision is not None:
             for line in explain_lines(handle.decision):
-                click.echo(line, err=True)
+                common.echo(line, err=True)
         raise
     assert handle.decision is not None
     if explain:
         for line in explain_lines(handle.decision):
-            click.echo(line, err=True)
-    click.echo(f"mainboard: --on auto chose {handle.decision.chosen} "
-               f"(prefer {handle.decision.prefer})", err=True)
+            common.echo(line, err=True)
+    common.echo(f"mainboard: --on auto chose {handle.decision.chosen} "
+                f"(prefer {handle.decision.prefer})", err=True)
     return job, handle.decision.as_json()

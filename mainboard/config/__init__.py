@@ -16,8 +16,10 @@ be inherited at all.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
+from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.config.durations import (
     DURATION_FORMS,
     NotPositive,
@@ -48,6 +50,7 @@ from mainboard.config.models import (
     WorkspaceConfig,
 )
 from mainboard.errors import ConfigError, ConfigNotFound
+from mainboard.redact import remember_secrets, url_secrets
 
 __all__ = [
     "AUTO", "RouterConfig",
@@ -110,7 +113,24 @@ def load_config(path: str | Path | None = None, *, required: bool = False) -> Co
 
 
 def loads_config(text: str, path: Path | None = None) -> Config:
-    """Validate TOML text as if it were the file ``path`` (which sets Config.root)."""
-    return Loader(text, path).load()
+    """Validate TOML text as if it were the file ``path`` (which sets Config.root).
+
+    The workspace's secrets are handed to the one redaction (:func:`workspace_secrets`),
+    so nothing this process prints or logs afterwards shows them, pattern or not.
+    """
+    config = Loader(text, path).load()
+    remember_secrets(workspace_secrets(config))
+    return config
+
+
+def workspace_secrets(config: Config, env: Mapping[str, str] = os.environ) -> list[str]:
+    """The exact secrets a workspace's process may come across: the broker URLs' passwords
+    (mainboard.toml's and ``$MAINBOARD_BROKER_URL``'s) and each provider's API key, read
+    from the variable its ``api_key_env`` names."""
+    urls = (config.broker.url, config.broker.worker_url, env.get(BROKER_URL_ENV))
+    found = [s for url in urls if url for s in url_secrets(url.strip())]
+    keys = (env.get(p.api_key_env, "").strip() for p in config.providers.values()
+            if p.api_key_env)
+    return found + [k for k in keys if k]
 
 

@@ -30,6 +30,7 @@ from mainboard.config import Config
 from mainboard.dashboard import auth
 from mainboard.dashboard.views import PAGE_SIZE, Views
 from mainboard.errors import MainboardError, UserError, first_line
+from mainboard.redact import redact_text
 
 log = logging.getLogger("mainboard.dashboard")
 HERE = Path(__file__).parent
@@ -114,7 +115,9 @@ class ApiHandler(_Base):
             self.set_status(502)
             data = {"error": first_line(exc)}
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(_clean(data), allow_nan=False, default=str))
+        # Through the one redaction, like every CLI line: a job's command, a host's error
+        # or a worker's broker URL may quote a credential.
+        self.finish(redact_text(json.dumps(_clean(data), allow_nan=False, default=str)))
 
     def _load(self, ref: str) -> Any:
         v, what = self.views, self.what
@@ -146,7 +149,7 @@ class JobLogHandler(_Base):
         except MainboardError as exc:
             self.set_status(502 if not isinstance(exc, UserError) else 404)
             text = f"{first_line(exc)}\n"
-        self.finish(text)
+        self.finish(redact_text(text))
 
 
 class StaticHandler(_Base, tornado.web.StaticFileHandler):

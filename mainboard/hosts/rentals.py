@@ -24,12 +24,11 @@ from mainboard.bridges.ssh import SshTransport
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import HostError, HostUnreachable, ProviderError
 from mainboard.hosts.access import ensure_root
+from mainboard.hosts.leases import rentals_locked
 from mainboard.hosts.mirror import manifest_path
 from mainboard.ids import safe_word
-from mainboard.locks import flocked
 from mainboard.statedir import fleet_dir
 
-LOCK_FILE = "rentals.lock"
 RENT_WAIT_S = 300.0
 
 
@@ -104,7 +103,7 @@ def provider_transport(config: Config, name: str, host: ProviderHost, root: str,
     """
     market = adapter(config, host)
     identity, public = rental_key(config.state_dir)
-    with flocked(config.state_dir / LOCK_FILE):
+    with rentals_locked(config.state_dir):
         try:
             rental = live_rental(market, config.state_dir, name, legacy=not rent)
         except ProviderError as exc:

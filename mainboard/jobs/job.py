@@ -19,12 +19,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from mainboard.bridges import bridge_for
 from mainboard.bridges.base import LOG_CHUNK
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.errors import HostError, MainboardError, WaitTimedOut
+from mainboard.hosts.leases import Lease, holding
 from mainboard.jobs.environment import JobEnvironment, prepare_environment
 from mainboard.jobs.files import check_paths, fetch_back, ship_data
 from mainboard.jobs.store import JobStore, JobView
@@ -78,7 +80,8 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
            cpus: int | None = None, gpus: int | None = None, queue: str | None = None,
            attempt: int = 1, data: Sequence[str | os.PathLike[str]] = (),
            fetch: Sequence[str | os.PathLike[str]] = (), env: dict[str, str] | None = None,
-           sync: bool = True, environment: JobEnvironment | None = None, **params: Any) -> Job:
+           sync: bool = True, environment: JobEnvironment | None = None,
+           before_record: Callable[[], None] | None = None, **params: Any) -> Job:
     """Submit ``cmd`` (shell text, or an argv list that is quoted for you) to ``host``.
 
     Queue policy, ``[hosts.X.defaults]`` for ``attempt`` and the ``data``/``fetch`` paths
@@ -91,6 +94,9 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
     prepared for this host, as a batch does once per target); the job runs in it.
     ``params`` are further JobSpec fields (workdir, account, extra, retire_before...).
     Env values that look secret are given to the job but never written to its receipts.
+    On a provider host the whole submit holds a lease on the host's job rental
+    (``mainboard.hosts.leases``), so no monitor pass releases it before the job's receipt
+    is written; ``before_record`` is called in that window (tests race a monitor there).
     """
     handle = board.on(host)
     workspace = board.config.root
@@ -100,30 +106,50 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
     asked = {"command": command, "name": name or _default_name(command), "walltime": walltime,
              "mem_gb": mem_gb, "cpus": cpus, "gpus": gpus, "queue": queue, "attempt": attempt,
              "env": env or {}, **params}
-    bridge = bridge_of(handle)
-    spec = bridge.prepare(**{k: v for k, v in asked.items() if v is not None})
-    began = time.time()
-    prepared_here = environment is None  # a study hands in the env it prepared once
-    if environment is None:
-        environment = prepare_environment(handle, bridge)
-    if environment.env_dir is not None:
-        spec = bridge.prepare(spec, **environment.spec_params(spec.path, spec.env))
-    ready = time.time()
-    ship_data(handle, bridge, data_paths, sync=sync)
-    shipped = time.time()
-    record = bridge.submit(spec)
-    with _BRIDGES_LOCK:  # later polls name the job's absolute root: reuse this bridge for it
-        _BRIDGES[handle].setdefault(bridge.root, bridge)
-    recorded = record.spec.model_dump(mode="json")
-    recorded["env"] = redact_env(record.spec.env)
-    store_of(board).submitted(JobSubmitted(
-        id=record.uid, host=record.host, kind=record.kind, job_id=record.job_id,
-        name=record.name, job_dir=record.job_dir, root=bridge.root, spec=recorded,
-        data=data_paths, fetch=fetch_paths, submitted_at=record.submitted_at,
-        phases={**({"env": [began, ready]} if prepared_here and ready - began > 0.001 else {}),
-                "sync": [ready, shipped], "submit": [shipped, time.time()]},
-        env_key=environment.key))
+    with rental_lease(handle) as lease:
+        bridge = bridge_of(handle)  # a provider host's rental is chosen (or rented) here
+        spec = bridge.prepare(**{k: v for k, v in asked.items() if v is not None})
+        began = time.time()
+        prepared_here = environment is None  # a study hands in the env it prepared once
+        if environment is None:
+            environment = prepare_environment(handle, bridge)
+        if environment.env_dir is not None:
+            spec = bridge.prepare(spec, **environment.spec_params(spec.path, spec.env))
+        ready = time.time()
+        _renew(lease)
+        ship_data(handle, bridge, data_paths, sync=sync)
+        shipped = time.time()
+        _renew(lease)
+        record = bridge.submit(spec)
+        with _BRIDGES_LOCK:  # later polls name the job's absolute root: reuse this bridge
+            _BRIDGES[handle].setdefault(bridge.root, bridge)
+        recorded = record.spec.model_dump(mode="json")
+        recorded["env"] = redact_env(record.spec.env)
+        if before_record is not None:
+            before_record()
+        store_of(board).submitted(JobSubmitted(
+            id=record.uid, host=record.host, kind=record.kind, job_id=record.job_id,
+            name=record.name, job_dir=record.job_dir, root=bridge.root, spec=recorded,
+            data=data_paths, fetch=fetch_paths, submitted_at=record.submitted_at,
+            phases={**({"env": [began, ready]} if prepared_here and ready - began > 0.001
+                       else {}), "sync": [ready, shipped], "submit": [shipped, time.time()]},
+            env_key=environment.key))
     return Job(board, record.uid)
+
+
+def rental_lease(handle: Host) -> AbstractContextManager[Lease | None]:
+    """A lease on a provider host's job rental for the ``with`` block (a submit: until its
+    job is recorded; a batch or study: from preparing the host's environment, which
+    chooses the rental, to its last submit); elsewhere none."""
+    if handle.config.kind != "provider":
+        return nullcontext(None)
+    return holding(handle.board.config.state_dir, handle.name)
+
+
+def _renew(lease: Lease | None) -> None:
+    """A long phase is done: the lease runs a full term again."""
+    if lease is not None:
+        lease.renew()
 
 
 class Job:

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 from mainboard.bridges.jobstate import JobState
 from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError, first_line
+from mainboard.hosts.leases import leased_hosts, rentals_locked
 from mainboard.jobs.job import pull_view, store_of
 from mainboard.jobs.live import groups_of, probe
-from mainboard.jobs.store import JobView
+from mainboard.jobs.store import JobStore, JobView
 from mainboard.jobs.verdicts import record_verdicts
 from mainboard.locks import flocked
 from mainboard.receipts import (
@@ -54,10 +55,14 @@ def monitor_log(state_dir: Path) -> Receipts:
     return Receipts(Path(state_dir) / LOG_FILE)
 
 
-def release_rentals(config: Config, hosts: Mapping[str, float]) -> tuple[list[str], list[str]]:
+def release_rentals(config: Config, hosts: Mapping[str, float], *,
+                    now: float | None = None) -> tuple[list[str], list[str]]:
     """Destroy the job rentals of ``hosts`` (host -> when its last job was submitted) that
     ran that work: owned by the jobs and created before it. A rental made later (for new
     work) is not this pass's to end, nor ever one a fleet worker owns.
+
+    All under ``rentals.lock``: a host a submit holds a lease on (``mainboard.hosts.leases``,
+    unexpired at ``now``), or that got a job since the pass looked, keeps its rentals.
 
     Returns (destroyed rental ids, errors). Does nothing when the provider layer is not
     installed; a rental that cannot be destroyed is an error line, not a failed pass,
@@ -67,8 +72,7 @@ def release_rentals(config: Config, hosts: Mapping[str, float]) -> tuple[list[st
     if not hosts:
         return [], []
     try:
-        from mainboard.bridges.providers import adapter_for
-        from mainboard.bridges.providers.lifecycle import JOBS, destroy_rental, rental_receipts
+        from mainboard.bridges.providers.lifecycle import rental_receipts
     except ImportError:
         return [], []
     log = rental_receipts(config.state_dir)
@@ -79,11 +83,32 @@ def release_rentals(config: Config, hosts: Mapping[str, float]) -> tuple[list[st
             live[(payload.provider, payload.rental_id)] = (ts, payload)
         elif isinstance(payload, RentalDestroyed):
             live.pop((payload.provider, payload.rental_id), None)
-    done: list[str] = []
     errors = [str(p) for p in problems]
-    for created_at, rental in live.values():
-        if rental.host not in hosts or created_at > hosts[rental.host]:
-            continue
+    ending = [(t, r) for t, r in live.values() if r.host in hosts and t <= hosts[r.host]]
+    if not ending:
+        return [], errors
+    with rentals_locked(config.state_dir):  # no submit chooses a rental or takes a lease now
+        spared = leased_hosts(config.state_dir, now) | _busy_since(config, hosts)
+        done = _destroy(config, [r for _t, r in ending if r.host not in spared], log, errors)
+    return done, errors
+
+
+def _busy_since(config: Config, hosts: Mapping[str, float]) -> set[str]:
+    """Hosts of ``hosts`` that got work since the pass looked: a job owed, or one submitted
+    later than the pass knew (its submit dropped its lease after recording it)."""
+    views, _ = JobStore(config.state_dir).scan()
+    return {v.host for v in views if v.host in hosts
+            and (_owed(v) or v.submitted.submitted_at > hosts[v.host])}
+
+
+def _destroy(config: Config, rentals: list[RentalCreated], log: Receipts,
+             errors: list[str]) -> list[str]:
+    """Destroy each job-owned rental of ``rentals``; the ids destroyed, problems to ``errors``."""
+    from mainboard.bridges.providers import adapter_for
+    from mainboard.bridges.providers.lifecycle import JOBS, destroy_rental
+
+    done: list[str] = []
+    for rental in rentals:
         if rental.owner is None:
             errors.append(f"rental {rental.rental_id} ({rental.provider}, host {rental.host}) "
                           "was recorded without an owner (before owners were recorded) and may "
@@ -104,7 +129,7 @@ def release_rentals(config: Config, hosts: Mapping[str, float]) -> tuple[list[st
             errors.append(f"rental {rental.rental_id} ({rental.provider}, host {rental.host}) "
                           f"was not destroyed and may still cost money (tried again next "
                           f"pass): {exc}")
-    return done, errors
+    return done
 
 
 def _entry(view: JobView) -> dict[str, Any]:

@@ -94,14 +94,15 @@ class _Environments:
 
 def _submit(board: Hosts, study: Study, run: Run, attempt: int,
             environments: _Environments) -> str:
-    from mainboard.jobs.job import submit
+    from mainboard.jobs.job import rental_lease, submit
 
     job = run.job
     env = {**job.env, **param_env(job.params), STUDY_ENV: study.id, RUN_ID_ENV: run.run_id}
-    sent = submit(board, job.target, job.command, name=job.name, walltime=job.walltime,
-                  mem_gb=job.mem_gb, cpus=job.cpus, gpus=job.gpus, queue=job.queue,
-                  attempt=attempt, data=job.data, fetch=job.fetch, env=env,
-                  environment=environments.of(job.target))
+    with rental_lease(board.on(job.target)):  # preparing the env may choose the rental
+        sent = submit(board, job.target, job.command, name=job.name, walltime=job.walltime,
+                      mem_gb=job.mem_gb, cpus=job.cpus, gpus=job.gpus, queue=job.queue,
+                      attempt=attempt, data=job.data, fetch=job.fetch, env=env,
+                      environment=environments.of(job.target))
     return sent.id
 
 
