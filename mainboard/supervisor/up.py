@@ -201,13 +201,15 @@ class Supervisor:
                 f"{child.name} died {len(deaths)} times within {opts.window_s:g} s (last: "
                 f"{why}), past the restart budget (--max-restarts {opts.max_restarts}); "
                 f"stopped everything; its log: {child.log}")
-        self.say(f"{child.name} died ({why}); restarting it "
-                 f"({len(deaths)} of {opts.max_restarts} restarts within {opts.window_s:g} s)")
+        budget = f"{len(deaths)} of {opts.max_restarts} restarts within {opts.window_s:g} s"
         try:
             child.start()
         except MainboardError as exc:  # counts as another death on the next look
-            self.say(f"{child.name} did not start again: {exc}")
-        self._write_state("running")
+            self.say(f"{child.name} died ({why}) and did not start again ({budget}): {exc}")
+            return
+        finally:
+            self._write_state("running")
+        self.say(f"{child.name} died ({why}); restarted it as pid {child.pid()} ({budget})")
 
     def _watch(self) -> None:
         while not self.stopping.wait(POLL_S):
