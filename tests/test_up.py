@@ -11,6 +11,7 @@ import os
 import queue
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -201,8 +202,15 @@ def test_up_serves_everything_replaces_a_killed_worker_and_stops_on_ctrl_c(
         new = up.worker_pid(victim)
         assert new and new != old and f"pid {new} " in line
         assert answering(app, {victim}) == {victim}
-        pids = recorded_pids(up) | {old}
         app.close()
+        # the dashboard killed: back on the same port with the same token, the URL still opens
+        dashboard = up.children()["dashboard"]["pid"]
+        os.kill(dashboard, signal.SIGKILL)
+        assert "killed by SIGKILL" in up.wait_line("dashboard died")
+        assert up.children()["dashboard"]["pid"] != dashboard
+        code, page = get(started["dashboard"])
+        assert code == 200 and 'data-page="runs"' in page
+        pids = recorded_pids(up) | {old, dashboard}
     finally:
         code = interrupt(up)
     assert code == 0, "".join(up.stderr)
@@ -251,6 +259,15 @@ def test_bad_input_exits_2_with_one_line_and_starts_nothing(tmp_path: Path) -> N
     assert "valid:" in runner.invoke(cli, ["--config", str(ws / "mainboard.toml"), "up",
                                            "--base-path", "/a b/"]).stderr
     assert not (ws / ".mainboard").exists()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = runner.invoke(cli, ["--config", str(ws / "mainboard.toml"), "up", "--port",
+                                   str(port)])
+    assert busy.exit_code == 2 and not busy.stdout and busy.stderr.count("\n") == 1
+    assert f"--port {port}: in use" in busy.stderr
+    assert not (ws / ".mainboard" / "redis").exists()
 
 
 def test_a_broker_that_does_not_answer_is_one_line_naming_it(tmp_path: Path) -> None:

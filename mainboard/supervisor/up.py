@@ -27,7 +27,14 @@ from typing import Any
 
 from mainboard.config import Config
 from mainboard.config.brokerurl import BROKER_URL_ENV
-from mainboard.daemon import HOST, Daemon, fresh_port, read_secret, write_private
+from mainboard.daemon import (
+    HOST,
+    Daemon,
+    fresh_port,
+    port_is_free,
+    read_secret,
+    write_private,
+)
 from mainboard.errors import MainboardError, UserError
 from mainboard.locks import flocked
 from mainboard.redact import redact_url, url_secrets
@@ -127,6 +134,17 @@ class Supervisor:
         tmp.replace(self.state_path)
 
     # ----- start ------------------------------------------------------------------------
+
+    def _check_ports(self) -> None:
+        """A port asked for and taken is bad input, told before anything starts."""
+        opts = self.options
+        asked = [("--port", opts.port)]
+        if Flower(self.config.state_dir).running_pid() is None:  # a running one keeps its port
+            asked.append(("--flower-port", opts.flower_port))
+        for flag, port in asked:
+            if port and not port_is_free(port):
+                raise UserError(f"{flag} {port}: in use on {HOST}; choose another {flag}, "
+                                "or leave it out for a free one")
 
     def _add(self, child: Child, already: bool = False) -> None:
         """Start ``child`` (unless it runs already) and watch it from now on."""
@@ -249,6 +267,7 @@ class Supervisor:
             previous = {s: signal.signal(s, self._on_signal)
                         for s in (signal.SIGINT, signal.SIGTERM)}
             try:
+                self._check_ports()
                 started = self._start_all()
                 self._write_state("running")
                 announce(started)
