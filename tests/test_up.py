@@ -188,6 +188,11 @@ def test_up_serves_everything_replaces_a_killed_worker_and_stops_on_ctrl_c(
         assert get(started["flower"] + "healthcheck", {"Authorization": f"Basic {basic}"})[0] \
             == 200
         assert get(started["flower"] + "workers")[0] == 401
+        # a second supervisor of the same workspace is refused, nothing of the first touched
+        second = CliRunner().invoke(cli, ["--config", str(up.dir / "mainboard.toml"), "up"])
+        assert second.exit_code == 2 and not second.stdout
+        assert "another `mainboard up` supervises" in second.stderr
+        assert json.loads((up.state / "up" / "up.json").read_text())["state"] == "running"
         # two workers answer on the broker
         nodes = set(started["workers"])
         app = make_app(broker_url=broker.url())
