@@ -230,8 +230,12 @@ def test_up_serves_everything_replaces_a_killed_worker_and_stops_on_ctrl_c(
 
 def test_a_crash_loop_ends_with_one_error_line_and_nothing_left(tmp_path: Path) -> None:
     require("redis-server")
-    up = start_up(workspace_dir(tmp_path / "ws"), "--workers", "1", "--max-restarts", "0")
+    up = start_up(workspace_dir(tmp_path / "ws"), "--workers", "1", "--max-restarts", "0",
+                  "--base-path", "board")
     try:
+        assert "/board/?token=" in up.started["dashboard"]  # `board` is the prefix /board/
+        code, page = get(up.started["dashboard"])
+        assert code == 200 and 'data-base="/board/"' in page
         node = up.started["workers"][0]
         pid = up.worker_pid(node)
         assert pid
@@ -333,6 +337,14 @@ def test_the_dashboard_under_a_base_path_works_through_nginx(
     nginx = start_nginx(tmp_path / "nginx", "/board/", upstream)
     front = f"http://127.0.0.1:{nginx.port}/board/"
     try:
+        with_token = {"Authorization": f"token {token}"}
+        for path in ("fleet", "jobs", "api/fleet", "api/jobs", f"api/run/{run_id}/version",
+                     "static/app.css", "static/uPlot.iife.min.js"):
+            assert get(front + path, with_token)[0] == 200, path
+        assert get(front + "api/runs")[0] == 401  # the token is still needed through the proxy
+        assert get(f"http://127.0.0.1:{upstream}/api/runs", with_token)[0] == 404  # only /board/
+        before = len(nginx.requests())
+
         async def look(tab: Tab) -> tuple[str, str]:
             runs = await tab.wait_for(RUN_NAME, 30)
             await tab.goto(f"{front}run/{run_id}")  # the cookie set under /board/ carries it
@@ -345,9 +357,9 @@ def test_the_dashboard_under_a_base_path_works_through_nginx(
         nginx.stop()
     assert f'href="/board/run/{run_id}"' in runs_dom  # the list's link, under the base path
     assert 'id="run-title"' in run_dom and RUN_NAME in run_dom.split('id="run-title"')[1][:400]
-    requests = nginx.requests()
-    paths = [path for path, _ in requests]
+    paths = [path for path, _ in nginx.requests()]
+    requests = nginx.requests()[before:]  # the browser's
     assert all(path.startswith("/board/") for path in paths), paths
     for wanted in ("/board/api/runs", f"/board/api/run/{run_id}", "/board/static/app.js"):
-        assert any(path.startswith(wanted) for path in paths), (wanted, paths)
+        assert any(path.startswith(wanted) for path, _ in requests), (wanted, requests)
     assert all(status < 400 for _, status in requests), requests
