@@ -8,9 +8,11 @@ remember its pid and port, and must never signal a process that is not theirs.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import threading
@@ -25,6 +27,24 @@ from mainboard.redact import redact_text
 
 HOST = "127.0.0.1"
 FORBIDDEN_PORTS = frozenset({6379})  # a foreign Redis may own the default port
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child before exec: get SIGTERM when the parent dies (Linux), never orphaned."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def exit_reason(code: int | None) -> str:
+    """How a process ended, for one line: ``exited with code 1``, ``killed by SIGKILL``."""
+    if code is None:
+        return "process gone"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 def port_is_free(port: int) -> bool:
@@ -153,6 +173,7 @@ class Daemon:
         self.log_path = self.dir / log
         self.state_path = self.state_dir / record
         self._lock_path = self.state_dir / lock
+        self.last_proc: subprocess.Popen[bytes] | None = None  # the last one this object started
 
     # ----- files -------------------------------------------------------------------------
 
@@ -210,6 +231,11 @@ class Daemon:
         cmdline = process_cmdline(pid)
         return bool(cmdline) and all(mark in cmdline for mark in self._marks())
 
+    def running_pid(self) -> int | None:
+        """The recorded pid while it is still our service, else None (a supervisor's check)."""
+        pid = self._recorded()[0]
+        return pid if self._is_ours(pid) else None
+
     def _wait_gone(self, pid: int, timeout: float) -> bool:
         """True once ``pid`` is no longer our service, False after ``timeout``."""
         deadline = time.monotonic() + timeout
@@ -233,6 +259,7 @@ class Daemon:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     env=env, cwd=self.dir, start_new_session=True,
                                     close_fds=True)
+        self.last_proc = proc
         # reap it whenever it exits, so a long-lived caller never keeps a zombie
         threading.Thread(target=proc.wait, name=f"reap-{self.dir.name}-{proc.pid}",
                          daemon=True).start()

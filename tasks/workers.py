@@ -11,7 +11,6 @@ group (so stopping it stops its pool child too) and, on Linux, dies with its par
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -30,6 +29,7 @@ if TYPE_CHECKING:  # not imported at run time: the CLI starts workers before it 
     from celery import Celery
 
 from mainboard.config.brokerurl import BROKER_URL_ENV
+from mainboard.daemon import die_with_parent
 from mainboard.errors import IntegrationFailed, UserError
 from mainboard.tasks import BATCH_QUEUE
 from mainboard.tasks.paths import pythonpath
@@ -38,13 +38,6 @@ log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 15.0
 FLEET_WAIT_S = 5.0  # how long `workers=0` asks for a fleet worker before giving up
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the parent dies (Linux), never orphaned."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def worker_command(node: str, queue: str = BATCH_QUEUE, concurrency: int = 1) -> list[str]:
@@ -81,16 +74,29 @@ class LocalWorkers:
 
     def start(self) -> LocalWorkers:
         """Launch every worker (they connect and start consuming on their own)."""
+        for index in range(len(self.nodes)):
+            self.launch(index)
+        return self
+
+    def log_of(self, index: int) -> Path:
+        """Worker ``index``'s log file."""
+        return self.log_dir / f"{self.nodes[index].split('@')[0]}.log"
+
+    def launch(self, index: int) -> subprocess.Popen[bytes]:
+        """Start worker ``index``; again after it died (a supervisor's restart), under the
+        same node name and log, so it is the same worker to everyone watching."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**worker_env(self.broker_url), **self.extra_env}
-        for node in self.nodes:
-            log = self.log_dir / f"{node.split('@')[0]}.log"
-            with open(log, "ab") as out:
-                self.procs.append(subprocess.Popen(
-                    worker_command(node, self.queue), stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                    preexec_fn=_die_with_parent if sys.platform == "linux" else None))
-        return self
+        with open(self.log_of(index), "ab") as out:
+            proc = subprocess.Popen(
+                worker_command(self.nodes[index], self.queue), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None)
+        if index < len(self.procs):
+            self.procs[index] = proc
+        else:
+            self.procs.append(proc)
+        return proc
 
     def stop(self, timeout: float = STOP_TIMEOUT_S, *, wait: bool = True) -> None:
         """Warm shutdown (finish the task in hand), then SIGKILL whatever is left.

@@ -114,9 +114,10 @@ def _register() -> None:
     from mainboard.cli.runs import runs
     from mainboard.cli.study import study
     from mainboard.cli.submit import submit
+    from mainboard.cli.up import up
 
     for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
-                    monitor, fleet, batch, study, dashboard, metrics):
+                    monitor, fleet, batch, study, dashboard, metrics, up):
         cli.add_command(command)
 
 

@@ -9,13 +9,29 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from pathlib import Path
+
+from mainboard.errors import UserError
 
 TOKEN_BYTES = 24
+TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
 def new_token() -> str:
     """A fresh URL-safe token (192 bits)."""
     return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def read_token(path: str | Path) -> str:
+    """The token kept in ``path`` (``--token-file``): URL-safe, at least 16 characters."""
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise UserError(f"--token-file {path}: cannot read it ({exc.strerror})") from None
+    if len(token) < 16 or not set(token) <= TOKEN_CHARS:
+        raise UserError(f"--token-file {path}: not a token; valid: one line of at least 16 "
+                        "characters from A-Z a-z 0-9 _ -")
+    return token
 
 
 def cookie_name(port: int) -> str:
@@ -36,4 +52,4 @@ def from_header(value: str | None) -> str | None:
     return rest.strip() if scheme.lower() in ("token", "bearer") else None
 
 
-__all__ = ["cookie_name", "from_header", "matches", "new_token"]
+__all__ = ["cookie_name", "from_header", "matches", "new_token", "read_token"]

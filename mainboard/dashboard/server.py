@@ -16,6 +16,7 @@ import errno
 import json
 import logging
 import math
+import re
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,7 @@ HERE = Path(__file__).parent
 STATIC = HERE / "static"
 TEMPLATES = HERE / "templates"
 PAGES = {"runs": "Runs", "run": "Run", "fleet": "Fleet", "jobs": "Jobs"}
+BASE_PATH = re.compile(r"/(?:[A-Za-z0-9_~-][A-Za-z0-9._~-]*/)*")  # no "." or ".." segment
 CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
        "object-src 'none'; frame-ancestors 'none'; base-uri 'none'")
 
@@ -69,7 +71,7 @@ class _Base(tornado.web.RequestHandler):
         given = self.get_query_argument("token", None)
         if auth.matches(given, self.token):
             self.set_signed_cookie(name, "ok", expires_days=None, httponly=True,
-                                   samesite="Strict")
+                                   samesite="Strict", path=self.application.settings["base"])
             return
         if auth.matches(auth.from_header(self.request.headers.get("Authorization")),
                         self.token):
@@ -94,7 +96,8 @@ class PageHandler(_Base):
     """A page shell; its script fetches the data and keeps it fresh."""
 
     def get(self, page: str = "runs", ref: str = "") -> None:
-        self.render("page.html", page=page, ref=ref, title=PAGES[page])
+        self.render("page.html", page=page, ref=ref, title=PAGES[page],
+                    base=self.application.settings["base"])
 
 
 class ApiHandler(_Base):
@@ -171,29 +174,47 @@ def _log(handler: tornado.web.RequestHandler) -> None:
                   handler.request.path)
 
 
-def make_app(views: Views, token: str, port: int) -> tornado.web.Application:
-    """The tornado application for one workspace, token and port."""
+def clean_base_path(value: str) -> str:
+    """``--base-path`` as the server uses it: one leading and one trailing slash (``board``,
+    ``/board`` and ``/board/`` are the same); UserError naming the value otherwise."""
+    path = "/" + value.strip("/") + "/" if value.strip("/") else "/"
+    if not BASE_PATH.fullmatch(path):
+        raise UserError(f"--base-path {value!r}: not a URL path prefix; valid: segments of "
+                        "letters, digits, '.', '_', '~', '-' separated by '/' (no '.' or '..' "
+                        "segment), e.g. /board/")
+    return path
+
+
+def make_app(views: Views, token: str, port: int, base: str = "/") -> tornado.web.Application:
+    """The tornado application for one workspace, token and port, every route under ``base``
+    (a path from :func:`clean_base_path`: what a reverse proxy forwards unchanged)."""
     import secrets
 
     pool = ThreadPoolExecutor(4, thread_name_prefix="dashboard")
     common = {"views": views, "token": token, "pool": pool}
     ref = r"([A-Za-z0-9][A-Za-z0-9._-]{0,127})"
+    at = re.escape(base)
 
     def api(path: str, what: str) -> tuple[str, type, dict[str, Any]]:
-        return (f"/api/{path}", ApiHandler, {**common, "what": what})
+        return (f"{at}api/{path}", ApiHandler, {**common, "what": what})
 
-    return tornado.web.Application([
-        (r"/", PageHandler, common),
-        (r"/(runs|fleet|jobs)", PageHandler, common),
-        (rf"/(run)/{ref}", PageHandler, common),
+    routes: list[Any] = [
+        (at, PageHandler, common),
+        (rf"{at}(runs|fleet|jobs)", PageHandler, common),
+        (rf"{at}(run)/{ref}", PageHandler, common),
         api("runs", "runs"), api("runs-version", "runs-version"), api(f"run/{ref}", "run"),
         api(f"run/{ref}/version", "run-version"), api("fleet", "fleet"), api("jobs", "jobs"),
         api("jobs-version", "jobs-version"),
         api("broker", "broker"),
-        (rf"/jobs/{ref}/logs", JobLogHandler, common),
-        (r"/static/(.*)", StaticHandler, {**common, "path": str(STATIC)}),
-    ], template_path=str(TEMPLATES), cookie_secret=secrets.token_bytes(32), port=port,
-        xsrf_cookies=False, compress_response=True, log_function=_log)
+        (rf"{at}jobs/{ref}/logs", JobLogHandler, common),
+        (rf"{at}static/(.*)", StaticHandler, {**common, "path": str(STATIC)}),
+    ]
+    if base != "/":  # "/board" (no slash) is the dashboard too
+        routes.append((re.escape(base.rstrip("/")), tornado.web.RedirectHandler,
+                       {"url": base}))
+    return tornado.web.Application(
+        routes, template_path=str(TEMPLATES), cookie_secret=secrets.token_bytes(32),
+        port=port, base=base, xsrf_cookies=False, compress_response=True, log_function=_log)
 
 
 def listen(host: str, port: int) -> list[socket.socket]:
@@ -210,22 +231,22 @@ def listen(host: str, port: int) -> list[socket.socket]:
                         "choose another --port, or leave it out for a free one") from None
 
 
-def url_of(host: str, port: int, token: str) -> str:
+def url_of(host: str, port: int, token: str, base: str = "/") -> str:
     """The one URL to print: it opens the dashboard as is."""
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/?token={token}"
+    return f"http://{shown}:{port}{base}?token={token}"
 
 
 async def serve(config: Config, host: str, port: int, token: str,
-                ready: Callable[[str], None]) -> None:
+                ready: Callable[[str], None], base: str = "/") -> None:
     """Serve until cancelled; ``ready(url)`` once the socket listens."""
     sockets = listen(host, port)
     bound = sockets[0].getsockname()[1]
     views = Views(config)
     views.runs.warm_up()
-    server = HTTPServer(make_app(views, token, bound), xheaders=False)
+    server = HTTPServer(make_app(views, token, bound, base), xheaders=False)
     server.add_sockets(sockets)
-    ready(url_of(host, bound, token))
+    ready(url_of(host, bound, token, base))
     try:
         await asyncio.Event().wait()
     finally:
@@ -233,4 +254,4 @@ async def serve(config: Config, host: str, port: int, token: str,
         views.close()
 
 
-__all__ = ["listen", "make_app", "serve", "url_of"]
+__all__ = ["clean_base_path", "listen", "make_app", "serve", "url_of"]

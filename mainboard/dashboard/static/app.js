@@ -4,6 +4,10 @@
 
 const PAGE = document.body.dataset.page;
 const REF = document.body.dataset.ref;
+// every link and fetch is under the base path the server was given (`--base-path`), so the
+// dashboard also works behind a reverse proxy that serves it under a prefix
+const BASE = document.body.dataset.base || "/";
+const at = (path) => BASE + path;
 const POLL_MS = 1000;
 
 function el(tag, attrs, ...children) {
@@ -100,7 +104,7 @@ function section(title, ...children) {
 function renderRuns(data) {
   const main = document.getElementById("main");
   const cols = [
-    ["name", (r) => el("a", { href: `/run/${r.run_id}`, text: r.name })],
+    ["name", (r) => el("a", { href: at(`run/${r.run_id}`), text: r.name })],
     ["id", (r) => shortId(r.run_id)],
     ["status", (r) => status(r.status)],
     ["samples", (r) => num(r.samples), "num"],
@@ -110,8 +114,8 @@ function renderRuns(data) {
   ];
   const shown = data.runs.length;
   const nav = [];
-  if (data.offset > 0) nav.push(el("a", { href: `/?offset=${Math.max(0, data.offset - data.limit)}`, text: "« newer" }), " ");
-  if (data.offset + shown < data.total) nav.push(el("a", { href: `/?offset=${data.offset + data.limit}`, text: "older »" }));
+  if (data.offset > 0) nav.push(el("a", { href: at(`?offset=${Math.max(0, data.offset - data.limit)}`), text: "« newer" }), " ");
+  if (data.offset + shown < data.total) nav.push(el("a", { href: at(`?offset=${data.offset + data.limit}`), text: "older »" }));
   main.replaceChildren(
     el("h1", { text: "Runs" }),
     el("p", { class: "muted", id: "runs-count" },
@@ -314,9 +318,9 @@ function renderObservables(obs) {
 function renderLineage(run) {
   const lin = run.lineage;
   const parts = [];
-  if (lin.parent) parts.push(el("p", {}, "clone of ", el("a", { href: `/run/${lin.parent}`, text: lin.parent }), ` from its snapshot after iteration ${lin.from_iteration}`));
+  if (lin.parent) parts.push(el("p", {}, "clone of ", el("a", { href: at(`run/${lin.parent}`), text: lin.parent }), ` from its snapshot after iteration ${lin.from_iteration}`));
   if (lin.resumed_from.length) parts.push(el("p", { text: `resumed from iteration ${lin.resumed_from.join(", ")}` }));
-  if (lin.clones.length) parts.push(el("p", {}, "clones: ", lin.clones.map((c) => [el("a", { href: `/run/${c.run_id}`, text: `${c.name} (${c.run_id})` }), ` from iteration ${c.from_iteration}, ${c.status}; `])));
+  if (lin.clones.length) parts.push(el("p", {}, "clones: ", lin.clones.map((c) => [el("a", { href: at(`run/${c.run_id}`), text: `${c.name} (${c.run_id})` }), ` from iteration ${c.from_iteration}, ${c.status}; `])));
   if (!parts.length) parts.push(el("p", { class: "muted", text: "an original run: no parent, no clones, never resumed" }));
   document.getElementById("lineage").replaceChildren(...parts);
   document.getElementById("snapshots").replaceChildren(table([
@@ -359,14 +363,14 @@ function renderJobs(data) {
       ["state", (j) => j.stale ? el("span", {}, status(j.state), " ", el("span", { class: "stale", text: "stale" })) : status(j.state)],
       ["exit", (j) => j.exit_code ?? "", "num"],
       ["submitted", (j) => when(j.submitted_at)], ["state since", (j) => when(j.state_since)],
-      ["logs", (j) => el("span", {}, el("a", { href: `/jobs/${j.id}/logs?stream=stdout`, text: "stdout" }), " ", el("a", { href: `/jobs/${j.id}/logs?stream=stderr`, text: "stderr" }))],
+      ["logs", (j) => el("span", {}, el("a", { href: at(`jobs/${j.id}/logs?stream=stdout`), text: "stdout" }), " ", el("a", { href: at(`jobs/${j.id}/logs?stream=stderr`), text: "stderr" }))],
     ], data.jobs, (j) => ({ "data-job": j.id, "data-state": j.state, "data-stale": String(j.stale) })),
     ...(data.errors.length ? [section("Unreadable receipts", el("pre", { text: data.errors.join("\n") }))] : []));
 }
 
 // ---------------------------------------------------------------- start
 const offset = new URLSearchParams(location.search).get("offset") || "0";
-if (PAGE === "runs") poll("/api/runs-version", `/api/runs?offset=${encodeURIComponent(offset)}`, renderRuns);
-else if (PAGE === "run") poll(() => `/api/run/${runRef}/version`, () => `/api/run/${runRef}`, renderRun);
-else if (PAGE === "fleet") poll(null, "/api/fleet", renderFleet);
-else if (PAGE === "jobs") poll("/api/jobs-version", "/api/jobs", renderJobs);
+if (PAGE === "runs") poll(at("api/runs-version"), at(`api/runs?offset=${encodeURIComponent(offset)}`), renderRuns);
+else if (PAGE === "run") poll(() => at(`api/run/${runRef}/version`), () => at(`api/run/${runRef}`), renderRun);
+else if (PAGE === "fleet") poll(null, at("api/fleet"), renderFleet);
+else if (PAGE === "jobs") poll(at("api/jobs-version"), at("api/jobs"), renderJobs);

@@ -99,7 +99,7 @@ function renderParent(run) {
   box.dataset.points = String(s.points);
 
   const names = p.kind === "campaign" ? [] : (p.parameters || []);
-  const cols = [["child", (r) => el("a", { href: `/run/${r.child}`, text: r.label })],
+  const cols = [["child", (r) => el("a", { href: at(`run/${r.child}`), text: r.label })],
     ...names.map((n) => [n, (r) => JSON.stringify(r.point[n]), "wrap"]),
     ...(p.kind === "campaign" ? [["coefficient", (r) => num(r.coefficient), "num"]] : []),
     ["estimate ± error", (r) => pm(r.estimate, r.error), "num"], ["chi2/dof", (r) => num(r.chi2_dof, 3), "num"],
