@@ -183,7 +183,7 @@ def accumulator(value: Any, key: str, notes: Notes) -> tuple[dict[str, Any] | No
             return None, value["from_name"]
         if "config" in value:
             return accumulator(value["config"], f"{key}.config", notes)
-        notes.ignore(key, value, keep=("kind",))
+        notes.ignore(key, value, keep=("kind", "components"))  # components: the evaluator's
         return accumulator(value.get("kind"), f"{key}.kind", notes)
     if value == "gammaloop":
         refuse(key, "the gammaloop observable needs GammaLoop, which mainboard does not run",

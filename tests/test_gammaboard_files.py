@@ -1,0 +1,413 @@
+"""gammaboard run files accepted by `mainboard integrate` (issue #26 item 2).
+
+Parse level: each gammaboard shape and its older spelling maps onto mainboard's run tables
+(or ``[[tasks]]`` of the tasks contract); kinds mainboard does not have are refused in one
+line, exit 2, nothing started; keys with no meaning here are named in one warning line.
+End to end: a Python-class evaluator with havana_training and a process evaluator run to
+the end on the embedded broker with two local workers, within 4 sigma of the exact value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+import tomllib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mainboard.errors import ConfigError
+from mainboard.integrators.gammaboard import IgnoredKeys, is_gammaboard, translate
+from mainboard.integrators.spec import load_run_file, parse_run
+from tests.integration import subprocess_env
+from tests.services import require
+from tests.workspace import run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+PY = json.dumps(sys.executable)
+UNIT_OLD = '''name = "unit-old"
+[evaluator]
+kind = "unit"
+continuous_dims = 2
+discrete_dims = 0
+[sampler_aggregator]
+kind = "naive_monte_carlo"
+[[task_queue]]
+kind = "sample"
+nr_samples = 50_000
+observable = { config = "scalar" }
+'''
+UNIT_NEW = '''name = "unit-old"
+[evaluator]
+kind = "unit"
+domain = { continuous = { dims = 2 } }
+[[task_queue]]
+name = "accumulator"
+kind = "set_accumulator"
+accumulator = "scalar"
+[[task_queue]]
+name = "integrate"
+kind = "sample"
+stop_condition = { max_samples = 50_000 }
+sampler_aggregator = { config = { kind = "naive_monte_carlo" } }
+'''
+
+
+def gb(text: str) -> dict[str, Any]:
+    """translate() of a gammaboard document, failing on any warning (none expected)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return translate(tomllib.loads(text))
+
+
+def refused(text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        translate(tomllib.loads(text))
+    return info.value
+
+
+def test_older_and_newest_spellings_give_the_same_run_and_run_id() -> None:
+    old, new = gb(UNIT_OLD), gb(UNIT_NEW)
+    assert old == {"name": "unit-old", "seed": 0, "domain": {"continuous": 2},
+                   "integrand": {"kind": "constant", "value": 1.0},
+                   "sampler": {"kind": "naive"}, "stop": {"max_samples": 50_000},
+                   "accumulator": {"kind": "scalar"}}
+    assert new == old
+    native = parse_run({**old, "sampler": {"kind": "naive"}})
+    assert parse_run(new).run_id() == parse_run(old).run_id() == native.run_id()
+    assert is_gammaboard(tomllib.loads(UNIT_OLD)) and not is_gammaboard(
+        {"integrand": {}, "task_queue": []})
+
+
+@pytest.mark.parametrize(("shape", "domain"), [
+    ("{ continuous = { dims = 3 } }", {"continuous": 3}),
+    ("{ rectangular = { discrete_cardinalities = [2, 3], continuous_dims = 2 } }",
+     {"continuous": 2, "discrete": [2, 3]}),
+    ("{ discrete = { axis_label = 'channel', branches = [{ index = 0, domain = { continuous "
+     "= { dims = 2 } } }, { index = 1, domain = { continuous = { dims = 2 } } }] } }",
+     {"continuous": 2, "discrete": [2]}),
+])
+def test_domain_shapes(shape: str, domain: dict[str, Any]) -> None:
+    text = UNIT_NEW.replace("{ continuous = { dims = 2 } }", shape)
+    assert gb(text)["domain"] == domain
+
+
+def test_an_inhomogeneous_domain_and_dims_without_cardinalities_are_refused() -> None:
+    shape = ("{ discrete = { branches = [{ domain = { continuous = { dims = 2 } } }, "
+             "{ domain = { continuous = { dims = 3 } } }] } }")
+    err = refused(UNIT_NEW.replace("{ continuous = { dims = 2 } }", shape))
+    assert err.key == "evaluator.domain.discrete.branches" and "inhomogeneous" in str(err)
+    err = refused(UNIT_OLD.replace("discrete_dims = 0", "discrete_dims = 2"))
+    assert err.key == "evaluator.discrete_dims" and "rectangular" in str(err)
+
+
+def process_file(resources: str = "$resources") -> str:
+    return f'''name = "proc"
+target = {{ kind = "scalar", value = 0.5 }}
+[evaluator]
+kind = "process_evaluator"
+command = [{PY}, "{resources}/worker.py"]
+domain = {{ rectangular = {{ discrete_cardinalities = [2], continuous_dims = 2 }} }}
+components = ["value"]
+args = {{ scale = 1.0 }}
+[[task_queue]]
+kind = "sample"
+stop_condition = {{ max_samples = 10_000, relative_error = 0.01 }}
+accumulator = {{ kind = "vector" }}
+sampler_aggregator = {{ config = {{ kind = "process_sampler", command = [{PY}, "s.py"], cwd = "/tmp", args = {{ seed = 1 }}, materializer = {{ kind = "process", command = [{PY}, "m.py"] }} }} }}
+'''
+
+
+def test_process_evaluator_sampler_and_materializer() -> None:
+    out = translate(tomllib.loads(process_file()), resources="/data/run")
+    assert out["integrand"] == {"kind": "process", "command": [sys.executable,
+                                                                "/data/run/worker.py"],
+                                "cwd": "/data/run", "args": {"scale": 1.0},
+                                "components": ["value"], "exact": 0.5}
+    assert out["sampler"] == {"kind": "process", "command": [sys.executable, "s.py"],
+                              "cwd": "/tmp", "args": {"seed": 1},
+                              "materializer": {"kind": "process", "cwd": "/data/run",
+                                               "command": [sys.executable, "m.py"]}}
+    assert out["domain"] == {"continuous": 2, "discrete": [2]}
+    assert out["stop"] == {"max_samples": 10_000, "relative_error": 0.01}
+    spec = parse_run(out)
+    assert spec.accumulator_kind == "vector" and spec.sampler.materializer is not None
+
+
+def test_havana_training_maps_onto_vegas_or_discrete_with_its_update_interval() -> None:
+    text = UNIT_NEW.replace('{ kind = "naive_monte_carlo" }', '{ kind = "havana_training", '
+                            'seed = 7, bins = 32, samples_for_update = 16_384 }')
+    out = gb(text)
+    assert out["sampler"] == {"kind": "vegas", "bins": 32} and out["seed"] == 7
+    assert out["batching"] == {"batch_size": 1639, "batches_per_iteration": 10}
+    capped = gb(text + "[sampler_aggregator_runner_params]\nmax_batch_size = 4096\n"
+                "target_batch_eval_ms = 400.0\n")
+    assert capped["batching"] == {"batch_size": 4096, "batches_per_iteration": 4, "fuse": True}
+    discrete = gb(text.replace("{ continuous = { dims = 2 } }", "{ rectangular = { "
+                               "discrete_cardinalities = [3], continuous_dims = 2 } }"))
+    assert discrete["sampler"] == {"kind": "discrete", "bins": 32}
+    assert parse_run(discrete).sampler.kind == "discrete"
+
+
+def test_a_lone_inference_task_samples_with_adaptation_off() -> None:
+    out = gb(UNIT_NEW.replace("naive_monte_carlo", "havana_inference"))
+    assert out["sampler"] == {"kind": "vegas", "alpha": 0.0, "beta": 0.0}
+
+
+MULTI = '''name = "multi"
+[evaluator]
+kind = "unit"
+continuous_dims = 3
+discrete_dims = 0
+[[task_queue]]
+name = "train-initial"
+kind = "sample"
+nr_samples = 100_000
+batch_transforms = [{ kind = "unit_ball" }]
+observable = { config = "complex" }
+sampler_aggregator = { config = { kind = "havana_training", seed = 0, bins = 64 } }
+[[task_queue]]
+name = "sample-initial"
+kind = "sample"
+nr_samples = 100_000
+sampler_aggregator = { config = { kind = "havana_inference" } }
+[[task_queue]]
+kind = "plot_line"
+observable = "complex"
+batch_transforms = []
+[task_queue.geometry]
+offset = [0.0, 0.0, 0.0]
+direction = [1.0, 0.0, 0.0]
+linspace = { start = -10.0, stop = 10.0, count = 1024 }
+discrete = []
+[[task_queue]]
+kind = "image"
+observable = "complex"
+[task_queue.geometry]
+offset = [0.0, 0.0, 0.0]
+u_vector = [1.0, 0.0, 0.0]
+v_vector = [0.0, 0.0, 1.0]
+u_linspace = { start = -50.0, stop = 50.0, count = 512 }
+v_linspace = { start = -50.0, stop = 50.0, count = 512 }
+[[task_queue]]
+kind = "pause"
+[[task_queue]]
+name = "train-resume"
+kind = "sample"
+nr_samples = 100_000
+sampler_aggregator = { from_name = "sample-initial" }
+observable = { from_name = "sample-initial" }
+[task_queue.queue_tuning]
+max_batch_size = 1000
+'''
+
+
+def test_a_task_queue_becomes_the_contract_s_tasks() -> None:
+    out = gb(MULTI)
+    assert out["sampler"] == {"kind": "vegas", "bins": 64}       # the run starts as task 1
+    assert out["stop"] == {"max_samples": 100_000}
+    assert out["tasks"] == [
+        {"kind": "sample", "name": "train-initial", "stop": {"max_samples": 100_000},
+         "sampler": {"kind": "vegas", "bins": 64}, "frozen": False,
+         "accumulator": {"kind": "complex"}, "transforms": [{"kind": "unit_ball"}]},
+        {"kind": "sample", "name": "sample-initial", "stop": {"max_samples": 100_000},
+         "frozen": True},
+        {"kind": "plot_line", "transforms": [], "observable": "complex", "geometry": {
+            "offset": [0.0, 0.0, 0.0], "direction": [1.0, 0.0, 0.0],
+            "linspace": {"start": -10.0, "stop": 10.0, "count": 1024}, "discrete": []}},
+        {"kind": "image", "observable": "complex", "geometry": {
+            "offset": [0.0, 0.0, 0.0], "u_vector": [1.0, 0.0, 0.0],
+            "v_vector": [0.0, 0.0, 1.0],
+            "u_linspace": {"start": -50.0, "stop": 50.0, "count": 512},
+            "v_linspace": {"start": -50.0, "stop": 50.0, "count": 512}}},
+        {"kind": "pause"},
+        {"kind": "configure", "batching": {"batch_size": 1000}, "from": "sample-initial"},
+        {"kind": "sample", "name": "train-resume", "stop": {"max_samples": 100_000}},
+    ]
+
+
+@pytest.mark.parametrize(("old", "new", "key"), [
+    ('kind = "naive_monte_carlo"', 'kind = "python_homogeneous_monte_carlo"',
+     "task_queue.1.sampler_aggregator.config.kind"),
+    ('kind = "naive_monte_carlo"', 'kind = "raster_plane"',
+     "task_queue.1.sampler_aggregator.config.kind"),
+    ('accumulator = "scalar"', 'accumulator = "gammaloop"', "task_queue.0.accumulator"),
+    ('kind = "set_accumulator"', 'kind = "pdf_adaptation_image"', "task_queue.0.kind"),
+    ('kind = "unit"', 'kind = "symbolica"', "evaluator.kind"),
+])
+def test_kinds_mainboard_does_not_have_are_refused_naming_the_key(old: str, new: str,
+                                                                  key: str) -> None:
+    err = refused(UNIT_NEW.replace(old, new, 1))
+    assert err.key == key and "valid:" in str(err) and "\n" not in str(err)
+
+
+def test_spherical_is_refused_and_identity_dropped() -> None:
+    text = UNIT_OLD.replace("nr_samples", 'batch_transforms = [{ kind = "identity" }]\n'
+                            "nr_samples")
+    assert gb(text)["transforms"] == []
+    err = refused(text.replace('"identity"', '"spherical"'))
+    assert err.key == "task_queue.0.batch_transforms.0.kind" and "R^3" in str(err)
+
+
+def test_keys_with_no_meaning_here_are_named_in_one_warning() -> None:
+    text = UNIT_OLD.replace('[sampler_aggregator]', '''evaluator_requirements = { gpu = 1 }
+[evaluator_runner_params]
+min_tick_time_ms = 50
+[sampler_aggregator_runner_params]
+max_batch_size = 5000
+frontend_sync_interval_ms = 2000
+[sampler_aggregator_runner_params.queue]
+queue_buffer = 10.0
+[sampler_aggregator]''')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = translate(tomllib.loads(text))
+    assert out["batching"] == {"batch_size": 5000}
+    assert [w.category for w in caught] == [IgnoredKeys]
+    message = str(caught[0].message)
+    for path in ("evaluator_requirements", "evaluator_runner_params.min_tick_time_ms",
+                 "sampler_aggregator_runner_params.frontend_sync_interval_ms",
+                 "sampler_aggregator_runner_params.queue.queue_buffer"):
+        assert path in message
+    assert "max_batch_size" not in message
+
+
+def test_template_replacements() -> None:
+    text = ("replacements = { samples = 20_000 }\n" + UNIT_NEW
+            .replace("max_samples = 50_000", 'max_samples = "$(samples:10_000)"')
+            .replace('name = "unit-old"', "name = '$(run_name:\"tmpl\")'"))
+    out = gb(text)
+    assert out["stop"] == {"max_samples": 20_000} and out["name"] == "tmpl"
+
+
+# ---------------------------------------------------------------- through the CLI
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A workspace that names no broker: `integrate` starts the embedded one (downed after)."""
+    from mainboard.config import load_config
+    from mainboard.services.broker import EmbeddedBroker
+
+    root = tmp_path_factory.mktemp("gbws")
+    config = root / "mainboard.toml"
+    config.write_text('[workspace]\nname = "gb"\n')
+    yield config
+    EmbeddedBroker(load_config(config).state_dir).down()
+
+
+@pytest.mark.parametrize(("old", "new", "key", "kind"), [
+    ('kind = "unit"', 'kind = "gammaloop"\nstate_folder = "../gl/state"', "evaluator.kind",
+     "gammaloop"),
+    ('kind = "naive_monte_carlo"', 'kind = "madnis"', "sampler_aggregator.kind", "madnis"),
+])
+def test_refusals_are_one_line_exit_2_and_start_nothing(embedded: Path, old: str, new: str,
+                                                        key: str, kind: str) -> None:
+    path = embedded.parent / f"{kind}.toml"
+    path.write_text(UNIT_OLD.replace(old, new))
+    done = run_cli(embedded, "integrate", str(path), "--workers", "2", env=subprocess_env())
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mainboard: error: {path}: {key}:")
+    assert f"(got '{kind}')" in lines[0] and "valid:" in lines[0]
+    assert not (embedded.parent / ".mainboard" / "runs").exists()   # no run was started
+
+
+SIN_CLASS = '''import numpy as np
+
+
+class HalfSine:
+    """gammaboard's python_scalar shape: from_config, then eval(xs_discrete, xs_continuous)."""
+
+    def __init__(self, scale=1.0):
+        self.scale = scale
+
+    @classmethod
+    def from_config(cls, *, discrete_dims, continuous_dims, init_args):
+        assert (discrete_dims, continuous_dims) == (0, 2)
+        return cls(**init_args)
+
+    def eval(self, xs_discrete, xs_continuous):
+        x, y = xs_continuous[:, 0], xs_continuous[:, 1]
+        return self.scale * (np.pi / 2) * np.sin(np.pi * x) * 2 * y
+'''
+PYTHON_RUN = '''name = "gb-python"
+target = { kind = "scalar", value = 2.0 }
+[evaluator]
+kind = "python_scalar"
+flake_ref = "path:./runtime#runtime"
+module = "gb_half_sine"
+class = "HalfSine"
+continuous_dims = 2
+discrete_dims = 0
+init_args = { scale = 2.0 }
+[sampler_aggregator_runner_params]
+max_batch_size = 10_000
+[[task_queue]]
+name = "train"
+kind = "sample"
+nr_samples = 200_000
+observable = { config = "scalar" }
+sampler_aggregator = { config = { kind = "havana_training", seed = 5, bins = 32, samples_for_update = 50_000, initial_training_rate = 0.1 } }
+'''
+
+
+def integrate(config: Path, path: Path) -> tuple[dict[str, Any], str]:
+    require("redis-server")
+    done = run_cli(config, "integrate", str(path), "--workers", "2", "--json",
+                   env=subprocess_env(), timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout)
+    assert got["run_id"] == load_run_file(path).run_id()      # deterministic, as any run file
+    assert abs(got["estimate"] - got["exact"]) < 4 * got["error"], got
+    return got, done.stderr
+
+
+@pytest.mark.live
+def test_a_python_class_evaluator_with_havana_training_runs_to_the_end(embedded: Path) -> None:
+    (embedded.parent / "gb_half_sine.py").write_text(SIN_CLASS)
+    path = embedded.parent / "gb-python.toml"
+    path.write_text(PYTHON_RUN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IgnoredKeys)
+        spec = load_run_file(path)
+    assert (spec.sampler.kind, spec.sampler.bins, spec.seed) == ("vegas", 32, 5)
+    assert (spec.batching.batch_size, spec.batching.batches_per_iteration) == (10_000, 5)
+    got, stderr = integrate(embedded, path)
+    assert got["exact"] == 2.0 and got["samples"] == 200_000 and got["iterations"] == 4
+    warned = [x for x in stderr.splitlines() if x.startswith("mainboard: warning:")]
+    assert warned == [f"mainboard: warning: {path}: gammaboard keys with no meaning in "
+                      "mainboard, ignored: evaluator.flake_ref, task_queue.0.sampler_aggregator"
+                      ".config.initial_training_rate (see docs/gammaboard.md)"]
+
+
+@pytest.mark.live
+def test_a_process_evaluator_runs_to_the_end(embedded: Path) -> None:
+    folder = embedded.parent / "proc"
+    folder.mkdir()
+    shutil.copy(REPO / "examples" / "process" / "sin_evaluator.py", folder / "worker.py")
+    path = folder / "gb-process.toml"
+    path.write_text(f'''name = "gb-process"
+target = {{ kind = "scalar", value = {1 - math.cos(1)!r} }}
+[evaluator]
+kind = "process_evaluator"
+command = [{PY}, "-u", "$resources/worker.py"]
+domain = {{ continuous = {{ dims = 2 }} }}
+args = {{ scale = 1.0 }}
+[sampler_aggregator_runner_params.queue]
+max_batch_size = 5_000
+[[task_queue]]
+kind = "set_accumulator"
+accumulator = {{ kind = "vector", components = ["value"] }}
+[[task_queue]]
+kind = "sample"
+stop_condition = {{ max_samples = 60_000 }}
+sampler_aggregator = {{ config = {{ kind = "naive_monte_carlo", seed = 3 }} }}
+''')
+    spec = load_run_file(path)
+    assert spec.integrand.command == [sys.executable, "-u", str(folder / "worker.py")]
+    got, stderr = integrate(embedded, path)
+    assert got["samples"] == 60_000 and "warning" not in stderr
