@@ -19,8 +19,10 @@ from typing import Any, NoReturn
 from mainboard.errors import ConfigError
 
 SAMPLERS = ("naive_monte_carlo", "havana_training", "havana_inference", "process_sampler")
+# gammaboard's process evaluators always ask for a "vector" accumulator; here the
+# integrand's components decide (one component name: scalar), so vector sets no kind.
 OBSERVABLES = {"scalar": "scalar", "full_scalar": "scalar", "complex": "complex",
-               "full_complex": "complex", "vector": "vector"}
+               "full_complex": "complex", "vector": None}
 TASK_KINDS = ("sample", "set_accumulator", "configure", "plot_line", "image", "pause")
 STOP_KEYS = ("max_samples", "absolute_error", "relative_error")
 RASTER_KEYS = ("offset", "direction", "linspace", "u_vector", "v_vector", "u_linspace",
@@ -191,7 +193,8 @@ def accumulator(value: Any, key: str, notes: Notes) -> tuple[dict[str, Any] | No
     if value not in OBSERVABLES:
         refuse(key, "is not a gammaboard observable mainboard knows", value,
                ", ".join(OBSERVABLES))
-    return {"kind": OBSERVABLES[value]}, None
+    kind = OBSERVABLES[value]
+    return ({"kind": kind} if kind else {}), None
 
 
 def stop(task: Mapping[str, Any], key: str, notes: Notes) -> dict[str, Any] | None:

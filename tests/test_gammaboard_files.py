@@ -135,8 +135,9 @@ def test_process_evaluator_sampler_and_materializer() -> None:
                                                "command": [sys.executable, "m.py"]}}
     assert out["domain"] == {"continuous": 2, "discrete": [2]}
     assert out["stop"] == {"max_samples": 10_000, "relative_error": 0.01}
+    assert out["accumulator"] == {}        # vector: the integrand's kind (one name: scalar)
     spec = parse_run(out)
-    assert spec.accumulator_kind == "vector" and spec.sampler.materializer is not None
+    assert spec.accumulator_kind == "scalar" and spec.sampler.materializer is not None
 
 
 def test_havana_training_maps_onto_vegas_or_discrete_with_its_update_interval() -> None:
@@ -304,16 +305,20 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
      "gammaloop"),
     ('kind = "naive_monte_carlo"', 'kind = "madnis"', "sampler_aggregator.kind", "madnis"),
 ])
-def test_refusals_are_one_line_exit_2_and_start_nothing(embedded: Path, old: str, new: str,
+def test_refusals_are_one_line_exit_2_and_start_nothing(tmp_path: Path, old: str, new: str,
                                                         key: str, kind: str) -> None:
-    path = embedded.parent / f"{kind}.toml"
+    config = tmp_path / "mainboard.toml"
+    config.write_text('[workspace]\nname = "gb"\n')     # the embedded broker, not started
+    path = tmp_path / f"{kind}.toml"
     path.write_text(UNIT_OLD.replace(old, new))
-    done = run_cli(embedded, "integrate", str(path), "--workers", "2", env=subprocess_env())
+    done = run_cli(config, "integrate", str(path), "--workers", "2", env=subprocess_env())
     assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"mainboard: error: {path}: {key}:")
     assert f"(got '{kind}')" in lines[0] and "valid:" in lines[0]
-    assert not (embedded.parent / ".mainboard" / "runs").exists()   # no run was started
+    state = tmp_path / ".mainboard"
+    assert not (state / "broker.json").exists() and not (state / "runs").exists()
+    assert not (state / "workers").exists()                 # no broker, worker or run
 
 
 SIN_CLASS = '''import numpy as np
@@ -361,7 +366,9 @@ def integrate(config: Path, path: Path) -> tuple[dict[str, Any], str]:
                    env=subprocess_env(), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout)
-    assert got["run_id"] == load_run_file(path).run_id()      # deterministic, as any run file
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IgnoredKeys)              # named on stderr already
+        assert got["run_id"] == load_run_file(path).run_id()  # deterministic, as any run file
     assert abs(got["estimate"] - got["exact"]) < 4 * got["error"], got
     return got, done.stderr
 
