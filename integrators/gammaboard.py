@@ -60,7 +60,11 @@ def translate(doc: dict[str, Any], *, resources: str | None = None) -> dict[str,
     doc = replace(doc)
     notes = Notes(resources=resources)
     notes.ignore("replacements") if "replacements" in doc else None
-    evaluator = table(doc.get("evaluator"), "evaluator")
+    if "evaluator" not in doc:
+        refuse("evaluator", "is required: a gammaboard run file names its evaluator (a file "
+               "of tasks alone is appended to a run with `mainboard runs append`)", None,
+               '[evaluator] with kind = "process_evaluator", "python_scalar" or "unit"')
+    evaluator = table(doc["evaluator"], "evaluator")
     out: dict[str, Any] = {"name": doc.get("name")} if "name" in doc else {}
     out["integrand"] = integrand(evaluator, doc.get("target"), notes)  # kind refused first
     out["domain"] = domain(evaluator, notes)

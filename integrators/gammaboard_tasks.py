@@ -239,11 +239,14 @@ def task(raw: Any, i: int, notes: Notes, discrete: bool) -> dict[str, Any]:
     if kind not in TASK_KINDS:
         refuse(f"{key}.kind", "is not a gammaboard task kind mainboard runs", kind,
                ", ".join(TASK_KINDS))
+    if cfg.get("evaluator", "latest") != "latest":
+        refuse(f"{key}.evaluator", "a task cannot change the evaluator: a mainboard run has "
+               "one integrand", cfg["evaluator"], '"latest" (or no evaluator key)')
     out: dict[str, Any] = {"kind": "configure" if kind == "set_accumulator" else kind}
     if "name" in cfg:
         out["name"] = cfg["name"]
     sources: list[str] = []
-    used = {"kind", "name"}
+    used = {"kind", "name", "evaluator"}
     if kind == "sample":
         used |= {"nr_samples", "stop_condition", "sampler_aggregator", "observable",
                  "accumulator", "batch_transforms", "queue_tuning", "materializer"}

@@ -247,6 +247,14 @@ def test_kinds_mainboard_does_not_have_are_refused_naming_the_key(old: str, new:
     assert err.key == key and "valid:" in str(err) and "\n" not in str(err)
 
 
+def test_a_task_changing_the_evaluator_and_a_file_without_one_are_refused() -> None:
+    err = refused(UNIT_NEW.replace('kind = "sample"\n', 'kind = "sample"\nevaluator = '
+                                   '{ config = { kind = "unit", continuous_dims = 2 } }\n'))
+    assert err.key == "task_queue.1.evaluator" and "one integrand" in str(err)
+    err = refused(UNIT_NEW.split("[[task_queue]]", 1)[1].join(["[[task_queue]]", ""]))
+    assert err.key == "evaluator" and "runs append" in str(err)
+
+
 def test_spherical_is_refused_and_identity_dropped() -> None:
     text = UNIT_OLD.replace("nr_samples", 'batch_transforms = [{ kind = "identity" }]\n'
                             "nr_samples")
