@@ -426,3 +426,26 @@ sampler_aggregator = {{ config = {{ kind = "naive_monte_carlo", seed = 3 }} }}
     assert spec.integrand.command == [sys.executable, "-u", str(folder / "worker.py")]
     got, stderr = integrate(embedded, path)
     assert got["samples"] == 60_000 and "warning" not in stderr
+
+
+def test_the_worked_example_of_the_docs_runs_as_written(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from mainboard.integrators.driver import integrate_local
+
+    text = (REPO / "docs" / "gammaboard.md").read_text()
+    run = text.split("```toml\n")[-1].split("```")[0]
+    module = text.split("```python\n")[-1].split("```")[0]
+    (tmp_path / "train.toml").write_text(run)
+    (tmp_path / "half_sine.py").write_text(module)          # a class without from_config
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = load_run_file(tmp_path / "train.toml")
+    assert spec.model_dump(mode="json", exclude={"integrand"}) == {
+        "name": "half-sine", "seed": 5, "domain": {"continuous": 2, "discrete": []},
+        "sampler": {"kind": "vegas", "bins": 32, "alpha": 0.5, "beta": 0.75},
+        "transforms": [], "accumulator": {"kind": "scalar", "discard": 0}, "stop": {
+            "max_samples": 200_000, "max_iterations": None, "absolute_error": None,
+            "relative_error": None, "min_samples": 0},
+        "batching": {"batch_size": 10_000, "batches_per_iteration": 5, "fuse": True}}
+    result = integrate_local(spec)
+    assert result.exact == 2.0 and result.iterations == 4
+    assert abs(result.estimate - 2.0) < 4 * result.error
