@@ -21,18 +21,24 @@ from mainboard.errors import ConfigError
 _BUILT: dict[str, Any] = {}
 
 
+def load_class(module: str, name: str, file: str | None = None) -> Any:
+    """The evaluator class; a ConfigError naming ``evaluator.class`` when it cannot be
+    imported (the CLI calls this before anything starts, so the refusal is exit 2)."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception as exc:  # ImportError, AttributeError, or what the module raises
+        raise ConfigError(f"cannot load the gammaboard evaluator class {module}.{name}: "
+                          f"{type(exc).__name__}: {exc}", file=file, key="evaluator.class",
+                          value=name, valid="a class in a module next to the run file or "
+                                            "in the workspace") from None
+
+
 def _build(module: str, name: str, init_args: dict[str, Any], continuous: int,
            discrete: int) -> Any:
     """The class built as gammaboard builds it, once per definition and process."""
     key = json.dumps([module, name, init_args, continuous, discrete], sort_keys=True)
     if key not in _BUILT:
-        try:
-            cls = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"cannot load the gammaboard evaluator class {module}.{name}: "
-                              f"{exc}", key="evaluator.class", value=name,
-                              valid="a class in a module next to the run file or in the "
-                                    "workspace") from None
+        cls = load_class(module, name)
         if hasattr(cls, "from_config"):
             _BUILT[key] = cls.from_config(discrete_dims=discrete, continuous_dims=continuous,
                                           init_args=init_args)

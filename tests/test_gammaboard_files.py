@@ -329,6 +329,22 @@ def test_refusals_are_one_line_exit_2_and_start_nothing(tmp_path: Path, old: str
     assert not (state / "workers").exists()                 # no broker, worker or run
 
 
+def test_an_evaluator_class_that_cannot_be_imported_is_refused_before_start(
+        tmp_path: Path) -> None:
+    config = tmp_path / "mainboard.toml"
+    config.write_text('[workspace]\nname = "gb"\n')
+    path = tmp_path / "run.toml"
+    path.write_text(PYTHON_RUN.replace('"gb_half_sine"', '"gb_not_there"'))
+    done = run_cli(config, "integrate", str(path), "--workers", "2", env=subprocess_env())
+    assert done.returncode == 2 and done.stdout == ""
+    error = [x for x in done.stderr.splitlines() if "error" in x]
+    assert error == [f"mainboard: error: {path}: evaluator.class: cannot load the gammaboard "
+                     "evaluator class gb_not_there.HalfSine: ModuleNotFoundError: No module "
+                     "named 'gb_not_there' (got 'HalfSine'); valid: a class in a module next "
+                     "to the run file or in the workspace"]
+    assert not (tmp_path / ".mainboard" / "broker.json").exists()
+
+
 SIN_CLASS = '''import numpy as np
 
 

@@ -70,10 +70,12 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
 
 def _load_naming_ignored(run_file: str, load: Callable[[str], RunSpec]) -> RunSpec:
     """The run file loaded; the keys a gammaboard file holds with no meaning here are named
-    in one warning line on stderr (integrators/ reports them as a Python warning)."""
+    in one warning line on stderr (integrators/ reports them as a Python warning), and a
+    gammaboard evaluator class that cannot be imported is refused here (exit 2)."""
     import warnings
 
-    from mainboard.integrators.gammaboard import IgnoredKeys
+    from mainboard.integrators.gammaboard import ADAPTER, IgnoredKeys
+    from mainboard.integrators.gammaboard_python import load_class
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", IgnoredKeys)
@@ -83,4 +85,6 @@ def _load_naming_ignored(run_file: str, load: Callable[[str], RunSpec]) -> RunSp
             common.warn(f"{run_file}: {w.message}")
         else:  # not ours: shown as Python would have shown it
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if getattr(spec.integrand, "target", None) == ADAPTER:  # its class, before anything starts
+        load_class(spec.integrand.params["module"], spec.integrand.params["class"], run_file)
     return spec
