@@ -170,7 +170,7 @@ name = "train-initial"
 kind = "sample"
 nr_samples = 100_000
 batch_transforms = [{ kind = "unit_ball" }]
-observable = { config = "complex" }
+observable = { config = "scalar" }
 sampler_aggregator = { config = { kind = "havana_training", seed = 0, bins = 64 } }
 [[task_queue]]
 name = "sample-initial"
@@ -179,7 +179,7 @@ nr_samples = 100_000
 sampler_aggregator = { config = { kind = "havana_inference" } }
 [[task_queue]]
 kind = "plot_line"
-observable = "complex"
+observable = "scalar"
 batch_transforms = []
 [task_queue.geometry]
 offset = [0.0, 0.0, 0.0]
@@ -188,7 +188,7 @@ linspace = { start = -10.0, stop = 10.0, count = 1024 }
 discrete = []
 [[task_queue]]
 kind = "image"
-observable = "complex"
+observable = "scalar"
 [task_queue.geometry]
 offset = [0.0, 0.0, 0.0]
 u_vector = [1.0, 0.0, 0.0]
@@ -215,13 +215,13 @@ def test_a_task_queue_becomes_the_contract_s_tasks() -> None:
     assert out["tasks"] == [
         {"kind": "sample", "name": "train-initial", "stop": {"max_samples": 100_000},
          "sampler": {"kind": "vegas", "bins": 64}, "frozen": False,
-         "accumulator": {"kind": "complex"}, "transforms": [{"kind": "unit_ball"}]},
+         "accumulator": {"kind": "scalar"}, "transforms": [{"kind": "unit_ball"}]},
         {"kind": "sample", "name": "sample-initial", "stop": {"max_samples": 100_000},
          "frozen": True},
-        {"kind": "plot_line", "transforms": [], "observable": "complex", "geometry": {
+        {"kind": "plot_line", "transforms": [], "observable": "scalar", "geometry": {
             "offset": [0.0, 0.0, 0.0], "direction": [1.0, 0.0, 0.0],
             "linspace": {"start": -10.0, "stop": 10.0, "count": 1024}, "discrete": []}},
-        {"kind": "image", "observable": "complex", "geometry": {
+        {"kind": "image", "observable": "scalar", "geometry": {
             "offset": [0.0, 0.0, 0.0], "u_vector": [1.0, 0.0, 0.0],
             "v_vector": [0.0, 0.0, 1.0],
             "u_linspace": {"start": -50.0, "stop": 50.0, "count": 512},
@@ -240,6 +240,9 @@ def test_a_task_queue_becomes_the_contract_s_tasks() -> None:
     ('accumulator = "scalar"', 'accumulator = "gammaloop"', "task_queue.0.accumulator"),
     ('kind = "set_accumulator"', 'kind = "pdf_adaptation_image"', "task_queue.0.kind"),
     ('kind = "unit"', 'kind = "symbolica"', "evaluator.kind"),
+    ("stop_condition = {", "nr_samples = 5\nstop_condition = {", "task_queue.1.nr_samples"),
+    ('{ kind = "naive_monte_carlo" }', '{ kind = "havana_inference", source = { snapshot = '
+     '{ snapshot_id = 4 } } }', "task_queue.1.sampler_aggregator.config.source"),
 ])
 def test_kinds_mainboard_does_not_have_are_refused_naming_the_key(old: str, new: str,
                                                                   key: str) -> None:
@@ -253,6 +256,18 @@ def test_a_task_changing_the_evaluator_and_a_file_without_one_are_refused() -> N
     assert err.key == "task_queue.1.evaluator" and "one integrand" in str(err)
     err = refused(UNIT_NEW.split("[[task_queue]]", 1)[1].join(["[[task_queue]]", ""]))
     assert err.key == "evaluator" and "runs append" in str(err)
+
+
+def test_resources_is_the_run_file_s_folder_whatever_its_name() -> None:
+    hostile = "/tmp/a b/'$(touch x)';\"`id`"
+    out = translate(tomllib.loads(process_file()), resources=hostile)
+    assert out["integrand"]["command"] == [sys.executable, f"{hostile}/worker.py"]
+    assert out["integrand"]["cwd"] == hostile      # one argv element each: no shell between
+
+
+def test_transforms_as_an_array_of_tables() -> None:
+    text = UNIT_NEW + '[[task_queue.batch_transforms]]\nkind = "unit_ball"\n'
+    assert gb(text)["transforms"] == [{"kind": "unit_ball"}]
 
 
 def test_spherical_is_refused_and_identity_dropped() -> None:
