@@ -59,7 +59,6 @@ def translate(doc: dict[str, Any], *, resources: str | None = None) -> dict[str,
     """
     doc = replace(doc)
     notes = Notes(resources=resources)
-    notes.ignore("replacements") if "replacements" in doc else None
     if "evaluator" not in doc:
         refuse("evaluator", "is required: a gammaboard run file names its evaluator (a file "
                "of tasks alone is appended to a run with `mainboard runs append`)", None,
@@ -68,16 +67,7 @@ def translate(doc: dict[str, Any], *, resources: str | None = None) -> dict[str,
     out: dict[str, Any] = {"name": doc.get("name")} if "name" in doc else {}
     out["integrand"] = integrand(evaluator, doc.get("target"), notes)  # kind refused first
     out["domain"] = domain(evaluator, notes)
-    for key in ("sampler_aggregator_runner_params", "evaluator_runner_params"):
-        if key in doc:
-            params = dict(table(doc[key], key))
-            queue = table(params.pop("queue", {}), f"{key}.queue")
-            if key.startswith("sampler"):  # the newer files keep the batch knobs in .queue
-                runner_batching(params, key, notes, notes.batching)
-                runner_batching(queue, f"{key}.queue", notes, notes.batching)
-            else:
-                notes.ignore(key, params)
-                notes.ignore(f"{key}.queue", queue)
+    runner_params(doc, notes)
     discrete = bool(out["domain"].get("discrete"))
     base = run_level(doc, notes, discrete)
     queue = doc.get("task_queue", [])
@@ -88,12 +78,28 @@ def translate(doc: dict[str, Any], *, resources: str | None = None) -> dict[str,
     if notes.batching:
         out["batching"] = {**notes.batching, **out.get("batching", {})}
     out["seed"] = notes.seed if notes.seed is not None else 0
-    notes.ignore("", {k: v for k, v in doc.items() if k not in USED})
+    notes.ignored.extend(k for k in doc if k not in USED)
     if notes.ignored:
-        paths = ", ".join(p.lstrip(".") for p in notes.ignored)
         warnings.warn(IgnoredKeys(f"gammaboard keys with no meaning in mainboard, ignored: "
-                                  f"{paths} (see docs/gammaboard.md)"), stacklevel=2)
+                                  f"{', '.join(notes.ignored)} (see docs/gammaboard.md)"),
+                      stacklevel=2)
     return out
+
+
+def runner_params(doc: Mapping[str, Any], notes: Notes) -> None:
+    """The sampler runner's batch knobs (top level in older files, under ``.queue`` in newer
+    ones) into ``notes.batching``; every other runner key named as ignored."""
+    for key in ("sampler_aggregator_runner_params", "evaluator_runner_params"):
+        if key not in doc:
+            continue
+        params = dict(table(doc[key], key))
+        queue = table(params.pop("queue", {}), f"{key}.queue")
+        if key.startswith("sampler"):
+            runner_batching(params, key, notes, notes.batching)
+            runner_batching(queue, f"{key}.queue", notes, notes.batching)
+        else:
+            notes.ignore(key, params)
+            notes.ignore(f"{key}.queue", queue)
 
 
 def translate_file(doc: dict[str, Any], file: str) -> dict[str, Any]:
@@ -113,17 +119,22 @@ USED = {"name", "evaluator", "target", "sampler_aggregator", "task_queue", "obse
         "sampler_aggregator_runner_params", "evaluator_runner_params", "replacements"}
 
 
-def replace(doc: Any, values: Mapping[str, Any] | None = None) -> Any:
-    """gammaboard's template placeholders ``$(name:default)``: a whole-string one takes the
-    value (or the default read as TOML); one inside a string is interpolated as text."""
-    if values is None:
-        values = doc.get("replacements", {}) if isinstance(doc, dict) else {}
-        if not isinstance(values, dict):
-            refuse("replacements", "must be a table", values, "replacements = { name = value }")
+def replace(doc: dict[str, Any]) -> dict[str, Any]:
+    """gammaboard's template placeholders ``$(name:default)`` filled from the top-level
+    ``replacements`` table (which is used up here)."""
+    values = doc.get("replacements", {})
+    if not isinstance(values, dict):
+        refuse("replacements", "must be a table", values, "replacements = { name = value }")
+    return {k: _fill(v, values) for k, v in doc.items() if k != "replacements"}
+
+
+def _fill(doc: Any, values: Mapping[str, Any]) -> Any:
+    """A whole-string placeholder takes the value (or its default read as TOML); one inside
+    a string is interpolated as text."""
     if isinstance(doc, dict):
-        return {k: replace(v, values) for k, v in doc.items() if k != "replacements"}
+        return {k: _fill(v, values) for k, v in doc.items()}
     if isinstance(doc, list):
-        return [replace(v, values) for v in doc]
+        return [_fill(v, values) for v in doc]
     if not isinstance(doc, str) or "$(" not in doc:
         return doc
     whole = PLACEHOLDER.fullmatch(doc)
