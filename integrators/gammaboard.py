@@ -23,6 +23,7 @@ from mainboard.errors import ConfigError
 from mainboard.integrators.gammaboard_tasks import (
     Notes,
     accumulator,
+    parametrization,
     process_table,
     refuse,
     runner_batching,
@@ -78,7 +79,7 @@ def translate(doc: dict[str, Any], *, resources: str | None = None) -> dict[str,
     if notes.batching:
         out["batching"] = {**notes.batching, **out.get("batching", {})}
     out["seed"] = notes.seed if notes.seed is not None else 0
-    notes.ignored.extend(k for k in doc if k not in USED)
+    notes.ignored.extend(k for k in doc if k not in USED)  # e.g. [observable_params]
     if notes.ignored:
         warnings.warn(IgnoredKeys(f"gammaboard keys with no meaning in mainboard, ignored: "
                                   f"{', '.join(notes.ignored)} (see docs/gammaboard.md)"),
@@ -116,7 +117,8 @@ def translate_file(doc: dict[str, Any], file: str) -> dict[str, Any]:
 
 USED = {"name", "evaluator", "target", "sampler_aggregator", "task_queue", "observable",
         "observable_implementation", "observable_kind", "batch_transforms",
-        "sampler_aggregator_runner_params", "evaluator_runner_params", "replacements"}
+        "sampler_aggregator_runner_params", "evaluator_runner_params", "replacements",
+        "parametrization"}
 
 
 def replace(doc: dict[str, Any]) -> dict[str, Any]:
@@ -270,6 +272,8 @@ def run_level(doc: Mapping[str, Any], notes: Notes, discrete: bool) -> dict[str,
             value = doc[key]
             acc, _ = accumulator(value, key, notes)
             out["accumulator"] = acc
+    if "parametrization" in doc:
+        parametrization(doc["parametrization"], "parametrization")
     if "batch_transforms" in doc:
         out["transforms"] = transforms(doc["batch_transforms"], "batch_transforms", notes)
     return out

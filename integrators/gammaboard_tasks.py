@@ -230,11 +230,25 @@ def transforms(value: Any, key: str, notes: Notes) -> list[dict[str, Any]]:
     return out
 
 
+def parametrization(value: Any, key: str) -> None:
+    """Older files' ``parametrization`` (``inner`` nested): identity means none here; any
+    other one would change the integral, so it is refused rather than ignored."""
+    cfg = table(value, key)
+    if cfg.get("kind") not in ("identity", "none", "havana_inference"):
+        refuse(f"{key}.kind", "has no mainboard counterpart", cfg.get("kind"),
+               '"identity" (or batch_transforms = [{ kind = "unit_ball" }])')
+    if "inner" in cfg:
+        parametrization(cfg["inner"], f"{key}.inner")
+
+
 def task(raw: Any, i: int, notes: Notes, discrete: bool) -> dict[str, Any]:
     """One ``[[task_queue]]`` entry -> one ``[[tasks]]`` entry of the contract (``from``
     is checked against the earlier tasks' names with the task list, spec_tasks.py)."""
     key = f"task_queue.{i}"
     cfg = table(raw, key)
+    if "config" in cfg:  # older: [task_queue.config.sampler_aggregator] and friends
+        cfg = {**{k: v for k, v in cfg.items() if k != "config"},
+               **table(cfg["config"], f"{key}.config")}
     kind = cfg.get("kind")
     if kind not in TASK_KINDS:
         refuse(f"{key}.kind", "is not a gammaboard task kind mainboard runs", kind,
@@ -246,7 +260,9 @@ def task(raw: Any, i: int, notes: Notes, discrete: bool) -> dict[str, Any]:
     if "name" in cfg:
         out["name"] = cfg["name"]
     sources: list[str] = []
-    used = {"kind", "name", "evaluator"}
+    used = {"kind", "name", "evaluator", "parametrization"}
+    if "parametrization" in cfg:
+        parametrization(cfg["parametrization"], f"{key}.parametrization")
     if kind == "sample":
         used |= {"nr_samples", "stop_condition", "sampler_aggregator", "observable",
                  "accumulator", "batch_transforms", "queue_tuning", "materializer"}

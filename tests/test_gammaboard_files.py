@@ -265,6 +265,16 @@ def test_resources_is_the_run_file_s_folder_whatever_its_name() -> None:
     assert out["integrand"]["cwd"] == hostile      # one argv element each: no shell between
 
 
+def test_older_task_nesting_and_parametrization() -> None:
+    old = UNIT_OLD.replace("[sampler_aggregator]\nkind = \"naive_monte_carlo\"\n", "") + \
+        '[task_queue.config.sampler_aggregator]\nkind = "havana_training"\nbins = 16\n' \
+        '[task_queue.parametrization]\nkind = "havana_inference"\n' \
+        '[task_queue.parametrization.inner]\nkind = "identity"\n'
+    assert gb(old)["sampler"] == {"kind": "vegas", "bins": 16}
+    err = refused(old.replace('kind = "identity"', 'kind = "spherical"'))
+    assert err.key == "task_queue.0.parametrization.inner.kind"
+
+
 def test_transforms_as_an_array_of_tables() -> None:
     text = UNIT_NEW + '[[task_queue.batch_transforms]]\nkind = "unit_ball"\n'
     assert gb(text)["transforms"] == [{"kind": "unit_ball"}]
