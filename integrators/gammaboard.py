@@ -219,6 +219,8 @@ def integrand(evaluator: Mapping[str, Any], target: Any, notes: Notes) -> dict[s
                kind, ", ".join(EVALUATORS))
     if kind == "unit":
         notes.ignore("evaluator", evaluator, keep=shape)
+        if target is not None:  # f = 1: mainboard knows its exact value itself
+            notes.ignore("target")
         return {"kind": "constant", "value": 1.0}
     if kind == "process_evaluator":
         out = {"kind": "process", **process_table(evaluator, "evaluator", notes,

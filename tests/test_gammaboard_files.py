@@ -236,6 +236,8 @@ queue_buffer = 10.0
                  "sampler_aggregator_runner_params.queue.queue_buffer"):
         assert path in message
     assert "max_batch_size" not in message
+    with pytest.warns(IgnoredKeys, match=r"ignored: target \("):
+        translate(tomllib.loads('target = { kind = "scalar", value = 1.0 }\n' + UNIT_OLD))
 
 
 def test_template_replacements() -> None:
