@@ -293,9 +293,14 @@ def task(raw: Any, i: int, notes: Notes, discrete: bool) -> dict[str, Any]:
         geometry = table(cfg.get("geometry"), f"{key}.geometry")
         notes.ignore(f"{key}.geometry", geometry, keep=RASTER_KEYS)
         out["geometry"] = {k: v for k, v in geometry.items() if k in RASTER_KEYS}
-        observable = cfg.get("observable", cfg.get("accumulator"))
-        if isinstance(observable, str):
+        name = "observable" if "observable" in cfg else "accumulator"
+        observable = cfg.get(name)
+        if isinstance(observable, dict) and isinstance(observable.get("config"), str):
+            observable = observable["config"]
+        if isinstance(observable, str) and observable != "latest":
             out["observable"] = observable
+        elif observable not in (None, "latest"):
+            notes.ignore(f"{key}.{name}")
     if "queue_tuning" in cfg:
         batching = runner_batching(table(cfg["queue_tuning"], f"{key}.queue_tuning"),
                                    f"{key}.queue_tuning", notes, {})
