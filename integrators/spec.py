@@ -30,6 +30,7 @@ from pydantic import (
 
 from mainboard.errors import ConfigError
 from mainboard.integrators.domain import MAX_CHANNELS, too_many_channels
+from mainboard.integrators.gammaboard import is_gammaboard, translate_file
 from mainboard.integrators.spec_checks import (
     SpecError,
     check_integrand,
@@ -426,4 +427,6 @@ def load_run_file(path: str | Path) -> RunSpec:
         from mainboard.integrators.spec_errors import toml_error
 
         raise toml_error(exc, str(p)) from None
+    if is_gammaboard(data):  # a gammaboard run file: its tables mapped onto ours first
+        data = translate_file(data, str(p))
     return parse_run(data, file=str(p), text=text)

@@ -8,9 +8,15 @@ The broker is the workspace's (embedded by default, started if needed). Without
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import click
 
 from mainboard.cli import common
+
+if TYPE_CHECKING:
+    from mainboard.integrators.spec import RunSpec
 
 
 @click.command("integrate")
@@ -51,7 +57,7 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
 
         parentview.integrate(data, run_file, config, workers, as_json)
         return
-    spec = load_run_file(run_file)
+    spec = _load_naming_ignored(run_file, load_run_file)
     if max_samples is not None:
         data = spec.model_dump(mode="json")
         data["stop"]["max_samples"] = max_samples
@@ -60,3 +66,25 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
         result = run_integration(spec, workers, config=config, progress=bar.update,
                                  run_file=run_file)
     emit(result, as_json)
+
+
+def _load_naming_ignored(run_file: str, load: Callable[[str], RunSpec]) -> RunSpec:
+    """The run file loaded; the keys a gammaboard file holds with no meaning here are named
+    in one warning line on stderr (integrators/ reports them as a Python warning), and a
+    gammaboard evaluator class that cannot be imported is refused here (exit 2)."""
+    import warnings
+
+    from mainboard.integrators.gammaboard import ADAPTER, IgnoredKeys
+    from mainboard.integrators.gammaboard_python import load_class
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", IgnoredKeys)
+        spec = load(run_file)
+    for w in caught:
+        if issubclass(w.category, IgnoredKeys):
+            common.warn(f"{run_file}: {w.message}")
+        else:  # not ours: shown as Python would have shown it
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if getattr(spec.integrand, "target", None) == ADAPTER:  # its class, before anything starts
+        load_class(spec.integrand.params["module"], spec.integrand.params["class"], run_file)
+    return spec
