@@ -40,7 +40,7 @@ from mainboard.integrators.owner import owned
 from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
-from mainboard.tasks import STAGE_PREFIX, codec, telemetry
+from mainboard.tasks import STAGE_PREFIX, codec, telemetry, timeneed
 from mainboard.tasks.bundles import store_bundle
 from mainboard.tasks.context import BatchRef, Skip, StageContext, release_all
 from mainboard.tasks.outage import REDIS_DOWN
@@ -73,6 +73,7 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
                            ref.iteration + 1, ref.batch, stage)
     began, clock = time.time(), time.perf_counter()
     try:
+        timeneed.check(task.request)  # given up for its time need: the batch's error
         if members is not None:
             ctx.stage = "sample"  # a load failure is its first stage's, as in a chain
         # an instant stage leaves the check to the next one, a bundle to its body

@@ -11,11 +11,12 @@ up the same allocations and the same failure count, and submits nothing twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import redis
@@ -41,6 +42,7 @@ from mainboard.fleet.workers import (
 )
 from mainboard.receipts import FleetScale, WorkerStarted
 from mainboard.tasks import HEARTBEAT_S
+from mainboard.tasks.timeneed import need_of
 
 SCALE_TICK_ENV = "MAINBOARD_SCALE_TICK_S"  # tests shorten it
 SCALE_TICK_S = 5.0
@@ -86,6 +88,22 @@ def queue_depth(client: redis.Redis, queues: Sequence[str]) -> int:
 
 
 RECENT_RUNS = 200  # the newest runs asked for demand (older ones have long finished)
+
+
+NEED_SCAN = 200  # messages of each queue read for their time need (the head: next to go)
+
+
+def queue_need(client: redis.Redis, queues: Sequence[str]) -> float | None:
+    """The largest ``time_request`` among the messages waiting in ``queues`` (their head)."""
+    needs = []
+    for queue in queues:
+        for raw in client.lrange(keys.celery_queue(queue), 0, NEED_SCAN - 1):
+            try:
+                headers = json.loads(raw).get("headers")
+            except (ValueError, AttributeError):
+                continue
+            needs.append(need_of(headers if isinstance(headers, dict) else None))
+    return max((n for n in needs if n is not None), default=None)
 
 
 def run_demand(client: redis.Redis, queues: Sequence[str]) -> int:
@@ -198,6 +216,7 @@ class Autoscaler:
         with registry(BrokerRoute(url)) as client:
             depth = queue_depth(client, pool.queues)
             demand = run_demand(client, pool.queues)
+            need = queue_need(client, pool.queues) if pool.max_walltime is not None else None
         host = self.config.host(pool.host)
         price, rented, spent = None, 0.0, 0.0
         if isinstance(host, ProviderHost):
@@ -208,7 +227,7 @@ class Autoscaler:
         look.view = PoolView(name, pool, allocs, queue_depth=depth, outstanding=demand,
                              failures=failures(state, name), usd_hr=price,
                              rented_usd_hr=rented, spent_usd=spent, jobs=asked(state, name),
-                             paused=pool_paused(state, name),
+                             paused=pool_paused(state, name), need_s=need,
                              lead_s=lead_time([e.wait_s for e in waits if e.wait_s is not None]
                                               + [w for _, w in look.began]))
         look.lost = sum(s != "completed" for _, s in look.ended) + len(look.stale) + sum(
@@ -299,7 +318,10 @@ class Autoscaler:
         route = broker_route(self.config, start=False)
         assert route is not None
         args = (self.config.root, self.config.path, self.config.state_dir)
-        launcher = Launcher(self.config, pool_options(pool, UpOptions()), route,
+        options = pool_options(pool, UpOptions())
+        if decision.walltime is not None:  # sized for the time needs waiting
+            options = replace(options, walltime=decision.walltime)
+        launcher = Launcher(self.config, options, route,
                             partial(ensure_keeper, *args), partial(wait_tunnel, *args))
         launcher.pool = name
         if view.usd_hr and pool.max_usd_hr is not None:  # the offer decided on, or cheaper:
