@@ -131,6 +131,7 @@ class Coordinator:
         self.deaths = Deaths(r, exited)
         self._published = 0  # outages after which the run's keys were written again
         self.workers = workers  # worker slots known to be there (local workers started)
+        self._stale_said = 0  # stale result writes already told in the run's log
         self._guarded = 0.0  # when the broker and the lease were last checked
         self.dispatch = Dispatch(app, run_id, state.run.spec, lambda: self.timing.batch_s)
         self.steer = Steering(r, store, run_id)
@@ -257,10 +258,12 @@ class Coordinator:
         wall = time.perf_counter() - began
         payload = dumps(to_plain(snap))
         self.outage.run(lambda: self.r.set(keys.run_snapshot(self.run_id, k), payload))
+        stale = self._stale()
         self.store.record(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
                                         estimate=plain["estimate"], error=plain["error"],
                                         snapshot=to_plain(snap), wall_s=self.wall_before + wall,
-                                        batches=self.steer.batches, times=self.steer.times()))
+                                        batches=self.steer.batches, times=self.steer.times(),
+                                        stale_refused=stale))
         self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()}))
         if self.progress is not None and result is not None:
@@ -268,6 +271,18 @@ class Coordinator:
                                    result.estimate, result.error,
                                    (st.samples - samples_before) / max(wall, 1e-9), wall))
         return result
+
+    def _stale(self) -> int:
+        """Result writes of older owner generations refused so far (each new one said once
+        in the run's log)."""
+        raw = self.outage.run(lambda: self.r.hget(keys.run_state(self.run_id), "stale_refused"))
+        stale = int(raw or 0)
+        if stale > self._stale_said:
+            self.steer.log("warn", f"{stale - self._stale_said} result write(s) sent by an "
+                           "earlier coordinator of this run refused, not merged (owner "
+                           f"generation now {self.dispatch.gen})")
+            self._stale_said = stale
+        return stale
 
     @contextlib.contextmanager
     def _processes(self) -> Iterator[None]:
@@ -311,7 +326,8 @@ class Coordinator:
         publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"),
                     self.places)
         self.r.hset(keys.run_state(self.run_id), mapping={
-            "status": "running", "coordinator": self.lease.token, "updated": time.time()})
+            "status": "running", "coordinator": self.lease.token, "updated": time.time(),
+            "generation": self.dispatch.gen})
         self.r.hdel(keys.run_state(self.run_id), "control")
         self._published = self.outage.count
 
@@ -332,6 +348,9 @@ class Coordinator:
         return self._collect(k, sizes, {int(f) for f in stored})
 
     def _start(self, fresh: bool) -> None:
+        # A new owner generation (kept across a fresh start's clearing): results sent by a
+        # coordinator before this one are refused by the store scripts, never merged.
+        self.dispatch.gen = int(self.r.hget(keys.run_state(self.run_id), "generation") or 0) + 1
         if fresh:
             clear_run(self.r, self.run_id, keep=(self.lease.key,))
         elif owned(self.state.sampler) is not None:  # batches of a dead owner's process

@@ -165,9 +165,9 @@ def _store(c: StageContext, result: Mapping[str, Any]) -> Message:
 
 @_stage_task("sample")
 def sample(self: Task, run_id: str, iteration: int, batch_index: int, n: int,
-           attempt: int = 0) -> Message:
+           attempt: int = 0, gen: int = 0) -> Message:
     """Stage 1: the compact latent batch (seed coordinates and size, no arrays)."""
-    ref = BatchRef(run_id, iteration, batch_index, n, attempt)
+    ref = BatchRef(run_id, iteration, batch_index, n, attempt, gen)
     return run_stage(self, ref, "sample", lambda c: c.forward(latent=stages.sample(
         c.run, not_owned(c.sampler), iteration, batch_index, n).to_dict()), claim=False)
 
@@ -253,7 +253,7 @@ def bundle(self: Task, message: Message) -> Message:
         c.ref = lead
         slot = f"{node or c.holder}|{os.getpid()}|{threading.get_ident()}"
         stored = store_bundle(c.r, lead.run, lead.iteration, lead.batch, lead.attempt, results,
-                              time.perf_counter() - clock, slot)
+                              time.perf_counter() - clock, slot, lead.gen)
         return c.forward(stored=stored > 0, batches=[i for _, (i, _) in todo])
 
     # the stage is "fused" (claims, spans): the bundle runs that stage for each member
