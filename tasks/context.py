@@ -77,8 +77,11 @@ class BatchRef:
     gen: int = 0  # the run's owner generation that sent it (0: sent by hand, not checked)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for the codec."""
-        return asdict(self)
+        """Plain data for the codec (``gen`` only when set: a hand-sent message is as before)."""
+        data = asdict(self)
+        if not self.gen:
+            del data["gen"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BatchRef:

@@ -139,6 +139,26 @@ def _left(worker: WorkerStarted, pool: PoolConfig, entry: dict[str, str],
     return began + float(walltime) - min(float(retire), float(walltime)) - now
 
 
+def silent_s(worker: WorkerStarted, beat: float | None, now: float,
+             tunnels: dict[str, dict[str, object]]) -> float | None:
+    """How long the worker has been silent in a way that says it is gone (None: no sign).
+
+    A worker that reaches the broker through this keeper's reverse tunnel cannot beat while
+    the tunnel is down: a keeper restarted (SIGKILL, reboot) finds its last beat as old as
+    its own absence, and must not call it lost for that. Its silence counts from the later
+    of its last beat and the moment its tunnel came up again; with no healthy tunnel it is
+    not judged here (the keeper marks an unreachable host lost after its retry budget)."""
+    if beat is None:
+        return None
+    if worker.broker_via != "tunnel":
+        return now - beat
+    row = tunnels.get(worker.worker_id) or {}
+    since = row.get("since") if row.get("healthy") else None
+    if not isinstance(since, int | float):
+        return None
+    return now - max(beat, float(since))
+
+
 @dataclass
 class Look:
     """One look at a pool: the policy's view, and what must be recorded before acting."""
@@ -190,6 +210,10 @@ class Autoscaler:
         found = poll_jobs(self.config, members)
         look = Look(members={w.worker_id: w for w in members})
         entries = fleet_entries(BrokerRoute(url), members) if members else {}
+        from mainboard.fleet.keeper import tunnel_status  # as submit: keeper imports this
+
+        tunnels = tunnel_status(self.config.state_dir) \
+            if any(w.broker_via == "tunnel" for w in members) else {}
         now = time.time()
         allocs: list[Alloc] = []
         waits = [e for e in pool_events(state, name) if e.action == "running"]
@@ -201,8 +225,9 @@ class Autoscaler:
                 continue
             entry = allocation_entry(entries, worker)  # all its nodes together
             beat = float(entry["beat"]) if entry.get("beat") else None
-            if beat is not None and now - beat > LOST_AFTER_S:  # node death, partition...
-                look.stale.append((worker, now - beat))
+            silent = silent_s(worker, beat, now, tunnels)
+            if silent is not None and silent > LOST_AFTER_S:  # node death, partition...
+                look.stale.append((worker, silent))
                 continue
             last = entry.get("last_task") or entry.get("started")
             pend = isinstance(status, JobStatus) and status.state.value == "pending"
