@@ -188,8 +188,20 @@ def test_a_pool_whose_walltime_may_be_chosen_asks_enough_for_the_time_needs_wait
     assert walltime_for(pool(max_walltime="1h"), 100.0) == 420  # 100 + 300 default -> 7 min
 
 
-def test_a_walltime_above_max_walltime_names_both() -> None:
+def test_a_walltime_above_max_walltime_names_both(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="walltime 7200 s is above max-walltime 3600 s"):
         pool(walltime="2h", max_walltime="1h")
+    (tmp_path / "mainboard.toml").write_text(
+        '[fleet.pools.p]\nhost = "local"\nwalltime = "2h"\nmax-walltime = "1h"\n')
+    done = subprocess.run([sys.executable, "-m", "mainboard", "fleet", "status"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().endswith("mainboard.toml:3: fleet.pools.p.walltime: walltime "
+                                        "7200 s is above max-walltime 3600 s (got 7200); "
+                                        "valid: walltime <= max-walltime"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
