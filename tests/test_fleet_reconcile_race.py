@@ -19,6 +19,7 @@ from mainboard.fleet.reconcile import Reconciler
 from mainboard.fleet.records import fleet_receipts, owner_prefix
 from mainboard.receipts import WorkerSubmitting
 from tests.fleet_helpers import config, table, workspace
+from tests.services import RedisServer
 
 
 def test_a_job_submitted_while_its_host_is_listed_is_left_alone(
@@ -95,3 +96,51 @@ def test_the_keeper_says_since_when_a_tunnel_is_up_and_only_while_it_is() -> Non
     assert status_row(down, None, 1234.5) == {"healthy": False, "since": None,
                                               "remote_port": 40001, "reconnects": 1,
                                               "error": "reset"}
+
+
+def test_the_restarted_keepers_first_look_keeps_the_adopted_tunnelled_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer) -> None:
+    """The same ordering through the autoscaler's look, on a real Redis registry: the
+    worker's last beat 40 s ago (before the first keeper died), its tunnel up again 0.2 s
+    ago in the new keeper; the look keeps it running, not lost. Its job's state is a
+    stand-in for the ssh host's answer."""
+    import json
+    import time
+
+    import redis
+
+    from mainboard import keys
+    from mainboard.bridges.jobstate import JobState, JobStatus
+    from mainboard.fleet import autoscale
+    from mainboard.fleet.records import read_fleet
+    from mainboard.receipts import WorkerStarted
+    from mainboard.statedir import fleet_dir
+
+    ws = workspace(tmp_path / "ws", table("broker", url=redis_server.url),
+                   table("fleet.pools.lo", host="local", queues=["t31.lo"], jobs=1))
+    cfg = config(ws)
+    worker = WorkerStarted(worker_id="w8", host="local", kind="local", node="ssh-lo-job8",
+                           queues=["t31.lo"], concurrency=1, job={}, root="/r", python="py",
+                           broker_via="tunnel", secret_path="/s", pool="lo")
+    fleet_receipts(cfg.state_dir).append(worker)
+    now = time.time()
+    r = redis.Redis.from_url(redis_server.url)
+    r.zadd(keys.workers_index(), {"ssh-lo-job8@box": now - 40})
+    r.hset(keys.worker("ssh-lo-job8@box"), mapping={"beat": now - 40, "started": now - 60})
+    (fleet_dir(cfg.state_dir) / "tunnels.json").write_text(json.dumps(
+        {"w8": {"healthy": True, "since": now - 0.2, "remote_port": 40008}}))
+    monkeypatch.setattr(autoscale, "poll_jobs", lambda config, members: {
+        m.worker_id: JobStatus(JobState.RUNNING, "running") for m in members})
+    scaler = autoscale.Autoscaler(cfg)
+    try:
+        look = scaler.look("lo", cfg.fleet.pools["lo"], read_fleet(cfg.state_dir),
+                           redis_server.url)
+        assert look.stale == [] and [a.state for a in look.view.allocs] == ["running"]
+        (fleet_dir(cfg.state_dir) / "tunnels.json").write_text(json.dumps(
+            {"w8": {"healthy": True, "since": now - 30, "remote_port": 40008}}))
+        look = scaler.look("lo", cfg.fleet.pools["lo"], read_fleet(cfg.state_dir),
+                           redis_server.url)  # up 30 s and still silent: lost indeed
+        assert [(w.worker_id, round(s)) for w, s in look.stale] == [("w8", 30)]
+    finally:
+        r.delete(keys.worker("ssh-lo-job8@box"))
+        r.zrem(keys.workers_index(), "ssh-lo-job8@box")
