@@ -252,3 +252,36 @@ def test_a_task_no_pool_has_the_time_for_fails_in_one_line_after_its_wait(
             app.close()
         down = tear_down(ws, "--timeout", "10")
     assert down.returncode == 0, down.stderr
+
+
+@pytest.mark.live
+@pytest.mark.timeout(300)
+def test_an_autoscaled_pool_asks_the_walltime_a_queued_time_need_wants(
+        tmp_path: Path, provisioned_root: Path) -> None:  # noqa: F811
+    """A pool at zero whose walltime may be 1 to 30 minutes: a task needing 600 s queued,
+    the keeper submits one allocation asking 600 s + retire_before 30 s, in whole minutes
+    (11 min), and the task runs there."""
+    from mainboard.fleet.autoscale import SCALE_TICK_ENV
+    from mainboard.fleet.records import read_fleet
+
+    ws = workspace(tmp_path / "ws", table("hosts.cluster", kind="local",
+                                          root=str(provisioned_root)),
+                   table("fleet.pools.sized", host="cluster", queues=[QUEUE], max_jobs=1,
+                         walltime="1m", max_walltime="30m", retire_before="30s",
+                         idle_timeout="5m"))
+    app = None
+    try:
+        up_ok(ws, "--pool", "sized", "--no-flower", env={SCALE_TICK_ENV: "0.2"})
+        app = _app(ws)
+        needy = _send(app, 600, "needs-600s-sized")
+        (started,) = wait_until(lambda: [w for w in read_fleet(ws / ".mainboard").live()
+                                         if w.pool == "sized"], 60, "the sized allocation")
+        assert started.job["spec"]["walltime"] == 660
+        scale = [e for e in read_fleet(ws / ".mainboard").scale if e.action == "submit"]
+        assert "walltime 660 s for a 600 s time need" in scale[-1].reason
+        assert needy.get(timeout=120)["task_id"] == "needs-600s-sized"
+    finally:
+        if app is not None:
+            app.close()
+        down = tear_down(ws, "--timeout", "10")
+    assert down.returncode == 0, down.stderr
