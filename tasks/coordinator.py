@@ -131,7 +131,6 @@ class Coordinator:
         self.deaths = Deaths(r, exited)
         self._published = 0  # outages after which the run's keys were written again
         self.workers = workers  # worker slots known to be there (local workers started)
-        self._stale_said = 0  # stale result writes already told in the run's log
         self._guarded = 0.0  # when the broker and the lease were last checked
         self.dispatch = Dispatch(app, run_id, state.run.spec, lambda: self.timing.batch_s)
         self.steer = Steering(r, store, run_id)
@@ -258,7 +257,7 @@ class Coordinator:
         wall = time.perf_counter() - began
         payload = dumps(to_plain(snap))
         self.outage.run(lambda: self.r.set(keys.run_snapshot(self.run_id, k), payload))
-        stale = self._stale()
+        stale = self.outage.run(partial(self.steer.stale, self.dispatch.gen))
         self.store.record(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
                                         estimate=plain["estimate"], error=plain["error"],
                                         snapshot=to_plain(snap), wall_s=self.wall_before + wall,
@@ -271,18 +270,6 @@ class Coordinator:
                                    result.estimate, result.error,
                                    (st.samples - samples_before) / max(wall, 1e-9), wall))
         return result
-
-    def _stale(self) -> int:
-        """Result writes of older owner generations refused so far (each new one said once
-        in the run's log)."""
-        raw = self.outage.run(lambda: self.r.hget(keys.run_state(self.run_id), "stale_refused"))
-        stale = int(raw or 0)
-        if stale > self._stale_said:
-            self.steer.log("warn", f"{stale - self._stale_said} result write(s) sent by an "
-                           "earlier coordinator of this run refused, not merged (owner "
-                           f"generation now {self.dispatch.gen})")
-            self._stale_said = stale
-        return stale
 
     @contextlib.contextmanager
     def _processes(self) -> Iterator[None]:
