@@ -25,6 +25,7 @@ Layout (the Redis type of each key is in its builder's docstring)::
     mainboard:run:<run>:it:<k>:claim:<i>:<a>        string holder of attempt a (short TTL)
     mainboard:workers                               zset   worker hostname -> last beat
     mainboard:worker:<hostname>                     hash   pid, host, started, current batch
+    mainboard:timeneed:<task id>                    hash   a refused task's put-backs
     mainboard:celery:...                            Celery/kombu keys (queues, results)
 """
 
@@ -175,6 +176,15 @@ def batch_claim(run_id: str, iteration: int, batch_index: int, attempt: int) -> 
     """string with a short TTL refreshed by a heartbeat: the worker running that attempt now."""
     return (f"{_it(run_id, iteration)}:claim:{_index('batch index', batch_index)}:"
             f"{_index('attempt', attempt)}")
+
+
+def time_need(task_id: str) -> str:
+    """hash (TTL): a task put back for its time need: first put-back, count, and each
+    refusing worker's walltime (``mainboard.tasks.timeneed``)."""
+    if not isinstance(task_id, str) or not _WORKER.match(task_id):
+        raise ValueError(f"invalid task id {task_id!r}: expected 1-255 characters without "
+                         "whitespace, ':' or glob characters")
+    return f"{PREFIX}timeneed:{task_id}"
 
 
 def celery_queue(name: str) -> str:

@@ -90,6 +90,8 @@ class IterationDone(Payload):
     # unix times of the iteration's phases (the run timeline): "dispatch" (first batch
     # sent), "complete" (last batch merged), "adapt" (sampler adapted); snapshot = this line
     times: dict[str, float] = Field(default_factory=dict)
+    # result writes of an earlier coordinator (older owner generation) refused so far
+    stale_refused: int = 0
 
 
 class RunFinished(Payload):

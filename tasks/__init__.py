@@ -34,6 +34,7 @@ HEARTBEAT_S = 5.0  # a worker's heartbeat period (mainboard.tasks.fleet)
 GPU_ENV = "MAINBOARD_GPU_PIN"  # set for GPU pools: one device per worker process
 RETIRE_ENV = "MAINBOARD_RETIRE_BEFORE"  # seconds before the allocation ends (SLURM workers)
 WALLTIME_ENV = "MAINBOARD_WALLTIME"  # seconds: a worker's allocation, for its time left
+POOL_ENV = "MAINBOARD_FLEET_POOL"  # the [fleet.pools.NAME] a worker belongs to
 
 __all__ = ["BATCH_QUEUE", "COORDINATOR_QUEUE", "STAGE_TASKS", "TASK_MODULES", "task"]
 

@@ -39,14 +39,23 @@ _BLMPOP = True  # the server knows BLMPOP (Redis >= 7.0) until it says otherwise
 
 # Store a bundle's results in one round trip: only while the iteration is live (its sampler
 # key exists), each member at most once (HSETNX), then one done entry naming the members
-# stored now. KEYS: sampler, results hash, done list, progress hash, claim.
-# ARGV: progress field, entry suffix, then (field, payload) per member.
+# stored now; never from an older owner generation of the run (a coordinator that was
+# replaced: refused and counted in the run's state, ``stale_refused``). KEYS: sampler,
+# results hash, done list, progress hash, claim, run state. ARGV: progress field, entry
+# suffix, generation (0: not checked), then (field, payload) per member.
 _STORE = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[3] ~= '0' then
+  local owner = redis.call('HGET', KEYS[6], 'generation')
+  if owner and owner ~= ARGV[3] then
+    redis.call('HINCRBY', KEYS[6], 'stale_refused', (#ARGV - 3) / 2)
+    return -2
+  end
+end
 redis.call('DEL', KEYS[5])
 redis.call('HINCRBY', KEYS[4], ARGV[1], 1)
 local stored = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) == 1 then
     stored[#stored + 1] = ARGV[i]
   end
@@ -94,16 +103,18 @@ def parse_done(entry: bytes) -> Done:
 
 
 def store_bundle(r: redis.Redis, run_id: str, iteration: int, lead: int, attempt: int,
-                 results: Sequence[tuple[int, bytes]], seconds: float, slot: str) -> int:
+                 results: Sequence[tuple[int, bytes]], seconds: float, slot: str,
+                 gen: int = 0) -> int:
     """Store the encoded results of one bundle attempt; how many were stored now (-1: the
-    iteration is over, nothing was written)."""
-    args: list[str | bytes] = [f"{lead}:{attempt}", f"@{seconds:.6f}@{slot}"]
+    iteration is over, -2: sent by an older owner generation; nothing was written)."""
+    args: list[str | bytes] = [f"{lead}:{attempt}", f"@{seconds:.6f}@{slot}", str(gen)]
     for index, payload in results:
         args += [str(index), payload]
     return int(r.register_script(_STORE)(
         keys=[keys.iteration_sampler(run_id, iteration), keys.iteration_results(run_id, iteration),
               keys.iteration_done(run_id, iteration), keys.iteration_progress(run_id, iteration),
-              keys.batch_claim(run_id, iteration, lead, attempt)], args=args))
+              keys.batch_claim(run_id, iteration, lead, attempt), keys.run_state(run_id)],
+        args=args))
 
 
 def pop_done(r: redis.Redis, key: str, timeout: float) -> list[bytes]:

@@ -48,6 +48,13 @@ log = logging.getLogger(__name__)
 # progress field, done entry.
 _FINISH = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[5] ~= '0' then
+  local owner = redis.call('HGET', KEYS[6], 'generation')
+  if owner and owner ~= ARGV[5] then
+    redis.call('HINCRBY', KEYS[6], 'stale_refused', 1)
+    return -2
+  end
+end
 redis.call('DEL', KEYS[5])
 redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
 if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 1 then
@@ -67,16 +74,20 @@ class BatchRef:
     batch: int
     n: int
     attempt: int = 0
+    gen: int = 0  # the run's owner generation that sent it (0: sent by hand, not checked)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for the codec."""
-        return asdict(self)
+        """Plain data for the codec (``gen`` only when set: a hand-sent message is as before)."""
+        data = asdict(self)
+        if not self.gen:
+            del data["gen"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BatchRef:
         """Inverse of :meth:`to_dict`."""
         return cls(str(data["run"]), int(data["iteration"]), int(data["batch"]),
-                   int(data["n"]), int(data.get("attempt", 0)))
+                   int(data["n"]), int(data.get("attempt", 0)), int(data.get("gen", 0)))
 
     @property
     def field(self) -> str:
@@ -355,8 +366,9 @@ class StageContext:
         stored = script(keys=[keys.iteration_sampler(ref.run, ref.iteration), target,
                               keys.iteration_done(ref.run, ref.iteration),
                               keys.iteration_progress(ref.run, ref.iteration),
-                              keys.batch_claim(ref.run, ref.iteration, ref.batch, ref.attempt)],
-                        args=[str(ref.batch), payload, ref.field, entry])
+                              keys.batch_claim(ref.run, ref.iteration, ref.batch, ref.attempt),
+                              keys.run_state(ref.run)],
+                        args=[str(ref.batch), payload, ref.field, entry, str(ref.gen)])
         return int(stored) == 1
 
     def store_result(self, result: Mapping[str, Any]) -> bool:

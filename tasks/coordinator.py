@@ -257,10 +257,12 @@ class Coordinator:
         wall = time.perf_counter() - began
         payload = dumps(to_plain(snap))
         self.outage.run(lambda: self.r.set(keys.run_snapshot(self.run_id, k), payload))
+        stale = self.outage.run(partial(self.steer.stale, self.dispatch.gen))
         self.store.record(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
                                         estimate=plain["estimate"], error=plain["error"],
                                         snapshot=to_plain(snap), wall_s=self.wall_before + wall,
-                                        batches=self.steer.batches, times=self.steer.times()))
+                                        batches=self.steer.batches, times=self.steer.times(),
+                                        stale_refused=stale))
         self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()}))
         if self.progress is not None and result is not None:
@@ -312,7 +314,8 @@ class Coordinator:
         publish_run(self.r, self.run_id, self.state.run.spec.model_dump(mode="json"),
                     self.places)
         self.r.hset(keys.run_state(self.run_id), mapping={
-            "status": "running", "coordinator": self.lease.token, "updated": time.time()})
+            "status": "running", "coordinator": self.lease.token, "updated": time.time(),
+            "generation": self.dispatch.gen})
         self.r.hdel(keys.run_state(self.run_id), "control")
         self._published = self.outage.count
 
@@ -333,6 +336,9 @@ class Coordinator:
         return self._collect(k, sizes, {int(f) for f in stored})
 
     def _start(self, fresh: bool) -> None:
+        # A new owner generation (kept across a fresh start's clearing): results sent by a
+        # coordinator before this one are refused by the store scripts, never merged.
+        self.dispatch.gen = int(self.r.hget(keys.run_state(self.run_id), "generation") or 0) + 1
         if fresh:
             clear_run(self.r, self.run_id, keep=(self.lease.key,))
         elif owned(self.state.sampler) is not None:  # batches of a dead owner's process

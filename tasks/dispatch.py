@@ -46,6 +46,7 @@ class Dispatch:
         self.stages = ["materialize", *(["transform"] if spec.transforms else []), "evaluate"]
         self.sizer = Sizer(spec.batching.max_bundle)
         self.latents: list[dict[str, Any]] | None = None  # an owned sampler's batches of k
+        self.gen = 0  # the run's owner generation: results of an older one are refused
         self.units: dict[int, Bundle] = {}  # lead -> unit, of the iteration in hand
         self.unit_of: dict[int, int] = {}  # batch -> lead
         self._producer: Producer | None = None
@@ -119,7 +120,7 @@ class Dispatch:
     def _send_bundle(self, k: int, unit: Bundle, sizes: Sequence[int], attempt: int) -> None:
         lead = unit.lead
         message: dict[str, Any] = {
-            "ref": BatchRef(self.run_id, k, lead, sizes[lead], attempt).to_dict(),
+            "ref": BatchRef(self.run_id, k, lead, sizes[lead], attempt, self.gen).to_dict(),
             "batches": [[i, sizes[i]] for i in unit.members]}
         if self.latents is not None:  # produced here by the owner: the points travel along
             message["latents"] = [self.latents[i] for i in unit.members]
@@ -137,10 +138,11 @@ class Dispatch:
         rest = [sig(stage) for stage in self.stages[:-1]]
         rest.append(sig("evaluate", kwargs={"store": True}))
         if self.latents is not None:  # an owned sampler's batch starts at materialize
-            message = {"ref": BatchRef(self.run_id, k, batch, n, attempt).to_dict(),
+            message = {"ref": BatchRef(self.run_id, k, batch, n, attempt, self.gen).to_dict(),
                        "latent": self.latents[batch]}
             return chain(sig(self.stages[0], args=(message,), immutable=True), *rest[1:])
-        return chain(sig("sample", args=(self.run_id, k, batch, n, attempt), immutable=True),
+        return chain(sig("sample", args=(self.run_id, k, batch, n, attempt, self.gen),
+                         immutable=True),
                      *rest)
 
 

@@ -31,9 +31,11 @@ class QueueTask(TimedTask):
 
 
 class BatchTask(QueueTask):
-    """Per-batch stage tasks: the batch queue."""
+    """Per-batch stage tasks: the batch queue (a time need given up is checked inside the
+    stage, so the run's coordinator learns it as the batch's error)."""
 
     default_queue = BATCH_QUEUE
+    checks_time_need = True
 
 
 class CoordinatorTask(QueueTask):

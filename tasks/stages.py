@@ -40,7 +40,7 @@ from mainboard.integrators.owner import owned
 from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
-from mainboard.tasks import STAGE_PREFIX, codec, telemetry
+from mainboard.tasks import STAGE_PREFIX, codec, telemetry, timeneed
 from mainboard.tasks.bundles import store_bundle
 from mainboard.tasks.context import BatchRef, Skip, StageContext, release_all
 from mainboard.tasks.outage import REDIS_DOWN
@@ -73,6 +73,7 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
                            ref.iteration + 1, ref.batch, stage)
     began, clock = time.time(), time.perf_counter()
     try:
+        timeneed.check(task.request)  # given up for its time need: the batch's error
         if members is not None:
             ctx.stage = "sample"  # a load failure is its first stage's, as in a chain
         # an instant stage leaves the check to the next one, a bundle to its body
@@ -164,9 +165,9 @@ def _store(c: StageContext, result: Mapping[str, Any]) -> Message:
 
 @_stage_task("sample")
 def sample(self: Task, run_id: str, iteration: int, batch_index: int, n: int,
-           attempt: int = 0) -> Message:
+           attempt: int = 0, gen: int = 0) -> Message:
     """Stage 1: the compact latent batch (seed coordinates and size, no arrays)."""
-    ref = BatchRef(run_id, iteration, batch_index, n, attempt)
+    ref = BatchRef(run_id, iteration, batch_index, n, attempt, gen)
     return run_stage(self, ref, "sample", lambda c: c.forward(latent=stages.sample(
         c.run, not_owned(c.sampler), iteration, batch_index, n).to_dict()), claim=False)
 
@@ -252,7 +253,7 @@ def bundle(self: Task, message: Message) -> Message:
         c.ref = lead
         slot = f"{node or c.holder}|{os.getpid()}|{threading.get_ident()}"
         stored = store_bundle(c.r, lead.run, lead.iteration, lead.batch, lead.attempt, results,
-                              time.perf_counter() - clock, slot)
+                              time.perf_counter() - clock, slot, lead.gen)
         return c.forward(stored=stored > 0, batches=[i for _, (i, _) in todo])
 
     # the stage is "fused" (claims, spans): the bundle runs that stage for each member

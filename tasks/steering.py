@@ -65,6 +65,17 @@ class Steering:
         self._times: dict[str, float] = {}
         self._offset: float | None = None
         self.host = socket.gethostname()
+        self.stale_said = 0  # stale result writes already told in the run's log
+
+    def stale(self, gen: int) -> int:
+        """Result writes of older owner generations refused so far (``stale_refused`` of the
+        run's state); each new one is said once in the run's log."""
+        count = int(self.r.hget(keys.run_state(self.run_id), "stale_refused") or 0)
+        if count > self.stale_said:
+            self.log("warn", f"{count - self.stale_said} result write(s) sent by an earlier "
+                     f"coordinator of this run refused, not merged (owner generation now {gen})")
+            self.stale_said = count
+        return count
 
     def begin(self, batches: int) -> None:
         """A new iteration of ``batches`` batches (the first registers the coordinator's

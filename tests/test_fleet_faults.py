@@ -132,8 +132,9 @@ def test_a_healthy_tunnel_carries_no_stale_error_in_tunnels_json() -> None:
     assert status_row(back, "cannot reach h")["error"] is None
     down = TunnelStatus("w1", 4100, "127.0.0.1:6379", False, 1, 2, 0, "connection refused")
     assert status_row(down, None)["error"] == "connection refused"
-    assert status_row(None, "cannot reach h") == {"healthy": False, "remote_port": None,
-                                                  "reconnects": 0, "error": "cannot reach h"}
+    assert status_row(None, "cannot reach h") == {"healthy": False, "since": None,
+                                                  "remote_port": None, "reconnects": 0,
+                                                  "error": "cannot reach h"}
 
 
 def test_a_preempted_or_cancelled_worker_is_shown_lost_not_starting() -> None:

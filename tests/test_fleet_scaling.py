@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mainboard.config import PoolConfig
 from mainboard.fleet.scaling import PAUSE_AFTER, Alloc, PoolView, decide, lead_time, target
 
@@ -167,3 +169,39 @@ def test_each_rental_of_a_provider_host_is_synced_with_a_manifest_of_its_own(
     paths = {manifest_path(config, "gpu", "r1"), manifest_path(config, "gpu", "r2"),
              manifest_path(config, "gpu")}
     assert len(paths) == 3 and manifest_path(config, "a/b", "c d").name == "a%2Fb@c%20d.json"
+
+
+def test_a_pool_whose_walltime_may_be_chosen_asks_enough_for_the_time_needs_waiting() -> None:
+    """``max_walltime``: the largest time_request queued plus retire_before, in whole
+    minutes, between walltime and max_walltime; a pool without it keeps its walltime."""
+    from mainboard.fleet.scaling import walltime_for
+
+    ranged = pool(walltime="10m", max_walltime="2h", retire_before="60s")
+    (d,) = decide(PoolView("cpu", ranged, queue_depth=1, need_s=3000.0))
+    assert (d.action, d.walltime) == ("submit", 3060)  # 3000 + 60: 51 min
+    assert "walltime 3060 s for a 3000 s time need" in d.reason
+    (d,) = decide(PoolView("cpu", ranged, queue_depth=1, need_s=30.0))
+    assert d.walltime == 600 and "time need" not in d.reason  # the floor: walltime
+    assert walltime_for(ranged, 99999.0) == 7200  # never past max_walltime
+    assert walltime_for(ranged, None) == 600
+    assert walltime_for(pool(walltime="10m"), 3000.0) == 600  # no range: as declared
+    assert walltime_for(pool(max_walltime="1h"), 100.0) == 420  # 100 + 300 default -> 7 min
+
+
+def test_a_walltime_above_max_walltime_names_both(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="walltime 7200 s is above max-walltime 3600 s"):
+        pool(walltime="2h", max_walltime="1h")
+    (tmp_path / "mainboard.toml").write_text(
+        '[fleet.pools.p]\nhost = "local"\nwalltime = "2h"\nmax-walltime = "1h"\n')
+    done = subprocess.run([sys.executable, "-m", "mainboard", "fleet", "status"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().endswith("mainboard.toml:3: fleet.pools.p.walltime: walltime "
+                                        "7200 s is above max-walltime 3600 s (got 7200); "
+                                        "valid: walltime <= max-walltime"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -169,3 +169,119 @@ def test_a_task_needing_more_time_than_the_allocation_has_left_runs_elsewhere(
             app.close()
         down = tear_down(ws, "--timeout", "10")
     assert down.returncode == 0, down.stderr
+
+
+NEVER_FITS = """name = "never-fits"
+seed = 3
+[domain]
+continuous = 1
+[integrand]
+kind = "constant"
+value = 1.0
+[stop]
+max_iterations = 1
+[batching]
+batch_size = 100
+time_request = 600
+"""
+
+
+def test_put_backs_end_after_the_wait_from_the_first_or_a_count() -> None:
+    from mainboard.tasks.timeneed import PutBacks, bounds, given_up, unmet_line
+
+    assert bounds({}, {}) == (600.0, None)  # the default: 10 min, no count limit
+    assert bounds({"time_request_wait": 5}, {"MAINBOARD_TIME_NEED_WAIT_S": "60"}) == (5.0, None)
+    assert bounds(None, {"MAINBOARD_TIME_NEED_WAIT_S": "60",
+                         "MAINBOARD_TIME_NEED_PUTBACKS": "4"}) == (60.0, 4)
+    assert bounds({"time_request_wait": "soon"}, {}) == (600.0, None)  # not a number: default
+    seen = PutBacks(first=1000.0, count=3, walls={"short": "120", "tiny": ""})
+    assert not given_up(seen, 1059.0, 60.0, None) and given_up(seen, 1060.0, 60.0, None)
+    assert given_up(seen, 1001.0, 60.0, 3) and not given_up(seen, 1001.0, 60.0, 4)
+    line = unmet_line("t.task", "id-1", 600.0, seen, 1060.0)
+    assert "\n" not in line
+    assert line.startswith("t.task id-1 not run: it needs 600 s (time_request)")
+    assert "pool short: walltime 120 s, pool tiny: no walltime known" in line
+    assert "put back 3 time(s) over 60 s" in line
+
+
+@pytest.mark.live
+@pytest.mark.timeout(300)
+def test_a_task_no_pool_has_the_time_for_fails_in_one_line_after_its_wait(
+        tmp_path: Path, provisioned_root: Path) -> None:  # noqa: F811
+    """A real local worker whose allocation is 2 minutes: a probe needing 600 s fails after
+    its 2 s wait (its header) with the line naming its need and the pool's walltime; a run
+    whose batches need 600 s fails with that line in `runs show` and `runs logs` (the wait
+    from the worker's environment)."""
+    import json
+
+    from mainboard.tasks.fleet import PROBE_TASK
+    from mainboard.tasks.timeneed import WAIT_HEADER
+    from tests.fleet_helpers import cli
+
+    ws = workspace(tmp_path / "ws",
+                   table("hosts.cluster", kind="local", root=str(provisioned_root),
+                         env={"MAINBOARD_TIME_NEED_WAIT_S": "2"}),
+                   table("fleet.pools.short", host="cluster", queues=[QUEUE, "mainboard.batches"],
+                         walltime="2m", retire_before="30s"))
+    (ws / "run.toml").write_text(NEVER_FITS)
+    app = None
+    try:
+        up_ok(ws, "--pool", "short", "--no-flower")
+        app = _app(ws)
+        probe = app.send_task(PROBE_TASK, kwargs={"sleep_s": 0.1}, queue=QUEUE,
+                              task_id="needs-600s-once", headers={HEADER: 600, WAIT_HEADER: 2})
+        with pytest.raises(Exception) as failed:
+            probe.get(timeout=60)
+        line = str(failed.value)
+        assert type(failed.value).__name__ == "TimeNeedUnmet"
+        assert line.startswith("mainboard.fleet.probe needs-600s-once not run: it needs 600 s")
+        assert "pool short: walltime 120 s" in line and "\n" not in line
+        wait_until(lambda: line in _job_log(ws, "short"), 10, "the line in the worker log")
+
+        done = cli(ws, "integrate", "run.toml", "--workers", "0", "--json")
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert "it needs 600 s (time_request) and no worker had that long (pool short: " \
+               "walltime 120 s)" in done.stderr, done.stderr
+        shown = cli(ws, "runs", "show", "never-fits", "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert "it needs 600 s (time_request)" in json.dumps(json.loads(shown.stdout))
+        logs = cli(ws, "runs", "logs", "never-fits")
+        assert "it needs 600 s (time_request)" in logs.stdout, logs.stdout + logs.stderr
+    finally:
+        if app is not None:
+            app.close()
+        down = tear_down(ws, "--timeout", "10")
+    assert down.returncode == 0, down.stderr
+
+
+@pytest.mark.live
+@pytest.mark.timeout(300)
+def test_an_autoscaled_pool_asks_the_walltime_a_queued_time_need_wants(
+        tmp_path: Path, provisioned_root: Path) -> None:  # noqa: F811
+    """A pool at zero whose walltime may be 1 to 30 minutes: a task needing 600 s queued,
+    the keeper submits one allocation asking 600 s + retire_before 30 s, in whole minutes
+    (11 min), and the task runs there."""
+    from mainboard.fleet.autoscale import SCALE_TICK_ENV
+    from mainboard.fleet.records import read_fleet
+
+    ws = workspace(tmp_path / "ws", table("hosts.cluster", kind="local",
+                                          root=str(provisioned_root)),
+                   table("fleet.pools.sized", host="cluster", queues=[QUEUE], max_jobs=1,
+                         walltime="1m", max_walltime="30m", retire_before="30s",
+                         idle_timeout="5m"))
+    app = None
+    try:
+        up_ok(ws, "--pool", "sized", "--no-flower", env={SCALE_TICK_ENV: "0.2"})
+        app = _app(ws)
+        needy = _send(app, 600, "needs-600s-sized")
+        (started,) = wait_until(lambda: [w for w in read_fleet(ws / ".mainboard").live()
+                                         if w.pool == "sized"], 60, "the sized allocation")
+        assert started.job["spec"]["walltime"] == 660
+        scale = [e for e in read_fleet(ws / ".mainboard").scale if e.action == "submit"]
+        assert "walltime 660 s for a 600 s time need" in scale[-1].reason
+        assert needy.get(timeout=120)["task_id"] == "needs-600s-sized"
+    finally:
+        if app is not None:
+            app.close()
+        down = tear_down(ws, "--timeout", "10")
+    assert down.returncode == 0, down.stderr

@@ -74,6 +74,7 @@ def _detail(h: RunHistory) -> dict[str, Any]:
     out = h.summary()
     out["spec"] = h.created.spec
     out["resumed_from"] = [r.from_iteration for r in h.resumed]
+    out["stale_refused"] = max((i.stale_refused for i in h.iterations), default=0)
     out["history"] = [{"iteration": i.iteration, "samples": i.samples,
                        "estimate": i.estimate, "error": i.error,
                        "training_samples": (i.snapshot or {}).get("training_samples", 0),

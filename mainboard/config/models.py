@@ -280,7 +280,9 @@ class PoolConfig(ConfigModel):
     autoscales between ``min_jobs`` and ``max_jobs`` from the queues' depth, at most
     ``backlog`` allocations waiting in the scheduler at once, releasing workers idle past
     ``idle_timeout``; a provider pool also stays within ``max_usd_hr`` (the prices of the
-    offers it rented, plus the next offer's) and ``budget_usd``.
+    offers it rented, plus the next offer's) and ``budget_usd``. With ``max_walltime`` the
+    walltime is chosen per allocation: the keeper asks for enough (up to ``max_walltime``)
+    for the largest ``time_request`` waiting in the pool's queues.
     """
 
     host: str
@@ -292,6 +294,7 @@ class PoolConfig(ConfigModel):
     gpus: int | None = Field(None, ge=0, description="an integer >= 0")
     nodes: int = Field(1, ge=1, description="an integer >= 1")  # one worker per node
     walltime: PositiveDuration | None = None
+    max_walltime: PositiveDuration | None = None  # the keeper may ask up to this for time needs
     retire_before: PositiveDuration | None = None
     jobs: int = Field(1, ge=0, description="an integer >= 0")
     min_jobs: int = Field(0, ge=0, description="an integer >= 0")
@@ -306,6 +309,11 @@ class PoolConfig(ConfigModel):
         if self.max_jobs is not None and self.min_jobs > self.max_jobs:
             raise custom_error(f"min-jobs {self.min_jobs} is above max-jobs {self.max_jobs}",
                                "min-jobs <= max-jobs", ("min-jobs",), value=self.min_jobs)
+        if self.max_walltime is not None and self.walltime is not None \
+                and self.walltime > self.max_walltime:
+            raise custom_error(f"walltime {self.walltime} s is above max-walltime "
+                               f"{self.max_walltime} s", "walltime <= max-walltime",
+                               ("walltime",), value=self.walltime)
         if self.gpus and self.workers > self.gpus:
             raise custom_error(f"workers {self.workers} would share {self.gpus} GPU(s): each "
                                "worker process gets one of its own", f"workers <= gpus "

@@ -11,11 +11,12 @@ up the same allocations and the same failure count, and submits nothing twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import redis
@@ -41,6 +42,7 @@ from mainboard.fleet.workers import (
 )
 from mainboard.receipts import FleetScale, WorkerStarted
 from mainboard.tasks import HEARTBEAT_S
+from mainboard.tasks.timeneed import need_of
 
 SCALE_TICK_ENV = "MAINBOARD_SCALE_TICK_S"  # tests shorten it
 SCALE_TICK_S = 5.0
@@ -88,6 +90,22 @@ def queue_depth(client: redis.Redis, queues: Sequence[str]) -> int:
 RECENT_RUNS = 200  # the newest runs asked for demand (older ones have long finished)
 
 
+NEED_SCAN = 200  # messages of each queue read for their time need (the head: next to go)
+
+
+def queue_need(client: redis.Redis, queues: Sequence[str]) -> float | None:
+    """The largest ``time_request`` among the messages waiting in ``queues`` (their head)."""
+    needs = []
+    for queue in queues:
+        for raw in client.lrange(keys.celery_queue(queue), 0, NEED_SCAN - 1):
+            try:
+                headers = json.loads(raw).get("headers")
+            except (ValueError, AttributeError):
+                continue
+            needs.append(need_of(headers if isinstance(headers, dict) else None))
+    return max((n for n in needs if n is not None), default=None)
+
+
 def run_demand(client: redis.Redis, queues: Sequence[str]) -> int:
     """Batches the running runs' coordinators still wait for on ``queues`` (a coordinator
     that died leaves no lease: its run is no demand)."""
@@ -119,6 +137,26 @@ def _left(worker: WorkerStarted, pool: PoolConfig, entry: dict[str, str],
         return None
     retire = pool.retire_before or DEFAULT_RETIRE_BEFORE_S
     return began + float(walltime) - min(float(retire), float(walltime)) - now
+
+
+def silent_s(worker: WorkerStarted, beat: float | None, now: float,
+             tunnels: dict[str, dict[str, object]]) -> float | None:
+    """How long the worker has been silent in a way that says it is gone (None: no sign).
+
+    A worker that reaches the broker through this keeper's reverse tunnel cannot beat while
+    the tunnel is down: a keeper restarted (SIGKILL, reboot) finds its last beat as old as
+    its own absence, and must not call it lost for that. Its silence counts from the later
+    of its last beat and the moment its tunnel came up again; with no healthy tunnel it is
+    not judged here (the keeper marks an unreachable host lost after its retry budget)."""
+    if beat is None:
+        return None
+    if worker.broker_via != "tunnel":
+        return now - beat
+    row = tunnels.get(worker.worker_id) or {}
+    since = row.get("since") if row.get("healthy") else None
+    if not isinstance(since, int | float):
+        return None
+    return now - max(beat, float(since))
 
 
 @dataclass
@@ -172,6 +210,10 @@ class Autoscaler:
         found = poll_jobs(self.config, members)
         look = Look(members={w.worker_id: w for w in members})
         entries = fleet_entries(BrokerRoute(url), members) if members else {}
+        from mainboard.fleet.keeper import tunnel_status  # as submit: keeper imports this
+
+        tunnels = tunnel_status(self.config.state_dir) \
+            if any(w.broker_via == "tunnel" for w in members) else {}
         now = time.time()
         allocs: list[Alloc] = []
         waits = [e for e in pool_events(state, name) if e.action == "running"]
@@ -183,8 +225,9 @@ class Autoscaler:
                 continue
             entry = allocation_entry(entries, worker)  # all its nodes together
             beat = float(entry["beat"]) if entry.get("beat") else None
-            if beat is not None and now - beat > LOST_AFTER_S:  # node death, partition...
-                look.stale.append((worker, now - beat))
+            silent = silent_s(worker, beat, now, tunnels)
+            if silent is not None and silent > LOST_AFTER_S:  # node death, partition...
+                look.stale.append((worker, silent))
                 continue
             last = entry.get("last_task") or entry.get("started")
             pend = isinstance(status, JobStatus) and status.state.value == "pending"
@@ -198,6 +241,7 @@ class Autoscaler:
         with registry(BrokerRoute(url)) as client:
             depth = queue_depth(client, pool.queues)
             demand = run_demand(client, pool.queues)
+            need = queue_need(client, pool.queues) if pool.max_walltime is not None else None
         host = self.config.host(pool.host)
         price, rented, spent = None, 0.0, 0.0
         if isinstance(host, ProviderHost):
@@ -208,7 +252,7 @@ class Autoscaler:
         look.view = PoolView(name, pool, allocs, queue_depth=depth, outstanding=demand,
                              failures=failures(state, name), usd_hr=price,
                              rented_usd_hr=rented, spent_usd=spent, jobs=asked(state, name),
-                             paused=pool_paused(state, name),
+                             paused=pool_paused(state, name), need_s=need,
                              lead_s=lead_time([e.wait_s for e in waits if e.wait_s is not None]
                                               + [w for _, w in look.began]))
         look.lost = sum(s != "completed" for _, s in look.ended) + len(look.stale) + sum(
@@ -299,7 +343,10 @@ class Autoscaler:
         route = broker_route(self.config, start=False)
         assert route is not None
         args = (self.config.root, self.config.path, self.config.state_dir)
-        launcher = Launcher(self.config, pool_options(pool, UpOptions()), route,
+        options = pool_options(pool, UpOptions())
+        if decision.walltime is not None:  # sized for the time needs waiting
+            options = replace(options, walltime=decision.walltime)
+        launcher = Launcher(self.config, options, route,
                             partial(ensure_keeper, *args), partial(wait_tunnel, *args))
         launcher.pool = name
         if view.usd_hr and pool.max_usd_hr is not None:  # the offer decided on, or cheaper:

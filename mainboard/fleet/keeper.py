@@ -133,11 +133,14 @@ def stop_keeper(state_dir: Path, timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
-def status_row(held: TunnelStatus | None, error: str | None) -> dict[str, object]:
+def status_row(held: TunnelStatus | None, error: str | None,
+               since: float | None = None) -> dict[str, object]:
     """One worker's line of tunnels.json: an error only while unhealthy (a reconnected
-    tunnel's last error is history, not news)."""
+    tunnel's last error is history, not news); ``since``: when it came up (epoch s), from
+    which the autoscaler counts a tunnelled worker's silence."""
     healthy = bool(held and held.healthy)
-    return {"healthy": healthy, "remote_port": held.remote_port if held else None,
+    return {"healthy": healthy, "since": since if healthy else None,
+            "remote_port": held.remote_port if held else None,
             "reconnects": held.reconnects if held else 0,
             "error": None if healthy else error or (held.last_error if held else None)}
 
@@ -157,6 +160,7 @@ class Keeper:
         self.down_since: dict[str, float] = {}  # worker id -> first failure of this outage
         self.lost_after = float(os.environ.get(LOST_AFTER_ENV) or LOST_AFTER_S)
         self.next_try: dict[str, float] = {}
+        self.up_since: dict[str, float] = {}  # worker id -> when its tunnel came up (epoch s)
         self.scaler = None
         if self.config.fleet.pools:  # imported only then: the keeper's start is on `fleet up`'s path
             from mainboard.fleet.autoscale import Autoscaler
@@ -217,7 +221,13 @@ class Keeper:
 
     def write_status(self, wanted: dict[str, object]) -> None:
         held = self.tunnels.status()
-        data = {w: status_row(held.get(w), self.errors.get(w)) for w in wanted}
+        for worker_id in wanted:
+            if held.get(worker_id) is not None and held[worker_id].healthy:
+                self.up_since.setdefault(worker_id, time.time())
+            else:
+                self.up_since.pop(worker_id, None)
+        data = {w: status_row(held.get(w), self.errors.get(w), self.up_since.get(w))
+                for w in wanted}
         tmp = self.paths["status"].with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(self.paths["status"])

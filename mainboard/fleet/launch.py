@@ -49,7 +49,7 @@ from mainboard.fleet.warm import Stamp, free_remote_port, remove_secret, write_s
 from mainboard.hosts.access import ensure_root
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerSubmitting, WorkerTunnel
-from mainboard.tasks import BATCH_QUEUE, GPU_ENV, RETIRE_ENV, TASK_MODULES, WALLTIME_ENV
+from mainboard.tasks import BATCH_QUEUE, GPU_ENV, POOL_ENV, RETIRE_ENV, TASK_MODULES, WALLTIME_ENV
 from mainboard.tasks.paths import WORKSPACE_ENV
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
@@ -130,7 +130,7 @@ def worker_command(python: str, node: str, queues: Sequence[str], concurrency: i
 
 def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: str,
                 command: str = "celery worker", root: str | None = None,
-                tag: str | None = None) -> JobSpec:
+                tag: str | None = None, pool: str | None = None) -> JobSpec:
     """The job that runs one worker on ``name``, with host defaults and queue policy applied."""
     spec = JobSpec.from_params(
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
@@ -139,6 +139,7 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
         per_node=options.nodes > 1, env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name,
              "MAINBOARD_HOST_KIND": host.kind,
              **({GPU_ENV: "1"} if options.gpus else {}),
+             **({POOL_ENV: pool} if pool else {}),  # names it in put-back records
              **({WORKSPACE_ENV: root} if root else {})},  # its copy of the workspace
         workdir=root, tag=tag)  # retire_signal: JobSpec's default, Celery's warm shutdown
     spec = resolve(spec, host)
@@ -445,7 +446,8 @@ class Launcher:
                                          per_node=self.options.nodes > 1)
                 spec = worker_spec(target.name, target.host, self.options, worker_id=worker_id,
                                    command=command, root=target.root,
-                                   tag=owner_tag(self.config.state_dir, worker_id))
+                                   tag=owner_tag(self.config.state_dir, worker_id),
+                                   pool=self.pool)
                 bridge = target.make_bridge(target.root)
                 spec = bridge.prepare(spec)
                 uid = new_uid(spec.name)

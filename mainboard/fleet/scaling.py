@@ -18,6 +18,9 @@ views. The rules, in order:
   rental would take) nor ``budget_usd`` (spent + this allocation's walltime at that
   price); a priced pool rents one at a time, so each rental is judged on the listing of
   the moment (the next cheapest offer may cost more once the cheapest is taken);
+- a pool whose walltime may be chosen (``max_walltime``) asks, for each submission, for the
+  largest time need waiting in its queues plus its ``retire_before``, rounded up to a
+  minute, between ``walltime`` and ``max_walltime``;
 - above target: cancel allocations still pending (they hold nothing), then retire workers
   idle past ``idle_timeout`` (warm shutdown). A worker with a task in hand is never
   retired, whatever the target.
@@ -29,6 +32,7 @@ import math
 from dataclasses import dataclass, field
 
 from mainboard.config import PoolConfig
+from mainboard.fleet.launch import DEFAULT_RETIRE_BEFORE_S
 
 PAUSE_AFTER = 3
 DEFAULT_LEAD_S = 60.0  # until the pool's own allocations have shown their queue wait
@@ -69,6 +73,7 @@ class PoolView:
     spent_usd: float = 0.0
     jobs: int | None = None   # what `fleet up` asked (--jobs), for a fixed pool
     lead_s: float = DEFAULT_LEAD_S  # submission to running, learned from this pool
+    need_s: float | None = None  # the largest time_request waiting in the pool's queues
 
     def retiring(self, alloc: Alloc) -> bool:
         """Its replacement must be submitted now to be running before it drains."""
@@ -87,6 +92,19 @@ class Decision:
     count: int = 0
     worker_ids: tuple[str, ...] = ()
     target: int = 0
+    walltime: int | None = None  # seconds each submitted allocation asks for (None: default)
+
+
+def walltime_for(pool: PoolConfig, need_s: float | None) -> int | None:
+    """The walltime a new allocation asks for: the pool's own, or, where it may be chosen
+    (``max_walltime``), enough for ``need_s`` once ``retire_before`` is taken off, in whole
+    minutes, within ``walltime`` and ``max_walltime`` (a need past the maximum gets the
+    maximum: the task then fails in one line after its wait, see tasks/timeneed)."""
+    if pool.max_walltime is None or not need_s:
+        return pool.walltime
+    retire = pool.retire_before or DEFAULT_RETIRE_BEFORE_S
+    want = 60 * math.ceil((need_s + retire) / 60)
+    return min(max(pool.walltime or 0, want), pool.max_walltime)
 
 
 def target(view: PoolView) -> int:
@@ -102,7 +120,7 @@ def target(view: PoolView) -> int:
     return max(pool.min_jobs, min(want, upper))
 
 
-def _affordable(view: PoolView, wanted: int) -> tuple[int, str]:
+def _affordable(view: PoolView, wanted: int, walltime: int | None) -> tuple[int, str]:
     """How many of ``wanted`` new allocations the price limits allow (a priced pool: one
     at most, at the price of the offer it would rent), and why not more."""
     price, pool = view.usd_hr, view.pool
@@ -112,7 +130,7 @@ def _affordable(view: PoolView, wanted: int) -> tuple[int, str]:
         return 0, (f"max_usd_hr {pool.max_usd_hr:g}: {len(view.allocs)} allocation(s) "
                    f"rented at ${view.rented_usd_hr:.2f}/h, the next offer costs "
                    f"${price:.2f}/h")
-    hours = (pool.walltime or 3600) / 3600
+    hours = (walltime or 3600) / 3600
     if pool.budget_usd is not None and view.spent_usd + price * hours > pool.budget_usd + 1e-9:
         return 0, (f"budget_usd {pool.budget_usd:g}: ${view.spent_usd:.2f} spent, one more "
                    f"costs up to ${price * hours:.2f}")
@@ -134,10 +152,13 @@ def decide(view: PoolView) -> list[Decision]:
     if goal > current:
         room = view.pool.backlog - pending
         wanted = min(goal - current, max(0, room))
-        n, why = _affordable(view, wanted)
+        walltime = walltime_for(view.pool, view.need_s)
+        n, why = _affordable(view, wanted, walltime)
+        sized = f"; walltime {walltime} s for a {view.need_s:.0f} s time need" \
+            if walltime != view.pool.walltime and view.need_s else ""
         if n > 0:
-            return [Decision("submit", f"{work}: {current} allocation(s), target {goal}",
-                             count=n, target=goal)]
+            return [Decision("submit", f"{work}: {current} allocation(s), target {goal}{sized}",
+                             count=n, target=goal, walltime=walltime)]
         why = why or f"backlog {view.pool.backlog}: {pending} allocation(s) pending already"
         return [Decision("hold", f"{work}, target {goal}; not submitting: {why}", target=goal)]
     if goal >= current or not view.pool.autoscaled:
@@ -160,4 +181,5 @@ def decide(view: PoolView) -> list[Decision]:
     return out
 
 
-__all__ = ["PAUSE_AFTER", "Alloc", "Decision", "PoolView", "decide", "lead_time", "target"]
+__all__ = ["PAUSE_AFTER", "Alloc", "Decision", "PoolView", "decide", "lead_time", "target",
+           "walltime_for"]
