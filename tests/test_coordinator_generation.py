@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from mainboard.tasks import dispatch
 from mainboard.tasks.bundles import Bundle, store_bundle
 from mainboard.tasks.codec import dumps
 from mainboard.tasks.workers import LocalWorkers
-from tests.integration import GAUSS_4D, fleet_iter, spec, write_workspace
+from tests.integration import GAUSS_4D, module_fixtures, spec
 from tests.services import RedisServer
 from tests.test_coordinator_determinism import same_numbers
 
@@ -36,15 +35,7 @@ RUN = spec(GAUSS_4D, name="generations", stop={"max_samples": 36_000},
            batching={"batch_size": 2_000, "batches_per_iteration": 6, "max_bundle": 3})
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
-    return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
-
-
-@pytest.fixture(scope="module")
-def fleet(workspace: Config, redis_server: RedisServer,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
-    yield from fleet_iter(1, redis_server, tmp_path_factory.mktemp("fleet"))
+workspace_fixture, fleet_fixture = module_fixtures(1)
 
 
 def test_a_write_of_an_older_generation_is_refused_and_counted(

@@ -9,21 +9,7 @@ submodules ``client`` (one process), ``pool`` (reuse, restart once), ``adapters`
 explicitly.
 """
 
-from gammaboard_process import (
-    BatchTransform,
-    Evaluator,
-    MaterializedBatch,
-    Materializer,
-    SampleBatch,
-    Sampler,
-    TransformedBatch,
-    log,
-    run_batch_transform,
-    run_evaluator,
-    run_materializer,
-    run_sampler,
-)
+import gammaboard_process
+from gammaboard_process import *  # noqa: F403 - the helper's names, one list: its __all__
 
-__all__ = ["BatchTransform", "Evaluator", "MaterializedBatch", "Materializer", "SampleBatch",
-           "Sampler", "TransformedBatch", "log", "run_batch_transform", "run_evaluator",
-           "run_materializer", "run_sampler"]
+__all__ = list(gammaboard_process.__all__)

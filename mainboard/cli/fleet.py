@@ -278,30 +278,23 @@ def _roles(ctx: click.Context, name: str, queues: str | None, role: str | None, 
                     "when it does")
 
 
-@fleet.command()
-@click.argument("worker")
-@_QUEUES
-@_ROLE
-@common.json_option("Print one JSON object: worker_id, node, queues, consume, consumed.")
-@click.pass_context
-def assign(ctx: click.Context, worker: str, queues: str | None, role: str | None,
-           as_json: bool) -> None:
-    """Make a live WORKER (worker id or node name) consume more queues, now and after a
-    restart (Celery's add_consumer; recorded)."""
-    _roles(ctx, worker, queues, role, consume=True, as_json=as_json)
-
-
-@fleet.command()
-@click.argument("worker")
-@_QUEUES
-@_ROLE
-@common.json_option("Print one JSON object: worker_id, node, queues, consume, consumed.")
-@click.pass_context
-def unassign(ctx: click.Context, worker: str, queues: str | None, role: str | None,
+def _role_verb(name: str, consume: bool, doc: str) -> None:
+    """``fleet assign`` and ``fleet unassign``: one shape, the direction apart."""
+    @fleet.command(name, help=doc)
+    @click.argument("worker")
+    @_QUEUES
+    @_ROLE
+    @common.json_option("Print one JSON object: worker_id, node, queues, consume, consumed.")
+    @click.pass_context
+    def verb(ctx: click.Context, worker: str, queues: str | None, role: str | None,
              as_json: bool) -> None:
-    """Make a live WORKER stop consuming queues; the task in hand finishes (Celery's
-    cancel_consumer; recorded, so a restarted worker keeps it)."""
-    _roles(ctx, worker, queues, role, consume=False, as_json=as_json)
+        _roles(ctx, worker, queues, role, consume=consume, as_json=as_json)
+
+
+_role_verb("assign", True, "Make a live WORKER (worker id or node name) consume more queues, "
+           "now and after a restart (Celery's add_consumer; recorded).")
+_role_verb("unassign", False, "Make a live WORKER stop consuming queues; the task in hand "
+           "finishes (Celery's cancel_consumer; recorded, so a restarted worker keeps it).")
 
 
 @fleet.command()
