@@ -8,9 +8,12 @@ errors go to stderr, one line each.
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from mainboard.cli import common
+from mainboard.redact import redact_text
 
 
 @click.command("up")
@@ -47,14 +50,18 @@ def up(ctx: click.Context, workers: int, host: str, port: int, base_path: str,
     config = common.load(ctx)
 
     def announce(started: Started) -> None:
+        # The dashboard's URL is printed unredacted on purpose (its token opens the pages, as
+        # `mainboard dashboard` prints it); everything else goes through the one redaction.
         if as_json:
-            common.echo_json(started.to_dict())
+            rest = {k: v for k, v in started.to_dict().items() if k != "dashboard"}
+            click.echo(json.dumps({"dashboard": started.dashboard,
+                                   **json.loads(redact_text(json.dumps(rest)))}))
         else:
             click.echo(f"dashboard: {started.dashboard}")
-            click.echo(f"flower: {started.flower}  (user {started.flower_user}; password in "
-                       f"{started.flower_secret_file})")
+            common.echo(f"flower: {started.flower}  (user {started.flower_user}; password in "
+                        f"{started.flower_secret_file})")
         sys.stdout.flush()
-        click.echo(f"mainboard up: broker {started.broker}, {len(started.workers)} local "
+        common.echo(f"mainboard up: broker {started.broker}, {len(started.workers)} local "
                    f"worker(s); pids in {started.state_file} (Ctrl-C stops everything)",
                    err=True)
         for name in started.left_running:
