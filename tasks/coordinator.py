@@ -118,7 +118,9 @@ class Coordinator:
                  health: Callable[[], None] | None = None,
                  exited: Callable[[], int] | None = None, lease: Lease | None = None,
                  broker: str = "the broker", outage_budget: float = DEFAULT_BUDGET_S,
-                 places: dict[str, Any] | None = None, workers: int = 0) -> None:
+                 places: dict[str, Any] | None = None, workers: int = 0,
+                 final: bool = True) -> None:
+        self.final = final  # False: one task of a task list; the run goes on after it
         self.app, self.r, self.store, self.run_id, self.state = app, r, store, run_id, state
         self.places = places  # where the run's files are (tasks.paths.places), for workers
         self.progress, self.poll_s = progress, poll_s
@@ -371,11 +373,13 @@ class Coordinator:
                 self.outage.run(partial(self.r.delete, *iteration_keys(self.run_id, k)))
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)
-            self.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
-            self.steer.log("info", f"run finished: {result.estimate:.6g} +- {result.error:.2g} "
-                           f"from {result.samples:,} samples")
-            self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status",
-                                                "finished"))
+            if self.final:
+                self.store.record(RunFinished(run_id=self.run_id,
+                                              result=to_plain(result.to_dict())))
+                self.steer.log("info", f"run finished: {result.estimate:.6g} +- "
+                               f"{result.error:.2g} from {result.samples:,} samples")
+                self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status",
+                                                    "finished"))
             return result
         except Halt as halt:
             result = replace(self.state.result(
@@ -392,8 +396,9 @@ class Coordinator:
                 self.r.hset(keys.run_state(self.run_id), "status", "failed")
             raise
         finally:
-            with contextlib.suppress(*BROKER_ERRORS):
-                self.lease.release()
+            if self.final:  # a task list releases it once the run ends
+                with contextlib.suppress(*BROKER_ERRORS):
+                    self.lease.release()
 
 
 __all__ = ["Coordinator", "Progress", "clear_run", "iteration_keys", "publish_run"]

@@ -1,0 +1,211 @@
+"""A run's ``[[tasks]]``: train, sample frozen, plot, branch ``from`` a task, append.
+
+Real Redis, real Celery workers started as processes (``--workers 2`` / ``workers=1``),
+real `mainboard` subprocesses for what a user types; small budgets.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mainboard
+from mainboard.config import Config
+from mainboard.integrators.spec import load_run_file, parse_run
+from mainboard.receipts import Receipts, TaskDone
+from mainboard.runs.store import RECEIPTS_NAME
+from tests.integration import subprocess_env, write_workspace
+from tests.services import RedisServer
+from tests.workspace import run_cli
+
+HEAD = """\
+name = "tasks-gauss"
+seed = 7
+[domain]
+continuous = 3
+[integrand]
+kind = "genz.gaussian"
+a = [3.0, 3.0, 3.0]
+u = [0.4, 0.5, 0.6]
+[sampler]
+kind = "vegas"
+bins = 32
+[stop]
+max_samples = 20000
+[batching]
+batch_size = 4000
+batches_per_iteration = 4
+fuse = true
+"""
+
+TASKS = """
+[[tasks]]
+name = "train"
+kind = "sample"
+nr_samples = 64000
+
+[[tasks]]
+name = "infer"
+kind = "sample"
+frozen = true
+nr_samples = 48000
+
+[[tasks]]
+kind = "plot_line"
+[tasks.geometry]
+offset = [0.0, 0.5, 0.5]
+direction = [1.0, 0.0, 0.0]
+linspace = { start = 0.0, stop = 1.0, count = 11 }
+
+[[tasks]]
+name = "again"
+kind = "sample"
+from = "train"
+nr_samples = 32000
+"""
+
+APPENDED = """
+[[tasks]]
+name = "more"
+kind = "sample"
+frozen = true
+nr_samples = 16000
+"""
+
+
+def cli(config: Config, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    assert config.path is not None
+    return run_cli(config.path, *args, env=subprocess_env(), timeout=timeout)
+
+
+def task_receipts(config: Config, run_id: str) -> list[TaskDone]:
+    path = config.state_dir / "runs" / run_id / RECEIPTS_NAME
+    return [p for p in Receipts(path).read() if isinstance(p, TaskDone)]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
+    return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
+
+
+# ---------------------------------------------------------------- the run id
+def test_a_run_without_tasks_keeps_its_id() -> None:
+    """The run id hashes the definition; an absent (or empty) task list is not in it, so
+    every existing run keeps its id (this one was computed before tasks existed)."""
+    data: dict[str, Any] = {"name": "t", "seed": 1, "domain": {"continuous": 2},
+                            "integrand": {"kind": "genz.gaussian", "a": [1.0, 1.0]},
+                            "stop": {"max_samples": 1000}}
+    assert parse_run(data).run_id() == "94a127f38fb8dbb4"
+    assert parse_run({**data, "tasks": []}).run_id() == "94a127f38fb8dbb4"
+    assert "tasks" not in parse_run(data).model_dump(mode="json")
+    with_tasks = parse_run({**data, "task_queue": [{"kind": "sample", "nr_samples": 10}]})
+    assert with_tasks.run_id() != "94a127f38fb8dbb4"
+    assert with_tasks.model_dump(mode="json")["tasks"] == [{"kind": "sample", "nr_samples": 10}]
+
+
+def test_the_timeline_names_tasks_and_branches_from(tmp_path: Path) -> None:
+    """Generated names are ``<kind>-<n>``; omitted keys keep the previous task's value;
+    ``from`` starts from the named task's tables."""
+    path = tmp_path / "run.toml"
+    path.write_text(HEAD + TASKS)
+    steps = load_run_file(path).task_steps()
+    assert [(s.name, s.kind, s.parent) for s in steps] == [
+        ("train", "sample", None), ("infer", "sample", 0), ("plot_line-1", "plot_line", 1),
+        ("again", "sample", 0)]
+    assert [s.settings["frozen"] for s in steps] == [False, True, True, False]
+    assert [s.settings["stop"] for s in steps] == [
+        {"max_samples": 64000}, {"max_samples": 48000}, {"max_samples": 48000},
+        {"max_samples": 32000}]
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(("tasks", "says"), [
+    ('[[tasks]]\nkind = "teleport"\n',
+     "tasks[0].kind: unknown kind 'teleport'; valid: sample, plot_line, image, configure, "
+     "pause"),
+    ('[[tasks]]\nkind = "sample"\nnr_samples = 10\n[[tasks]]\nkind = "sample"\n'
+     'from = "later"\n[[tasks]]\nname = "later"\nkind = "sample"\n',
+     "tasks[1].from: no earlier task is named 'later' (got 'later'); valid: sample-1"),
+], ids=["unknown-kind", "from-no-earlier-task"])
+def test_a_bad_task_list_is_refused_in_one_line(workspace: Config, tasks: str,
+                                                says: str) -> None:
+    """Exit 2, one line on stderr naming the file, the key and what is valid; no run."""
+    path = workspace.root / "bad.toml"
+    path.write_text(HEAD + tasks)
+    done = cli(workspace, "integrate", str(path), "--workers", "1")
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mainboard: error: {path}:"), done.stderr
+    assert says in lines[0], lines[0]
+    assert not (workspace.state_dir / "runs").exists() or \
+        not any((workspace.state_dir / "runs").iterdir())
+
+
+def test_append_to_a_run_that_does_not_exist_is_refused(workspace: Config) -> None:
+    task = workspace.root / "task.toml"
+    task.write_text(APPENDED)
+    done = cli(workspace, "runs", "append", "nosuchrun", str(task))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no run matches 'nosuchrun'" in lines[0], done.stderr
+    assert done.stdout == ""
+
+
+# ---------------------------------------------------------------- a run of tasks
+@pytest.mark.live
+def test_tasks_run_to_the_end_then_an_appended_task(workspace: Config) -> None:
+    """train -> sample frozen -> plot_line -> sample from train, on 2 local workers; `runs
+    tasks` shows 4 done tasks; `runs append` continues the finished run with a 5th."""
+    path = workspace.root / "tasks.toml"
+    path.write_text(HEAD + TASKS)
+    run_id = load_run_file(path).run_id()
+    done = cli(workspace, "integrate", str(path), "--workers", "2", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout)
+    assert got["run_id"] == run_id and got["samples"] == 32000  # the last task's own
+
+    listed = cli(workspace, "runs", "tasks", run_id, "--json")
+    assert listed.returncode == 0, listed.stderr
+    table = json.loads(listed.stdout)
+    assert table["status"] == "finished"
+    rows = table["tasks"]
+    assert [(r["name"], r["state"]) for r in rows] == [
+        ("train", "done"), ("infer", "done"), ("plot_line-1", "done"), ("again", "done")]
+    assert [r["samples"] for r in rows] == [64000, 48000, 0, 32000]
+    infer = rows[1]
+    assert infer["frozen"] is True
+    assert abs(infer["estimate"] - got["exact"]) < 4 * infer["error"]
+    assert rows[3]["from"] == "train"
+
+    human = cli(workspace, "runs", "tasks", run_id)
+    assert human.returncode == 0 and "infer" in human.stdout and "sample frozen" in human.stdout
+
+    task = workspace.root / "more.toml"
+    task.write_text(APPENDED)
+    more = cli(workspace, "runs", "append", run_id, str(task), "--workers", "2", "--json")
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert json.loads(more.stdout)["samples"] == 16000
+    rows = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)["tasks"]
+    assert [(r["name"], r["state"], r["samples"]) for r in rows][-1] == ("more", "done", 16000)
+
+
+@pytest.mark.live
+def test_per_task_results_are_bit_identical_on_one_and_two_workers(
+        tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> None:
+    """The same task run on 1 and on 2 local workers: every task's samples, estimate and
+    error equal to the last bit."""
+    runs = []
+    for workers in (1, 2):
+        config = write_workspace(tmp_path_factory.mktemp(f"w{workers}"), redis_server)
+        path = config.root / "tasks.toml"
+        path.write_text(HEAD + TASKS)
+        result = mainboard.integrate(path, workers=workers, config=config)
+        runs.append([(t.name, t.samples, t.estimate, t.error)
+                     for t in task_receipts(config, result.run_id)])
+    assert runs[0] == runs[1]
+    assert [name for name, *_ in runs[0]] == ["train", "infer", "plot_line-1", "again"]
