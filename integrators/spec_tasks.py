@@ -158,6 +158,26 @@ TaskSpec = Annotated[SampleTask | PlotLineTask | ImageTask | ConfigureTask | Pau
                      Field(discriminator="kind")]
 
 
+class TaskFile(_Model):
+    """A file of tasks for ``runs append``: ``[[tasks]]`` (or ``[[task_queue]]``), and
+    gammaboard's single ``task = {...}``, which goes first."""
+
+    task: TaskSpec | None = None
+    tasks: list[TaskSpec] = Field(default=[],
+                                  validation_alias=AliasChoices("tasks", "task_queue"))
+
+    @model_validator(mode="after")
+    def _some(self) -> TaskFile:
+        if self.task is None and not self.tasks:
+            raise SpecError("tasks", "the file holds no task", None,
+                            valid="[[tasks]] tables (or task = { kind = ... })")
+        return self
+
+    def all(self) -> list[Any]:
+        """The tasks in the order they are appended."""
+        return ([self.task] if self.task is not None else []) + list(self.tasks)
+
+
 @dataclass(frozen=True)
 class Step:
     """One task on the timeline: its name, the task it starts from (``parent``: an index,
@@ -230,4 +250,4 @@ def plan_tasks(base: Mapping[str, Any], tasks: Sequence[Any],
 
 __all__ = ["MAX_POINTS", "TASK_KINDS", "ConfigureTask", "ImageTask", "LineGeometry",
            "Linspace", "PauseTask", "PlaneGeometry", "PlotLineTask", "SampleTask", "Step",
-           "TaskSpec", "plan_tasks"]
+           "TaskFile", "TaskSpec", "plan_tasks"]

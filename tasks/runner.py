@@ -19,12 +19,15 @@ from typing import Any, Protocol
 import redis
 from celery import Celery
 
+from mainboard import keys
 from mainboard.config import Config, load_config
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import UserError
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.spec import RunSpec, load_run_file, parse_run
-from mainboard.receipts import RunCreated, RunResumed
+from mainboard.integrators.spec_taskfile import load_task_file
+from mainboard.receipts import RunCreated, RunResumed, TasksAppended
+from mainboard.runs.control import connect
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
 from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
 from mainboard.tasks.coordinator import Coordinator, Progress
@@ -32,7 +35,7 @@ from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS, where
 from mainboard.tasks.paths import places, use_import_roots
 from mainboard.tasks.states import restore_state
-from mainboard.tasks.tasklist import TaskList, finished_result, has_tasks
+from mainboard.tasks.tasklist import TaskList, finished_result, has_tasks, steps_of
 from mainboard.tasks.workers import (
     LocalWorkers,
     fleet_size,
@@ -248,6 +251,60 @@ def resume(what: str, workers: int | None = None, *, config: Config | None = Non
         return _resume(s, current, progress)
 
 
+def _refuse_live(r: redis.Redis, run_id: str) -> None:
+    """Appending is refused while another coordinator drives the run (it would not pick
+    the tasks up): the run's lease says who."""
+    holder = r.get(keys.run_lease(run_id))
+    if holder is not None:
+        host, _, rest = holder.decode().partition(":")
+        raise UserError(f"run {run_id} is being driven by pid {rest.partition(':')[0]} on "
+                        f"{host}; `mainboard runs pause {run_id}`, then append (`runs resume` "
+                        "continues with the appended tasks), or append once it has ended")
+
+
+def append(what: str, path: str | Path, workers: int | None = None, *,
+           config: Config | None = None, broker_url: str | None = None,
+           progress: ProgressFn | None = None, prepare: Prepare | None = None
+           ) -> RunResult | None:
+    """Add the tasks of ``path`` to run ``what``: a finished run goes on with them now
+    (the result of its last sample task); a paused or interrupted one gets them for its
+    resume (None). Under the run's lease, so never beside a live coordinator."""
+    cfg = config if config is not None else load_config()
+    history = RunStore(cfg.state_dir).find(what)
+    if history.created.kind is not None:
+        raise UserError(f"run {history.run_id} is a {history.created.kind}: tasks go on "
+                        "plain runs")
+    spec = parse_run(dict(spec_of(history)))
+    load_task_file(path, spec, steps_of(spec, history.appended))  # bad input: nothing done
+    run_id = history.run_id
+    if history.status != "finished":
+        r = connect(cfg)
+        lease = None if r is None else Lease(r, run_id)
+        if r is not None and lease is not None:
+            _refuse_live(r, run_id)
+            lease.acquire()
+        try:
+            _record_append(RunStore(cfg.state_dir), spec, history, path)
+        finally:
+            if lease is not None:
+                lease.release()
+        return None
+    r = connect(cfg)
+    if r is not None:
+        _refuse_live(r, run_id)
+    with session(run_id, cfg, broker_url, workers, prepare=prepare) as s:
+        current = _record_append(s.store, spec, s.store.history(run_id) or history, path)
+        return _resume(s, current, progress)
+
+
+def _record_append(store: RunStore, spec: RunSpec, history: RunHistory,
+                   path: str | Path) -> RunHistory:
+    """Check the tasks against the run as it is now (the lease held), record them."""
+    tasks = load_task_file(path, spec, steps_of(spec, history.appended))
+    store.record(TasksAppended(run_id=history.run_id, tasks=tasks))
+    return store.history(history.run_id) or history
+
+
 def clone(what: str, from_iteration: int, workers: int | None = None, *,
           max_samples: int | None = None, max_iterations: int | None = None,
           config: Config | None = None, broker_url: str | None = None,
@@ -271,5 +328,5 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
         return s.coordinator(state, progress).run(fresh=True)
 
 
-__all__ = ["Result", "clone", "default_workers", "integrate", "load_spec", "restore_state",
+__all__ = ["Result", "append", "clone", "default_workers", "integrate", "load_spec", "restore_state",
            "resume", "session"]

@@ -104,6 +104,9 @@ class TaskList:
         self.wall = history.iterations[-1].wall_s or 0.0 if history and history.iterations \
             else 0.0
         self.last: RunResult | None = None
+        # A run without tasks of its own ran one implicit sample task: appended tasks start
+        # from the state it left.
+        self.start = None if spec.tasks or history is None else history.last_snapshot[1]
 
     def run(self) -> RunResult:
         """Every task not done, in order; the run's result is its last sample task's."""
@@ -145,12 +148,18 @@ class TaskList:
             return self.result()
         return None
 
-    def _origin(self, step: Step) -> dict[str, Any] | None:
+    def _origin(self, step: Step) -> Mapping[str, Any] | None:
         """The state the task starts from: what its parent task left (None: the start)."""
         if step.parent is None:
-            return None
+            return self.start
         parent = self.done.get(step.parent)
         return None if parent is None else parent.snapshot
+
+    def _parent_sampler(self, step: Step) -> Any:
+        """The sampler table in effect where the task starts."""
+        if step.parent is None:
+            return self.base.get("sampler")
+        return self.steps[step.parent].settings.get("sampler")
 
     def _state(self, step: Step, resuming: bool) -> RunState:
         """A sample task's state: its own last snapshot when resumed, else a fresh
@@ -161,9 +170,7 @@ class TaskList:
             return restore_state(spec, snapshot, fresh_stop=False)
         state = restore_state(spec, None, fresh_stop=False)
         origin = self._origin(step)
-        parent = self.steps[step.parent] if step.parent is not None else None
-        if origin is not None and parent is not None and \
-                parent.settings.get("sampler") == step.settings.get("sampler"):
+        if origin is not None and self._parent_sampler(step) == step.settings.get("sampler"):
             state.sampler = restore_sampler(origin["sampler"], state.run.domain)
         state.iteration, state.task = self.iteration, step.name
         state.frozen = bool(step.settings.get("frozen"))

@@ -47,3 +47,32 @@ def tasks(ctx: click.Context, run: str, as_json: bool) -> None:
                f"{'SAMPLES':>12}  ESTIMATE")
     for row in rows:
         click.echo(_line(row).replace("{RUN}", history.run_id))
+
+
+@runs.command("append")
+@click.argument("run")
+@click.argument("task_file", type=click.Path(dir_okay=False))
+@click.option("--workers", type=click.IntRange(min=0), default=None,
+              help="Local batch workers for a finished run that goes on (default: the "
+                   "fleet, else one per core; 0: the fleet only).")
+@_JSON
+@click.pass_context
+def append(ctx: click.Context, run: str, task_file: str, workers: int | None,
+           as_json: bool) -> None:
+    """Add the [[tasks]] of TASK_FILE to RUN: a finished run goes on with them now; a
+    paused or interrupted one runs them on `runs resume`. Refused while another
+    coordinator drives RUN (pause it first)."""
+    from mainboard.cli.runview import emit
+    from mainboard.fleet.sync import append as append_tasks
+    from mainboard.tasks.paths import use_import_roots
+
+    config = common.load(ctx)
+    use_import_roots(workspace=config.root)
+    result = append_tasks(run, task_file, workers, config=config)
+    if result is not None:
+        emit(result, as_json)
+        return
+    if as_json:
+        common.echo_json({"run": run, "appended": True, "continues": "runs resume"})
+    else:
+        click.echo(f"appended to run {run}; `mainboard runs resume {run}` runs the new tasks")
