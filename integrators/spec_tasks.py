@@ -33,7 +33,7 @@ from mainboard.integrators.spec_types import Count, Flag, Int, Real, Text
 TASK_KINDS = ("sample", "plot_line", "image", "configure", "pause")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 SETTINGS = ("sampler", "frozen", "transforms", "accumulator", "stop", "batching")
-MAX_POINTS = 4_000_000  # of one plot or image: its values are stored with the run
+MAX_POINTS = 1_000_000  # of one plot or image: its values are stored with the run
 
 
 class _Model(BaseModel):
@@ -114,6 +114,24 @@ class _Raster(_Task):
     observable: Text | None = None  # gammaboard names the value family; ours: the integrand's
     transforms: list[dict[str, Any]] | None = Field(
         default=None, validation_alias=AliasChoices("transforms", "batch_transforms"))
+
+
+    def check_dims(self, domain: Mapping[str, Any], where: str) -> None:
+        """Every vector of the geometry lives in the run's continuous domain (the input of
+        the transforms); ``discrete`` gives one index per discrete dimension."""
+        d = int(domain["continuous"])
+        g = self.geometry  # type: ignore[attr-defined]
+        for key in ("offset", "direction", "u_vector", "v_vector"):
+            vec = getattr(g, key, None)
+            if vec is not None and len(vec) != d:
+                raise SpecError(f"{where}.geometry.{key}", f"has {len(vec)} components",
+                                vec, valid=f"{d} numbers (domain.continuous)")
+        cards = list(domain.get("discrete") or [])
+        if g.discrete and (len(g.discrete) != len(cards) or any(
+                not 0 <= i < c for i, c in zip(g.discrete, cards, strict=True))):
+            raise SpecError(f"{where}.geometry.discrete", "needs one index per discrete "
+                            "dimension, each below its cardinality", g.discrete,
+                            valid=f"{len(cards)} indices below {cards}")
 
 
 class PlotLineTask(_Raster):
@@ -242,6 +260,8 @@ def plan_tasks(base: Mapping[str, Any], tasks: Sequence[Any],
                 raise SpecError(f"{where}.from", f"no earlier task is named {task.from_!r}",
                                 task.from_, valid=", ".join(names) or "no task before this one")
             parent = names.index(task.from_)
+        if isinstance(task, _Raster):
+            task.check_dims(base["domain"], where)
         inherited = start if parent is None else steps[parent].settings
         steps.append(Step(i, name, task, parent, {**inherited, **_changes(task)}))
         taken.add(name)

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 import redis
+from celery import Celery
 from pydantic import TypeAdapter
 
 from mainboard import keys
@@ -31,6 +32,8 @@ from mainboard.integrators.spec_tasks import Step, TaskSpec
 from mainboard.receipts import RunFinished, RunPaused, TaskDone, TaskStarted
 from mainboard.runs.store import RunHistory, RunStore, spec_of
 from mainboard.tasks.coordinator import Coordinator, Progress
+from mainboard.tasks.lease import Lease
+from mainboard.tasks.raster import Raster
 from mainboard.tasks.states import restore_state
 
 HALTED = ("paused", "stopped")
@@ -40,8 +43,11 @@ _TASKS = TypeAdapter(list[TaskSpec])
 class Driver(Protocol):
     """What the task list needs of a session (``tasks.runner.Session``)."""
 
+    app: Celery
     store: RunStore
     r: redis.Redis
+    lease: Lease
+    places: dict[str, Any] | None
 
     def coordinator(self, state: RunState, progress: Callable[[Progress], None] | None,
                     wall_before: float = 0.0, run_id: str | None = None,
@@ -141,7 +147,8 @@ class TaskList:
                 return result
             self._done(step, state.samples, result, state.snapshot())
             return None
-        self._done(step, 0, None, carried)
+        values = self._raster(step) if step.kind in ("plot_line", "image") else None
+        self._done(step, 0, None, carried, values)
         if step.kind == "pause":
             self.s.store.record(RunPaused(run_id=self.run_id, iteration=self.iteration))
             self.s.r.hset(keys.run_state(self.run_id), "status", "paused")
@@ -187,14 +194,27 @@ class TaskList:
             self.last = result
         return state, result
 
+    def _raster(self, step: Step) -> dict[str, Any]:
+        """A plot_line or image evaluated on the fleet as one iteration number of the run."""
+        spec = parse_run(step.run_data(self.base), file=f"<task {step.name}>")
+        state = restore_state(spec, None, fresh_stop=False)
+        raster = Raster(self.s.app, self.s.r, self.s.lease, self.run_id, self.s.places)
+        values = raster.run(spec, state.sampler.snapshot(), step.kind,
+                            step.task.geometry.model_dump(mode="json"), self.iteration,
+                            spec.accumulator_kind)
+        self.iteration += 1
+        return values
+
     def _done(self, step: Step, samples: int, result: RunResult | None,
-              snapshot: Mapping[str, Any] | None) -> None:
+              snapshot: Mapping[str, Any] | None,
+              values: dict[str, Any] | None = None) -> None:
         plain = to_plain(result.to_dict()) if result is not None else None
         done = TaskDone(run_id=self.run_id, index=step.index, name=step.name, kind=step.kind,
                         iteration=self.iteration, samples=samples,
                         estimate=plain["estimate"] if plain else None,
                         error=plain["error"] if plain else None, result=plain,
-                        snapshot=to_plain(snapshot) if snapshot is not None else None)
+                        snapshot=to_plain(snapshot) if snapshot is not None else None,
+                        values=values)
         self.s.store.record(done)
         self.done[step.index] = done
 

@@ -6,11 +6,14 @@ real `mainboard` subprocesses for what a user types; small budgets.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import mainboard
@@ -69,6 +72,15 @@ nr_samples = 32000
 """
 
 APPENDED = """
+[[tasks]]
+kind = "image"
+[tasks.geometry]
+offset = [0.0, 0.0, 0.6]
+u_vector = [1.0, 0.0, 0.0]
+v_vector = [0.0, 1.0, 0.0]
+u_linspace = { start = 0.0, stop = 1.0, count = 4 }
+v_linspace = { start = 0.2, stop = 0.8, count = 3 }
+
 [[tasks]]
 name = "more"
 kind = "sample"
@@ -191,7 +203,27 @@ def test_tasks_run_to_the_end_then_an_appended_task(workspace: Config) -> None:
     assert more.returncode == 0, more.stderr[-3000:]
     assert json.loads(more.stdout)["samples"] == 16000
     rows = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)["tasks"]
-    assert [(r["name"], r["state"], r["samples"]) for r in rows][-1] == ("more", "done", 16000)
+    assert [(r["name"], r["state"], r["samples"]) for r in rows][-2:] == [
+        ("image-1", "done", 0), ("more", "done", 16000)]
+
+    exported = cli(workspace, "runs", "export", run_id, "--format", "csv")
+    assert exported.returncode == 0, exported.stderr
+    table = list(csv.DictReader(io.StringIO(exported.stdout)))
+    line = [r for r in table if r["task"] == "plot_line-1"]
+    image = [r for r in table if r["task"] == "image-1"]
+    assert [float(r["t"]) for r in line] == pytest.approx([i / 10 for i in range(11)])
+    assert [float(r["value"]) for r in line] == pytest.approx(
+        [gauss([t, 0.5, 0.5]) for t in np.linspace(0.0, 1.0, 11)], rel=1e-12)
+    assert len(image) == 12 and [(float(r["u"]), float(r["v"])) for r in image[:5]] == \
+        pytest.approx([(0.0, 0.2), (1 / 3, 0.2), (2 / 3, 0.2), (1.0, 0.2), (0.0, 0.5)])
+    assert [float(r["value"]) for r in image] == pytest.approx(
+        [gauss([float(r["u"]), float(r["v"]), 0.6]) for r in image], rel=1e-12)
+
+
+def gauss(x: list[float]) -> float:
+    """The run's Genz Gaussian at one point, as numpy computes it."""
+    a, u = np.array([3.0, 3.0, 3.0]), np.array([0.4, 0.5, 0.6])
+    return float(np.exp(-np.sum(a * a * (np.asarray(x) - u) ** 2)))
 
 
 @pytest.mark.live
