@@ -152,7 +152,7 @@ class TaskList:
         if step.kind == "pause":
             self.s.store.record(RunPaused(run_id=self.run_id, iteration=self.iteration))
             self.s.r.hset(keys.run_state(self.run_id), "status", "paused")
-            return self.result()
+            return replace(self.result(), stop_reason="paused")
         return None
 
     def _origin(self, step: Step) -> Mapping[str, Any] | None:

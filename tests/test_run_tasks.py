@@ -10,16 +10,19 @@ import csv
 import io
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import redis
 
 import mainboard
+from mainboard import keys
 from mainboard.config import Config
 from mainboard.integrators.spec import load_run_file, parse_run
-from mainboard.receipts import Receipts, TaskDone
+from mainboard.receipts import IterationDone, Receipts, TaskDone, TasksAppended
 from mainboard.runs.store import RECEIPTS_NAME
 from tests.integration import subprocess_env, write_workspace
 from tests.services import RedisServer
@@ -231,14 +234,102 @@ def gauss(x: list[float]) -> float:
 def test_per_task_results_are_bit_identical_on_one_and_two_workers(
         tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> None:
     """The same task run on 1 and on 2 local workers: every task's samples, estimate and
-    error equal to the last bit."""
+    error (and the plot's values) equal to the last bit."""
     runs = []
     for workers in (1, 2):
         config = write_workspace(tmp_path_factory.mktemp(f"w{workers}"), redis_server)
         path = config.root / "tasks.toml"
         path.write_text(HEAD + TASKS)
         result = mainboard.integrate(path, workers=workers, config=config)
-        runs.append([(t.name, t.samples, t.estimate, t.error)
+        runs.append([(t.name, t.samples, t.estimate, t.error, t.values)
                      for t in task_receipts(config, result.run_id)])
     assert runs[0] == runs[1]
     assert [name for name, *_ in runs[0]] == ["train", "infer", "plot_line-1", "again"]
+
+
+PAUSING = """
+[[tasks]]
+name = "train"
+kind = "sample"
+nr_samples = 32000
+
+[[tasks]]
+kind = "configure"
+batching = { batch_size = 4000, batches_per_iteration = 2, fuse = true }
+
+[[tasks]]
+kind = "pause"
+
+[[tasks]]
+name = "after"
+kind = "sample"
+frozen = true
+nr_samples = 16000
+"""
+
+
+@pytest.mark.live
+def test_a_pause_task_pauses_and_resume_goes_on_with_the_configured_tables(
+        workspace: Config) -> None:
+    """The run stops at the pause task (status paused, the next task pending); `runs
+    resume` runs the next task with the batching the configure task set."""
+    path = workspace.root / "pausing.toml"
+    path.write_text(HEAD.replace('"tasks-gauss"', '"tasks-pause"') + PAUSING)
+    run_id = load_run_file(path).run_id()
+    done = cli(workspace, "integrate", str(path), "--workers", "2", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["stop_reason"] == "paused"
+    table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
+    assert table["status"] == "paused"
+    assert [(r["name"], r["state"]) for r in table["tasks"]] == [
+        ("train", "done"), ("configure-1", "done"), ("pause-1", "done"), ("after", "pending")]
+
+    resumed = cli(workspace, "runs", "resume", run_id, "--workers", "2", "--json")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads(resumed.stdout)["samples"] == 16000
+    table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
+    assert table["status"] == "finished"
+    assert [r["state"] for r in table["tasks"]] == ["done"] * 4
+    lines = [p for p in Receipts(workspace.state_dir / "runs" / run_id / RECEIPTS_NAME).read()
+             if isinstance(p, IterationDone)]
+    assert [p.batches for p in lines] == [4, 4, 2, 2, 2, 2]  # 32000 at 4 x 4000, then 2 x
+    assert [p.iteration for p in lines] == [1, 2, 3, 4, 5, 6]  # numbered across tasks
+
+
+@pytest.mark.live
+def test_append_to_a_run_a_live_coordinator_drives_is_refused(workspace: Config,
+                                                              redis_server: RedisServer
+                                                              ) -> None:
+    """While a coordinator holds the run's lease, `runs append` is refused in one line
+    (exit 2) and records nothing; the run is then stopped."""
+    path = workspace.root / "slow.toml"
+    path.write_text(HEAD.replace('"tasks-gauss"', '"tasks-slow"').replace(
+        'kind = "genz.gaussian"\na = [3.0, 3.0, 3.0]\nu = [0.4, 0.5, 0.6]',
+        'kind = "python"\ntarget = "tests.run_integrands:slow_gauss"\n'
+        'params = { delay = 0.3, a = 3.0 }') + '[[tasks]]\nkind = "sample"\nnr_samples = 400000\n')
+    run_id = load_run_file(path).run_id()
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+         str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = redis.Redis.from_url(redis_server.url)
+    try:
+        receipts = workspace.state_dir / "runs" / run_id / RECEIPTS_NAME
+        while not (receipts.exists() and any(isinstance(p, IterationDone)
+                                             for p in Receipts(receipts).read())):
+            assert runner.poll() is None, runner.communicate()
+            r.blpop(["mainboard-test:never"], timeout=0.2)  # a pause between looks
+        assert r.exists(keys.run_lease(run_id))
+        task = workspace.root / "one.toml"
+        task.write_text(APPENDED)
+        refused = cli(workspace, "runs", "append", run_id, str(task))
+        assert refused.returncode == 2, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"run {run_id} is being driven by pid" in lines[0]
+        assert "runs pause" in lines[0] and refused.stdout == ""
+        assert not any(isinstance(p, TasksAppended) for p in Receipts(receipts).read())
+    finally:
+        stopped = cli(workspace, "runs", "stop", run_id)
+        runner.communicate(timeout=120)
+        r.close()
+    assert stopped.returncode == 0, stopped.stderr
