@@ -6,6 +6,7 @@ with the run's own spec and the steps it has; this reads the one more file kind.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,7 +42,8 @@ def load_task_file(path: str | Path, spec: RunSpec, before: Sequence[Step]
     try:
         spec.task_steps(before, tasks)
     except SpecError as exc:
-        raise ConfigError(str(exc), file=str(p), key=exc.key, value=exc.value,
+        key = re.sub(r"\.(\d+)", r"[\1]", exc.key)  # spelled as the run file's errors
+        raise ConfigError(str(exc), file=str(p), key=key, value=exc.value,
                           valid=exc.valid) from None
     return [task.model_dump(mode="json") for task in tasks]
 

@@ -260,10 +260,9 @@ def task_rows(history: RunHistory) -> list[dict[str, Any]]:
             if task.values is not None:
                 row["points"] = len(task.values.get("t") or task.values.get("u") or [])
         elif step.index in started:
-            row["state"] = "failed" if ended == "failed" else ended or "running"
-            snapshot = _resumed_snapshot(history, step.name)
+            row["state"] = ended or "running"
             last = [i for i in history.iterations if i.snapshot.get("task") == step.name]
-            if snapshot is not None and last:
+            if last:
                 row.update(samples=last[-1].samples, estimate=last[-1].estimate,
                            error=last[-1].error)
         else:

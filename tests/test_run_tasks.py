@@ -21,7 +21,9 @@ import redis
 import mainboard
 from mainboard import keys
 from mainboard.config import Config
+from mainboard.errors import ConfigError
 from mainboard.integrators.spec import load_run_file, parse_run
+from mainboard.integrators.spec_taskfile import load_task_file
 from mainboard.receipts import IterationDone, Receipts, TaskDone, TasksAppended
 from mainboard.runs.store import RECEIPTS_NAME
 from tests.integration import subprocess_env, write_workspace
@@ -169,6 +171,27 @@ def test_append_to_a_run_that_does_not_exist_is_refused(workspace: Config) -> No
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "no run matches 'nosuchrun'" in lines[0], done.stderr
     assert done.stdout == ""
+
+
+def test_a_bad_appended_task_names_the_task_file(tmp_path: Path) -> None:
+    """The task file of `runs append` is checked against the run it joins: a `from` must
+    name one of the run's tasks, a kind must be known; one ConfigError line each."""
+    run = tmp_path / "run.toml"
+    run.write_text(HEAD + TASKS)
+    spec = load_run_file(run)
+    steps = spec.task_steps()
+    task = tmp_path / "task.toml"
+    task.write_text('[[tasks]]\nkind = "sample"\nfrom = "nope"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_task_file(task, spec, steps)
+    assert str(caught.value) == (f"{task}: tasks[0].from: no earlier task is named 'nope' "
+                                 "(got 'nope'); valid: train, infer, plot_line-1, again")
+    task.write_text('[[task_queue]]\nkind = "warp"\n')
+    with pytest.raises(ConfigError, match=r"task\.toml:2: task_queue\.kind: unknown kind 'warp'"):
+        load_task_file(task, spec, steps)
+    task.write_text('task = { kind = "sample", from = "again", nr_samples = 8000 }\n')
+    assert load_task_file(task, spec, steps) == [
+        {"kind": "sample", "from": "again", "nr_samples": 8000}]
 
 
 # ---------------------------------------------------------------- a run of tasks

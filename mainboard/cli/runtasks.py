@@ -43,6 +43,10 @@ def tasks(ctx: click.Context, run: str, as_json: bool) -> None:
     if as_json:
         common.echo_json({"run_id": history.run_id, "status": history.status, "tasks": rows})
         return
+    if not rows:
+        click.echo(f"run {history.run_id} has no [[tasks]]: it is one sample task "
+                   f"(`mainboard runs show {history.run_id}`)")
+        return
     click.echo(f"{'#':>3}  {'TASK':20}  {'KIND':16}  {'STATE':8}  {'FROM':20}  "
                f"{'SAMPLES':>12}  ESTIMATE")
     for row in rows:
