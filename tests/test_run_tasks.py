@@ -357,3 +357,47 @@ def test_append_to_a_run_a_live_coordinator_drives_is_refused(workspace: Config,
         runner.communicate(timeout=120)
         r.close()
     assert stopped.returncode == 0, stopped.stderr
+
+
+@pytest.mark.live
+def test_a_task_paused_midway_resumes_to_the_uninterrupted_numbers(
+        workspace: Config, redis_server: RedisServer,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`runs pause` inside a sample task, then `runs resume`: the task goes on from its
+    last snapshot and every task ends with the numbers of an uninterrupted run."""
+    text = HEAD.replace('"tasks-gauss"', '"tasks-midway"').replace(
+        'kind = "genz.gaussian"\na = [3.0, 3.0, 3.0]\nu = [0.4, 0.5, 0.6]',
+        'kind = "python"\ntarget = "tests.run_integrands:slow_gauss"\n'
+        'params = { delay = 0.2, a = 3.0 }') + (
+        '[[tasks]]\nname = "train"\nkind = "sample"\nnr_samples = 64000\n'
+        '[[tasks]]\nkind = "sample"\nfrozen = true\nnr_samples = 32000\n')
+    path = workspace.root / "midway.toml"
+    path.write_text(text)
+    run_id = load_run_file(path).run_id()
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+         str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = redis.Redis.from_url(redis_server.url)
+    try:
+        while not r.exists(keys.run_snapshot(run_id, 1)):  # the first iteration merged
+            assert runner.poll() is None, runner.communicate()
+            r.blpop(["mainboard-test:never"], timeout=0.1)  # a pause between looks
+    finally:
+        r.close()
+    paused = cli(workspace, "runs", "pause", run_id)
+    out, err = runner.communicate(timeout=120)
+    assert paused.returncode == 0 and runner.returncode == 0, paused.stderr + err
+    table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
+    assert table["status"] == "paused"
+    assert [r["state"] for r in table["tasks"]] == ["running", "pending"]
+    resumed = cli(workspace, "runs", "resume", run_id, "--workers", "1", "--json")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    other = write_workspace(tmp_path_factory.mktemp("midway"), redis_server)
+    (other.root / "midway.toml").write_text(text)
+    mainboard.integrate(other.root / "midway.toml", workers=1, config=other)
+    expect = [(t.name, t.samples, t.estimate, t.error) for t in task_receipts(other, run_id)]
+    assert [(t.name, t.samples, t.estimate, t.error)
+            for t in task_receipts(workspace, run_id)] == expect
+    assert [name for name, *_ in expect] == ["train", "sample-2"]  # the 2nd sample task
