@@ -233,7 +233,9 @@ def _changes(task: Any) -> dict[str, Any]:
 def plan_tasks(base: Mapping[str, Any], tasks: Sequence[Any],
                before: Sequence[Step] = ()) -> list[Step]:
     """Name every task and give it the tables in effect; ``before``: the run's steps so far
-    (appended tasks continue its timeline). Raises SpecError naming ``tasks.<i>.<key>``."""
+    (appended tasks continue its timeline). A generated name is ``<kind>-<n>``, the task
+    being the n-th of its kind (named ones count), the next free n if that is taken.
+    Raises SpecError naming ``tasks.<i>.<key>``."""
     start = {"frozen": False, **{k: base[k] for k in SETTINGS if k in base}}
     steps = list(before)
     taken = {s.name for s in steps}

@@ -294,7 +294,8 @@ nr_samples = 16000
 @pytest.mark.live
 def test_a_pause_task_pauses_and_resume_goes_on_with_the_configured_tables(
         workspace: Config) -> None:
-    """The run stops at the pause task (status paused, the next task pending); `runs
+    """The run stops at the pause task (status paused, the next task pending); a task
+    appended meanwhile waits for the resume; `runs
     resume` runs the next task with the batching the configure task set."""
     path = workspace.root / "pausing.toml"
     path.write_text(HEAD.replace('"tasks-gauss"', '"tasks-pause"') + PAUSING)
@@ -307,17 +308,24 @@ def test_a_pause_task_pauses_and_resume_goes_on_with_the_configured_tables(
     assert [(r["name"], r["state"]) for r in table["tasks"]] == [
         ("train", "done"), ("configure-1", "done"), ("pause-1", "done"), ("after", "pending")]
 
+    task = workspace.root / "later.toml"  # appended to the paused run: run on its resume
+    task.write_text('[[tasks]]\nname = "later"\nkind = "sample"\nnr_samples = 8000\n')
+    appended = cli(workspace, "runs", "append", run_id, str(task))
+    assert appended.returncode == 0, appended.stderr
+    assert f"`mainboard runs resume {run_id}` runs the new tasks" in appended.stdout
+
     resumed = cli(workspace, "runs", "resume", run_id, "--workers", "2", "--json")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads(resumed.stdout)["samples"] == 16000
+    assert json.loads(resumed.stdout)["samples"] == 8000  # the last task's own
     table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
     assert table["status"] == "finished"
-    assert [r["state"] for r in table["tasks"]] == ["done"] * 4
+    assert [(r["name"], r["state"], r["samples"]) for r in table["tasks"]][3:] == [
+        ("after", "done", 16000), ("later", "done", 8000)]
     lines = [p for p in Receipts(workspace.state_dir / "runs" / run_id / RECEIPTS_NAME).read()
              if isinstance(p, IterationDone)]
-    # 32000 samples at 4 x 4000 per iteration, then 16000 at the configured 2 x 4000
-    assert [p.batches for p in lines] == [4, 4, 2, 2]
-    assert [p.iteration for p in lines] == [1, 2, 3, 4]  # numbered across tasks
+    # 32000 samples at 4 x 4000 per iteration, then 16000 and 8000 at the configured 2 x 4000
+    assert [p.batches for p in lines] == [4, 4, 2, 2, 2]
+    assert [p.iteration for p in lines] == [1, 2, 3, 4, 5]  # numbered across tasks
 
 
 @pytest.mark.live
