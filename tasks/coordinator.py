@@ -334,6 +334,13 @@ class Coordinator:
             stored = pipe.execute()[-1]
         return self._collect(k, sizes, {int(f) for f in stored})
 
+    def _opening(self, fresh: bool) -> str:
+        """The run log's first line of this coordinator (a task list has one per task)."""
+        task = self.state.task
+        what, new = ("run", fresh) if task is None else (f"task {task}", not self.state.samples)
+        return f"{what} started" if new else \
+            f"{what} resumed after {self.state.iteration} iterations"
+
     def _start(self, fresh: bool) -> None:
         if fresh:
             clear_run(self.r, self.run_id, keep=(self.lease.key,))
@@ -350,8 +357,7 @@ class Coordinator:
                                     "initialize"):
                 prepare_sampler(self.state.run, self.state.sampler)
             self.outage.run(lambda: self._start(fresh))
-            self.steer.log("info", "run started" if fresh else
-                           f"run resumed after {self.state.iteration} iterations")
+            self.steer.log("info", self._opening(fresh))
             began, before = time.perf_counter(), self.state.samples
             while True:
                 k = self.state.iteration
