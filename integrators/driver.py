@@ -59,6 +59,8 @@ class RunState:
     trained: bool = False  # the training phase is over (never entered again)
     training: bool = field(default=False, repr=False)  # the planned iteration trains
     latents: list[LatentBatch] | None = field(default=None, repr=False)
+    frozen: bool = False  # a task's inference: the sampler samples and never adapts
+    task: str | None = None  # the run task this state belongs to (runs with [[tasks]])
 
     @classmethod
     def start(cls, run: Run) -> RunState:
@@ -119,8 +121,9 @@ class RunState:
             self.training_iterations += 1
         else:
             self.accumulator.add(result.estimate(), result.observable_estimates())
-        self.sampler.ingest(result.training)
-        self.sampler.adapt()
+        if not self.frozen:
+            self.sampler.ingest(result.training)
+            self.sampler.adapt()
         self.iteration += 1
         self.samples += result.partial.samples
         self.training, self.latents = False, None
@@ -135,12 +138,15 @@ class RunState:
 
     def snapshot(self) -> dict[str, Any]:
         """Plain data; with the run spec, :meth:`restore` continues bit-identically."""
-        return {"run_id": self.run.spec.run_id(), "iteration": self.iteration,
-                "samples": self.samples, "stop": self.stop,
-                "training_samples": self.training_samples,
-                "training_iterations": self.training_iterations, "trained": self.trained,
-                "sampler": self.sampler.snapshot(), "accumulator": self.accumulator.snapshot(),
-                "diagnostics": sampler_diagnostics(self.sampler)}
+        out = {"run_id": self.run.spec.run_id(), "iteration": self.iteration,
+               "samples": self.samples, "stop": self.stop,
+               "training_samples": self.training_samples,
+               "training_iterations": self.training_iterations, "trained": self.trained,
+               "sampler": self.sampler.snapshot(), "accumulator": self.accumulator.snapshot(),
+               "diagnostics": sampler_diagnostics(self.sampler)}
+        if self.task is not None:  # only task runs: other snapshots stay as they were
+            out.update(task=self.task, frozen=self.frozen)
+        return out
 
     @classmethod
     def restore(cls, run: Run, data: Mapping[str, Any]) -> RunState:
@@ -152,7 +158,8 @@ class RunState:
                    RunAccumulator.restore(data["accumulator"]), int(data["iteration"]),
                    int(data["samples"]), data.get("stop"),
                    int(data.get("training_samples", 0)),
-                   int(data.get("training_iterations", 0)), bool(data.get("trained", False)))
+                   int(data.get("training_iterations", 0)), bool(data.get("trained", False)),
+                   frozen=bool(data.get("frozen", False)), task=data.get("task"))
 
     def result(self, wall_s: float | None = None) -> RunResult:
         """The run's answer so far."""

@@ -14,10 +14,12 @@ import hashlib
 import json
 import math
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -50,6 +52,7 @@ from mainboard.integrators.spec_process import (
     ProcessTable,
     ProcessTransformSpec,
 )
+from mainboard.integrators.spec_tasks import Step, TaskSpec, plan_tasks
 from mainboard.integrators.spec_types import (
     Count,
     Flag,
@@ -358,6 +361,13 @@ class RunSpec(_Model):
     accumulator: AccumulatorSpec = AccumulatorSpec()
     stop: StopSpec
     batching: BatchingSpec = BatchingSpec()
+    tasks: list[TaskSpec] = Field(default=[],
+                                  validation_alias=AliasChoices("tasks", "task_queue"))
+
+    @model_serializer(mode="wrap")
+    def _drop_no_tasks(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A run without tasks dumps (and so hashes) exactly as before tasks existed.
+        return {k: v for k, v in handler(self).items() if k != "tasks" or v}
 
     @property
     def integrand_dim(self) -> int:
@@ -393,12 +403,41 @@ class RunSpec(_Model):
         if self.sampler.kind == "discrete" and not self.domain.discrete:
             raise SpecError("sampler.kind", "the discrete sampler needs domain.discrete "
                             "cardinalities", "discrete")
+        self.task_steps()
         return self
+
+    def task_steps(self, before: Sequence[Step] = (), tasks: Sequence[Any] | None = None
+                   ) -> list[Step]:
+        """The task timeline (``tasks``, default the run's own, after ``before``), every
+        step's run checked as a run of its own; empty for a run without tasks."""
+        todo = self.tasks if tasks is None else tasks
+        if not todo:
+            return list(before)
+        base = self.model_dump(mode="json", exclude={"tasks"})
+        steps = plan_tasks(base, todo, before)
+        for step in steps[len(before):]:
+            check_step(step, base, len(before))
+        return steps
 
     def run_id(self) -> str:
         """Content-derived id: the same definition always gets the same id."""
         text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_step(step: Step, base: dict[str, Any], first: int = 0) -> None:
+    """A task's tables in effect must make a valid run; the first problem names the task."""
+    try:
+        RunSpec.model_validate(step.run_data(base))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(part) for part in err["loc"] if not str(part).startswith(
+            ("function-", "tagged-union")))
+        cause = err["msg"].removeprefix("Value error, ")
+        raise SpecError(f"tasks.{step.index - first}", f"task {step.name!r} ({step.kind}) "
+                        f"would run with an invalid {key or 'run'}: {cause}",
+                        err.get("input") if not isinstance(err.get("input"), dict) else None,
+                        ) from None
 
 
 def parse_run(data: dict[str, Any], *, file: str | None = None,

@@ -525,7 +525,46 @@ class RunStopped(Payload):
     result: dict[str, Any]
 
 
-for _model in (BatchResent, RunPaused, RunStopped):
+class TasksAppended(Payload):
+    """``runs append``: tasks added to the end of a run's task list (checked against it)."""
+
+    topic: ClassVar[str] = "run.tasks_appended"
+    run_id: str
+    tasks: list[dict[str, Any]]
+
+
+class TaskStarted(Payload):
+    """A coordinator began task ``index`` of a run's task list, after ``iteration``
+    iterations of the run."""
+
+    topic: ClassVar[str] = "run.task_started"
+    run_id: str
+    index: int
+    name: str
+    kind: str
+    iteration: int
+
+
+class TaskDone(Payload):
+    """Task ``index`` ended: its own samples, estimate and error (a sample task), its values
+    (a plot_line or image), and the state it left (``snapshot``: later tasks and
+    ``from = NAME`` start from it)."""
+
+    topic: ClassVar[str] = "run.task_done"
+    run_id: str
+    index: int
+    name: str
+    kind: str
+    iteration: int
+    samples: int = 0
+    estimate: Any = None
+    error: Any = None
+    result: dict[str, Any] | None = None
+    snapshot: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+
+
+for _model in (BatchResent, RunPaused, RunStopped, TasksAppended, TaskStarted, TaskDone):
     register(_model)
 
 

@@ -23,9 +23,9 @@ from typing import Any
 
 BATCH_QUEUE = "mainboard.batches"
 COORDINATOR_QUEUE = "mainboard.coordinator"
-TASK_MODULES = ("mainboard.tasks.stages", "mainboard.tasks.integrate")
+TASK_MODULES = ("mainboard.tasks.stages", "mainboard.tasks.raster", "mainboard.tasks.integrate")
 STAGE_TASKS = ("sample", "materialize", "transform", "evaluate", "accumulate", "fused",
-               "bundle")
+               "bundle", "raster")
 STAGE_PREFIX = "mainboard.stages."
 # Names kept working after a rename (see CHANGELOG.md): old attribute -> stage task.
 STAGE_ALIASES = {"materialise": "materialize"}

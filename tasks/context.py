@@ -17,6 +17,7 @@ janitor thread ends a run's processes once the run's status says it finished or 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -109,7 +110,7 @@ class _ProcessState:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.clients: dict[str, redis.Redis] = {}
-        self.runs: OrderedDict[str, Run] = OrderedDict()
+        self.runs: OrderedDict[str, tuple[bytes, Run]] = OrderedDict()  # (digest, run)
         self.samplers: OrderedDict[tuple[str, int], Sampler] = OrderedDict()
         self.lock = threading.Lock()
         self.cache_lock = threading.RLock()  # caches: task thread and janitor thread
@@ -169,43 +170,49 @@ def _drop_samplers(run_id: str, before: int | None = None) -> None:
             close_sampler(st.samplers.pop(key))
 
 
-def load_run(r: redis.Redis, run_id: str) -> Run:
-    """The run's spec objects, from Redis on first use (a run id never changes meaning)."""
+def load_iteration(r: redis.Redis, ref: BatchRef) -> tuple[Run, Sampler]:
+    """The run and the sampler batches of (run, iteration) use, from Redis once per
+    iteration and worker process; stale batches are skipped.
+
+    The definition comes in the same round trip as the sampler: a run with ``[[tasks]]``
+    publishes each task's tables under the run's id, so a changed definition (by digest)
+    builds the run again; iterations are numbered across tasks, so a batch never meets a
+    sampler of another task's definition.
+    """
     st = _local()
     if modules.changed():  # a workspace module was edited (synced): build runs again
         with st.cache_lock:
             st.runs.clear()
-    if run_id in st.runs:
-        st.runs.move_to_end(run_id)
-        return st.runs[run_id]
-    with r.pipeline(transaction=False) as pipe:
-        pipe.get(keys.run_definition(run_id))
-        pipe.get(keys.run_places(run_id))
-        raw, places = pipe.execute()
-    if raw is None:
-        raise Skip(f"run {run_id} is not defined in this broker (deleted?); batch skipped")
-    # The run's files as this worker's copy of the workspace holds them (tasks.paths).
-    spec, roots = localize(codec.loads(raw), json.loads(places) if places else None)
-    add_roots(roots)
-    with modules.fresh(spec, roots):
-        built = build_run(spec)
-    return _remember(st.runs, run_id, built)
-
-
-def load_sampler(r: redis.Redis, run: Run, ref: BatchRef) -> Sampler:
-    """The sampler batches of (run, iteration) draw from; stale batches are skipped."""
-    st = _local()
     key = (ref.run, ref.iteration)
     with st.cache_lock:
-        if key in st.samplers:
+        if key in st.samplers and ref.run in st.runs:
             st.samplers.move_to_end(key)
-            return st.samplers[key]
-    raw = r.get(keys.iteration_sampler(ref.run, ref.iteration))
+            st.runs.move_to_end(ref.run)
+            return st.runs[ref.run][1], st.samplers[key]
+    with r.pipeline(transaction=False) as pipe:
+        pipe.get(keys.iteration_sampler(ref.run, ref.iteration))
+        pipe.get(keys.run_definition(ref.run))
+        pipe.get(keys.run_places(ref.run))
+        raw_sampler, raw, places = pipe.execute()
     if raw is None:
+        raise Skip(f"run {ref.run} is not defined in this broker (deleted?); batch skipped")
+    if raw_sampler is None:
         raise Skip(f"{ref}: iteration no longer live (merged or run stopped); skipped")
+    digest = hashlib.blake2b(raw, digest_size=16).digest()
+    cached = st.runs.get(ref.run)
+    if cached is not None and cached[0] == digest:
+        run = cached[1]
+    else:
+        # The run's files as this worker's copy of the workspace holds them (tasks.paths).
+        spec, roots = localize(codec.loads(raw), json.loads(places) if places else None)
+        add_roots(roots)
+        with modules.fresh(spec, roots):
+            run = build_run(spec)
+        _remember(st.runs, ref.run, (digest, run))
     # iteration k is only published once k-1 is merged: older samplers of the run are stale
     _drop_samplers(ref.run, before=ref.iteration)
-    return _remember(st.samplers, key, restore_sampler(codec.loads(raw), run.domain))
+    return run, _remember(st.samplers, key, restore_sampler(codec.loads(raw_sampler),
+                                                            run.domain))
 
 
 def release_run(run_id: str) -> None:
@@ -325,8 +332,7 @@ class StageContext:
         if check_stored and self.r.hexists(keys.iteration_results(ref.run, ref.iteration),
                                            str(ref.batch)):
             raise Skip(f"{ref}: already stored once; duplicate delivery skipped")
-        self.run = load_run(self.r, ref.run)
-        self.sampler = load_sampler(self.r, self.run, ref)
+        self.run, self.sampler = load_iteration(self.r, ref)
 
     def hold(self, batches: Sequence[int] = ()) -> None:
         """Before sampling: a run asked to pause or stop samples nothing new; the batch (or

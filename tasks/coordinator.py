@@ -118,7 +118,9 @@ class Coordinator:
                  health: Callable[[], None] | None = None,
                  exited: Callable[[], int] | None = None, lease: Lease | None = None,
                  broker: str = "the broker", outage_budget: float = DEFAULT_BUDGET_S,
-                 places: dict[str, Any] | None = None, workers: int = 0) -> None:
+                 places: dict[str, Any] | None = None, workers: int = 0,
+                 final: bool = True) -> None:
+        self.final = final  # False: one task of a task list; the run goes on after it
         self.app, self.r, self.store, self.run_id, self.state = app, r, store, run_id, state
         self.places = places  # where the run's files are (tasks.paths.places), for workers
         self.progress, self.poll_s = progress, poll_s
@@ -335,6 +337,13 @@ class Coordinator:
             stored = pipe.execute()[-1]
         return self._collect(k, sizes, {int(f) for f in stored})
 
+    def _opening(self, fresh: bool) -> str:
+        """The run log's first line of this coordinator (a task list has one per task)."""
+        task = self.state.task
+        what, new = ("run", fresh) if task is None else (f"task {task}", not self.state.samples)
+        return f"{what} started" if new else \
+            f"{what} resumed after {self.state.iteration} iterations"
+
     def _start(self, fresh: bool) -> None:
         # A new owner generation (kept across a fresh start's clearing): results sent by a
         # coordinator before this one are refused by the store scripts, never merged.
@@ -354,8 +363,7 @@ class Coordinator:
                                     "initialize"):
                 prepare_sampler(self.state.run, self.state.sampler)
             self.outage.run(lambda: self._start(fresh))
-            self.steer.log("info", "run started" if fresh else
-                           f"run resumed after {self.state.iteration} iterations")
+            self.steer.log("info", self._opening(fresh))
             began, before = time.perf_counter(), self.state.samples
             while True:
                 k = self.state.iteration
@@ -377,11 +385,13 @@ class Coordinator:
                 self.outage.run(partial(self.r.delete, *iteration_keys(self.run_id, k)))
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)
-            self.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
-            self.steer.log("info", f"run finished: {result.estimate:.6g} +- {result.error:.2g} "
-                           f"from {result.samples:,} samples")
-            self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status",
-                                                "finished"))
+            if self.final:
+                self.store.record(RunFinished(run_id=self.run_id,
+                                              result=to_plain(result.to_dict())))
+                self.steer.log("info", f"run finished: {result.estimate:.6g} +- "
+                               f"{result.error:.2g} from {result.samples:,} samples")
+                self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status",
+                                                    "finished"))
             return result
         except Halt as halt:
             result = replace(self.state.result(
@@ -398,8 +408,9 @@ class Coordinator:
                 self.r.hset(keys.run_state(self.run_id), "status", "failed")
             raise
         finally:
-            with contextlib.suppress(*BROKER_ERRORS):
-                self.lease.release()
+            if self.final:  # a task list releases it once the run ends
+                with contextlib.suppress(*BROKER_ERRORS):
+                    self.lease.release()
 
 
 __all__ = ["Coordinator", "Progress", "clear_run", "iteration_keys", "publish_run"]

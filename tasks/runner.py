@@ -19,21 +19,23 @@ from typing import Any, Protocol
 import redis
 from celery import Celery
 
+from mainboard import keys
 from mainboard.config import Config, load_config
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import UserError
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.spec import RunSpec, load_run_file, parse_run
-from mainboard.integrators.stages import build_run
-from mainboard.integrators.stop import stop_reason
-from mainboard.receipts import RunCreated, RunResumed
+from mainboard.integrators.spec_taskfile import load_task_file
+from mainboard.receipts import RunCreated, RunResumed, TasksAppended
+from mainboard.runs.control import connect
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
 from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
-from mainboard.tasks import modules
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS, where
-from mainboard.tasks.paths import places, remembered, use_import_roots
+from mainboard.tasks.paths import places, use_import_roots
+from mainboard.tasks.states import restore_state
+from mainboard.tasks.tasklist import TaskList, finished_result, has_tasks, steps_of
 from mainboard.tasks.workers import (
     LocalWorkers,
     fleet_size,
@@ -95,7 +97,8 @@ class Session:
     places: dict[str, Any] | None = None  # where the run's files are (tasks.paths.places)
 
     def coordinator(self, state: RunState, progress: ProgressFn | None,
-                    wall_before: float = 0.0, run_id: str | None = None) -> Coordinator:
+                    wall_before: float = 0.0, run_id: str | None = None,
+                    final: bool = True) -> Coordinator:
         """The coordinator of the leased run over this session's broker and workers; with
         ``run_id``, of another run (a parent's child) under its own lease, taken when it
         starts, so children run side by side on one session."""
@@ -106,7 +109,7 @@ class Session:
                            exited=self.workers.exited if self.workers else None,
                            lease=lease, broker=self.broker, outage_budget=self.outage_s,
                            places=self.places,
-                           workers=self.workers.count if self.workers else 0)
+                           workers=self.workers.count if self.workers else 0, final=final)
 
 
 def _embedded_idle(cfg: Config, broker_url: str | None) -> bool:
@@ -181,24 +184,11 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
             app.close()
 
 
-def restore_state(spec: RunSpec, snapshot: Mapping[str, Any] | None, *, fresh_stop: bool
-             ) -> RunState:
-    """The run state a snapshot describes (the initial state for None); workspace modules
-    edited since an earlier run in this process are imported afresh (tasks.modules)."""
-    with modules.fresh(spec.model_dump(mode="json"), remembered()):
-        built = build_run(spec)
-    if snapshot is None:
-        return RunState.start(built)
-    state = RunState.restore(built, {**snapshot, "run_id": spec.run_id()})
-    if fresh_stop:  # a clone may have new stop conditions: judge them anew
-        state.stop = stop_reason(spec.stop, samples=state.samples, iterations=state.iteration,
-                                 result=state.accumulator.result(), kind=built.kind)
-    return state
-
-
 def _finished_result(history: RunHistory) -> RunResult:
     """The answer of a finished run, rebuilt from its last snapshot (no work done)."""
     spec = parse_run(dict(spec_of(history)))
+    if has_tasks(spec, history):
+        return finished_result(history)
     state = restore_state(spec, history.last_snapshot[1], fresh_stop=False)
     return replace(state.result(), run_id=history.run_id)
 
@@ -208,6 +198,9 @@ def _resume(s: Session, history: RunHistory, progress: ProgressFn | None) -> Run
         return _finished_result(history)
     spec = parse_run(dict(spec_of(history)))
     done, snapshot = history.last_snapshot
+    if has_tasks(spec, history):
+        s.store.record(RunResumed(run_id=history.run_id, from_iteration=done))
+        return TaskList(s, history.run_id, spec, history, progress).run()
     state = restore_state(spec, snapshot, fresh_stop=False)
     s.store.record(RunResumed(run_id=history.run_id, from_iteration=done))
     wall = history.iterations[-1].wall_s if history.iterations else None
@@ -238,6 +231,8 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
         state = fresh or restore_state(spec, None, fresh_stop=False)
         s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json")))
+        if spec.tasks:
+            return TaskList(s, run_id, spec, None, progress).run()
         return s.coordinator(state, progress).run(fresh=True)
 
 
@@ -254,6 +249,60 @@ def resume(what: str, workers: int | None = None, *, config: Config | None = Non
         # finished the run or written more iterations since.
         current = s.store.history(history.run_id) or history
         return _resume(s, current, progress)
+
+
+def _refuse_live(r: redis.Redis, run_id: str) -> None:
+    """Appending is refused while another coordinator drives the run (it would not pick
+    the tasks up): the run's lease says who."""
+    holder = r.get(keys.run_lease(run_id))
+    if holder is not None:
+        host, _, rest = holder.decode().partition(":")
+        raise UserError(f"run {run_id} is being driven by pid {rest.partition(':')[0]} on "
+                        f"{host}; `mainboard runs pause {run_id}`, then append (`runs resume` "
+                        "continues with the appended tasks), or append once it has ended")
+
+
+def append(what: str, path: str | Path, workers: int | None = None, *,
+           config: Config | None = None, broker_url: str | None = None,
+           progress: ProgressFn | None = None, prepare: Prepare | None = None
+           ) -> RunResult | None:
+    """Add the tasks of ``path`` to run ``what``: a finished run goes on with them now
+    (the result of its last sample task); a paused or interrupted one gets them for its
+    resume (None). Under the run's lease, so never beside a live coordinator."""
+    cfg = config if config is not None else load_config()
+    history = RunStore(cfg.state_dir).find(what)
+    if history.created.kind is not None:
+        raise UserError(f"run {history.run_id} is a {history.created.kind}: tasks go on "
+                        "plain runs")
+    spec = parse_run(dict(spec_of(history)))
+    load_task_file(path, spec, steps_of(spec, history.appended))  # bad input: nothing done
+    run_id = history.run_id
+    if history.status != "finished":
+        r = connect(cfg)
+        lease = None if r is None else Lease(r, run_id)
+        if r is not None and lease is not None:
+            _refuse_live(r, run_id)
+            lease.acquire()
+        try:
+            _record_append(RunStore(cfg.state_dir), spec, history, path)
+        finally:
+            if lease is not None:
+                lease.release()
+        return None
+    r = connect(cfg)
+    if r is not None:
+        _refuse_live(r, run_id)
+    with session(run_id, cfg, broker_url, workers, prepare=prepare) as s:
+        current = _record_append(s.store, spec, s.store.history(run_id) or history, path)
+        return _resume(s, current, progress)
+
+
+def _record_append(store: RunStore, spec: RunSpec, history: RunHistory,
+                   path: str | Path) -> RunHistory:
+    """Check the tasks against the run as it is now (the lease held), record them."""
+    tasks = load_task_file(path, spec, steps_of(spec, history.appended))
+    store.record(TasksAppended(run_id=history.run_id, tasks=tasks))
+    return store.history(history.run_id) or history
 
 
 def clone(what: str, from_iteration: int, workers: int | None = None, *,
@@ -279,5 +328,5 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
         return s.coordinator(state, progress).run(fresh=True)
 
 
-__all__ = ["Result", "clone", "default_workers", "integrate", "load_spec", "restore_state",
+__all__ = ["Result", "append", "clone", "default_workers", "integrate", "load_spec", "restore_state",
            "resume", "session"]

@@ -97,7 +97,10 @@ def cli(ctx: click.Context, debug: bool, config_path: str | None) -> None:
 
 
 def _register() -> None:
-    from mainboard.cli import runctl  # noqa: F401 - adds logs/pause/stop/remove/trace to runs
+    from mainboard.cli import (
+        runctl,  # noqa: F401 - adds logs/pause/stop/remove/trace to runs
+        runtasks,  # noqa: F401 - adds tasks/append to runs
+    )
     from mainboard.cli.batch import batch
     from mainboard.cli.broker import broker
     from mainboard.cli.compute import compute

@@ -165,13 +165,18 @@ def show(ctx: click.Context, run: str, with_timeline: bool, with_histograms: boo
               help="Write to this file (default: stdout).")
 @click.pass_context
 def export(ctx: click.Context, run: str, fmt: str, output: str | None) -> None:
-    """Write a run's histograms (and moments, in JSON) for plotting tools."""
+    """Write a run's histograms (and moments, in JSON) for plotting tools; with
+    `--format csv`, a run's plot_line and image task values when it has them."""
     from pathlib import Path
 
-    from mainboard.runs import observables
+    from mainboard.runs import observables, rasters
 
     store, _ = _store(ctx)
-    text = observables.export(observables.require(store.find(run)), fmt)
+    history = store.find(run)
+    if fmt == "csv" and rasters.raster_tasks(history):
+        text = rasters.csv_text(history)
+    else:
+        text = observables.export(observables.require(history), fmt)
     if output is None:
         common.echo(text, nl=False)
         return

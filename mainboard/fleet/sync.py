@@ -212,11 +212,18 @@ def resume(what: str, workers: int | None = None, **options: Any) -> runner.RunR
     return runner.resume(what, workers, prepare=PREPARE, **options)
 
 
+def append(what: str, path: str | os.PathLike[str], workers: int | None = None,
+           **options: Any) -> runner.RunResult | None:
+    """``runs append``: the runner's, with the fleet's hosts synced before a finished run
+    goes on."""
+    return runner.append(what, os.fspath(path), workers, prepare=PREPARE, **options)
+
+
 def clone(what: str, from_iteration: int, workers: int | None = None, **options: Any
           ) -> runner.RunResult:
     """``runs clone``: the runner's, with the fleet's hosts synced first."""
     return runner.clone(what, from_iteration, workers, prepare=PREPARE, **options)
 
 
-__all__ = ["PREPARE", "FleetPrepare", "HostSync", "clone", "evaluating", "integrate", "mirror_of",
+__all__ = ["PREPARE", "FleetPrepare", "HostSync", "append", "clone", "evaluating", "integrate", "mirror_of",
            "resume", "standby_pool", "standby_pools", "sync_fleet"]

@@ -29,6 +29,9 @@ from mainboard.receipts import (
     RunPaused,
     RunResumed,
     RunStopped,
+    TaskDone,
+    TasksAppended,
+    TaskStarted,
 )
 from mainboard.runs.lazy import LazyReceipts
 from mainboard.store import ReceiptStore
@@ -70,6 +73,8 @@ class RunHistory:
     stopped: RunStopped | None = None
     updated: float = 0.0
     children: list[ChildStarted | ChildDone] = field(default_factory=list)  # a parent's
+    appended: list[dict[str, Any]] = field(default_factory=list)  # tasks `runs append` added
+    tasks: list[TaskStarted | TaskDone] = field(default_factory=list)  # task list progress
 
     @property
     def status(self) -> str:
@@ -160,6 +165,11 @@ class RunStore(ReceiptStore[RunHistory]):
                 current.stopped = item
             elif isinstance(item, RunFinished):
                 current.finished = item
+            elif isinstance(item, TasksAppended):
+                current.appended.extend(item.tasks)
+                current.finished = None  # a finished run continues with them
+            elif isinstance(item, TaskStarted | TaskDone):
+                current.tasks.append(item)
             elif isinstance(item, RunFailed):
                 current.failed = item
             elif isinstance(item, ChildStarted | ChildDone):

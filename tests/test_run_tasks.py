@@ -1,0 +1,411 @@
+"""A run's ``[[tasks]]``: train, sample frozen, plot, branch ``from`` a task, append.
+
+Real Redis, real Celery workers started as processes (``--workers 2`` / ``workers=1``),
+real `mainboard` subprocesses for what a user types; small budgets.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+
+import mainboard
+from mainboard import keys
+from mainboard.config import Config
+from mainboard.errors import ConfigError
+from mainboard.integrators.spec import load_run_file, parse_run
+from mainboard.integrators.spec_taskfile import load_task_file
+from mainboard.receipts import IterationDone, Receipts, TaskDone, TasksAppended
+from mainboard.runs.store import RECEIPTS_NAME
+from tests.integration import subprocess_env, write_workspace
+from tests.services import RedisServer
+from tests.workspace import run_cli
+
+HEAD = """\
+name = "tasks-gauss"
+seed = 7
+[domain]
+continuous = 3
+[integrand]
+kind = "genz.gaussian"
+a = [3.0, 3.0, 3.0]
+u = [0.4, 0.5, 0.6]
+[sampler]
+kind = "vegas"
+bins = 32
+[stop]
+max_samples = 20000
+[batching]
+batch_size = 4000
+batches_per_iteration = 4
+fuse = true
+"""
+
+TASKS = """
+[[tasks]]
+name = "train"
+kind = "sample"
+nr_samples = 64000
+
+[[tasks]]
+name = "infer"
+kind = "sample"
+frozen = true
+nr_samples = 48000
+
+[[tasks]]
+kind = "plot_line"
+[tasks.geometry]
+offset = [0.0, 0.5, 0.5]
+direction = [1.0, 0.0, 0.0]
+linspace = { start = 0.0, stop = 1.0, count = 11 }
+
+[[tasks]]
+name = "again"
+kind = "sample"
+from = "train"
+nr_samples = 32000
+"""
+
+APPENDED = """
+[[tasks]]
+kind = "image"
+[tasks.geometry]
+offset = [0.0, 0.0, 0.6]
+u_vector = [1.0, 0.0, 0.0]
+v_vector = [0.0, 1.0, 0.0]
+u_linspace = { start = 0.0, stop = 1.0, count = 4 }
+v_linspace = { start = 0.2, stop = 0.8, count = 3 }
+
+[[tasks]]
+name = "more"
+kind = "sample"
+frozen = true
+nr_samples = 16000
+"""
+
+
+def cli(config: Config, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    assert config.path is not None
+    return run_cli(config.path, *args, env=subprocess_env(), timeout=timeout)
+
+
+def task_receipts(config: Config, run_id: str) -> list[TaskDone]:
+    path = config.state_dir / "runs" / run_id / RECEIPTS_NAME
+    return [p for p in Receipts(path).read() if isinstance(p, TaskDone)]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
+    return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
+
+
+# ---------------------------------------------------------------- the run id
+def test_a_run_without_tasks_keeps_its_id() -> None:
+    """The run id hashes the definition; an absent (or empty) task list is not in it, so
+    every existing run keeps its id (this one was computed before tasks existed)."""
+    data: dict[str, Any] = {"name": "t", "seed": 1, "domain": {"continuous": 2},
+                            "integrand": {"kind": "genz.gaussian", "a": [1.0, 1.0]},
+                            "stop": {"max_samples": 1000}}
+    assert parse_run(data).run_id() == "94a127f38fb8dbb4"
+    assert parse_run({**data, "tasks": []}).run_id() == "94a127f38fb8dbb4"
+    assert "tasks" not in parse_run(data).model_dump(mode="json")
+    with_tasks = parse_run({**data, "task_queue": [{"kind": "sample", "nr_samples": 10}]})
+    assert with_tasks.run_id() != "94a127f38fb8dbb4"
+    assert with_tasks.model_dump(mode="json")["tasks"] == [{"kind": "sample", "nr_samples": 10}]
+
+
+def test_the_timeline_names_tasks_and_branches_from(tmp_path: Path) -> None:
+    """Generated names are ``<kind>-<n>``; omitted keys keep the previous task's value;
+    ``from`` starts from the named task's tables."""
+    path = tmp_path / "run.toml"
+    path.write_text(HEAD + TASKS)
+    steps = load_run_file(path).task_steps()
+    assert [(s.name, s.kind, s.parent) for s in steps] == [
+        ("train", "sample", None), ("infer", "sample", 0), ("plot_line-1", "plot_line", 1),
+        ("again", "sample", 0)]
+    assert [s.settings["frozen"] for s in steps] == [False, True, True, False]
+    assert [s.settings["stop"] for s in steps] == [
+        {"max_samples": 64000}, {"max_samples": 48000}, {"max_samples": 48000},
+        {"max_samples": 32000}]
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize(("tasks", "says"), [
+    ('[[tasks]]\nkind = "teleport"\n',
+     "tasks[0].kind: unknown kind 'teleport'; valid: sample, plot_line, image, configure, "
+     "pause"),
+    ('[[tasks]]\nkind = "sample"\nnr_samples = 10\n[[tasks]]\nkind = "sample"\n'
+     'from = "later"\n[[tasks]]\nname = "later"\nkind = "sample"\n',
+     "tasks[1].from: no earlier task is named 'later' (got 'later'); valid: sample-1"),
+], ids=["unknown-kind", "from-no-earlier-task"])
+def test_a_bad_task_list_is_refused_in_one_line(workspace: Config, tasks: str,
+                                                says: str) -> None:
+    """Exit 2, one line on stderr naming the file, the key and what is valid; no run."""
+    path = workspace.root / "bad.toml"
+    path.write_text(HEAD + tasks)
+    done = cli(workspace, "integrate", str(path), "--workers", "1")
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"mainboard: error: {path}:"), done.stderr
+    assert says in lines[0], lines[0]
+    assert not (workspace.state_dir / "runs").exists() or \
+        not any((workspace.state_dir / "runs").iterdir())
+
+
+def test_append_to_a_run_that_does_not_exist_is_refused(workspace: Config) -> None:
+    task = workspace.root / "task.toml"
+    task.write_text(APPENDED)
+    done = cli(workspace, "runs", "append", "nosuchrun", str(task))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no run matches 'nosuchrun'" in lines[0], done.stderr
+    assert done.stdout == ""
+
+
+def test_a_bad_appended_task_names_the_task_file(tmp_path: Path) -> None:
+    """The task file of `runs append` is checked against the run it joins: a `from` must
+    name one of the run's tasks, a kind must be known; one ConfigError line each."""
+    run = tmp_path / "run.toml"
+    run.write_text(HEAD + TASKS)
+    spec = load_run_file(run)
+    steps = spec.task_steps()
+    task = tmp_path / "task.toml"
+    task.write_text('[[tasks]]\nkind = "sample"\nfrom = "nope"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_task_file(task, spec, steps)
+    assert str(caught.value) == (f"{task}: tasks[0].from: no earlier task is named 'nope' "
+                                 "(got 'nope'); valid: train, infer, plot_line-1, again")
+    task.write_text('[[task_queue]]\nkind = "warp"\n')
+    with pytest.raises(ConfigError, match=r"task\.toml:2: task_queue\.kind: unknown kind 'warp'"):
+        load_task_file(task, spec, steps)
+    task.write_text('task = { kind = "sample", from = "again", nr_samples = 8000 }\n')
+    assert load_task_file(task, spec, steps) == [
+        {"kind": "sample", "from": "again", "nr_samples": 8000}]
+
+
+# ---------------------------------------------------------------- a run of tasks
+@pytest.mark.live
+def test_tasks_run_to_the_end_then_an_appended_task(workspace: Config) -> None:
+    """train -> sample frozen -> plot_line -> sample from train, on 2 local workers; `runs
+    tasks` shows 4 done tasks; `runs append` continues the finished run with a 5th."""
+    path = workspace.root / "tasks.toml"
+    path.write_text(HEAD + TASKS)
+    run_id = load_run_file(path).run_id()
+    done = cli(workspace, "integrate", str(path), "--workers", "2", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout)
+    assert got["run_id"] == run_id and got["samples"] == 32000  # the last task's own
+
+    listed = cli(workspace, "runs", "tasks", run_id, "--json")
+    assert listed.returncode == 0, listed.stderr
+    table = json.loads(listed.stdout)
+    assert table["status"] == "finished"
+    rows = table["tasks"]
+    assert [(r["name"], r["state"]) for r in rows] == [
+        ("train", "done"), ("infer", "done"), ("plot_line-1", "done"), ("again", "done")]
+    assert [r["samples"] for r in rows] == [64000, 48000, 0, 32000]
+    infer = rows[1]
+    assert infer["frozen"] is True
+    assert abs(infer["estimate"] - got["exact"]) < 4 * infer["error"]
+    assert rows[3]["from"] == "train"
+
+    human = cli(workspace, "runs", "tasks", run_id)
+    assert human.returncode == 0 and "infer" in human.stdout and "sample frozen" in human.stdout
+
+    task = workspace.root / "more.toml"
+    task.write_text(APPENDED)
+    more = cli(workspace, "runs", "append", run_id, str(task), "--workers", "2", "--json")
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert json.loads(more.stdout)["samples"] == 16000
+    rows = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)["tasks"]
+    assert [(r["name"], r["state"], r["samples"]) for r in rows][-2:] == [
+        ("image-1", "done", 0), ("more", "done", 16000)]
+
+    exported = cli(workspace, "runs", "export", run_id, "--format", "csv")
+    assert exported.returncode == 0, exported.stderr
+    table = list(csv.DictReader(io.StringIO(exported.stdout)))
+    line = [r for r in table if r["task"] == "plot_line-1"]
+    image = [r for r in table if r["task"] == "image-1"]
+    assert [float(r["t"]) for r in line] == pytest.approx([i / 10 for i in range(11)])
+    assert [float(r["value"]) for r in line] == pytest.approx(
+        [gauss([t, 0.5, 0.5]) for t in np.linspace(0.0, 1.0, 11)], rel=1e-12)
+    assert len(image) == 12  # v outer, u inner
+    assert [float(r["u"]) for r in image[:5]] == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0, 0.0])
+    assert [float(r["v"]) for r in image[:5]] == pytest.approx([0.2, 0.2, 0.2, 0.2, 0.5])
+    assert [float(r["value"]) for r in image] == pytest.approx(
+        [gauss([float(r["u"]), float(r["v"]), 0.6]) for r in image], rel=1e-12)
+
+
+def gauss(x: list[float]) -> float:
+    """The run's Genz Gaussian at one point, as numpy computes it."""
+    a, u = np.array([3.0, 3.0, 3.0]), np.array([0.4, 0.5, 0.6])
+    return float(np.exp(-np.sum(a * a * (np.asarray(x) - u) ** 2)))
+
+
+@pytest.mark.live
+def test_per_task_results_are_bit_identical_on_one_and_two_workers(
+        tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> None:
+    """The same task run on 1 and on 2 local workers: every task's samples, estimate and
+    error (and the plot's values) equal to the last bit."""
+    runs = []
+    for workers in (1, 2):
+        config = write_workspace(tmp_path_factory.mktemp(f"w{workers}"), redis_server)
+        path = config.root / "tasks.toml"
+        path.write_text(HEAD + TASKS)
+        result = mainboard.integrate(path, workers=workers, config=config)
+        runs.append([(t.name, t.samples, t.estimate, t.error, t.values)
+                     for t in task_receipts(config, result.run_id)])
+    assert runs[0] == runs[1]
+    assert [name for name, *_ in runs[0]] == ["train", "infer", "plot_line-1", "again"]
+
+
+PAUSING = """
+[[tasks]]
+name = "train"
+kind = "sample"
+nr_samples = 32000
+
+[[tasks]]
+kind = "configure"
+batching = { batch_size = 4000, batches_per_iteration = 2, fuse = true }
+
+[[tasks]]
+kind = "pause"
+
+[[tasks]]
+name = "after"
+kind = "sample"
+frozen = true
+nr_samples = 16000
+"""
+
+
+@pytest.mark.live
+def test_a_pause_task_pauses_and_resume_goes_on_with_the_configured_tables(
+        workspace: Config) -> None:
+    """The run stops at the pause task (status paused, the next task pending); a task
+    appended meanwhile waits for the resume; `runs
+    resume` runs the next task with the batching the configure task set."""
+    path = workspace.root / "pausing.toml"
+    path.write_text(HEAD.replace('"tasks-gauss"', '"tasks-pause"') + PAUSING)
+    run_id = load_run_file(path).run_id()
+    done = cli(workspace, "integrate", str(path), "--workers", "2", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["stop_reason"] == "paused"
+    table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
+    assert table["status"] == "paused"
+    assert [(r["name"], r["state"]) for r in table["tasks"]] == [
+        ("train", "done"), ("configure-1", "done"), ("pause-1", "done"), ("after", "pending")]
+
+    task = workspace.root / "later.toml"  # appended to the paused run: run on its resume
+    task.write_text('[[tasks]]\nname = "later"\nkind = "sample"\nnr_samples = 8000\n')
+    appended = cli(workspace, "runs", "append", run_id, str(task))
+    assert appended.returncode == 0, appended.stderr
+    assert f"`mainboard runs resume {run_id}` runs the new tasks" in appended.stdout
+
+    resumed = cli(workspace, "runs", "resume", run_id, "--workers", "2", "--json")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads(resumed.stdout)["samples"] == 8000  # the last task's own
+    table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
+    assert table["status"] == "finished"
+    assert [(r["name"], r["state"], r["samples"]) for r in table["tasks"]][3:] == [
+        ("after", "done", 16000), ("later", "done", 8000)]
+    lines = [p for p in Receipts(workspace.state_dir / "runs" / run_id / RECEIPTS_NAME).read()
+             if isinstance(p, IterationDone)]
+    # 32000 samples at 4 x 4000 per iteration, then 16000 and 8000 at the configured 2 x 4000
+    assert [p.batches for p in lines] == [4, 4, 2, 2, 2]
+    assert [p.iteration for p in lines] == [1, 2, 3, 4, 5]  # numbered across tasks
+
+
+@pytest.mark.live
+def test_append_to_a_run_a_live_coordinator_drives_is_refused(workspace: Config,
+                                                              redis_server: RedisServer
+                                                              ) -> None:
+    """While a coordinator holds the run's lease, `runs append` is refused in one line
+    (exit 2) and records nothing; the run is then stopped."""
+    path = workspace.root / "slow.toml"
+    path.write_text(HEAD.replace('"tasks-gauss"', '"tasks-slow"').replace(
+        'kind = "genz.gaussian"\na = [3.0, 3.0, 3.0]\nu = [0.4, 0.5, 0.6]',
+        'kind = "python"\ntarget = "tests.run_integrands:slow_gauss"\n'
+        'params = { delay = 0.3, a = 3.0 }') + '[[tasks]]\nkind = "sample"\nnr_samples = 400000\n')
+    run_id = load_run_file(path).run_id()
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+         str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = redis.Redis.from_url(redis_server.url)
+    try:
+        receipts = workspace.state_dir / "runs" / run_id / RECEIPTS_NAME
+        while not (receipts.exists() and any(isinstance(p, IterationDone)
+                                             for p in Receipts(receipts).read())):
+            assert runner.poll() is None, runner.communicate()
+            r.blpop(["mainboard-test:never"], timeout=0.2)  # a pause between looks
+        assert r.exists(keys.run_lease(run_id))
+        task = workspace.root / "one.toml"
+        task.write_text(APPENDED)
+        refused = cli(workspace, "runs", "append", run_id, str(task))
+        assert refused.returncode == 2, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"run {run_id} is being driven by pid" in lines[0]
+        assert "runs pause" in lines[0] and refused.stdout == ""
+        assert not any(isinstance(p, TasksAppended) for p in Receipts(receipts).read())
+    finally:
+        stopped = cli(workspace, "runs", "stop", run_id)
+        runner.communicate(timeout=120)
+        r.close()
+    assert stopped.returncode == 0, stopped.stderr
+
+
+@pytest.mark.live
+def test_a_task_paused_midway_resumes_to_the_uninterrupted_numbers(
+        workspace: Config, redis_server: RedisServer,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`runs pause` inside a sample task, then `runs resume`: the task goes on from its
+    last snapshot and every task ends with the numbers of an uninterrupted run."""
+    text = HEAD.replace('"tasks-gauss"', '"tasks-midway"').replace(
+        'kind = "genz.gaussian"\na = [3.0, 3.0, 3.0]\nu = [0.4, 0.5, 0.6]',
+        'kind = "python"\ntarget = "tests.run_integrands:slow_gauss"\n'
+        'params = { delay = 0.2, a = 3.0 }') + (
+        '[[tasks]]\nname = "train"\nkind = "sample"\nnr_samples = 64000\n'
+        '[[tasks]]\nkind = "sample"\nfrozen = true\nnr_samples = 32000\n')
+    path = workspace.root / "midway.toml"
+    path.write_text(text)
+    run_id = load_run_file(path).run_id()
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+         str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = redis.Redis.from_url(redis_server.url)
+    try:
+        while not r.exists(keys.run_snapshot(run_id, 1)):  # the first iteration merged
+            assert runner.poll() is None, runner.communicate()
+            r.blpop(["mainboard-test:never"], timeout=0.1)  # a pause between looks
+    finally:
+        r.close()
+    paused = cli(workspace, "runs", "pause", run_id)
+    out, err = runner.communicate(timeout=120)
+    assert paused.returncode == 0 and runner.returncode == 0, paused.stderr + err
+    table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
+    assert table["status"] == "paused"
+    assert [r["state"] for r in table["tasks"]] == ["running", "pending"]
+    resumed = cli(workspace, "runs", "resume", run_id, "--workers", "1", "--json")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    other = write_workspace(tmp_path_factory.mktemp("midway"), redis_server)
+    (other.root / "midway.toml").write_text(text)
+    mainboard.integrate(other.root / "midway.toml", workers=1, config=other)
+    expect = [(t.name, t.samples, t.estimate, t.error) for t in task_receipts(other, run_id)]
+    assert [(t.name, t.samples, t.estimate, t.error)
+            for t in task_receipts(workspace, run_id)] == expect
+    assert [name for name, *_ in expect] == ["train", "sample-2"]  # the 2nd sample task
