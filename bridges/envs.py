@@ -1,0 +1,63 @@
+"""A host's environments looked at and removed: ``mainboard env status|remove``.
+
+One driver round trip (``provision_driver``'s ``status``/``remove`` modes) lists every
+environment under the host's root with its python, size and age, says whether the
+workspace's declared set (its key) is built, and which uv-managed interpreter satisfies
+``[deps] python`` there now (never installing one). ``build`` is ``provision_host``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mainboard.config import Config
+
+from .provision import Driver, build_manifest, check_deps, default_root, driver_env, python_request
+from .transport import Transport
+
+
+@dataclass(frozen=True)
+class EnvStatus:
+    """What ``env status`` shows for one host."""
+
+    host: str
+    declared_python: str | None
+    interpreter: str | None
+    python_version: str | None
+    key: str
+    built: bool
+    envs: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"host": self.host, "declared_python": self.declared_python,
+                "interpreter": self.interpreter, "python_version": self.python_version,
+                "key": self.key, "built": self.built, "envs": self.envs}
+
+
+def _ask(config: Config, name: str, transport: Transport, mode: str,
+         root: str | None) -> EnvStatus:
+    host = config.host(name)
+    request = python_request(config)
+    deps = check_deps(config.python.deps, file=str(config.path or "mainboard.toml"))
+    manifest = build_manifest(deps, None, None, request)
+    driver = Driver(transport, root or default_root(config, host),
+                     getattr(host, "python", "python3"), driver_env(config, host), None,
+                     getattr(host, "modules", ()))
+    found = driver(mode, manifest)
+    return EnvStatus(host=name, declared_python=request, interpreter=found.get("interpreter"),
+                     python_version=str(found["python_version"]) if found.get("ready") else None,
+                     key=str(found["key"]), built=bool(found.get("ready")),
+                     envs=list(found.get("envs") or []))
+
+
+def env_status(config: Config, name: str, transport: Transport,
+               root: str | None = None) -> EnvStatus:
+    """Host ``name``'s environments (the job/worker set without the project)."""
+    return _ask(config, name, transport, "status", root)
+
+
+def env_remove(config: Config, name: str, transport: Transport,
+               root: str | None = None) -> EnvStatus:
+    """Delete every environment under host ``name``'s root; returns what was there."""
+    return _ask(config, name, transport, "remove", root)
