@@ -8,13 +8,14 @@ workspace's declared set (its key) is built, and which uv-managed interpreter sa
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from mainboard.config import Config
 
 from .provision import Driver, build_manifest, check_deps, default_root, driver_env, python_request
-from .transport import Transport
+from .transport import Command, Transport
 
 
 @dataclass(frozen=True)
@@ -61,3 +62,20 @@ def env_remove(config: Config, name: str, transport: Transport,
                root: str | None = None) -> EnvStatus:
     """Delete every environment under host ``name``'s root; returns what was there."""
     return _ask(config, name, transport, "remove", root)
+
+
+def env_declared(config: Config) -> bool:
+    """Whether the workspace declares an environment: ``[deps] python`` or ``[python.deps]``
+    (without either, commands run as they always did, on the host's own PATH)."""
+    return bool(python_request(config) or config.python.deps)
+
+
+def in_env(command: Command, env_dir: str) -> Command:
+    """``command`` run with the env's ``bin`` first on PATH and ``VIRTUAL_ENV`` set; shell
+    text keeps its shell, an argv stays an argv (the env path travels quoted)."""
+    if isinstance(command, str):
+        q = shlex.quote(env_dir)
+        return (f"VIRTUAL_ENV={q}; PATH={q}/bin:\"$PATH\"; export VIRTUAL_ENV PATH; "
+                f"{command}")
+    return ["/bin/sh", "-c", 'VIRTUAL_ENV="$0"; PATH="$0/bin:$PATH"; export VIRTUAL_ENV PATH; '
+            'exec "$@"', env_dir, *command]

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from packaging.specifiers import SpecifierSet
 
 from mainboard.config import Config, HostConfig
-from mainboard.config.pins import pins, unmet, version_in
+from mainboard.config.pins import checked_pins, pins, unmet, version_in
 from mainboard.errors import HostError, PinNotMet
 
 from .envmodules import module_block
@@ -73,7 +73,7 @@ def fix_hint(config: Config, name: str) -> str:
 def require_pins(config: Config, name: str, host: HostConfig, transport: Transport) -> None:
     """Raise PinNotMet (one line) unless the host satisfies every [deps] pin; no round trip
     when nothing is pinned."""
-    wanted = pins(config.deps)
+    wanted = checked_pins(config.deps)
     if not wanted:
         return
     script = probe_script(list(wanted), host_python(host), getattr(host, "modules", ()))

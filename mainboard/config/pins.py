@@ -113,6 +113,12 @@ def pins(deps: Mapping[str, str]) -> dict[str, SpecifierSet]:
     return {name: specifier(spec) for name, spec in deps.items() if is_pin(spec)}
 
 
+def checked_pins(deps: Mapping[str, str]) -> dict[str, SpecifierSet]:
+    """The pins a host must already satisfy: every one but python, which is provisioned
+    (a uv-managed interpreter per host, ``bridges.provision``), not checked."""
+    return {name: spec for name, spec in pins(deps).items() if name != "python"}
+
+
 def version_in(text: str) -> str | None:
     """The first dotted version number in a ``--version`` answer (``Python 3.11.7`` -> 3.11.7)."""
     found = _VERSION_IN_TEXT.search(text or "")

@@ -29,7 +29,7 @@ from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.ssh_session import remote_word
 from mainboard.bridges.transport import LocalTransport
 from mainboard.config import Config, HostConfig, ProviderConfig
-from mainboard.config.pins import pins
+from mainboard.config.pins import checked_pins, pins
 from mainboard.errors import AuthFailed, HostKeyMismatch, MainboardError, first_line
 from mainboard.hosts.access import Hosts
 from mainboard.hosts.facts import cached_record, summary
@@ -119,7 +119,7 @@ def _interpret(host: HostConfig, config: Config, stdout: str) -> _Access:
     if versions.get("python") is None:
         missing.append(f"{host_python(host)} not found")
     else:
-        missing += problems(pins(config.deps), versions)
+        missing += problems(checked_pins(config.deps), versions)
     scheduler = SCHEDULER_COMMAND.get(host.kind)
     if scheduler and found.get("scheduler") != "ok":
         missing.append(f"{scheduler} not found")
@@ -177,7 +177,7 @@ def host_access(board: Hosts | None, name: str, host: HostConfig, config: Config
 
 def _local_pins(host: HostConfig, config: Config, timeout: float) -> list[str]:
     """[deps] pins this machine misses for ``host`` (no process started when nothing is pinned)."""
-    wanted = pins(config.deps)
+    wanted = checked_pins(config.deps)
     if not wanted:
         return []
     script = probe_script(list(wanted), host_python(host), getattr(host, "modules", ()))
