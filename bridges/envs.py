@@ -41,7 +41,7 @@ def _ask(config: Config, name: str, transport: Transport, mode: str,
     host = config.host(name)
     request = python_request(config)
     deps = check_deps(config.python.deps, file=str(config.path or "mainboard.toml"))
-    manifest = build_manifest(deps, None, None, request)
+    manifest = build_manifest(deps, None, None, request, config.python.preference)
     driver = Driver(transport, root or default_root(config, host),
                      getattr(host, "python", "python3"), driver_env(config, host), None,
                      getattr(host, "modules", ()))

@@ -93,7 +93,8 @@ def check_deps(deps: Sequence[str], *, file: str = "mainboard.toml",
 
 def build_manifest(deps: Sequence[str], project: Project | None,
                    container: ContainerConfig | None = None,
-                   python_request: str | None = None) -> dict[str, object]:
+                   python_request: str | None = None,
+                   python_preference: str = "managed") -> dict[str, object]:
     """What the environment's key is made of (the host adds its python version and path,
     unless ``python_request``, the declared ``[deps] python``, names the interpreter)."""
     manifest: dict[str, object] = {"format": 1, "deps": check_deps(deps),
@@ -102,6 +103,7 @@ def build_manifest(deps: Sequence[str], project: Project | None,
                                    if project else [3, 8]}
     if python_request:
         manifest["python_request"] = python_request
+        manifest["python_preference"] = python_preference
     if container is not None:
         manifest["container"] = {"runtime": container.runtime, "image": container.image}
     return manifest
@@ -211,7 +213,8 @@ def provision(transport: Transport, *, root: str, python: str = "python3",
               env: Mapping[str, str] | None = None, container: ContainerConfig | None = None,
               stream: bool | StreamSink = False,
               requires: Callable[[str], None] | None = None,
-              modules: Sequence[str] = (), python_request: str | None = None) -> ProvisionedEnv:
+              modules: Sequence[str] = (), python_request: str | None = None,
+              python_preference: str = "managed") -> ProvisionedEnv:
     """Make sure the environment for (deps, project, python[, image]) exists under ``root``.
 
     One round trip when it does. Otherwise the project's wheel is uploaded and the host
@@ -220,10 +223,10 @@ def provision(transport: Transport, *, root: str, python: str = "python3",
     ``UV_INDEX_URL`` for a private index or ``UV_CACHE_DIR``. ``requires`` sees the base
     python's version before anything is installed and may refuse it (a ``[deps]`` pin).
     ``modules`` (the host's) are loaded first: the container runtime may come from one.
-    ``python_request`` (a uv request such as ``==3.12.*``) builds the env on a uv-managed
-    interpreter, installed from the host's mirror when missing.
+    ``python_request`` (a uv request such as ``==3.12.*``) builds the env on an interpreter
+    uv finds (``python_preference``) or else installs, from the host's mirror if set.
     """
-    manifest = build_manifest(deps, project, container, python_request)
+    manifest = build_manifest(deps, project, container, python_request, python_preference)
     driver = Driver(transport, root, python, env or {}, container, modules)
     found = driver("check", manifest)
     if requires is not None:
@@ -252,7 +255,7 @@ def manifest_digest(config: Config, name: str, project: Project | None = None) -
     container_name = getattr(config.host(name), "container", None)
     manifest = build_manifest(config.python.deps, project,
                               config.containers[container_name] if container_name else None,
-                              python_request(config))
+                              python_request(config), config.python.preference)
     return sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -307,6 +310,7 @@ def provision_host(config: Config, name: str, transport: Transport, *, root: str
                       python=getattr(host, "python", "python3"), deps=deps,
                       project=project, env=driver_env(config, host), container=container,
                       stream=stream, python_request=request,
+                      python_preference=config.python.preference,
                       requires=None if request else
                       lambda version: require_env_python(config, name, version),
                       modules=getattr(host, "modules", ()))

@@ -176,19 +176,20 @@ def pythons_dir(root: str) -> str:
     return os.path.join(root, ".mainboard", "pythons")
 
 
-def find_interpreter(uv: str, root: str, request: str, uv_env: dict) -> str | None:
-    """A uv-managed interpreter under this root that satisfies ``request``, or None."""
+def find_interpreter(uv: str, request: str, preference: str, uv_env: dict) -> str | None:
+    """An interpreter that satisfies ``request``: uv-managed ones under this root first
+    (``preference`` as uv's ``--python-preference``; ``only-managed`` ignores PATH), or None."""
     done = subprocess.run([uv, "python", "find", "--no-project", "--python-preference",
-                           "only-managed", request], env=uv_env, capture_output=True, text=True)
+                           preference, request], env=uv_env, capture_output=True, text=True)
     found = done.stdout.strip().splitlines()
     return found[-1] if done.returncode == 0 and found else None
 
 
-def install_interpreter(uv: str, root: str, envs: str, key: str, request: str,
+def install_interpreter(uv: str, envs: str, key: str, request: str, preference: str,
                         uv_env: dict) -> str:
     """``uv python install`` from the host's mirror or downloads list; raise Unavailable
     naming what was tried (uv removes its partial download itself)."""
-    found = find_interpreter(uv, root, request, uv_env)
+    found = find_interpreter(uv, request, preference, uv_env)
     if found:
         return found
     install_env = dict(uv_env, UV_PYTHON_DOWNLOADS="manual")
@@ -196,7 +197,7 @@ def install_interpreter(uv: str, root: str, envs: str, key: str, request: str,
     done = subprocess.run([uv, "python", "install", "--no-bin", "--no-config", request],
                           env=install_env, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
     sys.stderr.write(done.stderr)
-    found = find_interpreter(uv, root, request, uv_env) if done.returncode == 0 else None
+    found = find_interpreter(uv, request, preference, uv_env) if done.returncode == 0 else None
     if not found:
         tried = [f"{name}={uv_env[name]}" for name in
                  ("UV_PYTHON_INSTALL_MIRROR", "UV_PYTHON_DOWNLOADS_JSON_URL") if uv_env.get(name)]
@@ -229,7 +230,8 @@ def build(root: str, envs: str, key: str, env_dir: str, manifest: dict, wheel: s
     request = manifest.get("python_request")
     if request:
         with Locked(os.path.join(root, ".mainboard", "tools", ".python.lock")):
-            base = install_interpreter(uv, root, envs, key, request, uv_env)
+            base = install_interpreter(uv, envs, key, request,
+                                       manifest.get("python_preference") or "managed", uv_env)
     run([uv, "venv", "--quiet", "--python", base, env_dir], uv_env)
     log_action(envs, key, "env-create " + env_dir)
     project = manifest.get("project") or {}
@@ -279,7 +281,8 @@ def envs_report(root: str, envs: str, key: str, manifest: dict, remove: bool) ->
     uv = find_uv(root)
     if request and uv:
         report["interpreter"] = find_interpreter(
-            uv, root, request, dict(os.environ, UV_PYTHON_INSTALL_DIR=pythons_dir(root)))
+            uv, request, manifest.get("python_preference") or "managed",
+            dict(os.environ, UV_PYTHON_INSTALL_DIR=pythons_dir(root)))
     return report
 
 

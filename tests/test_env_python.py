@@ -53,7 +53,10 @@ def workspace(directory: Path, offline: Offline, python: str,
               hosts: dict[str, dict[str, object]] | None = None) -> Path:
     """A mainboard.toml declaring ``[deps] python`` and one package, every host offline."""
     declared = {"local": {"kind": "local"}, **(hosts or {})}
-    tables = {"deps": {"python": python}, "python": {"downloads": str(offline.mirror.downloads)},
+    # only-managed: the host's own python (the same minor here) never satisfies the pin, as
+    # on a host whose PATH lacks it; the interpreter has to come from the mirror.
+    tables = {"deps": {"python": python}, "python": {"downloads": str(offline.mirror.downloads),
+                                                     "preference": "only-managed"},
               "python.deps": {"mbtinyenv": "0.1"}}
     tables.update({f"hosts.{name}.env": offline.env for name in declared})
     return write_config(directory, declared, extra=toml_tables(tables))  # type: ignore[arg-type]
@@ -61,6 +64,11 @@ def workspace(directory: Path, offline: Offline, python: str,
 
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
+
+
+def _access(config: Path) -> tuple[str, str | None]:
+    rows = {r["name"]: r for r in json.loads(invoke(config, "compute", "--json").stdout)}
+    return rows["local"]["access"], rows["local"]["reason"]
 
 
 def _envs(root: Path) -> list[str]:
@@ -94,6 +102,9 @@ def test_env_status_build_remove(tmp_path: Path, offline: Offline) -> None:
     before = json.loads(invoke(config, "env", "status", "--json").stdout)
     assert (before["declared_python"], before["built"], before["envs"]) == (
         f"=={offline.mirror.minor}.*", False, [])
+    assert _access(config) == ("not-set-up", f"no python =={offline.mirror.minor}.* ([python] "
+                               "preference = only-managed) and none is installed under the "
+                               "root; `mainboard env build --on local` installs one")
     built = invoke(config, "env", "build", "--json")
     assert built.exit_code == 0, built.stderr
     result = json.loads(built.stdout)
@@ -103,10 +114,23 @@ def test_env_status_build_remove(tmp_path: Path, offline: Offline) -> None:
     assert Path(status["interpreter"]).is_relative_to(tmp_path / ".mainboard" / "pythons")
     assert [e["key"] for e in status["envs"]] == [result["key"]]
     assert json.loads(invoke(config, "env", "build", "--json").stdout)["state"] == "reused"
+    assert _access(config) == ("here", None)
     removed = invoke(config, "env", "remove", "--json")
     assert json.loads(removed.stdout) == {"host": "local", "removed": [result["key"]]}
     assert _envs(tmp_path) == []
     assert json.loads(invoke(config, "env", "status", "--json").stdout)["built"] is False
+
+
+def test_default_preference_builds_on_a_host_python_that_fits(
+        tmp_path: Path, offline: Offline) -> None:
+    config = workspace(tmp_path, offline, f"=={offline.mirror.minor}.*")
+    text = config.read_text().replace('preference = "only-managed"', 'preference = "managed"')
+    config.write_text(text)
+    built = invoke(config, "env", "build", "--json")
+    assert built.exit_code == 0, built.stderr
+    result = json.loads(built.stdout)
+    assert not any(a.startswith("python-install") for a in result["actions"])
+    assert not (tmp_path / ".mainboard" / "pythons").exists()  # nothing downloaded
 
 
 def test_a_python_no_mirror_has_is_one_line_exit_2_nothing_run_or_left(

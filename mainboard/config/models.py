@@ -105,6 +105,9 @@ class PythonConfig(ConfigModel):
                                "(UV_PYTHON_INSTALL_MIRROR), e.g. file:///srv/python-mirror")
     downloads: str | None = Field(None, description="a python-downloads JSON (path or URL) "
                                   "listing installable interpreters (UV_PYTHON_DOWNLOADS_JSON_URL)")
+    preference: Literal["managed", "only-managed", "system", "only-system"] = Field(
+        "managed", description="which interpreters may satisfy [deps] python (uv's "
+        "--python-preference): managed ones first, then the host's; only-managed ignores PATH")
 
 
 class RouterConfig(ConfigModel):
