@@ -152,13 +152,14 @@ def test_a_container_hosts_job_runs_in_its_env_inside_the_fixed_image(
     new = [(b.host, b.key, b.manifest) for b in _built(site)[len(before):]]
     assert new == [("pod", key, manifest_digest(site.board.config, "pod"))]
     assert key not in {b.key for b in before}  # the image is part of the env's identity
-    # Who loaded the module ($0): the [deps] probe, provisioning's check and build (which
-    # run podman), then the job script under SLURM (which runs podman too).
+    # Who loaded the module ($0): provisioning's check and build (which run podman), then
+    # the job script under SLURM (which runs podman too). The python pin is provisioned
+    # (inside the image), not probed: no [deps] probe runs.
     who = [line.rsplit(" load ", 1) for line in
            (site.root.parent / "modules.log").read_text().splitlines()]
     assert all(module == "podman/4" for _, module in who)
     assert [caller.rsplit("/", 1)[-1] for caller, _ in who] == [
-        "bash", "mainboard-modules", "mainboard-modules", "slurm_script"]
+        "mainboard-modules", "mainboard-modules", "slurm_script"]
 
 
 def test_study_prepares_each_targets_env_once_and_estimates_learn_the_build(
