@@ -1,6 +1,8 @@
-"""A host's environments looked at and removed: ``mainboard env status|remove``.
+"""A host's environments through one backend interface: ``mainboard env status|build|remove``.
 
-One driver round trip (``provision_driver``'s ``status``/``remove`` modes) lists every
+``EnvBackend`` is what builds environments; ``UvBackend`` (uv: ``[deps] python`` as an
+interpreter uv finds or installs, ``[python.deps]`` on it) is the one that ships, and
+``backend_for`` picks it. For uv, one driver round trip (``provision_driver``'s ``status``/``remove`` modes) lists every
 environment under the host's root with its python, size and age, says whether the
 workspace's declared set (its key) is built, and which uv-managed interpreter satisfies
 ``[deps] python`` there now (never installing one). ``build`` is ``provision_host``.
@@ -10,11 +12,20 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from mainboard.config import Config
 
-from .provision import Driver, build_manifest, check_deps, default_root, driver_env, python_request
+from .provision import (
+    Driver,
+    ProvisionedEnv,
+    build_manifest,
+    check_deps,
+    default_root,
+    driver_env,
+    provision_host,
+    python_request,
+)
 from .transport import Command, Transport
 
 
@@ -79,3 +90,47 @@ def in_env(command: Command, env_dir: str) -> Command:
                 f"{command}")
     return ["/bin/sh", "-c", 'VIRTUAL_ENV="$0"; PATH="$0/bin:$PATH"; export VIRTUAL_ENV PATH; '
             'exec "$@"', env_dir, *command]
+
+
+class EnvBackend(Protocol):
+    """What builds a workspace's environment on a host. Each call is one host operation:
+    ``status`` never installs, ``build`` finds or installs the declared interpreter then
+    builds the env on it, keyed by what was declared, reused when the key is built;
+    ``remove`` deletes the host's envs. A new ecosystem (pixi, conda) is a new class."""
+
+    name: str
+
+    def status(self, config: Config, host: str, transport: Transport,
+               root: str | None = None) -> EnvStatus: ...
+
+    def build(self, config: Config, host: str, transport: Transport, root: str | None = None,
+              stream: Any = False) -> ProvisionedEnv: ...
+
+    def remove(self, config: Config, host: str, transport: Transport,
+               root: str | None = None) -> EnvStatus: ...
+
+
+class UvBackend:
+    """uv: ``uv python find/install`` for the interpreter, ``uv venv`` + ``uv pip install``
+    for the env, all run on the host by ``provision_driver``."""
+
+    name = "uv"
+
+    def status(self, config: Config, host: str, transport: Transport,
+               root: str | None = None) -> EnvStatus:
+        return env_status(config, host, transport, root)
+
+    def build(self, config: Config, host: str, transport: Transport, root: str | None = None,
+              stream: Any = False) -> ProvisionedEnv:
+        return provision_host(config, host, transport, root=root, stream=stream,
+                              with_project=False, purpose="job")
+
+    def remove(self, config: Config, host: str, transport: Transport,
+               root: str | None = None) -> EnvStatus:
+        return env_remove(config, host, transport, root)
+
+
+def backend_for(config: Config) -> EnvBackend:
+    """The backend of the workspace's declared environment (only uv ships; ``[conda]`` and
+    ``[pixi]`` tables are refused when mainboard.toml is loaded)."""
+    return UvBackend()

@@ -48,11 +48,12 @@ def env() -> None:
 @click.pass_context
 def status(ctx: click.Context, host: str, as_json: bool) -> None:
     """Declared python, the interpreter found for it, the env key, built or not, each env."""
-    from mainboard.bridges.envs import env_status
+    from mainboard.bridges.envs import backend_for
 
     with common.board(ctx) as board:
         handle = board.on(host)
-        found = env_status(board.config, host, handle.transport, handle.root)
+        found = backend_for(board.config).status(board.config, host, handle.transport,
+                                                  handle.root)
     if as_json:
         common.echo_json(found.as_json(), indent=2)
         return
@@ -72,12 +73,12 @@ def status(ctx: click.Context, host: str, as_json: bool) -> None:
 @click.pass_context
 def build(ctx: click.Context, host: str, as_json: bool) -> None:
     """Provision now: install the declared interpreter if missing, then build the env."""
-    from mainboard.bridges.provision import provision_host
+    from mainboard.bridges.envs import backend_for
 
     with common.board(ctx) as board:
         handle = board.on(host)
-        built = provision_host(board.config, host, handle.transport, root=handle.root,
-                               with_project=False, purpose="job", stream=_progress)
+        built = backend_for(board.config).build(board.config, host, handle.transport,
+                                                handle.root, stream=_progress)
     state = "built" if built.installed else "reused"
     common.echo(f"mainboard: env {state}: {host} {built.key} python {built.python_version}",
                 err=True)
@@ -94,11 +95,12 @@ def build(ctx: click.Context, host: str, as_json: bool) -> None:
 @click.pass_context
 def remove(ctx: click.Context, host: str, as_json: bool) -> None:
     """Delete every environment under the host's root (interpreters stay)."""
-    from mainboard.bridges.envs import env_remove
+    from mainboard.bridges.envs import backend_for
 
     with common.board(ctx) as board:
         handle = board.on(host)
-        found = env_remove(board.config, host, handle.transport, handle.root)
+        found = backend_for(board.config).remove(board.config, host, handle.transport,
+                                                 handle.root)
     if as_json:
         common.echo_json({"host": host, "removed": [e["key"] for e in found.envs]}, indent=2)
     else:

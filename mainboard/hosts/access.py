@@ -20,8 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from mainboard.bridges.envs import env_declared, in_env
-from mainboard.bridges.provision import ProvisionedEnv, provision_host
+from mainboard.bridges.envs import backend_for, env_declared, in_env
+from mainboard.bridges.provision import ProvisionedEnv
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.ssh_session import remote_word
 from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
@@ -126,9 +126,8 @@ class Host:
         if not env_declared(config):
             return None
         if self._env is None:
-            self._env = provision_host(config, self.name, self.transport, root=self.root,
-                                       stream=_progress_only(stream), with_project=False,
-                                       purpose="job")
+            self._env = backend_for(config).build(config, self.name, self.transport,
+                                                  self.root, stream=_progress_only(stream))
         return self._env
 
     def put(self, local: str | os.PathLike[str], remote: str | os.PathLike[str]) -> str:
