@@ -79,19 +79,22 @@ def _envs(root: Path) -> list[str]:
 
 def test_local_run_gets_the_declared_python_from_the_mirror_then_reuses_it(
         tmp_path: Path, offline: Offline) -> None:
-    config = workspace(tmp_path, offline, f"=={offline.mirror.minor}.*")
+    hostile = "it's a $HOME `root`; x"  # the env's path reaches shell text quoted
+    config = workspace(tmp_path, offline, f"=={offline.mirror.minor}.*",
+                       {"local": {"kind": "local", "root": hostile}})
+    root = tmp_path / hostile
     first = invoke(config, "run", "--", "python", "-c", PROBE)
     assert first.exit_code == 0, first.stderr
     version, tiny, base = _lines(first.stdout)
     assert (version, tiny) == (offline.mirror.version, "0.1")
-    assert Path(base).is_relative_to(tmp_path / ".mainboard" / "pythons")  # uv-managed, ours
+    assert Path(base).is_relative_to(root / ".mainboard" / "pythons")  # uv-managed, ours
     assert "mainboard: env built: local " in first.stderr
-    log = (tmp_path / ".mainboard" / "envs" / "provision.log").read_text()
+    log = (root / ".mainboard" / "envs" / "provision.log").read_text()
     assert "python-install" in log and "deps-install" in log
     again = invoke(config, "run", "--", f"python -c {json.dumps(PROBE)}")  # shell text too
     assert again.exit_code == 0 and _lines(again.stdout) == [version, tiny, base]
     assert "mainboard: env reused: local " in again.stderr and "$ " not in again.stderr
-    assert (tmp_path / ".mainboard" / "envs" / "provision.log").read_text() == log
+    assert (root / ".mainboard" / "envs" / "provision.log").read_text() == log
     with Board(config) as board:  # the library runs there too
         done = board.run(["python", "-c", PROBE])
     assert _lines(done.stdout) == [version, tiny, base]
@@ -157,6 +160,18 @@ def test_a_malformed_python_spec_is_one_line_exit_2(tmp_path: Path, offline: Off
         "'>=3.x'); valid: a version specifier such as \">=3.11\", \"==4.2.*\", \">=2.9,<3\" "
         "(\"*\" or \"\" for any version), or a source note such as \"apt:redis-server\""]
     assert not (tmp_path / ".mainboard" / "envs").exists()
+
+
+@pytest.mark.parametrize("table", ["conda", "pixi"])
+def test_other_ecosystems_are_refused_in_one_line(tmp_path: Path, table: str) -> None:
+    config = write_config(tmp_path, {}, extra=toml_tables({f"{table}.deps": {"numpy": "*"}}))
+    done = invoke(config, "env", "status")
+    assert done.exit_code == 2 and done.stdout == ""
+    assert _lines(done.stderr) == [
+        f"mainboard: error: {config}:2: {table}: [{table}] environments are not supported: "
+        "environments are built by the uv backend only; valid: [python.deps] (pip "
+        "requirements) on [deps] python; a conda/pixi backend would implement EnvBackend "
+        "(docs/architecture.md)"]
 
 
 def test_without_deps_run_is_as_before(tmp_path: Path) -> None:
