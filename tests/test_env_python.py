@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from mainboard.board import Board
+from mainboard.bridges.jobstate import JobState
 from tests.batch_helpers import invoke
 from tests.boards import ssh_host, write_config
+from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.pymirror import PythonMirror, make_mirror, tiny_wheel
-from tests.services import SshServer
+from tests.services import SlurmCluster, SshServer
 from tests.workspace import toml_tables
 
 pytestmark = pytest.mark.live
@@ -50,15 +52,17 @@ def offline(tmp_path_factory: pytest.TempPathFactory) -> Offline:
 
 
 def workspace(directory: Path, offline: Offline, python: str,
-              hosts: dict[str, dict[str, object]] | None = None) -> Path:
-    """A mainboard.toml declaring ``[deps] python`` and one package, every host offline."""
+              hosts: dict[str, dict[str, object]] | None = None,
+              env: dict[str, str] | None = None) -> Path:
+    """A mainboard.toml declaring ``[deps] python`` and one package, every host offline
+    (``env`` added to each host's)."""
     declared = {"local": {"kind": "local"}, **(hosts or {})}
     # only-managed: the host's own python (the same minor here) never satisfies the pin, as
     # on a host whose PATH lacks it; the interpreter has to come from the mirror.
     tables = {"deps": {"python": python}, "python": {"downloads": str(offline.mirror.downloads),
                                                      "preference": "only-managed"},
               "python.deps": {"mbtinyenv": "0.1"}}
-    tables.update({f"hosts.{name}.env": offline.env for name in declared})
+    tables.update({f"hosts.{name}.env": {**offline.env, **(env or {})} for name in declared})
     return write_config(directory, declared, extra=toml_tables(tables))  # type: ignore[arg-type]
 
 
@@ -200,3 +204,21 @@ def test_ssh_host_gets_the_declared_python_from_the_mirror_then_reuses_it(
     assert again.exit_code == 0 and _lines(again.stdout) == [version, tiny, base]
     assert "mainboard: env reused: edge " in again.stderr
     assert _envs(tmp_path) == []  # the local host was not touched
+
+
+def test_jobs_on_local_and_slurm_run_in_the_declared_env(
+        tmp_path: Path, offline: Offline, slurm_cluster: SlurmCluster) -> None:  # noqa: F811
+    hpc_root = tmp_path / "hpc root"
+    config = workspace(tmp_path, offline, f"=={offline.mirror.minor}.*",
+                       {"hpc": {"kind": "slurm", "partition": slurm_cluster.partition,
+                                "root": str(hpc_root)}},
+                       env={"SLURM_CONF": str(slurm_cluster.conf)})
+    with Board(config) as board:
+        for name, root in (("local", tmp_path), ("hpc", hpc_root)):
+            job = board.on(name).submit(f'python -c "{PROBE}"', name="probe")
+            assert job.wait(timeout=120, poll=0.3) is JobState.COMPLETED, \
+                job.logs(stream="stderr")
+            version, tiny, base = _lines(job.logs())
+            assert (version, tiny) == (offline.mirror.version, "0.1")
+            assert Path(base).is_relative_to(root / ".mainboard" / "pythons")
+            assert job.view().submitted.env_key in _envs(root)
