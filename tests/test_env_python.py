@@ -153,6 +153,7 @@ def test_a_python_no_mirror_has_is_one_line_exit_2_nothing_run_or_left(
         "request: cpython-==3.99.*-linux-x86_64-gnu; set [python] mirror or downloads in "
         "mainboard.toml, or change [deps] python"], done.stderr
     assert not marker.exists() and _envs(tmp_path) == []
+    assert not list((tmp_path / ".mainboard" / "pythons").glob("cpython-3.99*"))
 
 
 def test_a_malformed_python_spec_is_one_line_exit_2(tmp_path: Path, offline: Offline) -> None:
@@ -222,3 +223,28 @@ def test_jobs_on_local_and_slurm_run_in_the_declared_env(
             assert (version, tiny) == (offline.mirror.version, "0.1")
             assert Path(base).is_relative_to(root / ".mainboard" / "pythons")
             assert job.view().submitted.env_key in _envs(root)
+
+
+def test_unreachable_host_is_one_line_without_traceback(tmp_path: Path,
+                                                        offline: Offline) -> None:
+    config = workspace(tmp_path, offline, f"=={offline.mirror.minor}.*",
+                       {"edge": {"kind": "ssh", "host": "127.0.0.1", "port": 1,
+                                 "connect_timeout": 2.0}})
+    for verb in ("status", "build", "remove"):
+        done = invoke(config, "env", verb, "--on", "edge")
+        assert done.exit_code == 1 and done.stdout == ""
+        assert _lines(done.stderr) == [
+            "mainboard: error: edge: cannot reach 127.0.0.1:1: connection refused"]
+
+
+def test_status_in_words(tmp_path: Path, offline: Offline) -> None:
+    config = workspace(tmp_path, offline, f"=={offline.mirror.minor}.*")
+    assert invoke(config, "env", "build").exit_code == 0
+    shown = _lines(invoke(config, "env", "status").stdout)
+    key = _envs(tmp_path)[0]
+    assert shown[:4] == [
+        "host: local", f"declared python: =={offline.mirror.minor}.*",
+        f"interpreter: {next((tmp_path / '.mainboard' / 'pythons').glob('cpython-*'))}"
+        f"/bin/python{offline.mirror.minor}",
+        f"env key: {key} (built, python {offline.mirror.version})"]
+    assert shown[4].startswith(f" * {key}  python {offline.mirror.version}  ")
