@@ -15,10 +15,11 @@ from collections.abc import Mapping, Sequence
 from packaging.specifiers import SpecifierSet
 
 from mainboard.config import Config, HostConfig
-from mainboard.config.pins import pins, unmet, version_in
+from mainboard.config.pins import checked_pins, pins, unmet, version_in
 from mainboard.errors import HostError, PinNotMet
 
 from .envmodules import module_block
+from .ssh_session import remote_word
 from .transport import Transport
 
 PROBE_TIMEOUT_S = 60.0
@@ -47,6 +48,37 @@ def probe_script(names: Sequence[str], python: str, modules: Sequence[str] = ())
     return "\n".join(lines)
 
 
+def managed_probe(root: str) -> str:
+    """Bash text printing ``mb-managed=VERSION`` for every interpreter uv installed for
+    ``[deps] python`` under the host's root (``ROOT/.mainboard/pythons``)."""
+    return (f"for p in {remote_word(root)}/.mainboard/pythons/*/bin/python3; do "
+            '[ -x "$p" ] && printf \'mb-managed=%s\\n\' "$("$p" -S -c \'import sys; '
+            'print("%d.%d.%d" % tuple(sys.version_info[:3]))\' 2>/dev/null)"; done')
+
+
+def managed_versions(stdout: str) -> list[str]:
+    """The versions ``managed_probe`` printed."""
+    return [line.strip()[len("mb-managed="):] for line in stdout.splitlines()
+            if line.strip().startswith("mb-managed=")]
+
+
+def python_problem(config: Config, name: str, host_version: str | None,
+                   managed: Sequence[str]) -> str | None:
+    """Why host ``name`` has no interpreter for ``[deps] python`` yet (None: it has one):
+    one installed under its root, or its own python unless ``[python] preference`` is
+    only-managed."""
+    spec = pins(config.deps).get("python")
+    if spec is None or any(unmet("python", spec, v) is None for v in managed):
+        return None
+    own = config.python.preference != "only-managed"
+    reason = unmet("python", spec, host_version)
+    if own and reason is None:
+        return None
+    why = reason if own else f"no python {spec} ([python] preference = only-managed)"
+    return f"{why} and none is installed under the root; `mainboard env build --on {name}` " \
+        "installs one"
+
+
 def read_versions(stdout: str) -> dict[str, str | None]:
     """``{name: version or None}`` from the probe's lines (None: missing or no number)."""
     found: dict[str, str | None] = {}
@@ -73,7 +105,7 @@ def fix_hint(config: Config, name: str) -> str:
 def require_pins(config: Config, name: str, host: HostConfig, transport: Transport) -> None:
     """Raise PinNotMet (one line) unless the host satisfies every [deps] pin; no round trip
     when nothing is pinned."""
-    wanted = pins(config.deps)
+    wanted = checked_pins(config.deps)
     if not wanted:
         return
     script = probe_script(list(wanted), host_python(host), getattr(host, "modules", ()))

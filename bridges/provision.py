@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from mainboard.config import Config, ContainerConfig, HostConfig
-from mainboard.errors import CommandFailed, ConfigError, HostError, UserError
+from mainboard.config.pins import specifier
+from mainboard.errors import (
+    CommandFailed,
+    ConfigError,
+    HostError,
+    InterpreterUnavailable,
+    UserError,
+)
 from mainboard.receipts import EnvProvisioned, Receipts
 
 from .envmodules import with_modules
@@ -85,12 +92,18 @@ def check_deps(deps: Sequence[str], *, file: str = "mainboard.toml",
 
 
 def build_manifest(deps: Sequence[str], project: Project | None,
-                   container: ContainerConfig | None = None) -> dict[str, object]:
-    """What the environment's key is made of (the host adds its python version and path)."""
+                   container: ContainerConfig | None = None,
+                   python_request: str | None = None,
+                   python_preference: str = "managed") -> dict[str, object]:
+    """What the environment's key is made of (the host adds its python version and path,
+    unless ``python_request``, the declared ``[deps] python``, names the interpreter)."""
     manifest: dict[str, object] = {"format": 1, "deps": check_deps(deps),
                                    "project": project.manifest() if project else None,
                                    "requires_python": list(project.requires_python)
                                    if project else [3, 8]}
+    if python_request:
+        manifest["python_request"] = python_request
+        manifest["python_preference"] = python_preference
     if container is not None:
         manifest["container"] = {"runtime": container.runtime, "image": container.image}
     return manifest
@@ -163,7 +176,7 @@ def absolute_root(transport: Transport, root: str, env: Mapping[str, str] | None
     return lines[-1][len("mb-root:"):]
 
 
-class _Driver:
+class Driver:
     """Runs ``provision_driver`` with the host's python (inside the image, with a container)."""
 
     def __init__(self, transport: Transport, root: str, python: str, env: Mapping[str, str],
@@ -188,6 +201,8 @@ class _Driver:
         if not done.ok or found is None:
             raise CommandFailed(done.command, done.returncode, done.stdout, done.stderr,
                                 done.host)
+        if found.get("unavailable"):
+            raise InterpreterUnavailable(f"{self.transport.name}: {found['error']}")
         if found.get("error"):
             raise HostError(f"{self.transport.name}: {found['error']}")
         return found
@@ -198,7 +213,8 @@ def provision(transport: Transport, *, root: str, python: str = "python3",
               env: Mapping[str, str] | None = None, container: ContainerConfig | None = None,
               stream: bool | StreamSink = False,
               requires: Callable[[str], None] | None = None,
-              modules: Sequence[str] = ()) -> ProvisionedEnv:
+              modules: Sequence[str] = (), python_request: str | None = None,
+              python_preference: str = "managed") -> ProvisionedEnv:
     """Make sure the environment for (deps, project, python[, image]) exists under ``root``.
 
     One round trip when it does. Otherwise the project's wheel is uploaded and the host
@@ -207,9 +223,11 @@ def provision(transport: Transport, *, root: str, python: str = "python3",
     ``UV_INDEX_URL`` for a private index or ``UV_CACHE_DIR``. ``requires`` sees the base
     python's version before anything is installed and may refuse it (a ``[deps]`` pin).
     ``modules`` (the host's) are loaded first: the container runtime may come from one.
+    ``python_request`` (a uv request such as ``==3.12.*``) builds the env on an interpreter
+    uv finds (``python_preference``) or else installs, from the host's mirror if set.
     """
-    manifest = build_manifest(deps, project, container)
-    driver = _Driver(transport, root, python, env or {}, container, modules)
+    manifest = build_manifest(deps, project, container, python_request, python_preference)
+    driver = Driver(transport, root, python, env or {}, container, modules)
     found = driver("check", manifest)
     if requires is not None:
         requires(str(found["python_version"]))
@@ -236,11 +254,29 @@ def manifest_digest(config: Config, name: str, project: Project | None = None) -
 
     container_name = getattr(config.host(name), "container", None)
     manifest = build_manifest(config.python.deps, project,
-                              config.containers[container_name] if container_name else None)
+                              config.containers[container_name] if container_name else None,
+                              python_request(config), config.python.preference)
     return sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _default_root(config: Config, host: HostConfig) -> str:
+def python_request(config: Config) -> str | None:
+    """``[deps] python`` as the interpreter to provision (None: use the host's python)."""
+    spec = config.deps.get("python", "").strip()
+    return str(specifier(spec)) or None if spec and spec != "*" else None
+
+
+def driver_env(config: Config, host: HostConfig) -> dict[str, str]:
+    """The host's ``env`` plus where uv gets interpreters: ``[python] mirror``/``downloads``
+    (the host's own ``env`` wins, so one host can use another mirror)."""
+    extra = {}
+    if config.python.mirror:
+        extra["UV_PYTHON_INSTALL_MIRROR"] = config.python.mirror
+    if config.python.downloads:
+        extra["UV_PYTHON_DOWNLOADS_JSON_URL"] = config.python.downloads
+    return {**extra, **host.env}
+
+
+def default_root(config: Config, host: HostConfig) -> str:
     """The host's root as HostHandle sees it: ``~/mainboard`` remotely, the workspace here."""
     if host.ssh_params() is not None or host.kind == "provider":
         return host.root or "~/mainboard"
@@ -269,10 +305,14 @@ def provision_host(config: Config, name: str, transport: Transport, *, root: str
     container = config.containers[container_name] if container_name else None
     project = (project or local_project(config.state_dir)) if with_project else None
     started = time.monotonic()
-    built = provision(transport, root=root or _default_root(config, host),
+    request = python_request(config)
+    built = provision(transport, root=root or default_root(config, host),
                       python=getattr(host, "python", "python3"), deps=deps,
-                      project=project, env=host.env, container=container, stream=stream,
-                      requires=lambda version: require_env_python(config, name, version),
+                      project=project, env=driver_env(config, host), container=container,
+                      stream=stream, python_request=request,
+                      python_preference=config.python.preference,
+                      requires=None if request else
+                      lambda version: require_env_python(config, name, version),
                       modules=getattr(host, "modules", ()))
     if built.installed:
         env_receipts(config.state_dir).append(EnvProvisioned(

@@ -43,11 +43,20 @@ def finish(result: dict) -> None:
     sys.stdout.flush()
 
 
+class Unavailable(Exception):
+    """The declared interpreter cannot be had on this host (the message says what was tried)."""
+
+
 def env_key(manifest: dict) -> str:
-    """Hash of what the environment holds and the interpreter it is built on."""
-    ident = {"manifest": manifest, "python": sys.version,
-             "implementation": platform.python_implementation(),
-             "executable": os.path.realpath(sys.executable), "machine": platform.machine()}
+    """Hash of what the environment holds and the interpreter it is built on: with a
+    declared python (``python_request``) the declaration itself, else this interpreter."""
+    if manifest.get("python_request"):
+        ident = {"manifest": manifest, "machine": platform.machine(),
+                 "libc": platform.libc_ver()[0]}
+    else:
+        ident = {"manifest": manifest, "python": sys.version,
+                 "implementation": platform.python_implementation(),
+                 "executable": os.path.realpath(sys.executable), "machine": platform.machine()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -55,15 +64,25 @@ def env_python(env_dir: str) -> str:
     return os.path.join(env_dir, "bin", "python")
 
 
-def is_ready(env_dir: str, key: str) -> bool:
-    """The marker is written last, so its presence (with our key) means a finished env."""
+def python_version(env_dir: str) -> str:
+    """The env's own interpreter version (it may not be the one running this driver)."""
+    done = subprocess.run([env_python(env_dir), "-S", "-c", "import platform; "
+                           "print(platform.python_version())"], capture_output=True, text=True)
+    return done.stdout.strip() or "?"
+
+
+def read_marker(env_dir: str) -> dict:
     try:
         with open(os.path.join(env_dir, MARKER)) as handle:
             marker = json.load(handle)
     except (OSError, ValueError):
-        return False
-    return isinstance(marker, dict) and marker.get("key") == key \
-        and os.path.exists(env_python(env_dir))
+        return {}
+    return marker if isinstance(marker, dict) else {}
+
+
+def is_ready(env_dir: str, key: str) -> bool:
+    """The marker is written last, so its presence (with our key) means a finished env."""
+    return read_marker(env_dir).get("key") == key and os.path.exists(env_python(env_dir))
 
 
 def log_action(envs: str, key: str, action: str) -> None:
@@ -152,11 +171,52 @@ class Locked:
         self.handle.close()
 
 
+def pythons_dir(root: str) -> str:
+    """Where uv keeps the interpreters it installs for this root."""
+    return os.path.join(root, ".mainboard", "pythons")
+
+
+def find_interpreter(uv: str, request: str, preference: str, uv_env: dict) -> str | None:
+    """An interpreter that satisfies ``request``: uv-managed ones under this root first
+    (``preference`` as uv's ``--python-preference``; ``only-managed`` ignores PATH), or None."""
+    done = subprocess.run([uv, "python", "find", "--no-project", "--python-preference",
+                           preference, request], env=uv_env, capture_output=True, text=True)
+    found = done.stdout.strip().splitlines()
+    return found[-1] if done.returncode == 0 and found else None
+
+
+def install_interpreter(uv: str, envs: str, key: str, request: str, preference: str,
+                        uv_env: dict) -> str:
+    """``uv python install`` from the host's mirror or downloads list; raise Unavailable
+    naming what was tried (uv removes its partial download itself)."""
+    found = find_interpreter(uv, request, preference, uv_env)
+    if found:
+        return found
+    install_env = dict(uv_env, UV_PYTHON_DOWNLOADS="manual")
+    say(f"$ {uv} python install --no-bin {request}")
+    done = subprocess.run([uv, "python", "install", "--no-bin", "--no-config", request],
+                          env=install_env, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(done.stderr)
+    found = find_interpreter(uv, request, preference, uv_env) if done.returncode == 0 else None
+    if not found:
+        tried = [f"{name}={uv_env[name]}" for name in
+                 ("UV_PYTHON_INSTALL_MIRROR", "UV_PYTHON_DOWNLOADS_JSON_URL") if uv_env.get(name)]
+        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        why = why.strip().removeprefix("error:")
+        raise Unavailable(f"python {request} is not available: tried uv python install "
+                          f"({', '.join(tried) or 'default downloads'}): {why.strip()}; set "
+                          "[python] mirror or downloads in mainboard.toml, or change [deps] python")
+    log_action(envs, key, "python-install " + found)
+    return found
+
+
 def build(root: str, envs: str, key: str, env_dir: str, manifest: dict, wheel: str | None) -> None:
-    """Create the env with uv, install the deps (and the project), then write the marker."""
+    """Create the env with uv (on the declared interpreter, installed when missing), install
+    the deps (and the project), then write the marker."""
     with Locked(os.path.join(root, ".mainboard", "tools", ".lock")):
         uv = find_uv(root) or install_uv(root, envs, key)
     uv_env = dict(os.environ)
+    uv_env["UV_PYTHON_INSTALL_DIR"] = pythons_dir(root)
     # The cache next to the envs (same file system) lets uv hardlink instead of copying.
     uv_env.setdefault("UV_CACHE_DIR", os.path.join(root, ".mainboard", "cache", "uv"))
     uv_env["UV_PYTHON_DOWNLOADS"] = "never"
@@ -166,7 +226,13 @@ def build(root: str, envs: str, key: str, env_dir: str, manifest: dict, wheel: s
     uv_env.setdefault("UV_SYSTEM_CERTS", "1")
     if os.path.exists(env_dir):
         shutil.rmtree(env_dir)  # left half-built by an interrupted install (no marker)
-    run([uv, "venv", "--quiet", "--python", sys.executable, env_dir], uv_env)
+    base = sys.executable
+    request = manifest.get("python_request")
+    if request:
+        with Locked(os.path.join(root, ".mainboard", "tools", ".python.lock")):
+            base = install_interpreter(uv, envs, key, request,
+                                       manifest.get("python_preference") or "managed", uv_env)
+    run([uv, "venv", "--quiet", "--python", base, env_dir], uv_env)
     log_action(envs, key, "env-create " + env_dir)
     project = manifest.get("project") or {}
     targets = list(manifest["deps"])
@@ -181,9 +247,43 @@ def build(root: str, envs: str, key: str, env_dir: str, manifest: dict, wheel: s
         run([env_python(env_dir), "-c", "import " + project["import"]])
     tmp = os.path.join(env_dir, MARKER + ".tmp")
     with open(tmp, "w") as handle:
-        json.dump({"key": key, "manifest": manifest, "python": sys.version.split()[0],
-                   "base": os.path.realpath(sys.executable), "created": time.time()}, handle)
+        json.dump({"key": key, "manifest": manifest, "python": python_version(env_dir),
+                   "base": os.path.realpath(base), "created": time.time()}, handle)
     os.replace(tmp, os.path.join(env_dir, MARKER))
+
+
+def size_of(path: str) -> int:
+    total = 0
+    for base, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(base, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def envs_report(root: str, envs: str, key: str, manifest: dict, remove: bool) -> dict:
+    """Every env under ROOT (key, python, size, created), and the declared interpreter as
+    found now (never installed here); ``remove`` deletes them all first-hand."""
+    listed = []
+    for name in sorted(os.listdir(envs)) if os.path.isdir(envs) else []:
+        path = os.path.join(envs, name)
+        if name.startswith(".") or not os.path.isdir(path):
+            continue
+        marker = read_marker(path)
+        listed.append({"key": name, "python": marker.get("python"), "created":
+                       marker.get("created"), "size": size_of(path), "built": bool(marker)})
+        if remove:
+            shutil.rmtree(path, ignore_errors=True)
+    report = {"envs": listed, "interpreter": None}
+    request = manifest.get("python_request")
+    uv = find_uv(root)
+    if request and uv:
+        report["interpreter"] = find_interpreter(
+            uv, request, manifest.get("python_preference") or "managed",
+            dict(os.environ, UV_PYTHON_INSTALL_DIR=pythons_dir(root)))
+    return report
 
 
 def main(argv: list) -> None:
@@ -204,6 +304,12 @@ def main(argv: list) -> None:
     env_dir = os.path.join(envs, key)
     result.update(key=key, env_dir=env_dir, python=env_python(env_dir), actions=[])
     result["ready"] = is_ready(env_dir, key)
+    if result["ready"]:
+        result["python_version"] = read_marker(env_dir).get("python", result["python_version"])
+    if mode in ("status", "remove"):
+        result.update(envs_report(root, envs, key, manifest, mode == "remove"))
+        finish(result)
+        return
     if result["ready"] and mode == "check":
         finish(result)
         return
@@ -222,10 +328,16 @@ def main(argv: list) -> None:
         with Locked(os.path.join(envs, key + ".lock")):
             if not is_ready(env_dir, key):
                 build(root, envs, key, env_dir, manifest, wheel)
+    except Unavailable as exc:
+        shutil.rmtree(env_dir, ignore_errors=True)  # nothing half-built left behind
+        result.update(error=str(exc), unavailable=True)
+        finish(result)
+        return
     finally:
         if wheel:
             shutil.rmtree(os.path.dirname(wheel), ignore_errors=True)  # the upload's own dir
-    result.update(ready=True, actions=ACTIONS)
+    result.update(ready=True, actions=ACTIONS,
+                  python_version=read_marker(env_dir).get("python", result["python_version"]))
     finish(result)
 
 

@@ -116,6 +116,10 @@ class MissingDependency(UserError):
     """A program mainboard needs is not installed: the message says how to install it."""
 
 
+class InterpreterUnavailable(UserError):
+    """The declared [deps] python cannot be installed on a host: exit 2, nothing left half-built."""
+
+
 class PinNotMet(UserError):
     """A host's python or tool does not satisfy a ``[deps]`` pin: refused before submitting."""
 

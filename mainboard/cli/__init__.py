@@ -106,6 +106,7 @@ def _register() -> None:
     from mainboard.cli.compute import compute
     from mainboard.cli.config import config
     from mainboard.cli.dashboard import dashboard
+    from mainboard.cli.env import env
     from mainboard.cli.facts import facts
     from mainboard.cli.fleet import fleet
     from mainboard.cli.flower import flower
@@ -120,7 +121,7 @@ def _register() -> None:
     from mainboard.cli.up import up
 
     for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
-                    monitor, fleet, batch, study, dashboard, metrics, up):
+                    monitor, fleet, batch, study, dashboard, metrics, up, env):
         cli.add_command(command)
 
 

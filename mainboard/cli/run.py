@@ -29,13 +29,18 @@ def run(ctx: click.Context, host: str, timeout: float | None, command: tuple[str
     Exits with CMD's exit code. One argument is shell text run as-is
     (`mainboard run -- 'make && ./a.out | tee log'`); several are an argument list,
     each quoted (`mainboard run --on gpu -- python3 -c 'print(1)'`). CMD gets no stdin;
-    Ctrl-C stops it on the host too.
+    Ctrl-C stops it on the host too. With [deps] python or [python.deps] declared, CMD
+    runs inside that environment, built on first use (a "built"/"reused" line on stderr).
     """
     from mainboard.errors import CommandTimeout, first_line
 
     with common.board(ctx) as board:
         handle = board.on(host)
         shell_text = command[0] if len(command) == 1 else list(command)
+        built = handle.environment(stream=True)
+        if built is not None:
+            common.echo(f"mainboard: env {'built' if built.installed else 'reused'}: {host} "
+                        f"{built.key} python {built.python_version}", err=True)
         try:
             result = handle.run(shell_text, stream=True, timeout=timeout)
         except CommandTimeout as exc:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from mainboard.config.interpolate import has_placeholder, interpolate
 from mainboard.config.models import HOST_KINDS, HOST_MODELS, Config, LocalHost
+from mainboard.config.pins import ECOSYSTEM_FIX, OTHER_ECOSYSTEMS
 from mainboard.config.sourcemap import KeyPath, SourceMap
 from mainboard.config.syntax import display_key as _display
 from mainboard.config.syntax import toml_syntax_error
@@ -148,6 +149,10 @@ class Loader:
         out: dict[str, Any] = {}
         for key, value in data.items():
             field = names.get(key)
+            if field is None and model is Config and key in OTHER_ECOSYSTEMS:
+                raise self.error(loc + (key,), f"[{key}] environments are not supported: "
+                                 "environments are built by the uv backend only", _MISSING,
+                                 ECOSYSTEM_FIX)
             if field is None:
                 raise self._unknown(model, key, value, loc)
             if field in out:

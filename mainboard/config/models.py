@@ -101,6 +101,13 @@ class PythonConfig(ConfigModel):
     requirement strings or a table ``name = "version spec"`` (read as the same list)."""
 
     deps: Annotated[list[str], BeforeValidator(requirement_list)] = Field(default_factory=list)
+    mirror: str | None = Field(None, description="where uv downloads interpreters from "
+                               "(UV_PYTHON_INSTALL_MIRROR), e.g. file:///srv/python-mirror")
+    downloads: str | None = Field(None, description="a python-downloads JSON (path or URL) "
+                                  "listing installable interpreters (UV_PYTHON_DOWNLOADS_JSON_URL)")
+    preference: Literal["managed", "only-managed", "system", "only-system"] = Field(
+        "managed", description="which interpreters may satisfy [deps] python (uv's "
+        "--python-preference): managed ones first, then the host's; only-managed ignores PATH")
 
 
 class RouterConfig(ConfigModel):

@@ -25,6 +25,10 @@ TOOL_FORM = "letters, digits, '.', '_', '+' or '-', starting with a letter or di
 SPEC_FORM = ('a version specifier such as ">=3.11", "==4.2.*", ">=2.9,<3" ("*" or "" for '
              'any version), or a source note such as "apt:redis-server"')
 REQ_FORM = 'name = "version spec", e.g. torch = ">=2.9", six = "1.16.0", numpy = "*"'
+# Tables another environment backend would read; refused by name until one ships.
+OTHER_ECOSYSTEMS = ("conda", "pixi", "mamba")
+ECOSYSTEM_FIX = ("[python.deps] (pip requirements) on [deps] python; a conda/pixi backend "
+                 "would implement EnvBackend (docs/architecture.md)")
 _VERSION_IN_TEXT = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+)")
 _BARE_VERSION = re.compile(r"\d+(?:\.\d+)*(?:\.\*)?")
 _SPEC_START = re.compile(r"\s*(?:[<>=!~]|\d)")
@@ -111,6 +115,12 @@ def module_list(value: Any) -> Any:
 def pins(deps: Mapping[str, str]) -> dict[str, SpecifierSet]:
     """The checked entries of a loaded [deps] table (source notes left out)."""
     return {name: specifier(spec) for name, spec in deps.items() if is_pin(spec)}
+
+
+def checked_pins(deps: Mapping[str, str]) -> dict[str, SpecifierSet]:
+    """The pins a host must already satisfy: every one but python, which is provisioned
+    (a uv-managed interpreter per host, ``bridges.provision``), not checked."""
+    return {name: spec for name, spec in pins(deps).items() if name != "python"}
 
 
 def version_in(text: str) -> str | None:

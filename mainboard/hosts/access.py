@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import os
 import posixpath
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
+from mainboard.bridges.envs import backend_for, env_declared, in_env
+from mainboard.bridges.provision import ProvisionedEnv
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.ssh_session import remote_word
 from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
@@ -36,6 +39,7 @@ class Host:
     def __init__(self, board: Hosts, name: str, config: HostConfig) -> None:
         self.board, self.name, self.config = board, name, config
         self._transport: Transport | None = None
+        self._env: ProvisionedEnv | None = None
         self._lock = threading.Lock()
 
     @property
@@ -104,11 +108,27 @@ class Host:
         """Run ``command`` in the host's root (or ``cwd`` inside it) with the host's env added.
 
         A str is shell text run as-is by the host's shell; a list is an argv, quoted.
+        When the workspace declares ``[deps] python`` or ``[python.deps]`` the command runs
+        inside that environment, provisioned on first use (see ``environment``).
         ``check=True`` raises CommandFailed; ``stream=True`` prints output as it arrives.
         """
+        built = self.environment(stream=stream)
+        if built is not None:
+            command = in_env(command, built.env_dir)
         return self.transport.run(
             command, check=check, timeout=timeout, env={**self.config.env, **(env or {})},
             cwd=self.path(cwd) if cwd is not None else self.root, stdin=stdin, stream=stream)
+
+    def environment(self, stream: bool | StreamSink = False) -> ProvisionedEnv | None:
+        """The workspace's declared environment on this host, built when missing (reused by
+        its key otherwise: one round trip, once per handle); None when nothing is declared."""
+        config = self.board.config
+        if not env_declared(config):
+            return None
+        if self._env is None:
+            self._env = backend_for(config).build(config, self.name, self.transport,
+                                                  self.root, stream=_progress_only(stream))
+        return self._env
 
     def put(self, local: str | os.PathLike[str], remote: str | os.PathLike[str]) -> str:
         """Copy a local file to ``remote`` (relative to the host root); returns that path."""
@@ -192,6 +212,17 @@ class Hosts:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.config.path or 'no mainboard.toml'} hosts={self.hosts}>"
+
+
+def _progress_only(stream: bool | StreamSink) -> bool | StreamSink:
+    """Provisioning shows its progress (stderr) where the command's output goes; its stdout
+    is the driver's result line, not the user's."""
+    if stream is False:
+        return False
+    if stream is True:
+        return lambda name, text: print(text, end="", file=sys.stderr, flush=True) \
+            if name == "stderr" else None
+    return lambda name, text: stream(name, text) if name == "stderr" else None
 
 
 def ensure_root(transport: Transport, name: str, root: str) -> str:

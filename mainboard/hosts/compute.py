@@ -19,17 +19,26 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from datetime import datetime
+from pathlib import Path
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
-from mainboard.bridges.pins import host_python, probe_script, problems, read_versions
+from mainboard.bridges.pins import (
+    host_python,
+    managed_probe,
+    managed_versions,
+    probe_script,
+    problems,
+    python_problem,
+    read_versions,
+)
 from mainboard.bridges.providers import Offer, RestProvider, adapter_for
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.ssh_session import remote_word
 from mainboard.bridges.transport import LocalTransport
 from mainboard.config import Config, HostConfig, ProviderConfig
-from mainboard.config.pins import pins
+from mainboard.config.pins import checked_pins, pins
 from mainboard.errors import AuthFailed, HostKeyMismatch, MainboardError, first_line
 from mainboard.hosts.access import Hosts
 from mainboard.hosts.facts import cached_record, summary
@@ -101,6 +110,8 @@ def _check_script(host: HostConfig, config: Config) -> str:
                      "else echo mb-root=missing; fi")
     lines.append(probe_script(list(pins(config.deps)), host_python(host),
                               getattr(host, "modules", ())))
+    if "python" in pins(config.deps):
+        lines.append(managed_probe(host.root or "~/mainboard"))
     scheduler = SCHEDULER_COMMAND.get(host.kind)
     if scheduler:
         lines.append(f"command -v {scheduler} >/dev/null 2>&1 && echo mb-scheduler=ok "
@@ -108,7 +119,7 @@ def _check_script(host: HostConfig, config: Config) -> str:
     return "\n".join(lines)
 
 
-def _interpret(host: HostConfig, config: Config, stdout: str) -> _Access:
+def _interpret(name: str, host: HostConfig, config: Config, stdout: str) -> _Access:
     """Turn the check script's ``mb-key=value`` lines into an access state naming what is missing."""
     found = dict(line.strip()[3:].split("=", 1) for line in stdout.splitlines()
                  if line.strip().startswith("mb-") and "=" in line)
@@ -119,7 +130,9 @@ def _interpret(host: HostConfig, config: Config, stdout: str) -> _Access:
     if versions.get("python") is None:
         missing.append(f"{host_python(host)} not found")
     else:
-        missing += problems(pins(config.deps), versions)
+        missing += problems(checked_pins(config.deps), versions)
+        python = python_problem(config, name, versions["python"], managed_versions(stdout))
+        missing += [python] if python else []
     scheduler = SCHEDULER_COMMAND.get(host.kind)
     if scheduler and found.get("scheduler") != "ok":
         missing.append(f"{scheduler} not found")
@@ -150,7 +163,7 @@ def _remote_access(board: Hosts | None, name: str, host: HostConfig, config: Con
         return _Access("unreachable", f"{type(exc).__name__}: {exc}"[:200])
     finally:
         transport.close()
-    return _interpret(host, config, result.stdout)
+    return _interpret(name, host, config, result.stdout)
 
 
 def _short(exc: BaseException, name: str = "") -> str:
@@ -167,7 +180,7 @@ def host_access(board: Hosts | None, name: str, host: HostConfig, config: Config
         return _Access("ready") if keyed.access == "keyed" else _Access("not-set-up", keyed.reason)
     if host.kind != "local" and host.ssh_params() is not None:
         return _remote_access(board, name, host, config, timeout)
-    unmet = _local_pins(host, config, timeout)  # this machine: local, or a local batch login
+    unmet = _local_pins(name, host, config, timeout)  # this machine: local, or a local batch login
     if host.kind != "local" and not shutil.which(SCHEDULER_COMMAND[host.kind]):
         unmet.append(f"{SCHEDULER_COMMAND[host.kind]} not found on PATH")
     if unmet:
@@ -175,14 +188,20 @@ def host_access(board: Hosts | None, name: str, host: HostConfig, config: Config
     return _Access("here" if host.kind == "local" else "ready")
 
 
-def _local_pins(host: HostConfig, config: Config, timeout: float) -> list[str]:
-    """[deps] pins this machine misses for ``host`` (no process started when nothing is pinned)."""
+def _local_pins(name: str, host: HostConfig, config: Config, timeout: float) -> list[str]:
+    """[deps] pins this machine misses for ``host`` (no process started when nothing is
+    pinned); the python pin is met by an interpreter provisioned under the root too."""
     wanted = pins(config.deps)
     if not wanted:
         return []
     script = probe_script(list(wanted), host_python(host), getattr(host, "modules", ()))
+    if "python" in wanted:
+        root = config.root / Path(host.root).expanduser() if host.root else config.root
+        script += "\n" + managed_probe(str(root))
     done = LocalTransport().run(["/bin/bash", "-c", script], timeout=timeout, env=host.env)
-    return problems(wanted, read_versions(done.stdout))
+    versions = read_versions(done.stdout)
+    python = python_problem(config, name, versions.get("python"), managed_versions(done.stdout))
+    return problems(checked_pins(config.deps), versions) + ([python] if python else [])
 
 
 def _hardware(config: Config, name: str, host: HostConfig) -> tuple[str, datetime | None]:

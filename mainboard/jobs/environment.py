@@ -5,9 +5,9 @@ tool's version (nothing when nothing is pinned) and a host that misses a pin is
 refused in one line. When the workspace declares ``[python.deps]``, the same cached
 environment machinery as ``fleet up`` (``bridges.provision``: uv, keyed by the
 resolved set, reused when unchanged, built inside the host's container on a bound
-host path) makes the environment on the host; the job then starts with its ``bin``
-first on ``PATH`` and ``VIRTUAL_ENV`` set. The local host runs jobs in this
-interpreter's environment, as ``fleet up`` runs local workers. A batch prepares each
+host path) makes the environment on the host, on a uv-managed interpreter when
+``[deps] python`` is declared; the job then starts with its ``bin`` first on ``PATH``
+and ``VIRTUAL_ENV`` set, the local host included. A batch prepares each
 target once and hands the result to every job of that target.
 """
 
@@ -17,6 +17,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mainboard.bridges.envs import env_declared
 from mainboard.bridges.pins import require_pins
 from mainboard.bridges.provision import provision_host
 from mainboard.config import Config
@@ -52,7 +53,7 @@ def prepare_environment(handle: Host, bridge: Bridge) -> JobEnvironment:
     """Check the pins and provision the workspace environment on ``handle``'s host."""
     config = handle.board.config
     require_pins(config, handle.name, handle.config, bridge.transport)
-    if handle.config.kind == "local" or not config.python.deps:
+    if not env_declared(config):
         return JobEnvironment()
     built = provision_host(config, handle.name, bridge.transport, root=bridge.root,
                            with_project=False, purpose="job")
