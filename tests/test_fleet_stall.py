@@ -110,6 +110,8 @@ def test_a_stalled_worker_is_shown_said_restarted_and_the_run_is_bit_identical(
             (run_id,) = [r.decode() for r in client.zrevrange(keys.runs_index(), 0, 0)]
             lines = [x.message for x in read_logs(client, run_id)]
         assert any(f"worker {first.node}" in m and "stalled" in m for m in lines), lines
+        # the batch the stalled worker held (its prefetched message) went out again
+        assert any("batch re-sent as attempt" in m for m in lines), lines
         done = cli(ws, "fleet", "status", "--json")
         assert done.returncode == 0, done.stderr
         rows = json.loads(done.stdout)
