@@ -49,7 +49,7 @@ SHARED_WORKER = {
     "slurm-b": {"tests/test_fleet_live.py", "tests/test_fleet_tls.py", "tests/test_fleet_nodes.py",
                 "tests/test_fleet_faults.py", "tests/test_fleet_reconcile.py",
                 "tests/test_fleet_scenarios.py", "tests/test_fleet_timeneed.py",
-                "tests/test_job_env.py"},
+                "tests/test_job_env.py", "tests/test_sched_poll.py"},
     "podman": {"tests/test_celery_containers.py", "tests/test_provision.py",
                "tests/test_tasks_deploy.py"},
     "sim": {"tests/test_batch.py", "tests/test_fleet_provider.py", "tests/test_jobs_provider.py",

@@ -1,0 +1,88 @@
+"""Live tier: one scheduler query per tick per cluster (issue 29, item 3), counted on a
+real SLURM with counting wrappers on PATH: fleet workers asking their allocation's end
+share one ``squeue`` listing through Redis, whatever their number."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from mainboard import keys
+from mainboard.tasks import fleet
+from mainboard.tasks.fleet import HOST_ENV, allocation_end, parse_end
+from mainboard.tasks.schedpoll import shared_listing
+from tests.sched_counting import counting_path, counts, one_by_one, workers_tick
+from tests.services import RedisServer, SlurmCluster
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
+TICK = 60.0
+
+
+@pytest.fixture
+def jobs(slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+         ) -> Iterator[tuple[list[str], Path]]:
+    """Three real jobs submitted through the counting wrappers; (their ids, the count log)."""
+    log = tmp_path / "calls"
+    env = slurm_cluster.env
+    monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", counting_path(tmp_path / "bin", log, env["PATH"]))
+    ids = [subprocess.run(["sbatch", "--parsable", "-t", "5", "--wrap", "sleep 300"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+           for _ in range(3)]
+    try:
+        yield ids, log
+    finally:
+        subprocess.run(["scancel", *ids], check=False)
+
+
+def _age(url: str, cluster: str) -> None:
+    """The next tick: the stored listing made one tick older (what time would do)."""
+    with redis.Redis.from_url(url) as client:
+        at = float(client.hget(keys.sched_listing(cluster), "at"))
+        client.hset(keys.sched_listing(cluster), "at", at - TICK - 1)
+
+
+def test_the_squeue_count_per_tick_does_not_grow_with_the_workers(
+        jobs: tuple[list[str], Path], redis_server: RedisServer) -> None:
+    ids, log = jobs
+    before = counts(log)["squeue"]
+    one_by_one(ids)  # the old way: one query per worker
+    assert counts(log)["squeue"] - before == len(ids)
+    per_tick = {}
+    for workers in (5, 50):
+        cluster = f"ends:test-{workers}"
+        start = counts(log)["squeue"]
+        got = workers_tick(redis_server.url, cluster, workers, TICK)
+        _age(redis_server.url, cluster)
+        again = workers_tick(redis_server.url, cluster, workers, TICK)
+        per_tick[workers] = (counts(log)["squeue"] - start) / 2
+        assert all(set(ids) <= set(g) for g in got + again), got[0]
+        assert all(g == got[0] for g in got)  # everyone read the one listing
+    assert per_tick == {5: 1.0, 50: 1.0}  # O(1) per tick, not O(workers)
+
+
+def test_a_workers_end_comes_from_the_shared_listing_and_matches_squeue(
+        jobs: tuple[list[str], Path], redis_server: RedisServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ids, log = jobs
+    monkeypatch.setenv(HOST_ENV, "cluster-a")
+    client = redis.Redis.from_url(redis_server.url)
+    monkeypatch.setattr(fleet, "_client", (os.getpid(), client))  # the worker's own client
+    client.delete(keys.sched_listing("ends:cluster-a"))
+    direct = {i: subprocess.run(["squeue", "-h", "-j", i, "-o", "%e"], capture_output=True,
+                                text=True, check=True).stdout.strip() for i in ids}
+    start = counts(log)["squeue"]
+    ends = [allocation_end(i) for i in ids]
+    assert counts(log)["squeue"] - start == 1  # three workers, one query
+    assert ends == [parse_end(direct[i]) for i in ids]
+    # a job the listing predates is asked alone (once), not waited a tick for
+    assert shared_listing(client, "ends:cluster-a", TICK, lambda: None) \
+        .get("999999") is None
+    start = counts(log)["squeue"]
+    assert allocation_end("999999") is None
+    assert counts(log)["squeue"] - start == 1
