@@ -85,6 +85,7 @@ class SlurmBridge(Bridge):
     cancel_command = ("scancel",)
     # every job of this user with its end, in one command (a cluster's one poll per tick)
     ends_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i|%e")
+    count_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i")
     job_id_regex = re.compile(r"^(?P<job_id>\d+(?:_\d+)?)(?:;(?P<cluster>[\w.-]+))?$")
     job_id_form = "a SLURM job id such as 1234 or 1234_7 (sbatch --parsable may add ;cluster)"
     states = SLURM_STATES

@@ -51,6 +51,9 @@ def shared_listing(client: redis.Redis, cluster: str, tick: float, fetch: Fetch)
         token = uuid.uuid4().hex
         if client.set(keys.sched_lock(cluster), token, nx=True, px=int(LOCK_S * 1000)):
             try:
+                at, data = _stored(client, cluster)  # refreshed while we took the lock?
+                if at is not None and _now(client) - at < tick:
+                    return data
                 fresh = fetch()
                 if fresh is None:  # not stored: the next caller asks again
                     return data

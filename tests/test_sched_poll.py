@@ -13,6 +13,11 @@ import pytest
 import redis
 
 from mainboard import keys
+from mainboard.bridges import bridge_for
+from mainboard.bridges.gate import GATES_ENV, gate_file, wait_turn
+from mainboard.bridges.transport import LocalTransport
+from mainboard.config import SlurmHost
+from mainboard.errors import HostError
 from mainboard.tasks import fleet
 from mainboard.tasks.fleet import HOST_ENV, allocation_end, parse_end
 from mainboard.tasks.schedpoll import shared_listing
@@ -86,3 +91,38 @@ def test_a_workers_end_comes_from_the_shared_listing_and_matches_squeue(
     start = counts(log)["squeue"]
     assert allocation_end("999999") is None
     assert counts(log)["squeue"] - start == 1
+
+
+def test_max_jobs_refuses_a_submission_in_one_line_and_writes_nothing(
+        jobs: tuple[list[str], Path], slurm_cluster: SlurmCluster, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ids, log = jobs
+    monkeypatch.setenv(GATES_ENV, str(tmp_path / "gates"))
+    host = SlurmHost(env={"SLURM_CONF": str(slurm_cluster.conf)},
+                     partition=slurm_cluster.partition, max_jobs=len(ids))
+    bridge = bridge_for("hpc", host, LocalTransport("hpc"), root=str(tmp_path / "root"))
+    start = counts(log)
+    with pytest.raises(HostError) as refused:
+        bridge.submit(command="true", name="over")
+    assert str(refused.value) == (
+        f"host 'hpc': max_jobs {len(ids)} reached ({len(ids)} jobs queued or running); wait "
+        "for some to end, or raise [hosts.hpc] max_jobs if the site allows more")
+    assert counts(log)["sbatch"] == start["sbatch"] and not (tmp_path / "root").exists()
+    assert counts(log)["squeue"] - start["squeue"] == 1  # one count, not one per job
+    roomy = bridge_for("hpc", host.model_copy(update={"max_jobs": len(ids) + 1}),
+                       LocalTransport("hpc"), root=str(tmp_path / "root"))
+    ids.append(roomy.submit(command="true", name="fits").job_id)  # cancelled by the fixture
+    assert counts(log)["sbatch"] == start["sbatch"] + 1
+
+
+def test_submissions_past_the_per_minute_limit_wait_for_their_turn(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "gate.log"
+    assert [wait_turn(path, 2, "hpc") for _ in range(2)] == [0.0, 0.0]
+    times = [float(t) for t in path.read_text().split()]
+    path.write_text(f"{times[0] - 59.5!r}\n{times[1]!r}\n")  # the oldest about to age out
+    assert wait_turn(path, 2, "hpc") > 0  # waited for it, then went
+    assert len(path.read_text().split()) == 2  # the aged one dropped, this one recorded
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("mainboard: host 'hpc': max_submits_per_minute 2 reached; waiting")
+    assert gate_file("slurm", "login.example; rm -rf").name == "slurm-login.example__rm_-rf.log"

@@ -212,6 +212,8 @@ class _Batch(_Connected):
 
     login: Literal["local", "ssh"] = "local"  # left out: "ssh" when host is set (below)
     account: str | None = None
+    max_submits_per_minute: int = Field(30, ge=1, description="an integer >= 1")
+    max_jobs: int | None = Field(None, ge=1, description="an integer >= 1")  # the site's cap
     modules: Annotated[list[str], BeforeValidator(module_list)] = Field(default_factory=list)
     container: str | None = None
 
