@@ -21,6 +21,7 @@ from mainboard.errors import HostError
 from mainboard.tasks import fleet
 from mainboard.tasks.fleet import HOST_ENV, allocation_end, parse_end
 from mainboard.tasks.schedpoll import shared_listing
+from tests.fleet_helpers import wait_until
 from tests.sched_counting import counting_path, counts, one_by_one, workers_tick
 from tests.services import RedisServer, SlurmCluster
 
@@ -39,6 +40,9 @@ def jobs(slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.Monkey
     ids = [subprocess.run(["sbatch", "--parsable", "-t", "5", "--wrap", "sleep 300"],
                           capture_output=True, text=True, check=True).stdout.strip()
            for _ in range(3)]
+    wait_until(lambda: sorted(subprocess.run(  # running: their ends are fixed from now on
+        ["squeue", "-h", "-t", "R", "-j", ",".join(ids), "-o", "%i"], capture_output=True,
+        text=True).stdout.split()) == sorted(ids), 60, "the three jobs running")
     try:
         yield ids, log
     finally:
@@ -126,3 +130,33 @@ def test_submissions_past_the_per_minute_limit_wait_for_their_turn(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("mainboard: host 'hpc': max_submits_per_minute 2 reached; waiting")
     assert gate_file("slurm", "login.example; rm -rf").name == "slurm-login.example__rm_-rf.log"
+
+
+def test_with_the_broker_away_a_worker_asks_for_its_own_end(
+        jobs: tuple[list[str], Path], redis_server: RedisServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.services import free_port
+
+    ids, log = jobs
+    dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+    monkeypatch.setattr(fleet, "_client", (os.getpid(), dead))
+    direct = subprocess.run(["squeue", "-h", "-j", ids[0], "-o", "%e"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    start = counts(log)["squeue"]
+    assert allocation_end(ids[0]) == parse_end(direct)  # no traceback, the old query
+    assert counts(log)["squeue"] - start == 1
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("max-jobs = 0", "hosts.hpc.max-jobs: "),
+    ('max-submits-per-minute = "lots"', "hosts.hpc.max-submits-per-minute: wrong type"),
+])
+def test_bad_limits_are_one_line_exit_2(tmp_path: Path, line: str, says: str) -> None:
+    from tests.fleet_helpers import cli, workspace
+
+    ws = workspace(tmp_path / "ws", f'[hosts.hpc]\nkind = "slurm"\n{line}\n')
+    done = cli(ws, "fleet", "up", "--on", "hpc")
+    assert done.returncode == 2 and done.stdout == ""
+    (err,) = done.stderr.splitlines()
+    assert says in err and "valid: an integer >= 1" in err
+    assert not (ws / ".mainboard" / "fleet.ndjson").exists()
