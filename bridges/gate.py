@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mainboard.config import HostConfig
-from mainboard.errors import HostError
+from mainboard.errors import JobCapReached
 from mainboard.locks import flocked
 
 GATES_ENV = "MAINBOARD_SUBMIT_GATES"  # where the logs live (tests isolate it)
@@ -66,7 +66,7 @@ def enforce(name: str, kind: str, host: HostConfig, count: Callable[[], int] | N
     ``max_submits_per_minute``, of host ``name``; hosts without them pass."""
     limit = getattr(host, "max_jobs", None)
     if limit is not None and count is not None and (found := count()) >= limit:
-        raise HostError(f"host {name!r}: max_jobs {limit} reached ({found} jobs queued or "
+        raise JobCapReached(f"host {name!r}: max_jobs {limit} reached ({found} jobs queued or "
                         f"running); wait for some to end, or raise [hosts.{name}] max_jobs "
                         "if the site allows more")
     per_minute = getattr(host, "max_submits_per_minute", None)

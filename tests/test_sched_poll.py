@@ -21,7 +21,10 @@ from mainboard.errors import HostError
 from mainboard.tasks import fleet
 from mainboard.tasks.fleet import HOST_ENV, allocation_end, parse_end
 from mainboard.tasks.schedpoll import shared_listing
-from tests.fleet_helpers import wait_until
+from tests.fleet_helpers import (
+    provisioned_root,  # noqa: F401 - session fixture
+    wait_until,
+)
 from tests.sched_counting import counting_path, counts, one_by_one, workers_tick
 from tests.services import RedisServer, SlurmCluster
 
@@ -160,3 +163,35 @@ def test_bad_limits_are_one_line_exit_2(tmp_path: Path, line: str, says: str) ->
     (err,) = done.stderr.splitlines()
     assert says in err and "valid: an integer >= 1" in err
     assert not (ws / ".mainboard" / "fleet.ndjson").exists()
+
+
+@pytest.mark.timeout(300)  # the fleet hosts' environment, built once per session
+def test_the_keeper_holds_at_a_sites_max_jobs_with_one_line_and_never_pauses(
+        jobs: tuple[list[str], Path], slurm_cluster: SlurmCluster, tmp_path: Path,
+        provisioned_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    from mainboard.fleet.autoscale import SCALE_TICK_ENV
+    from mainboard.fleet.records import read_fleet
+    from tests.fleet_helpers import HOST_PYTHON, cli, table, tear_down, workspace
+
+    ids, log = jobs
+    monkeypatch.setenv(GATES_ENV, str(tmp_path / "gates"))
+    ws = workspace(tmp_path / "ws", table(
+        "hosts.hpc", kind="slurm", partition="debug", root=str(provisioned_root),
+        python=HOST_PYTHON, env={"SLURM_CONF": str(slurm_cluster.conf)},
+        **{"max-jobs": len(ids)}), table(
+        "fleet.pools.capped", host="hpc", queues=["t29.capped"],
+        **{"min-jobs": 1, "max-jobs": 1}))
+    try:
+        cli(ws, "fleet", "up", "--no-flower", env={SCALE_TICK_ENV: "0.2"})
+        held = wait_until(lambda: [e for e in read_fleet(ws / ".mainboard").scale
+                                   if e.action == "hold"], 60, "the keeper holding")
+        assert held[0].reason == (
+            f"host 'hpc': max_jobs {len(ids)} reached ({len(ids)} jobs queued or running); "
+            "wait for some to end, or raise [hosts.hpc] max_jobs if the site allows more")
+        assert counts(log)["sbatch"] == len(ids)  # only the fixture's: nothing submitted
+        assert cli(ws, "fleet", "down").returncode == 0  # the keeper ticked meanwhile
+        events = read_fleet(ws / ".mainboard").scale
+        keeper = [e.action for e in events[[e.action for e in events].index("start"):]]
+        assert keeper == ["start", "hold", "stop"], keeper  # said once; no failure, no pause
+    finally:
+        tear_down(ws)

@@ -23,7 +23,7 @@ import redis
 
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, PoolConfig, ProviderHost
-from mainboard.errors import MainboardError
+from mainboard.errors import JobCapReached, MainboardError
 from mainboard.fleet.demand import queue_depth, queue_need, run_demand, running_runs
 from mainboard.fleet.launch import DEFAULT_RETIRE_BEFORE_S, BrokerRoute, Launcher, UpOptions
 from mainboard.fleet.pools import pool_options
@@ -266,7 +266,8 @@ class Autoscaler:
                 self.said[name] = decision.reason
                 self.record(name, view, decision)
             return
-        self.said.pop(name, None)
+        if decision.action != "submit":  # a submission may still meet the site's cap: held
+            self.said.pop(name, None)
         if decision.action == "restart":
             self.restart(name, view, decision, members)
         elif decision.action == "pause":
@@ -343,9 +344,15 @@ class Autoscaler:
             began = time.monotonic()
             try:
                 started = start_one(launcher, pool.host)
+            except JobCapReached as exc:  # the site's cap: wait, said once, never a pause
+                self.act(name, pool, view, replace(decision, action="hold",
+                                                   reason=one_line(exc)), {})
+                return
             except MainboardError as exc:
+                self.said.pop(name, None)
                 self.record(name, view, decision, "submit_failed", one_line(exc))
                 return
+            self.said.pop(name, None)
             self.record(name, view, decision, ids=[started.worker_id],
                         reason=f"{decision.reason} (submitted in "
                                f"{time.monotonic() - began:.1f} s)")
