@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from mainboard.config import ContainerConfig, HostConfig
 from mainboard.errors import CommandFailed, UserError
 
+from .gate import enforce
 from .jobscript import JobPaths, render
 from .jobspec import JobSpec, check_policy, resolve
 from .jobstate import JobState, JobStatus, translate
@@ -95,6 +96,7 @@ class Bridge(ABC):
     native_retire_signal: ClassVar[bool] = False         # True: header asks the scheduler
     job_dir_is_truth: ClassVar[bool] = False             # True: _query already read the dir
     node_fanout: ClassVar[str | None] = None             # shell: node.sh once per node
+    count_command: ClassVar[tuple[str, ...] | None] = None  # this user's queued+running ids
 
     def __init__(self, name: str, host: HostConfig, transport: Transport, *,
                  container: ContainerConfig | None = None, root: str | None = None) -> None:
@@ -212,6 +214,7 @@ class Bridge(ABC):
     def submit_prepared(self, spec: JobSpec, uid: str) -> JobRecord:
         """Submit an already ``prepare``d spec into job directory ``uid`` (a caller that must
         record the job before it exists, such as the fleet's reconciler, picks the uid)."""
+        self.gate()
         paths = JobPaths(self.job_dir(uid))
         script = self.render_script(spec, paths, uid)
         # Only the job directory is private (the script holds env values); the job itself
@@ -224,6 +227,13 @@ class Bridge(ABC):
         job_id = self.accepted(done.stdout, uid)
         return JobRecord(job_id=job_id, uid=uid, host=self.name, kind=self.kind, name=spec.name,
                          job_dir=paths.job_dir, submitted_at=time.time(), spec=spec)
+
+    def gate(self) -> None:
+        """The site's limits (:mod:`gate`), before anything is written on the host."""
+        enforce(self.name, self.kind, self.host, self._count if self.count_command else None)
+
+    def _count(self) -> int:
+        return len(self._run(list(self.count_command or ()), timeout=60).stdout.split())
 
     def tagged(self, prefix: str) -> dict[str, str] | None:
         """``{tag: job id}`` of the jobs alive on the host whose ``spec.tag`` starts with

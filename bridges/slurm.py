@@ -83,6 +83,9 @@ class SlurmBridge(Bridge):
     header_prefix = "#SBATCH"
     submit_command = ("sbatch", "--parsable")
     cancel_command = ("scancel",)
+    # every job of this user with its end, in one command (a cluster's one poll per tick)
+    ends_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i|%e")
+    count_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i")
     job_id_regex = re.compile(r"^(?P<job_id>\d+(?:_\d+)?)(?:;(?P<cluster>[\w.-]+))?$")
     job_id_form = "a SLURM job id such as 1234 or 1234_7 (sbatch --parsable may add ;cluster)"
     states = SLURM_STATES
@@ -162,6 +165,16 @@ class SlurmBridge(Bridge):
             reason = f"sacct failed: {done.stderr.strip()[-200:]}"
             return {i: JobStatus(JobState.UNKNOWN, reason=reason) for i in ids}
         return parse_sacct(done.stdout, ids)
+
+
+def parse_ends(text: str) -> dict[str, str]:
+    """``ends_command`` lines (``1234|2026-12-03T10:40:12``) as ``{job id: end text}``."""
+    found = {}
+    for line in text.splitlines():
+        job_id, sep, end = line.strip().partition("|")
+        if sep and job_id:
+            found[job_id] = end
+    return found
 
 
 def parse_squeue(text: str, ids: list[str]) -> dict[str, JobStatus]:

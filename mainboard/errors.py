@@ -76,6 +76,10 @@ class HostError(MainboardError):
     """A declared host could not be used."""
 
 
+class JobCapReached(HostError):
+    """A host's ``max_jobs`` is reached: wait for jobs to end (not a failed submission)."""
+
+
 class HostUnreachable(HostError):
     """The host did not answer (DNS, refused, timeout)."""
 

@@ -137,6 +137,24 @@ def worker(hostname: str) -> str:
     return f"{PREFIX}worker:{hostname}"
 
 
+def sched_listing(cluster: str) -> str:
+    """hash: ``at`` (Redis time of the listing, s) and ``data`` (JSON ``{job id: field}``):
+    one cluster's last batched scheduler listing, shared by every process that asks."""
+    return f"{PREFIX}sched:{_safe_cluster(cluster)}"
+
+
+def sched_lock(cluster: str) -> str:
+    """string with a TTL: held by the one process refreshing ``sched_listing(cluster)``."""
+    return f"{PREFIX}sched-lock:{_safe_cluster(cluster)}"
+
+
+def _safe_cluster(cluster: str) -> str:
+    if not isinstance(cluster, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}",
+                                                        cluster):
+        raise ValueError(f"invalid cluster name {cluster!r}: letters, digits, _ . : -")
+    return cluster
+
+
 def worker_roles(worker_id: str) -> str:
     """hash: queue -> "1" (consume) or "0" (do not), set by ``fleet assign``/``unassign``;
     read by the worker at start, so a restarted worker keeps its roles."""

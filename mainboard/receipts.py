@@ -292,6 +292,19 @@ class WorkerLost(Payload):
     reason: str
 
 
+class WorkerStalled(Payload):
+    """A worker beat but started no task for ``idle_s`` while ``queue_depth`` tasks waited on
+    its queues (a consumer lost in a broker reconnect): the keeper restarts it."""
+
+    topic: ClassVar[str] = "worker.stalled"
+    worker_id: str
+    host: str
+    pool: str
+    idle_s: float
+    queue_depth: int
+    reason: str
+
+
 class FleetScale(Payload):
     """One decision of the fleet's autoscaler for one pool, with its reason (``action``:
     submit, submit_failed, retire, pause, resume, hold)."""
@@ -324,7 +337,7 @@ TOPICS: dict[str, type[Payload]] = {
                                 RentalCreated, RentalDestroyed, JobSubmitted, JobStateChanged,
                                 JobFinished, JobPulled, JobRouted, MonitorPass, WorkerTunnel,
                                 WorkerStarted, WorkerStopped, WorkerLost, WorkerRoles,
-                                FleetScale, WorkerSubmitting)
+                                FleetScale, WorkerSubmitting, WorkerStalled)
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +11,12 @@ import pytest
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.services import RedisServer, SshServer, start_redis, start_sshd
 from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
+
+# The suite's scheduler hosts submit far faster than a site's polite default (30 a minute,
+# kept per login in one log for the whole machine): hosts that set no limit get a high one,
+# and each test process keeps its own logs. tests/test_sched_poll.py sets limits itself.
+os.environ.setdefault("MAINBOARD_SUBMITS_PER_MINUTE", "100000")
+os.environ.setdefault("MAINBOARD_SUBMIT_GATES", tempfile.mkdtemp(prefix="mb-gates-"))
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +58,7 @@ SHARED_WORKER = {
     "slurm-b": {"tests/test_fleet_live.py", "tests/test_fleet_tls.py", "tests/test_fleet_nodes.py",
                 "tests/test_fleet_faults.py", "tests/test_fleet_reconcile.py",
                 "tests/test_fleet_scenarios.py", "tests/test_fleet_timeneed.py",
-                "tests/test_job_env.py"},
+                "tests/test_job_env.py", "tests/test_sched_poll.py"},
     "podman": {"tests/test_celery_containers.py", "tests/test_provision.py",
                "tests/test_tasks_deploy.py"},
     "sim": {"tests/test_batch.py", "tests/test_fleet_provider.py", "tests/test_jobs_provider.py",

@@ -205,3 +205,32 @@ def test_a_walltime_above_max_walltime_names_both(tmp_path: Path) -> None:
                                         "7200 s is above max-walltime 3600 s (got 7200); "
                                         "valid: walltime <= max-walltime"), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_worker_idle_past_stall_after_while_work_waits_is_restarted_and_replaced() -> None:
+    fixed = pool(max_jobs=None, jobs=2)
+    stuck = Alloc("s", "running", 0, 130.0)
+    view = PoolView("cpu", fixed, [stuck, *running(1)], queue_depth=7, stall_after=120)
+    restart, submit = decide(view)
+    assert (restart.action, restart.worker_ids) == ("restart", ("s",))
+    assert "no task started for 120 s (stall_after) while 7 task(s) waited" in restart.reason
+    assert (submit.action, submit.count) == ("submit", 1)  # its replacement, at once
+    # not stalled: nothing waits, a task in hand, not idle long enough, retiring, no setting
+    for quiet in (PoolView("cpu", fixed, [stuck], queue_depth=0, stall_after=120),
+                  PoolView("cpu", fixed, [Alloc("s", "running", 1, 130.0)], queue_depth=7,
+                           stall_after=120),
+                  PoolView("cpu", fixed, [Alloc("s", "running", 0, 119.0)], queue_depth=7,
+                           stall_after=120),
+                  PoolView("cpu", fixed, [Alloc("s", "running", 0, 130.0, left_s=10.0)],
+                           queue_depth=7, stall_after=120),
+                  PoolView("cpu", fixed, [stuck], queue_depth=7)):
+        assert all(d.action != "restart" for d in decide(quiet)), quiet
+
+
+def test_stall_after_is_the_pools_own_else_the_fleets() -> None:
+    from mainboard.config import FleetConfig
+
+    fleet = FleetConfig.model_validate({"stall_after": "5m", "pools": {
+        "a": {"host": "hpc"}, "b": {"host": "hpc", "stall-after": "30s"}}})
+    assert (fleet.stall_of(fleet.pools["a"]), fleet.stall_of(fleet.pools["b"])) == (300, 30)
+    assert FleetConfig().stall_after == 120

@@ -219,6 +219,8 @@ class _Batch(_Connected):
 
     login: Literal["local", "ssh"] = "local"  # left out: "ssh" when host is set (below)
     account: str | None = None
+    max_submits_per_minute: int = Field(30, ge=1, description="an integer >= 1")
+    max_jobs: int | None = Field(None, ge=1, description="an integer >= 1")  # the site's cap
     modules: Annotated[list[str], BeforeValidator(module_list)] = Field(default_factory=list)
     container: str | None = None
 
@@ -308,6 +310,7 @@ class PoolConfig(ConfigModel):
     max_jobs: int | None = Field(None, ge=0, description="an integer >= 0")
     backlog: int = Field(1, ge=1, description="an integer >= 1")
     idle_timeout: PositiveDuration = 600
+    stall_after: PositiveDuration | None = None  # None: [fleet] stall_after
     max_usd_hr: float | None = Field(None, gt=0, description="US dollars per hour, > 0")
     budget_usd: float | None = Field(None, gt=0, description="US dollars, > 0")
 
@@ -334,9 +337,16 @@ class PoolConfig(ConfigModel):
 
 
 class FleetConfig(ConfigModel):
-    """[fleet]: the pools ``fleet up`` starts (``[fleet.pools.NAME]``)."""
+    """[fleet]: the pools ``fleet up`` starts (``[fleet.pools.NAME]``); ``stall_after``: how
+    long a beating worker may start no task while its queues hold work before the keeper
+    restarts it (a consumer that never came back from a broker reconnect)."""
 
     pools: dict[str, PoolConfig] = Field(default_factory=dict)
+    stall_after: PositiveDuration = 120
+
+    def stall_of(self, pool: PoolConfig) -> int:
+        """The pool's own ``stall_after``, else the fleet's."""
+        return pool.stall_after if pool.stall_after is not None else self.stall_after
 
 
 HostConfig = Annotated[LocalHost | SshHost | SlurmHost | PbsHost | ProviderHost,

@@ -11,7 +11,7 @@ up the same allocations and the same failure count, and submits nothing twice.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import logging
 import threading
 import time
@@ -21,10 +21,10 @@ from functools import partial
 
 import redis
 
-from mainboard import keys
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, PoolConfig, ProviderHost
-from mainboard.errors import MainboardError
+from mainboard.errors import JobCapReached, MainboardError
+from mainboard.fleet.demand import queue_depth, queue_need, run_demand, running_runs
 from mainboard.fleet.launch import DEFAULT_RETIRE_BEFORE_S, BrokerRoute, Launcher, UpOptions
 from mainboard.fleet.pools import pool_options
 from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
@@ -40,13 +40,14 @@ from mainboard.fleet.workers import (
     registry,
     stop_workers,
 )
-from mainboard.receipts import FleetScale, WorkerStarted
+from mainboard.receipts import FleetScale, WorkerStalled, WorkerStarted
+from mainboard.runs.logs import LogLine, append_logs
 from mainboard.tasks import HEARTBEAT_S
-from mainboard.tasks.timeneed import need_of
 
 SCALE_TICK_ENV = "MAINBOARD_SCALE_TICK_S"  # tests shorten it
 SCALE_TICK_S = 5.0
 LOST_AFTER_S = 3 * HEARTBEAT_S  # as `fleet status` says lost: replaced from then on
+STALL_DRAIN_S = 5.0  # a stalled worker's warm shutdown may never come: cancelled after this
 log = logging.getLogger("mainboard.fleet.autoscale")
 
 
@@ -80,48 +81,6 @@ def failures(state: FleetState, name: str) -> int:
         elif event.action in ("submit", "resume", "start"):
             count = 0
     return count
-
-
-def queue_depth(client: redis.Redis, queues: Sequence[str]) -> int:
-    """Messages waiting in the pool's queues."""
-    return sum(int(client.llen(keys.celery_queue(q))) for q in queues)
-
-
-RECENT_RUNS = 200  # the newest runs asked for demand (older ones have long finished)
-
-
-NEED_SCAN = 200  # messages of each queue read for their time need (the head: next to go)
-
-
-def queue_need(client: redis.Redis, queues: Sequence[str]) -> float | None:
-    """The largest ``time_request`` among the messages waiting in ``queues`` (their head)."""
-    needs = []
-    for queue in queues:
-        for raw in client.lrange(keys.celery_queue(queue), 0, NEED_SCAN - 1):
-            try:
-                headers = json.loads(raw).get("headers")
-            except (ValueError, AttributeError):
-                continue
-            needs.append(need_of(headers if isinstance(headers, dict) else None))
-    return max((n for n in needs if n is not None), default=None)
-
-
-def run_demand(client: redis.Redis, queues: Sequence[str]) -> int:
-    """Batches the running runs' coordinators still wait for on ``queues`` (a coordinator
-    that died leaves no lease: its run is no demand)."""
-    ids = client.zrevrange(keys.runs_index(), 0, RECENT_RUNS - 1)
-    if not ids:
-        return 0
-    with client.pipeline(transaction=False) as pipe:
-        for run_id in ids:
-            pipe.hmget(keys.run_state(run_id), "status", "outstanding", "queue")
-            pipe.exists(keys.run_lease(run_id))
-        replies = pipe.execute()
-    total = 0
-    for (status, outstanding, queue), leased in zip(replies[::2], replies[1::2], strict=True):
-        if status == "running" and leased and queue in queues and outstanding:
-            total += int(outstanding)
-    return total
 
 
 def _left(worker: WorkerStarted, pool: PoolConfig, entry: dict[str, str],
@@ -253,6 +212,7 @@ class Autoscaler:
                              failures=failures(state, name), usd_hr=price,
                              rented_usd_hr=rented, spent_usd=spent, jobs=asked(state, name),
                              paused=pool_paused(state, name), need_s=need,
+                             stall_after=float(self.config.fleet.stall_of(pool)),
                              lead_s=lead_time([e.wait_s for e in waits if e.wait_s is not None]
                                               + [w for _, w in look.began]))
         look.lost = sum(s != "completed" for _, s in look.ended) + len(look.stale) + sum(
@@ -306,8 +266,11 @@ class Autoscaler:
                 self.said[name] = decision.reason
                 self.record(name, view, decision)
             return
-        self.said.pop(name, None)
-        if decision.action == "pause":
+        if decision.action != "submit":  # a submission may still meet the site's cap: held
+            self.said.pop(name, None)
+        if decision.action == "restart":
+            self.restart(name, view, decision, members)
+        elif decision.action == "pause":
             self.record(name, view, decision)
         elif decision.action in ("cancel", "retire"):
             self.record(name, view, decision)
@@ -318,7 +281,32 @@ class Autoscaler:
         elif decision.action == "submit":
             self.submit(name, pool, view, decision)
 
-    def stop_later(self, workers: list[WorkerStarted], reason: str, drain_s: float) -> None:
+    def restart(self, name: str, view: PoolView, decision: Decision,
+                members: dict[str, WorkerStarted]) -> None:
+        """Stalled workers said so (``worker.stalled``, the runs' logs), then stopped as
+        lost: the same decide() submitted their replacements."""
+        idle = {a.worker_id: a.idle_s or 0.0 for a in view.allocs}
+        workers = [members[i] for i in decision.worker_ids]
+        for worker in workers:
+            fleet_receipts(self.config.state_dir).append(WorkerStalled(
+                worker_id=worker.worker_id, host=worker.host, pool=name,
+                idle_s=idle.get(worker.worker_id, 0.0), queue_depth=view.queue_depth,
+                reason=decision.reason))
+        self.record(name, view, decision)
+        route = broker_route(self.config, start=False)
+        if route is not None:
+            with contextlib.suppress(redis.RedisError), registry(route) as client:
+                now = time.time()
+                lines = [LogLine(now, "warning", w.node, w.host, f"worker {w.node} stalled: "
+                                 f"{decision.reason}; the fleet keeper restarts it")
+                         for w in workers]
+                for run_id in running_runs(client, view.pool.queues):
+                    append_logs(client, run_id, lines)
+        self.stop_later(workers, f"stalled: {decision.reason}", drain_s=STALL_DRAIN_S,
+                        lost=True)
+
+    def stop_later(self, workers: list[WorkerStarted], reason: str, drain_s: float,
+                   lost: bool = False) -> None:
         """Drain and stop ``workers`` in a thread of their own: the next look (another
         pool's, or this one's next idle worker) does not wait for their warm shutdown."""
         ids = {w.worker_id for w in workers}
@@ -327,7 +315,7 @@ class Autoscaler:
 
         def stop() -> None:
             try:
-                stop_workers(self.config, workers, reason=reason, timeout=drain_s)
+                stop_workers(self.config, workers, reason=reason, timeout=drain_s, lost=lost)
             except Exception as exc:  # noqa: BLE001 - the next look sees them again
                 log.warning("stopping %s: %s", ", ".join(sorted(ids)), exc)
             finally:
@@ -356,9 +344,15 @@ class Autoscaler:
             began = time.monotonic()
             try:
                 started = start_one(launcher, pool.host)
+            except JobCapReached as exc:  # the site's cap: wait, said once, never a pause
+                self.act(name, pool, view, replace(decision, action="hold",
+                                                   reason=one_line(exc)), {})
+                return
             except MainboardError as exc:
+                self.said.pop(name, None)
                 self.record(name, view, decision, "submit_failed", one_line(exc))
                 return
+            self.said.pop(name, None)
             self.record(name, view, decision, ids=[started.worker_id],
                         reason=f"{decision.reason} (submitted in "
                                f"{time.monotonic() - began:.1f} s)")

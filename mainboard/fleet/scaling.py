@@ -4,6 +4,9 @@ No clock, no Redis, no scheduler in here (the keeper's ``autoscale`` module gath
 ``PoolView`` and carries out the ``Decision``s), so every rule is tested with made-up
 views. The rules, in order:
 
+- a worker that beats but has started no task for ``stall_after`` while its pool's queues
+  hold work is stalled (Celery's consumer lost in a broker reconnect): restarted, and its
+  replacement submitted at once (it no longer counts);
 - a paused pool does nothing until ``fleet resume-pool``; ``PAUSE_AFTER`` consecutive
   failed submissions pause it (one line saying why) instead of flooding the scheduler;
 - the target is the work (tasks waiting in the pool's queues plus tasks in hand, or the
@@ -29,7 +32,7 @@ views. The rules, in order:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mainboard.config import PoolConfig
 from mainboard.fleet.launch import DEFAULT_RETIRE_BEFORE_S
@@ -74,6 +77,7 @@ class PoolView:
     jobs: int | None = None   # what `fleet up` asked (--jobs), for a fixed pool
     lead_s: float = DEFAULT_LEAD_S  # submission to running, learned from this pool
     need_s: float | None = None  # the largest time_request waiting in the pool's queues
+    stall_after: float | None = None  # no task started for this long, with work: stalled
 
     def retiring(self, alloc: Alloc) -> bool:
         """Its replacement must be submitted now to be running before it drains."""
@@ -82,12 +86,21 @@ class PoolView:
     def count(self, state: str) -> int:
         return sum(a.state == state for a in self.allocs)
 
+    def stalled(self, alloc: Alloc) -> bool:
+        """Beating (a stale one is not in ``allocs``), running, nothing in hand and nothing
+        started for ``stall_after`` while tasks wait in its queues; never one retiring (a
+        worker near its end puts back tasks its time cannot hold, on purpose)."""
+        return (self.stall_after is not None and self.queue_depth > 0
+                and alloc.state == "running" and alloc.active == 0
+                and alloc.idle_s is not None and alloc.idle_s >= self.stall_after
+                and not self.retiring(alloc))
+
 
 @dataclass(frozen=True)
 class Decision:
     """One action for the keeper, with the reason its receipt line carries."""
 
-    action: str               # submit, cancel, retire, pause, hold
+    action: str               # restart, submit, cancel, retire, pause, hold
     reason: str
     count: int = 0
     worker_ids: tuple[str, ...] = ()
@@ -141,6 +154,13 @@ def decide(view: PoolView) -> list[Decision]:
     """What to do with one pool now (an empty list: nothing)."""
     if view.paused:
         return []
+    stalled = [a for a in view.allocs if view.stalled(a)]
+    if stalled:  # its replacement is judged below, without it
+        restart = Decision("restart", f"no task started for {view.stall_after:.0f} s (stall_after) "
+                           f"while {view.queue_depth} task(s) waited in its queues",
+                           count=len(stalled), worker_ids=tuple(a.worker_id for a in stalled))
+        rest = replace(view, allocs=[a for a in view.allocs if a not in stalled])
+        return [restart, *decide(rest)]
     if view.failures >= PAUSE_AFTER:
         return [Decision("pause", f"{view.failures} submissions in a row failed; "
                          f"paused (retry with `mainboard fleet resume-pool {view.name}`)")]

@@ -16,18 +16,19 @@ from dataclasses import asdict, dataclass, replace
 
 import redis
 
+from mainboard import keys
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError
 from mainboard.fleet.control import fleet_broker
 from mainboard.fleet.launch import BrokerRoute
 from mainboard.fleet.records import FleetState, node_names, read_fleet
-from mainboard.fleet.workers import fleet_entries, job_of, poll_jobs
+from mainboard.fleet.workers import fleet_entries, job_of, poll_jobs, registry
 from mainboard.receipts import WorkerStarted, WorkerStopped
 from mainboard.tasks import HEARTBEAT_S
 
 STALE_AFTER_S = 3 * HEARTBEAT_S
-ALIVE_STATES = frozenset({"online", "starting"})
+ALIVE_STATES = frozenset({"online", "starting", "stalled"})
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class WorkerView:
     kind: str
     node: str
     job_id: str
-    state: str                  # queued, starting, online, lost, completed (retired), stopped
+    state: str  # queued, starting, online, stalled, lost, completed (retired), stopped
     job_state: str
     queues: list[str]
     concurrency: int
@@ -135,10 +136,12 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
     celery = _celery_view(route, timeout) if route and live else {}
     try:
         entries = fleet_entries(route, live) if route and live else {}
+        depths = _depths(route, live) if route and live else {}
     except redis.RedisError:
-        entries = {}
-    rows = [_row(w, jobs[w.worker_id], celery, entries.get(name, {}), name,
-                 i if w.nodes > 1 else None)
+        entries, depths = {}, {}
+    rows = [_stalled(_row(w, jobs[w.worker_id], celery, entries.get(name, {}), name,
+                          i if w.nodes > 1 else None), entries.get(name, {}),
+                     sum(depths.get(q, 0) for q in w.queues), _stall_after(config, w))
             for w in live for i, name in enumerate(node_names(w))]
     rows = [replace(r, state="lost") if r.worker_id in state.lost else r for r in rows]
     if include_stopped:
@@ -147,6 +150,31 @@ def fleet_status(config: Config, *, include_stopped: bool = False,
             if worker is not None:
                 rows.append(_stopped_row(worker, stop))
     return rows
+
+
+def _stall_after(config: Config, worker: WorkerStarted) -> float:
+    pool = config.fleet.pools.get(worker.pool or "")
+    return config.fleet.stall_of(pool) if pool else config.fleet.stall_after
+
+
+def _depths(route: BrokerRoute, workers: list[WorkerStarted]) -> dict[str, int]:
+    """Tasks waiting in each queue the workers consume, in one round trip."""
+    queues = sorted({q for w in workers for q in w.queues})
+    with registry(route) as client, client.pipeline(transaction=False) as pipe:
+        for queue in queues:
+            pipe.llen(keys.celery_queue(queue))
+        return dict(zip(queues, map(int, pipe.execute()), strict=True))
+
+
+def _stalled(row: WorkerView, entry: dict[str, str], waiting: int, after: float) -> WorkerView:
+    """``stalled``: beating, nothing in hand, no task started for ``after`` seconds while
+    ``waiting`` tasks sit in its queues (what the keeper restarts)."""
+    last = entry.get("last_task") or entry.get("started")
+    if row.state not in ("online", "starting") or row.last_heartbeat is None or not last \
+            or row.active or waiting <= 0 or time.time() - float(last) < after:
+        return row
+    return replace(row, state="stalled", reason=f"no task started for "
+                   f"{time.time() - float(last):.0f} s while {waiting} task(s) wait")
 
 
 def _row(worker: WorkerStarted, job: JobStatus | MainboardError, celery: dict[str, list[str]],

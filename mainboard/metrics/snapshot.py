@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 # Worker states of `mainboard_workers`: `fleet status`'s states, with "online" split by
 # whether the worker has a task in hand (busy) or not (idle), so that they add up.
-WORKER_STATES = ("queued", "starting", "busy", "idle", "lost", "unknown")
+WORKER_STATES = ("queued", "starting", "busy", "idle", "stalled", "lost", "unknown")
 SECTIONS = ("queues", "fleet", "allocations", "runs")
 BROKER_SECTIONS = ("queues", "runs")  # read from the broker: unread while it is down
 
