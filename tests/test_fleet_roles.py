@@ -5,7 +5,8 @@ stop`` stops one of the two while a run goes on: the run finishes on the other, 
 to the in-process driver.
 
 No wall clock: the run's survivor holds its first batch until the test opens a gate file,
-so the run cannot end before the stop has (the gate is an event the test controls).
+and the other worker's evaluations wait until it does: the run cannot end before the stop
+has (the gate is an event the test controls).
 """
 
 from __future__ import annotations
@@ -47,10 +48,15 @@ from pathlib import Path
 import numpy as np
 
 
-def f(x, hold="", gate=""):
-    """A 2-d Gaussian; the fleet worker ``hold`` waits for the file ``gate`` first."""
+def f(x, hold="", gate="", held=""):
+    """A 2-d Gaussian; the fleet worker ``hold`` marks ``held`` and waits for ``gate``, and
+    every other evaluation waits until it holds one: the run cannot end before the gate."""
     if hold and os.environ.get("MAINBOARD_FLEET_WORKER") == hold:
+        Path(held).touch()
         while not Path(gate).exists():
+            time.sleep(0.02)
+    elif hold:
+        while not Path(held).exists():
             time.sleep(0.02)
     return np.exp(-16.0 * ((x - 0.5) ** 2).sum(axis=1))
 '''
@@ -153,12 +159,12 @@ def test_fleet_stop_stops_one_of_two_while_a_run_goes_on_identical(pair: Pair,
     runs = pair.ws / "runs"
     runs.mkdir(exist_ok=True)
     (runs / "gated_roles.py").write_text(GATED)
-    gate = tmp_path / "gate"
+    gate, held = tmp_path / "gate", tmp_path / "held"
     run_file = runs / "stop-one.toml"
     run_file.write_text(
         'name = "stop-one"\nseed = 11\n[domain]\ncontinuous = 2\n'
         f'[integrand]\nkind = "python"\ntarget = "gated_roles:f"\n'
-        f'params = {{ hold = "{keep.worker_id}", gate = "{gate}" }}\n'
+        f'params = {{ hold = "{keep.worker_id}", gate = "{gate}", held = "{held}" }}\n'
         '[sampler]\nkind = "vegas"\nbins = 8\n[stop]\nmax_iterations = 3\n'
         '[batching]\nbatch_size = 500\nbatches_per_iteration = 4\n')
     done: dict[str, Any] = {}
