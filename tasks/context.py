@@ -32,6 +32,7 @@ import redis
 from mainboard import keys
 from mainboard.integrators.samplers import Sampler, restore_sampler
 from mainboard.integrators.stages import Run, build_run, release_processes
+from mainboard.redisclient import redis_client
 from mainboard.tasks import codec, modules
 from mainboard.tasks.paths import add_roots, localize
 
@@ -132,9 +133,9 @@ def client(url: str) -> redis.Redis:
     st = _local()
     with st.lock:
         if url not in st.clients:
-            st.clients[url] = redis.Redis.from_url(url, socket_timeout=30,
-                                                   socket_connect_timeout=10,
-                                                   health_check_interval=25)
+            st.clients[url] = redis_client(url, socket_timeout=30,
+                                           socket_connect_timeout=10,
+                                           health_check_interval=25)
         return st.clients[url]
 
 

@@ -35,6 +35,7 @@ from celery.signals import (
 )
 
 from mainboard import keys
+from mainboard.redisclient import redis_client
 from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV
 from mainboard.tasks.timeneed import set_end
 
@@ -57,8 +58,8 @@ def _redis() -> redis.Redis:
     if _client is None or _client[0] != os.getpid():
         from mainboard.tasks.app import get_app
 
-        _client = (os.getpid(), redis.Redis.from_url(get_app().conf.broker_url,
-                                                     socket_timeout=10))
+        _client = (os.getpid(), redis_client(get_app().conf.broker_url,
+                                             socket_timeout=10))
     return _client[1]
 
 
