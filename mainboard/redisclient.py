@@ -117,3 +117,14 @@ def wait_replicas(client: redis.Redis, replicas: int, timeout_ms: int) -> int:
     if replicas <= 0:
         return 0
     return int(client.execute_command("WAIT", replicas, timeout_ms))
+
+
+def kombu_form(url: str) -> tuple[str, str]:
+    """kombu's spelling of a Sentinel URL, ``sentinel://[:PW@]H:P/DB;sentinel://...``, and
+    the master name (kombu takes it from ``master_name`` in the transport options)."""
+    target = parse_sentinel_url(url)
+    auth = ""
+    if target.password is not None:
+        auth = f"{quote(target.username or '', safe='')}:{quote(target.password, safe='')}@"
+    hosts = (f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in target.sentinels)
+    return ";".join(f"{SENTINEL_SCHEME}{auth}{h}/{target.db}" for h in hosts), target.master

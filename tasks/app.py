@@ -42,8 +42,16 @@ from mainboard.config import Config, load_config
 from mainboard.config.brokerurl import BROKER_URL_ENV, REDIS_URL_FORMS, redis_url_problem
 from mainboard.errors import ConfigError
 from mainboard.redact import install_log_redaction, redact_url
+from mainboard.redisclient import is_sentinel, kombu_form
 from mainboard.services.broker import resolve_broker_url
-from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE, STAGE_PREFIX, TASK_MODULES, codec
+from mainboard.tasks import (
+    BATCH_QUEUE,
+    BROKER_URL_CONF,
+    COORDINATOR_QUEUE,
+    STAGE_PREFIX,
+    TASK_MODULES,
+    codec,
+)
 from mainboard.tasks.integrate import TASK_NAME as INTEGRATE_TASK
 
 VISIBILITY_TIMEOUT_ENV = "MAINBOARD_VISIBILITY_TIMEOUT"
@@ -144,6 +152,14 @@ def settings(broker_url: str, *, visibility_timeout: float = DEFAULT_VISIBILITY_
         "task_send_sent_event": True,
         "task_routes": TASK_ROUTES,
     }
+    if is_sentinel(broker_url):
+        # kombu and Celery's result backend ask the sentinels for the master on each
+        # connect; mainboard's own clients read the one-string form back (broker_url_of).
+        kombu_url, master = kombu_form(broker_url)
+        conf.update(broker_url=kombu_url, result_backend=kombu_url,
+                    **{BROKER_URL_CONF: broker_url})
+        transport["master_name"] = master
+        conf["result_backend_transport_options"]["master_name"] = master
     if urlsplit(broker_url).scheme == "rediss" and "ssl_cert_reqs" not in broker_url:
         # TLS without an explicit choice verifies the server, as a browser would.
         conf["broker_use_ssl"] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}

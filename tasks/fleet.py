@@ -36,7 +36,7 @@ from celery.signals import (
 
 from mainboard import keys
 from mainboard.redisclient import redis_client
-from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV
+from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV, broker_url_of
 from mainboard.tasks.timeneed import set_end
 
 BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then goes
@@ -58,7 +58,7 @@ def _redis() -> redis.Redis:
     if _client is None or _client[0] != os.getpid():
         from mainboard.tasks.app import get_app
 
-        _client = (os.getpid(), redis_client(get_app().conf.broker_url,
+        _client = (os.getpid(), redis_client(broker_url_of(get_app().conf),
                                              socket_timeout=10))
     return _client[1]
 

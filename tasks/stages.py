@@ -40,7 +40,7 @@ from mainboard.integrators.owner import owned
 from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
-from mainboard.tasks import STAGE_PREFIX, codec, telemetry, timeneed
+from mainboard.tasks import STAGE_PREFIX, broker_url_of, codec, telemetry, timeneed
 from mainboard.tasks.bundles import store_bundle
 from mainboard.tasks.context import BatchRef, Skip, StageContext, release_all
 from mainboard.tasks.outage import REDIS_DOWN
@@ -68,7 +68,7 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
     A bundle (``members``: its batch indices) checks its members itself and ships one span
     per member.
     """
-    ctx = StageContext(task.app.conf.broker_url, ref, stage, task.request.hostname)
+    ctx = StageContext(broker_url_of(task.app.conf), ref, stage, task.request.hostname)
     ship = telemetry.enter(ctx.url, task.request.hostname or ctx.holder, ref.run,
                            ref.iteration + 1, ref.batch, stage)
     began, clock = time.time(), time.perf_counter()

@@ -7,6 +7,7 @@ real `mainboard` CLI in a subprocess.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from mainboard.redisclient import parse_sentinel_url, redis_client, wait_replica
 from tests.integration import slow_spec, subprocess_env
 from tests.sentinels import SentinelSet, start_sentinel_set
 from tests.services import free_port
+from tests.test_coordinator_broker import RUN, numbers, reference, run_id_of, start, wait_iteration
 from tests.test_coordinator_runs import toml
 
 pytestmark = pytest.mark.live
@@ -109,3 +111,35 @@ def test_sentinels_and_master_stand_for_the_url(tmp_path: Path) -> None:
     (ws / "mainboard.toml").write_text('[broker]\nsentinels = ["127.0.0.1:26379"]\n')
     with pytest.raises(ConfigError, match="master is missing"):
         load_config(ws / "mainboard.toml")
+
+
+def test_a_master_killed_mid_run_fails_over_and_the_run_ends_with_the_undisturbed_numbers(
+        tmp_path: Path, sentinel_set: SentinelSet) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "mainboard.toml").write_text(
+        f'[workspace]\nname = "failover"\n\n[broker]\nsentinels = {sentinel_set.entries!r}\n'
+        'master = "mbtest"\noutage = "60s"\n'.replace("'", '"'))
+    (ws / "run.toml").write_text(toml(RUN))
+    expected = reference(RUN)
+    started = time.monotonic()
+    proc = start(ws, "integrate", "run.toml", "--workers", "2", "--json")
+    try:
+        wait_iteration(ws / ".mainboard", run_id_of(RUN), proc)
+        killed = time.monotonic()
+        sentinel_set.kill(sentinel_set.master_port())
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    ended = time.monotonic()
+    assert proc.returncode == 0, err
+    got = json.loads(out)
+    assert numbers(got) == (expected.estimate, expected.error, 200_000, 5)
+    assert "Traceback" not in err
+    logs = list((ws / ".mainboard").rglob("*.log"))
+    assert logs, "no worker log found"
+    for log in logs:
+        assert "Traceback" not in log.read_text(errors="replace"), log
+    print(f"failover run: {ended - started:.1f} s in all, {ended - killed:.1f} s after the "
+          "master's SIGKILL", file=sys.stderr)
