@@ -20,6 +20,7 @@ SENTINEL_SCHEME = "sentinel://"
 SENTINEL_ENTRY_FORM = 'HOST:PORT with PORT 1-65535, e.g. "10.0.0.5:26379" or "[::1]:26379"'
 SENTINEL_URL_FORM = "sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/DB?master=NAME"
 _ENTRY = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+)):(?P<port>\d{1,5})")
+WAIT_MS = 1000  # a replica that lags longer is not waited for: the re-send covers a loss
 _MASTER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -32,6 +33,7 @@ class SentinelTarget:
     username: str | None = None
     password: str | None = None
     db: int = 0
+    min_replicas: int = 0
 
 
 def is_sentinel(url: str) -> bool:
@@ -68,7 +70,8 @@ def sentinel_url(target: SentinelTarget) -> str:
     if target.password is not None:
         auth = f"{quote(target.username or '', safe='')}:{quote(target.password, safe='')}@"
     hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in target.sentinels)
-    return f"{SENTINEL_SCHEME}{auth}{hosts}/{target.db}?master={target.master}"
+    wait = f"&min_replicas={target.min_replicas}" if target.min_replicas else ""
+    return f"{SENTINEL_SCHEME}{auth}{hosts}/{target.db}?master={target.master}{wait}"
 
 
 def parse_sentinel_url(url: str) -> SentinelTarget:
@@ -87,14 +90,18 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
         raise ValueError(f"no sentinel in the URL: it must look like {SENTINEL_URL_FORM}")
     sentinels = tuple(sentinel_address(e) for e in entries)
     path, _, query = tail.partition("?")
-    master = (parse_qs(query).get("master") or [""])[0]
+    fields = parse_qs(query)
+    master = (fields.get("master") or [""])[0]
+    wait = (fields.get("min_replicas") or ["0"])[0]
+    if not wait.isdigit():
+        raise ValueError(f"min_replicas {wait!r} must be a whole number >= 0")
     if master_problem(master):
         raise ValueError(f"master {master!r}: {master_problem(master)}; "
                          f"write ?master=NAME as in {SENTINEL_URL_FORM}")
     db = path.strip("/") or "0"
     if not db.isdigit():
         raise ValueError(f"database {db!r} must be a number, e.g. /0")
-    return SentinelTarget(sentinels, master, username, password, int(db))
+    return SentinelTarget(sentinels, master, username, password, int(db), int(wait))
 
 
 def redis_client(url: str, **kwargs: Any) -> redis.Redis:
@@ -111,7 +118,12 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
     return sentinel.master_for(target.master, db=target.db, **auth, **kwargs)
 
 
-def wait_replicas(client: redis.Redis, replicas: int, timeout_ms: int) -> int:
+def min_replicas(url: str) -> int:
+    """How many replicas a write the coordinator counts on waits for (0: a plain URL)."""
+    return parse_sentinel_url(url).min_replicas if is_sentinel(url) else 0
+
+
+def wait_replicas(client: redis.Redis, replicas: int, timeout_ms: int = WAIT_MS) -> int:
     """After a write the caller counts on: block until ``replicas`` replicas have it (WAIT),
     so a failover right after cannot lose it; the number that acknowledged. 0 asks nothing."""
     if replicas <= 0:

@@ -40,6 +40,7 @@ from mainboard.integrators.owner import owned
 from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
+from mainboard.redisclient import min_replicas, wait_replicas
 from mainboard.tasks import STAGE_PREFIX, broker_url_of, codec, telemetry, timeneed
 from mainboard.tasks.bundles import store_bundle
 from mainboard.tasks.context import BatchRef, Skip, StageContext, release_all
@@ -254,6 +255,8 @@ def bundle(self: Task, message: Message) -> Message:
         slot = f"{node or c.holder}|{os.getpid()}|{threading.get_ident()}"
         stored = store_bundle(c.r, lead.run, lead.iteration, lead.batch, lead.attempt, results,
                               time.perf_counter() - clock, slot, lead.gen)
+        if stored > 0:  # counted: on a replica too before a failover can lose it
+            wait_replicas(c.r, min_replicas(c.url))
         return c.forward(stored=stored > 0, batches=[i for _, (i, _) in todo])
 
     # the stage is "fused" (claims, spans): the bundle runs that stage for each member

@@ -19,7 +19,7 @@ import redis
 
 from mainboard.config import load_config
 from mainboard.errors import ConfigError
-from mainboard.redisclient import parse_sentinel_url, redis_client, wait_replicas
+from mainboard.redisclient import min_replicas, parse_sentinel_url, redis_client, wait_replicas
 from tests.integration import slow_spec, subprocess_env
 from tests.sentinels import SentinelSet, start_sentinel_set
 from tests.services import free_port
@@ -103,11 +103,17 @@ def test_sentinels_that_answer_nothing_exit_3_and_start_nothing(tmp_path: Path) 
     assert not (ws / ".mainboard" / "runs").exists()
 
 
+def target_url(ws: Path) -> str:
+    return load_config(ws / "mainboard.toml").broker.url or ""
+
+
 def test_sentinels_and_master_stand_for_the_url(tmp_path: Path) -> None:
     ws = _workspace(tmp_path, '["127.0.0.1:26379", "[::1]:26380"]')
-    target = parse_sentinel_url(load_config(ws / "mainboard.toml").broker.url or "")
+    target = parse_sentinel_url(target_url(ws))
     assert target.sentinels == (("127.0.0.1", 26379), ("::1", 26380))
-    assert target.master == "mbtest"
+    assert target.master == "mbtest" and min_replicas(target_url(ws)) == 0
+    (ws / "mainboard.toml").write_text((ws / "mainboard.toml").read_text() + "min_replicas = 1\n")
+    assert min_replicas(target_url(ws)) == 1
     (ws / "mainboard.toml").write_text('[broker]\nsentinels = ["127.0.0.1:26379"]\n')
     with pytest.raises(ConfigError, match="master is missing"):
         load_config(ws / "mainboard.toml")
@@ -119,7 +125,7 @@ def test_a_master_killed_mid_run_fails_over_and_the_run_ends_with_the_undisturbe
     ws.mkdir()
     (ws / "mainboard.toml").write_text(
         f'[workspace]\nname = "failover"\n\n[broker]\nsentinels = {sentinel_set.entries!r}\n'
-        'master = "mbtest"\noutage = "60s"\n'.replace("'", '"'))
+        'master = "mbtest"\nmin_replicas = 1\noutage = "60s"\n'.replace("'", '"'))
     (ws / "run.toml").write_text(toml(RUN))
     expected = reference(RUN)
     started = time.monotonic()

@@ -106,12 +106,17 @@ class BrokerConfig(ConfigModel):
                                'sentinels = ["HOST:PORT", ...] and master = "NAME"',
                                loc=(missing,), value=None)
         if self.sentinels is None or self.master is None:
+            if self.min_replicas:
+                raise custom_error("min_replicas needs a Sentinel-managed broker",
+                                   "add sentinels and master, or remove min_replicas",
+                                   loc=("min_replicas",), value=self.min_replicas)
             return self
         if not self.sentinels:
             raise custom_error("no sentinel listed", SENTINEL_ENTRY_FORM, loc=("sentinels",),
                                value=[])
         derived = sentinel_url(SentinelTarget(
-            tuple(sentinel_address(e) for e in self.sentinels), self.master))
+            tuple(sentinel_address(e) for e in self.sentinels), self.master,
+            min_replicas=self.min_replicas))
         if self.url not in (None, derived):
             raise custom_error("url and sentinels both name the broker", "keep one of them",
                                loc=("url",), value=redact_url(self.url or ""))
