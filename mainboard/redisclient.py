@@ -9,6 +9,7 @@ made once follows a failover instead of writing to a dead host.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote
@@ -21,6 +22,8 @@ SENTINEL_ENTRY_FORM = 'HOST:PORT with PORT 1-65535, e.g. "10.0.0.5:26379" or "[:
 SENTINEL_URL_FORM = "sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/DB?master=NAME"
 _ENTRY = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+)):(?P<port>\d{1,5})")
 WAIT_MS = 1000  # a replica that lags longer is not waited for: the re-send covers a loss
+SHORT_S = 10.0
+_short_until: dict[int, float] = {}  # id(client) -> when to WAIT again
 _MASTER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -125,10 +128,17 @@ def min_replicas(url: str) -> int:
 
 def wait_replicas(client: redis.Redis, replicas: int, timeout_ms: int = WAIT_MS) -> int:
     """After a write the caller counts on: block until ``replicas`` replicas have it (WAIT),
-    so a failover right after cannot lose it; the number that acknowledged. 0 asks nothing."""
-    if replicas <= 0:
+    so a failover right after cannot lose it; the number that acknowledged. 0 asks nothing.
+
+    A master short of replicas (after a failover, until the old master returns as one) would
+    make every write wait the whole timeout: once WAIT falls short, this client skips it for
+    ``SHORT_S``; what a failover then loses, the coordinator's re-send covers."""
+    if replicas <= 0 or time.monotonic() < _short_until.get(id(client), 0.0):
         return 0
-    return int(client.execute_command("WAIT", replicas, timeout_ms))
+    acked = int(client.execute_command("WAIT", replicas, timeout_ms))
+    if acked < replicas:
+        _short_until[id(client)] = time.monotonic() + SHORT_S
+    return acked
 
 
 def kombu_form(url: str) -> tuple[str, str]:
