@@ -18,8 +18,18 @@ import pytest
 import redis
 
 from mainboard.config import load_config
-from mainboard.errors import ConfigError
-from mainboard.redisclient import min_replicas, parse_sentinel_url, redis_client, wait_replicas
+from mainboard.config.brokerurl import redis_url_problem
+from mainboard.errors import ConfigError, SentinelsDown
+from mainboard.redact import redact_text, redact_url
+from mainboard.redisclient import (
+    kombu_form,
+    min_replicas,
+    parse_sentinel_url,
+    redis_client,
+    sentinel_url,
+    wait_replicas,
+)
+from mainboard.services.broker import check_broker
 from tests.integration import slow_spec, subprocess_env
 from tests.sentinels import SentinelSet, start_sentinel_set
 from tests.services import free_port
@@ -149,3 +159,21 @@ def test_a_master_killed_mid_run_fails_over_and_the_run_ends_with_the_undisturbe
         assert "Traceback" not in log.read_text(errors="replace"), log
     print(f"failover run: {ended - started:.1f} s in all, {ended - killed:.1f} s after the "
           "master's SIGKILL", file=sys.stderr)
+
+
+def test_a_sentinel_url_round_trips_with_its_password_and_never_shows_it() -> None:
+    url = "sentinel://coordinator:s3cr%23t@127.0.0.1:26379,[::1]:26380/2?master=m&min_replicas=1"
+    target = parse_sentinel_url(url)
+    assert (target.username, target.password, target.db) == ("coordinator", "s3cr#t", 2)
+    assert parse_sentinel_url(sentinel_url(target)) == target
+    assert redis_url_problem(url) is None
+    assert "s3cr" not in redact_url(url) and "s3cr" not in redact_text(kombu_form(url)[0])
+    assert redis_url_problem("sentinel://127.0.0.1:26379/0") is not None  # no master
+
+
+def test_an_unanswering_sentinel_set_is_one_line_without_the_password(tmp_path: Path) -> None:
+    url = f"sentinel://coordinator:s3cret@127.0.0.1:{free_port()}/0?master=m"
+    with pytest.raises(SentinelsDown) as caught:
+        check_broker(url, timeout=1)
+    assert caught.value.exit_code == 3
+    assert "s3cret" not in str(caught.value) and "\n" not in str(caught.value)
