@@ -110,6 +110,12 @@ class BrokerError(MainboardError):
     """The broker (embedded or configured) could not be started, reached or stopped."""
 
 
+class SentinelsDown(BrokerError):
+    """No listed sentinel answered, or none knows the master: infrastructure down, exit 3."""
+
+    exit_code = 3
+
+
 class BrokerLost(BrokerError):
     """The broker stayed away longer than the outage budget; the run is resumable as it was."""
 

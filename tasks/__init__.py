@@ -35,6 +35,14 @@ GPU_ENV = "MAINBOARD_GPU_PIN"  # set for GPU pools: one device per worker proces
 RETIRE_ENV = "MAINBOARD_RETIRE_BEFORE"  # seconds before the allocation ends (SLURM workers)
 WALLTIME_ENV = "MAINBOARD_WALLTIME"  # seconds: a worker's allocation, for its time left
 POOL_ENV = "MAINBOARD_FLEET_POOL"  # the [fleet.pools.NAME] a worker belongs to
+# Celery's conf key holding mainboard's one-string broker URL when kombu's differs (Sentinel).
+BROKER_URL_CONF = "mainboard_broker_url"
+
+
+def broker_url_of(conf: Any) -> str:
+    """The broker URL as mainboard spells it (``sentinel://...?master=`` whole, not kombu's
+    split form): for mainboard's own Redis clients and for handing on to a coordinator."""
+    return str(conf.get(BROKER_URL_CONF) or conf.broker_url)
 
 __all__ = ["BATCH_QUEUE", "COORDINATOR_QUEUE", "STAGE_TASKS", "TASK_MODULES", "task"]
 

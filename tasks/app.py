@@ -40,11 +40,20 @@ from kombu import serialization
 from mainboard import keys
 from mainboard.config import Config, load_config
 from mainboard.config.brokerurl import BROKER_URL_ENV, REDIS_URL_FORMS, redis_url_problem
-from mainboard.errors import ConfigError
+from mainboard.errors import ConfigError, first_line
 from mainboard.redact import install_log_redaction, redact_url
+from mainboard.redisclient import is_sentinel, kombu_form
 from mainboard.services.broker import resolve_broker_url
-from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE, STAGE_PREFIX, TASK_MODULES, codec
+from mainboard.tasks import (
+    BATCH_QUEUE,
+    BROKER_URL_CONF,
+    COORDINATOR_QUEUE,
+    STAGE_PREFIX,
+    TASK_MODULES,
+    codec,
+)
 from mainboard.tasks.integrate import TASK_NAME as INTEGRATE_TASK
+from mainboard.tasks.outage import BROKER_ERRORS as BROKER_LOSS
 
 VISIBILITY_TIMEOUT_ENV = "MAINBOARD_VISIBILITY_TIMEOUT"
 DEFAULT_VISIBILITY_TIMEOUT = 2 * 3600.0  # must exceed the longest task (seconds)
@@ -144,6 +153,15 @@ def settings(broker_url: str, *, visibility_timeout: float = DEFAULT_VISIBILITY_
         "task_send_sent_event": True,
         "task_routes": TASK_ROUTES,
     }
+    if is_sentinel(broker_url):
+        # kombu and Celery's result backend ask the sentinels for the master on each
+        # connect; mainboard's own clients read the one-string form back (broker_url_of).
+        kombu_url, master = kombu_form(broker_url)
+        conf.update(broker_url=kombu_url, result_backend=kombu_url,
+                    **{BROKER_URL_CONF: broker_url})
+        transport["master_name"] = master
+        conf["result_backend_transport_options"]["master_name"] = master
+        conf["result_backend_max_retries"] = 20  # backoff to 10 s: outlasts a failover
     if urlsplit(broker_url).scheme == "rediss" and "ssl_cert_reqs" not in broker_url:
         # TLS without an explicit choice verifies the server, as a browser would.
         conf["broker_use_ssl"] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
@@ -175,8 +193,24 @@ def make_app(config: Config | None = None, *, broker_url: str | None = None,
 @after_setup_task_logger.connect
 def _redact_worker_logs(logger: logging.Logger | None = None, **_: Any) -> None:
     """Worker and task log lines pass through mainboard.redact once Celery made its handlers:
-    a task, kombu or redis-py may log a broker URL, or an exception quoting one."""
+    a task, kombu or redis-py may log a broker URL, or an exception quoting one. A broker
+    that went away (a restart, a Sentinel failover) is one line, not Celery's traceback."""
     install_log_redaction(logger)
+    for handler in (logger or logging.getLogger()).handlers:
+        if not any(isinstance(f, BrokerLossInOneLine) for f in handler.filters):
+            handler.filters.insert(0, BrokerLossInOneLine())
+
+
+class BrokerLossInOneLine(logging.Filter):
+    """A record whose exception is a lost broker connection keeps its message and gains the
+    cause's first line; the traceback goes: Celery and kombu reconnect on their own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and isinstance(exc, BROKER_LOSS):
+            record.msg, record.args = f"{record.getMessage()} ({first_line(exc)})", None
+            record.exc_info, record.exc_text = None, None
+        return True
 
 
 def harden_process() -> None:

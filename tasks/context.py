@@ -33,6 +33,7 @@ import redis
 from mainboard import keys
 from mainboard.integrators.samplers import Sampler, restore_sampler
 from mainboard.integrators.stages import Run, build_run, release_processes
+from mainboard.redisclient import min_replicas, redis_client, wait_replicas
 from mainboard.tasks import codec, modules
 from mainboard.tasks.paths import add_roots, localize
 
@@ -133,9 +134,9 @@ def client(url: str) -> redis.Redis:
     st = _local()
     with st.lock:
         if url not in st.clients:
-            st.clients[url] = redis.Redis.from_url(url, socket_timeout=30,
-                                                   socket_connect_timeout=10,
-                                                   health_check_interval=25)
+            st.clients[url] = redis_client(url, socket_timeout=30,
+                                           socket_connect_timeout=10,
+                                           health_check_interval=25)
         return st.clients[url]
 
 
@@ -375,6 +376,8 @@ class StageContext:
                               keys.batch_claim(ref.run, ref.iteration, ref.batch, ref.attempt),
                               keys.run_state(ref.run)],
                         args=[str(ref.batch), payload, ref.field, entry, str(ref.gen)])
+        if int(stored) == 1:  # counted: on a replica too before a failover can lose it
+            wait_replicas(self.r, min_replicas(self.url))
         return int(stored) == 1
 
     def store_result(self, result: Mapping[str, Any]) -> bool:

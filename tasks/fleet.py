@@ -37,7 +37,8 @@ from celery.signals import (
 
 from mainboard import keys
 from mainboard.bridges.slurm import SlurmBridge, parse_ends
-from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV
+from mainboard.redisclient import redis_client
+from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV, broker_url_of
 from mainboard.tasks.schedpoll import run_listing, shared_listing
 from mainboard.tasks.timeneed import set_end
 
@@ -60,8 +61,8 @@ def _redis() -> redis.Redis:
     if _client is None or _client[0] != os.getpid():
         from mainboard.tasks.app import get_app
 
-        _client = (os.getpid(), redis.Redis.from_url(get_app().conf.broker_url,
-                                                     socket_timeout=10))
+        _client = (os.getpid(), redis_client(broker_url_of(get_app().conf),
+                                             socket_timeout=10))
     return _client[1]
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from celery import Task, shared_task
 
+from mainboard.tasks import broker_url_of
 from mainboard.tasks.routing import CoordinatorTask
 
 TASK_NAME = "mainboard.integrate"
@@ -36,7 +37,7 @@ def integrate_task(self: Task, run: Mapping[str, Any], workers: int | None = Non
     """Integrate ``run`` (a run-file dict); a redelivered task resumes from the last snapshot."""
     from mainboard.tasks.runner import integrate
 
-    result = integrate(dict(run), workers=workers, broker_url=self.app.conf.broker_url,
+    result = integrate(dict(run), workers=workers, broker_url=broker_url_of(self.app.conf),
                        resume=resume)
     return result.to_dict()
 

@@ -27,6 +27,7 @@ from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.spec import RunSpec, load_run_file, parse_run
 from mainboard.integrators.spec_taskfile import load_task_file
 from mainboard.receipts import RunCreated, RunResumed, TasksAppended
+from mainboard.redisclient import redis_client
 from mainboard.runs.control import connect
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
 from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
@@ -147,8 +148,8 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
         raise no_fleet("the embedded broker is not running, so no fleet worker is either")
     url = resolve_url(cfg, broker_url)
     check_broker(url, cfg)
-    r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10,
-                             health_check_interval=25)
+    r = redis_client(url, socket_timeout=30, socket_connect_timeout=10,
+                     health_check_interval=25)
     lease = Lease(r, run_id)
     local: LocalWorkers | None = None
     app: Celery | None = None

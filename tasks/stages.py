@@ -40,7 +40,8 @@ from mainboard.integrators.owner import owned
 from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.stages import BatchResult
-from mainboard.tasks import STAGE_PREFIX, codec, telemetry, timeneed
+from mainboard.redisclient import min_replicas, wait_replicas
+from mainboard.tasks import STAGE_PREFIX, broker_url_of, codec, telemetry, timeneed
 from mainboard.tasks.bundles import store_bundle
 from mainboard.tasks.context import BatchRef, Skip, StageContext, release_all
 from mainboard.tasks.outage import REDIS_DOWN
@@ -68,7 +69,7 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
     A bundle (``members``: its batch indices) checks its members itself and ships one span
     per member.
     """
-    ctx = StageContext(task.app.conf.broker_url, ref, stage, task.request.hostname)
+    ctx = StageContext(broker_url_of(task.app.conf), ref, stage, task.request.hostname)
     ship = telemetry.enter(ctx.url, task.request.hostname or ctx.holder, ref.run,
                            ref.iteration + 1, ref.batch, stage)
     began, clock = time.time(), time.perf_counter()
@@ -254,6 +255,8 @@ def bundle(self: Task, message: Message) -> Message:
         slot = f"{node or c.holder}|{os.getpid()}|{threading.get_ident()}"
         stored = store_bundle(c.r, lead.run, lead.iteration, lead.batch, lead.attempt, results,
                               time.perf_counter() - clock, slot, lead.gen)
+        if stored > 0:  # counted: on a replica too before a failover can lose it
+            wait_replicas(c.r, min_replicas(c.url))
         return c.forward(stored=stored > 0, batches=[i for _, (i, _) in todo])
 
     # the stage is "fused" (claims, spans): the bundle runs that stage for each member

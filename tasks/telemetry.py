@@ -24,6 +24,7 @@ from typing import Any
 import redis
 
 from mainboard.redact import redact_text
+from mainboard.redisclient import redis_client
 from mainboard.runs.logs import LogLine, append_logs, level_name
 from mainboard.runs.spans import Span, append_spans, clock_offset, register_worker
 
@@ -49,7 +50,7 @@ class Shipper:
 
     def __init__(self, url: str, node: str) -> None:
         self.pid, self.node = os.getpid(), node
-        self.r = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+        self.r = redis_client(url, socket_timeout=10, socket_connect_timeout=5)
         self.host = os.environ.get(HOST_ENV) or socket.gethostname()
         self.spans: deque[_SpanRow] = deque(maxlen=BUFFER)
         self.lines: deque[tuple[str, LogLine]] = deque(maxlen=BUFFER)

@@ -43,7 +43,7 @@ from celery import Task
 from celery.worker.strategy import default
 
 from mainboard import keys
-from mainboard.tasks import POOL_ENV, WALLTIME_ENV
+from mainboard.tasks import POOL_ENV, WALLTIME_ENV, broker_url_of
 from mainboard.tasks.context import client
 
 HEADER = "time_request"
@@ -205,7 +205,7 @@ def _give_up(app: Any, consumer: Any, name: str, task_id: str, need: float,
     back; so too when Redis cannot be asked: nothing is given up on a guess)."""
     now = time.time()
     try:
-        seen = record_put_back(client(app.conf.broker_url), task_id, _here(consumer),
+        seen = record_put_back(client(broker_url_of(app.conf)), task_id, _here(consumer),
                                os.environ.get(WALLTIME_ENV, ""), now)
     except (redis.RedisError, ValueError) as exc:
         log.debug("put-back of %s not counted: %s", task_id, exc)

@@ -12,11 +12,13 @@ import re
 from urllib.parse import urlsplit
 
 from mainboard.redact import url_secrets
+from mainboard.redisclient import SENTINEL_URL_FORM, is_sentinel, parse_sentinel_url
 
 # The environment variable that hands a broker URL (password included) to a process:
 # workers, Flower and the CLI read it; bridges set it from a 0600 file, never in argv.
 BROKER_URL_ENV = "MAINBOARD_BROKER_URL"
-REDIS_URL_FORMS = "redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS)"
+REDIS_URL_FORMS = ("redis://[:PASSWORD@]HOST:PORT/DB or rediss://... (TLS) or "
+                   f"{SENTINEL_URL_FORM}")
 _SCHEME = re.compile(r"rediss?://", re.I)
 _DB = re.compile(r"/*\d*/*")
 # What cuts a password short when left raw: the parser takes it for the path, query or fragment.
@@ -29,8 +31,14 @@ def redis_url_problem(url: str) -> str | None:
     The words never quote the URL's parts: a password cut short by a stray ``#`` would
     otherwise show up as the "port".
     """
+    if is_sentinel(url):
+        try:
+            parse_sentinel_url(url)
+        except ValueError as exc:
+            return str(exc)
+        return None
     if not _SCHEME.match(url):
-        return "not a Redis URL: it must start with redis:// or rediss://"
+        return "not a Redis URL: it must start with redis://, rediss:// or sentinel://"
     if any(_UNSAFE_IN_SECRET.search(secret) for secret in url_secrets(url, decoded=False)):
         return "the password holds / ? # or a space: percent-encode them (%2F %3F %23 %20)"
     try:

@@ -34,6 +34,14 @@ from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
 from mainboard.config.pins import check_deps_table, module_list, requirement_list
 from mainboard.errors import UnknownHost
 from mainboard.redact import redact_url
+from mainboard.redisclient import (
+    SENTINEL_ENTRY_FORM,
+    SentinelTarget,
+    master_problem,
+    sentinel_address,
+    sentinel_entry_problem,
+    sentinel_url,
+)
 
 HOST_KINDS = ("local", "ssh", "slurm", "pbs", "provider")
 # Addresses and user names reach ssh and paramiko: no shell characters, no leading "-" (an ssh
@@ -71,6 +79,10 @@ class BrokerConfig(ConfigModel):
     worker_url: str | None = None
     tls: bool = False
     outage: PositiveDuration = 300
+    # A Sentinel-managed broker: url becomes sentinel://HOST:PORT,.../0?master=NAME.
+    sentinels: list[str] | None = None
+    master: str | None = None
+    min_replicas: int = Field(0, ge=0, description="replicas a counted write waits for, >= 0")
 
     @model_validator(mode="after")
     def _pairs(self) -> BrokerConfig:
@@ -84,7 +96,53 @@ class BrokerConfig(ConfigModel):
             raise custom_error("tls applies to the embedded broker only",
                                "remove tls and write rediss://...?ssl_ca_certs=CA in url",
                                loc=("tls",), value=True)
+        return self._sentinel_url()
+
+    def _sentinel_url(self) -> BrokerConfig:
+        """sentinels and master come together and stand for url (set here, in one form)."""
+        if (self.sentinels is None) != (self.master is None):
+            missing = "master" if self.master is None else "sentinels"
+            raise custom_error(f"{missing} is missing: sentinels and master come together",
+                               'sentinels = ["HOST:PORT", ...] and master = "NAME"',
+                               loc=(missing,), value=None)
+        if self.sentinels is None or self.master is None:
+            if self.min_replicas:
+                raise custom_error("min_replicas needs a Sentinel-managed broker",
+                                   "add sentinels and master, or remove min_replicas",
+                                   loc=("min_replicas",), value=self.min_replicas)
+            return self
+        if not self.sentinels:
+            raise custom_error("no sentinel listed", SENTINEL_ENTRY_FORM, loc=("sentinels",),
+                               value=[])
+        derived = sentinel_url(SentinelTarget(
+            tuple(sentinel_address(e) for e in self.sentinels), self.master,
+            min_replicas=self.min_replicas))
+        if self.url not in (None, derived):
+            raise custom_error("url and sentinels both name the broker", "keep one of them",
+                               loc=("url",), value=redact_url(self.url or ""))
+        self.url = derived
         return self
+
+    @field_validator("sentinels")
+    @classmethod
+    def _sentinel_entries(cls, value: list[str] | None) -> list[str] | None:
+        """A malformed entry fails here, in one line naming it, before anything starts."""
+        for index, entry in enumerate(value or ()):
+            problem = sentinel_entry_problem(entry)
+            if problem:
+                raise custom_error(f"sentinel {entry!r}: {problem}", SENTINEL_ENTRY_FORM,
+                                   loc=(index,), value=entry)
+        return value
+
+    @field_validator("master")
+    @classmethod
+    def _master_name(cls, value: str | None) -> str | None:
+        """The name Sentinel monitors; a stray character would never match it."""
+        problem = None if value is None else master_problem(value)
+        if problem:
+            raise custom_error(f"master {value!r}: {problem}", 'e.g. master = "mainboard"',
+                               value=value)
+        return value
 
     @field_validator("url", "worker_url")
     @classmethod

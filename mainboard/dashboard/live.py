@@ -21,6 +21,7 @@ from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import MainboardError, first_line
 from mainboard.redact import redact_text
+from mainboard.redisclient import redis_client
 
 TIMEOUT_S = 0.5
 
@@ -61,9 +62,9 @@ class Live:
             except MainboardError:
                 return None
         self.url, self.address = url, address(url)
-        self._client = redis.Redis.from_url(url, socket_timeout=TIMEOUT_S,
-                                            socket_connect_timeout=TIMEOUT_S,
-                                            retry=Retry(NoBackoff(), 0))
+        self._client = redis_client(url, socket_timeout=TIMEOUT_S,
+                                    socket_connect_timeout=TIMEOUT_S,
+                                    retry=Retry(NoBackoff(), 0))
         return self._client
 
     def probe(self) -> BrokerView:

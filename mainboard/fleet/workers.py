@@ -30,6 +30,7 @@ from mainboard.fleet.launch import (
 from mainboard.fleet.records import fleet_receipts, node_names
 from mainboard.hosts.access import Hosts
 from mainboard.receipts import WorkerStarted, WorkerStopped
+from mainboard.redisclient import redis_client
 from mainboard.services.broker import EmbeddedBroker, worker_url
 
 DRAIN_TIMEOUT_S = 60.0
@@ -50,8 +51,8 @@ def broker_route(config: Config, *, start: bool) -> BrokerRoute | None:
 
 def registry(route: BrokerRoute) -> redis.Redis:
     """A short-timeout client for the worker registry (``keys.workers_index``)."""
-    return redis.Redis.from_url(route.url, socket_timeout=5, socket_connect_timeout=5,
-                                decode_responses=True)
+    return redis_client(route.url, socket_timeout=5, socket_connect_timeout=5,
+                        decode_responses=True)
 
 
 def registry_entries(route: BrokerRoute, prefixes: Iterable[str]) -> dict[str, dict[str, str]]:

@@ -25,6 +25,7 @@ from mainboard.fleet.spend import pool_of, spend
 from mainboard.fleet.workers import broker_route
 from mainboard.metrics.snapshot import WORKER_STATES, RunRate, Snapshot
 from mainboard.redact import redact_text
+from mainboard.redisclient import redis_client
 from mainboard.runs.spans import FINAL_STAGES
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE
 
@@ -42,8 +43,8 @@ def client_of(config: Config) -> redis.Redis | None:
     route = broker_route(config, start=False)
     if route is None:
         return None
-    return redis.Redis.from_url(route.url, socket_timeout=TIMEOUT_S,
-                                socket_connect_timeout=TIMEOUT_S, retry=Retry(NoBackoff(), 0))
+    return redis_client(route.url, socket_timeout=TIMEOUT_S,
+                        socket_connect_timeout=TIMEOUT_S, retry=Retry(NoBackoff(), 0))
 
 
 def known_queues(config: Config, state: FleetState) -> list[str]:

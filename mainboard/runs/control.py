@@ -19,6 +19,7 @@ import redis
 from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import RunIsRunning, RunNotRunning, UserError
+from mainboard.redisclient import redis_client
 from mainboard.runs.store import RunHistory, RunStore
 
 WAIT_S = 120.0
@@ -40,7 +41,7 @@ def connect(config: Config) -> redis.Redis | None:
             return None
         url = embedded.url()
     check_broker(url, config)
-    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    return redis_client(url, socket_timeout=10, socket_connect_timeout=5)
 
 
 def live(r: redis.Redis | None, run_id: str) -> bool:

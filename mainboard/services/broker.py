@@ -29,6 +29,7 @@ from urllib.parse import quote, urlsplit
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from mainboard.config.brokerurl import BROKER_URL_ENV, REDIS_URL_FORMS, redis_url_problem
 from mainboard.daemon import (
@@ -40,8 +41,15 @@ from mainboard.daemon import (
     read_or_create_secret,
     write_private,
 )
-from mainboard.errors import BrokerError, ConfigError, MissingDependency, first_line
+from mainboard.errors import (
+    BrokerError,
+    ConfigError,
+    MissingDependency,
+    SentinelsDown,
+    first_line,
+)
 from mainboard.redact import redact_url
+from mainboard.redisclient import is_sentinel, parse_sentinel_url, redis_client
 from mainboard.services.acl import COORDINATOR, WORKER, acl_text
 from mainboard.services.tls import TlsFiles, ensure_tls
 
@@ -79,6 +87,13 @@ def find_redis_server() -> str:
 
 def address(url: str) -> str:
     """``host:port`` of a broker URL (never its password), for messages."""
+    if is_sentinel(url):
+        try:
+            target = parse_sentinel_url(url)
+        except ValueError:
+            return "the configured sentinels"
+        hosts = ",".join(f"{h}:{p}" for h, p in target.sentinels)
+        return f"master {target.master} of sentinels {hosts}"
     try:
         parts = urlsplit(url)
         return f"{parts.hostname or '?'}:{parts.port or 6379}"
@@ -113,12 +128,18 @@ def check_broker(url: str, config: Config | None = None,
     """Return once the broker at ``url`` answers PING; else BrokerError in one line naming
     its host:port (never the password), where the URL comes from and what to do."""
     try:
-        with redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                  retry=Retry(NoBackoff(), 0)) as client:
+        with redis_client(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                          retry=Retry(NoBackoff(), 0)) as client:
             client.ping()
         return
     except redis.AuthenticationError as exc:
         problem, fix = first_line(exc), "correct the password in that URL"
+    except MasterNotFoundError as exc:  # no sentinel answered, or none knows the master
+        origin, _how = _origin(url, config)
+        raise SentinelsDown(
+            f"broker connection failed: {address(url)} ({origin}): {first_line(exc)}; start "
+            "those sentinels (`mainboard broker up --replicas 2` for a local set) or correct "
+            "[broker] sentinels and master") from None
     except redis.RedisError as exc:  # refused, timed out, unknown host, TLS, ...
         problem, fix = _CONNECTING.sub("", first_line(exc)).rstrip("."), None
     origin, how = _origin(url, config)
