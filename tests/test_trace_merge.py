@@ -11,20 +11,25 @@ import json
 import shlex
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from mainboard.board import Board
 from mainboard.bridges.jobstate import JobState
 from mainboard.config import Config, load_config
+from mainboard.errors import UserError
+from mainboard.runs.spans import run_workers
+from mainboard.runs.store import RunStore
 from mainboard.tasks.runner import integrate
 from mainboard.tasks.workers import LocalWorkers
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
-from tests.integration import fleet_iter, spec, subprocess_env
-from tests.jobs_workspace import make_workspace
+from tests.integration import fleet_iter, slow_spec, spec, subprocess_env
+from tests.jobs_workspace import make_workspace, wait_until
 from tests.services import RedisServer, SlurmCluster
 from tests.workspace import run_cli
 
@@ -104,3 +109,42 @@ def test_merging_an_unknown_item_is_one_line_exit_2_and_no_file(
     assert done.returncode == 2 and not out.exists()
     assert done.stderr.strip().count("\n") == 0 and "'no-such-run-or-job'" in done.stderr
     assert done.stdout == ""
+
+
+def test_a_profile_of_running_workers_shows_the_integrands_stacks(
+        workspace: Config, fleet: LocalWorkers, redis_server: RedisServer,
+        tmp_path: Path) -> None:
+    run = slow_spec(0.2, name="profiled", stop={"max_samples": 10_000_000})
+    done: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: done.update(
+        result=integrate(run, workers=0, config=workspace)), daemon=True)
+    thread.start()
+    r = redis.Redis.from_url(redis_server.url)
+    store = RunStore(workspace.state_dir)
+
+    def both_working() -> bool:
+        try:
+            run_id = store.find("profiled").run_id
+        except UserError:
+            return False
+        done["run_id"] = run_id
+        return len([w for w in run_workers(r, run_id) if w != "coordinator"]) == 2
+
+    wait_until(both_working, "both workers shipped spans of the run")
+    out = tmp_path / "profile.json"
+    got = run_cli(workspace.path, "trace", "profile", "profiled", "--seconds", "1", "-o",
+                  str(out), "--json", env=subprocess_env())
+    stopped = run_cli(workspace.path, "runs", "stop", done["run_id"], env=subprocess_env())
+    thread.join(120)
+    assert got.returncode == 0, got.stderr
+    assert stopped.returncode == 0, stopped.stderr
+    assert len(json.loads(got.stdout)["profiled"]) == 2
+    doc = json.loads(out.read_text())
+    check_perfetto(doc)
+    assert "slow_gauss" in {e["name"] for e in doc["traceEvents"]}
+    merged = tmp_path / "merged.json"
+    both = run_cli(workspace.path, "trace", "merge", done["run_id"], str(out), "-o",
+                   str(merged), env=subprocess_env())
+    assert both.returncode == 0, both.stderr
+    names = {e["name"] for e in json.loads(merged.read_text())["traceEvents"]}
+    assert {"slow_gauss", "fused"} <= names
