@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-from mainboard.errors import UserError
+from mainboard.errors import BrokerError, UserError
 from mainboard.hosts.access import Hosts
 from mainboard.jobs.job import Job, bridge_of
 from mainboard.jobs.store import UnknownJob
@@ -140,8 +140,8 @@ def resolve(board: Hosts, items: Sequence[str], r: redis.Redis | None) -> list[P
     for kind, ref in found:
         if kind == "run":
             if r is None:
-                raise UserError(f"run {ref}: its spans live in the broker, which is not "
-                                "running; start it with `mainboard broker up`")
+                raise BrokerError(f"run {ref}: its spans live in the broker, which is not "
+                                  "running; start it with `mainboard broker up`")
             doc = run_trace(r, store, ref)
             parts.append(Part("run", ref, f"redis spans of run {ref} + receipts", 0.0,
                               spans_of_document(doc)))
