@@ -6,12 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Board", "Result", "__version__", "integrate", "run"]
+__all__ = ["Board", "Result", "__version__", "integrate", "run", "span"]
 
 if TYPE_CHECKING:
     from mainboard.board import Board
     from mainboard.fleet.sync import integrate
     from mainboard.runs.handle import run
+    from mainboard.runs.userspans import span
     from mainboard.tasks.runner import Result
 
 
@@ -21,6 +22,10 @@ def __getattr__(name: str) -> Any:
         from mainboard.board import Board
 
         return Board
+    if name == "span":  # user code's spans: a no-op outside a run's worker or a job
+        from mainboard.runs.userspans import span
+
+        return span
     if name == "run":  # a run of the workspace: logs, timeline, workers, pause, stop
         from mainboard.runs.handle import run
 

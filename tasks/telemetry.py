@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -25,13 +26,14 @@ import redis
 
 from mainboard.redact import redact_text
 from mainboard.redisclient import redis_client
+from mainboard.runs import userspans
 from mainboard.runs.logs import LogLine, append_logs, level_name
 from mainboard.runs.spans import Span, append_spans, clock_offset, register_worker
 
 FLUSH_S = 0.2
 BUFFER = 100_000  # lines or spans held while the broker is away; the oldest go first
 HOST_ENV, JOB_ENV, KIND_ENV = "MAINBOARD_FLEET_HOST", "MAINBOARD_JOB_ID", "MAINBOARD_HOST_KIND"
-_SpanRow = tuple[str, str, int, int, int, int, float, float]
+_SpanRow = tuple[str, str, int, int, int, int, float, float, Mapping[str, Any] | None]
 _NOT_ABOUT_RUNS = ("mainboard.fleet",)  # the worker's own heartbeat, not the batch in hand
 
 
@@ -76,9 +78,9 @@ class Shipper:
                 self.offset = clock_offset(self.r)
             spans: dict[str, list[Span]] = {}
             while self.spans:
-                run, stage, it, b, n, a, t0, d = self.spans.popleft()
+                run, stage, it, b, n, a, t0, d, attrs = self.spans.popleft()
                 spans.setdefault(run, []).append(
-                    Span(stage, run, it, b, n, self.node, t0 + self.offset, d, a))
+                    Span(stage, run, it, b, n, self.node, t0 + self.offset, d, a, attrs or {}))
             lines: dict[str, list[LogLine]] = {}
             while self.lines:
                 run, line = self.lines.popleft()
@@ -117,6 +119,7 @@ def shipper(url: str, node: str) -> Shipper:
         if _shipper is None or _shipper.pid != os.getpid():
             _shipper = Shipper(url, node)
             _install_handler()
+            userspans.set_sink(user_span)
             atexit.register(_shipper.close)
         return _shipper
 
@@ -131,7 +134,18 @@ def enter(url: str, node: str, run: str, iteration: int, batch: int, stage: str)
 def span(ship: Shipper, stage: str, run: str, iteration: int, batch: int, n: int,
          attempt: int, start: float, duration: float) -> None:
     """Record one stage's span (the hot path: one deque append)."""
-    ship.spans.append((run, stage, iteration, batch, n, attempt, start, duration))
+    ship.spans.append((run, stage, iteration, batch, n, attempt, start, duration, None))
+
+
+def user_span(name: str, start: float, duration: float, attrs: Mapping[str, Any]) -> None:
+    """``mainboard.span`` inside a stage (an integrand): into the run's span stream, tagged
+    with the batch in hand, shipped with the stage spans (outside a stage: dropped)."""
+    ship = _shipper
+    if ship is None or ship.pid != os.getpid() or ship.current is None:
+        return
+    run, it, b, _stage = ship.current
+    ship.spans.append((run, userspans.USER_PREFIX + name, it, b, 0, 0, start, duration,
+                       attrs))
 
 
 def source_of(record: logging.LogRecord) -> str:
@@ -179,4 +193,4 @@ def now() -> float:
 
 
 __all__ = ["RunLogHandler", "Shipper", "enter", "now", "shipper", "shutdown", "source_of", "span",
-           "worker_kind"]
+           "user_span", "worker_kind"]

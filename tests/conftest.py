@@ -54,7 +54,7 @@ SHARED_WORKER = {
               "tests/test_cli_streams.py", "tests/test_fleet_retire.py",
               "tests/test_fleet_standby.py", "tests/test_jobs.py",
               "tests/test_fleet_kill_scenario.py", "tests/test_router.py", "tests/test_study.py",
-              "tests/test_env_python.py"},
+              "tests/test_env_python.py", "tests/test_trace_merge.py"},
     "slurm-b": {"tests/test_fleet_live.py", "tests/test_fleet_tls.py", "tests/test_fleet_nodes.py",
                 "tests/test_fleet_faults.py", "tests/test_fleet_reconcile.py",
                 "tests/test_fleet_scenarios.py", "tests/test_fleet_timeneed.py",

@@ -10,11 +10,19 @@ import time
 
 import numpy as np
 
+import mainboard
+
 
 def slow_gauss(x: np.ndarray, delay: float = 0.0, a: float = 5.0) -> np.ndarray:
     """exp(-a^2 |x - 1/2|^2) after sleeping ``delay`` seconds per batch (time to kill a worker)."""
     time.sleep(delay)
     return np.exp(-(a * a) * ((x - 0.5) ** 2).sum(axis=1))
+
+
+def spanned_gauss(x: np.ndarray, delay: float = 0.0, a: float = 5.0) -> np.ndarray:
+    """slow_gauss inside a user span (``mainboard.span``), its rows as the span's attribute."""
+    with mainboard.span("user-gauss", rows=int(x.shape[0])):
+        return slow_gauss(x, delay, a)
 
 
 def wrong_shape(x: np.ndarray) -> np.ndarray:

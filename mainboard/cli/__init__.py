@@ -118,10 +118,12 @@ def _register() -> None:
     from mainboard.cli.runs import runs
     from mainboard.cli.study import study
     from mainboard.cli.submit import submit
+    from mainboard.cli.trace import trace
     from mainboard.cli.up import up
 
     for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
-                    monitor, fleet, batch, study, dashboard, metrics, up, env):
+                    monitor, fleet, batch, study, dashboard, metrics, up, env,
+                    trace):
         cli.add_command(command)
 
 

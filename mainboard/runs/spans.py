@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis
@@ -46,19 +46,22 @@ class Span:
     start: float
     duration: float
     attempt: int = 0
+    attrs: Mapping[str, Any] = field(default_factory=dict)  # a user span's (mainboard.span)
 
     def to_fields(self) -> dict[str, str]:
         """The stream entry (short field names: there are many)."""
         return {"s": self.stage, "it": str(self.iteration), "b": str(self.batch),
                 "n": str(self.n), "a": str(self.attempt), "w": self.worker,
-                "t": repr(self.start), "d": repr(self.duration)}
+                "t": repr(self.start), "d": repr(self.duration),
+                **({"x": json.dumps(dict(self.attrs), default=str)} if self.attrs else {})}
 
     @classmethod
     def from_entry(cls, run_id: str, fields: Mapping[bytes, bytes]) -> Span:
         """Inverse of :meth:`to_fields`."""
         f = {k.decode(): v.decode() for k, v in fields.items()}
         return cls(f["s"], run_id, int(f["it"]), int(f["b"]), int(f["n"]), f["w"],
-                   float(f["t"]), float(f["d"]), int(f.get("a", 0)))
+                   float(f["t"]), float(f["d"]), int(f.get("a", 0)),
+                   json.loads(f["x"]) if "x" in f else {})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""

@@ -21,6 +21,7 @@ import redis
 from mainboard.runs.spans import read_spans, run_workers
 from mainboard.runs.store import RunStore
 from mainboard.runs.timeline import timeline
+from mainboard.runs.userspans import USER_PREFIX
 
 COORDINATOR = "coordinator"
 _INSTANTS = ("resend", "pause", "resume", "stop", "finish", "fail", "start")
@@ -73,9 +74,10 @@ def run_trace(r: redis.Redis, store: RunStore, run_id: str) -> dict[str, Any]:
     info = run_workers(r, run_id)
     spans = read_spans(r, run_id)
     out = [TraceSpan(str(info.get(s.worker, {}).get("host", "?")), s.worker,
-                     s.stage, s.start, s.duration,
-                     {"iteration": s.iteration, "batch": s.batch, "n": s.n,
-                      "attempt": s.attempt}) for s in spans]
+                     s.stage.removeprefix(USER_PREFIX), s.start, s.duration,
+                     {**s.attrs, "iteration": s.iteration, "batch": s.batch, "n": s.n,
+                      "attempt": s.attempt, "user": s.stage.startswith(USER_PREFIX)})
+           for s in spans]
     coordinator = info.get(COORDINATOR, {})
     offset, host = float(coordinator.get("offset", 0.0)), str(coordinator.get("host", "?"))
     phase: dict[tuple[int | None, str], float] = {}

@@ -11,6 +11,7 @@ import redis
 
 from mainboard import keys
 from mainboard.runs.spans import FINAL_STAGES, Span, run_workers
+from mainboard.runs.userspans import USER_PREFIX
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,9 @@ class WorkerTally:
             return self.update(r).rows(r)
 
     def add(self, span: Span) -> None:
-        """Count one span."""
+        """Count one span (a user span is inside a stage's: not counted twice)."""
+        if span.stage.startswith(USER_PREFIX):
+            return
         sums = self._sums.setdefault(span.worker, _Sums())
         if span.stage in FINAL_STAGES:
             sums.finals[(span.iteration, span.batch, span.attempt)] = span.n

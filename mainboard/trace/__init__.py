@@ -1,0 +1,1 @@
+"""One timeline across runs, jobs and machines: ``mainboard trace merge``."""
