@@ -35,6 +35,8 @@ def job_phases(store: JobStore, job_id: str) -> list[Phase]:
             running = ts
         elif isinstance(item, JobFinished) and finished is None:
             finished = ts
+            if running is None and item.started_at is not None:  # ended between two looks
+                running = item.started_at
         elif isinstance(item, JobPulled):
             pulls.append(Phase("pull", item.started_at or ts, ts))
     if submitted is None:
