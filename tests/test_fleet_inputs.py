@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mainboard.fleet.launch import BrokerRoute, UpOptions, worker_command
+from mainboard.fleet.launch import WORKER_MODULES, BrokerRoute, UpOptions, worker_command
 from mainboard.fleet.records import host_queue, node_prefix
 from tests.fleet_helpers import (
     assert_nothing_left,
@@ -142,8 +142,8 @@ def test_worker_command_keeps_the_url_out_of_argv_and_quotes_everything(tmp_path
     argv = out.read_text().splitlines()
     assert argv[:6] == ["-m", "celery", "-A", "mainboard.tasks.app", "worker", "-Q"]
     assert argv[6:10] == ["q1,mainboard.host.a_b", "-c", "2", "--pool=prefork"]
-    assert "mb-x-1@%h" in argv and "mainboard.tasks.fleet,mainboard.tasks.stages," \
-        "mainboard.tasks.integrate" in argv
+    assert "mb-x-1@%h" in argv and ",".join(WORKER_MODULES) in argv
+    assert WORKER_MODULES[:2] == ("mainboard.tasks.fleet", "mainboard.tasks.stages")
     assert not any("pw" in a for a in argv)
     assert Path(f"{out}.env").read_text() == "redis://:pw@127.0.0.1:7001/0"
     # in a job, the node name ends with the scheduler's id, read when the job runs

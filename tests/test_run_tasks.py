@@ -194,6 +194,22 @@ def test_a_bad_appended_task_names_the_task_file(tmp_path: Path) -> None:
         {"kind": "sample", "from": "again", "nr_samples": 8000}]
 
 
+def slow_head(name: str, delay: float) -> str:
+    """HEAD renamed, its Gaussian through a Python integrand that sleeps ``delay`` s a batch."""
+    return HEAD.replace('"tasks-gauss"', f'"{name}"').replace(
+        'kind = "genz.gaussian"\na = [3.0, 3.0, 3.0]\nu = [0.4, 0.5, 0.6]',
+        'kind = "python"\ntarget = "tests.run_integrands:slow_gauss"\n'
+        f'params = {{ delay = {delay}, a = 3.0 }}')
+
+
+def integrate_in_background(workspace: Config, path: Path) -> subprocess.Popen[str]:
+    """`mainboard integrate PATH --workers 1 --json` started, not waited for."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+         str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 # ---------------------------------------------------------------- a run of tasks
 @pytest.mark.live
 def test_tasks_run_to_the_end_then_an_appended_task(workspace: Config) -> None:
@@ -335,15 +351,10 @@ def test_append_to_a_run_a_live_coordinator_drives_is_refused(workspace: Config,
     """While a coordinator holds the run's lease, `runs append` is refused in one line
     (exit 2) and records nothing; the run is then stopped."""
     path = workspace.root / "slow.toml"
-    path.write_text(HEAD.replace('"tasks-gauss"', '"tasks-slow"').replace(
-        'kind = "genz.gaussian"\na = [3.0, 3.0, 3.0]\nu = [0.4, 0.5, 0.6]',
-        'kind = "python"\ntarget = "tests.run_integrands:slow_gauss"\n'
-        'params = { delay = 0.3, a = 3.0 }') + '[[tasks]]\nkind = "sample"\nnr_samples = 400000\n')
+    path.write_text(slow_head("tasks-slow", 0.3)
+                    + '[[tasks]]\nkind = "sample"\nnr_samples = 400000\n')
     run_id = load_run_file(path).run_id()
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
-         str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runner = integrate_in_background(workspace, path)
     r = redis.Redis.from_url(redis_server.url)
     try:
         receipts = workspace.state_dir / "runs" / run_id / RECEIPTS_NAME
@@ -373,19 +384,13 @@ def test_a_task_paused_midway_resumes_to_the_uninterrupted_numbers(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     """`runs pause` inside a sample task, then `runs resume`: the task goes on from its
     last snapshot and every task ends with the numbers of an uninterrupted run."""
-    text = HEAD.replace('"tasks-gauss"', '"tasks-midway"').replace(
-        'kind = "genz.gaussian"\na = [3.0, 3.0, 3.0]\nu = [0.4, 0.5, 0.6]',
-        'kind = "python"\ntarget = "tests.run_integrands:slow_gauss"\n'
-        'params = { delay = 0.2, a = 3.0 }') + (
+    text = slow_head("tasks-midway", 0.2) + (
         '[[tasks]]\nname = "train"\nkind = "sample"\nnr_samples = 64000\n'
         '[[tasks]]\nkind = "sample"\nfrozen = true\nnr_samples = 32000\n')
     path = workspace.root / "midway.toml"
     path.write_text(text)
     run_id = load_run_file(path).run_id()
-    runner = subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
-         str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runner = integrate_in_background(workspace, path)
     r = redis.Redis.from_url(redis_server.url)
     try:
         while not r.exists(keys.run_snapshot(run_id, 1)):  # the first iteration merged

@@ -8,6 +8,7 @@ uv-managed interpreter (installed from ``[python] mirror``/``downloads`` when mi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -43,17 +44,24 @@ def env() -> None:
     """Show, build and remove the environments declared by [deps] python and [python.deps]."""
 
 
+def _ask(ctx: click.Context, host: str, pick: Callable[[Any], Callable[..., Any]],
+         **options: Any) -> Any:
+    """One backend call for ``host`` (status, build or remove), on the host's transport and
+    root: what every env verb repeats."""
+    from mainboard.bridges.envs import backend_for
+
+    with common.board(ctx) as board:
+        handle = board.on(host)
+        return pick(backend_for(board.config))(board.config, host, handle.transport,
+                                               handle.root, **options)
+
+
 @env.command("status")
 @_on
 @click.pass_context
 def status(ctx: click.Context, host: str, as_json: bool) -> None:
     """Declared python, the interpreter found for it, the env key, built or not, each env."""
-    from mainboard.bridges.envs import backend_for
-
-    with common.board(ctx) as board:
-        handle = board.on(host)
-        found = backend_for(board.config).status(board.config, host, handle.transport,
-                                                  handle.root)
+    found = _ask(ctx, host, lambda backend: backend.status)
     if as_json:
         common.echo_json(found.as_json(), indent=2)
         return
@@ -73,12 +81,7 @@ def status(ctx: click.Context, host: str, as_json: bool) -> None:
 @click.pass_context
 def build(ctx: click.Context, host: str, as_json: bool) -> None:
     """Provision now: install the declared interpreter if missing, then build the env."""
-    from mainboard.bridges.envs import backend_for
-
-    with common.board(ctx) as board:
-        handle = board.on(host)
-        built = backend_for(board.config).build(board.config, host, handle.transport,
-                                                handle.root, stream=_progress)
+    built = _ask(ctx, host, lambda backend: backend.build, stream=_progress)
     state = "built" if built.installed else "reused"
     common.echo(f"mainboard: env {state}: {host} {built.key} python {built.python_version}",
                 err=True)
@@ -95,12 +98,7 @@ def build(ctx: click.Context, host: str, as_json: bool) -> None:
 @click.pass_context
 def remove(ctx: click.Context, host: str, as_json: bool) -> None:
     """Delete every environment under the host's root (interpreters stay)."""
-    from mainboard.bridges.envs import backend_for
-
-    with common.board(ctx) as board:
-        handle = board.on(host)
-        found = backend_for(board.config).remove(board.config, host, handle.transport,
-                                                 handle.root)
+    found = _ask(ctx, host, lambda backend: backend.remove)
     if as_json:
         common.echo_json({"host": host, "removed": [e["key"] for e in found.envs]}, indent=2)
     else:
