@@ -277,7 +277,9 @@ def test_an_autoscaled_pool_asks_the_walltime_a_queued_time_need_wants(
         (started,) = wait_until(lambda: [w for w in read_fleet(ws / ".mainboard").live()
                                          if w.pool == "sized"], 60, "the sized allocation")
         assert started.job["spec"]["walltime"] == 660
-        scale = [e for e in read_fleet(ws / ".mainboard").scale if e.action == "submit"]
+        # the keeper writes its scale receipt after the allocation's own start record
+        scale = wait_until(lambda: [e for e in read_fleet(ws / ".mainboard").scale
+                                    if e.action == "submit"], 60, "the submit receipt")
         assert "walltime 660 s for a 600 s time need" in scale[-1].reason
         assert needy.get(timeout=120)["task_id"] == "needs-600s-sized"
     finally:
