@@ -101,6 +101,43 @@ def test_a_run_and_a_slurm_job_on_one_timeline_with_a_user_span(
     assert summary["parts"] == parts and doc["otherData"]["merge"]["clock"] == "broker"
 
 
+def test_a_batch_and_a_study_merge_as_their_jobs(workspace: Config, tmp_path: Path) -> None:
+    """`trace merge batch:ID` / a bare study id: one part per job it dispatched, each naming
+    where it came from, each with the user span its job recorded."""
+    from mainboard.batch.run import dispatch, start
+    from mainboard.jobs.job import Job
+
+    command = json.dumps(f"{shlex.quote(sys.executable)} -c {shlex.quote(JOB_CODE)}")
+    jobs = "".join(f'[[jobs]]\nname = "{n}"\ncommand = {command}\n' for n in ("a", "b"))
+    batch_file = tmp_path / "fleet.toml"
+    batch_file.write_text(f'name = "traced"\n[defaults]\ntarget = "scratch"\n{jobs}')
+    study_file = tmp_path / "study.toml"
+    study_file.write_text('[study]\nname = "tracedstudy"\n[defaults]\ntarget = "scratch"\n'
+                          f'[[jobs]]\nname = "s"\ncommand = {command}\nparams = {{ k = 1 }}\n')
+    with Board(workspace.path) as board:
+        batch_id = start(board, batch_file)
+        sent = [p.job for p in dispatch(board, batch_id)]
+        studied = run_cli(workspace.path, "study", "run", str(study_file), "--json",
+                          env=subprocess_env())
+        assert studied.returncode == 0, studied.stderr
+        sent += [j["job"] for j in json.loads(studied.stdout)["jobs"]]
+        assert len(sent) == 3
+        for job in sent:
+            assert Job(board, job).wait(timeout=60, poll=0.2) is JobState.COMPLETED
+    out = tmp_path / "groups.json"
+    done = run_cli(workspace.path, "trace", "merge", f"batch:{batch_id}", "tracedstudy",
+                   "-o", str(out), "--json", env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text())
+    check_perfetto(doc)
+    parts = doc["otherData"]["merge"]["parts"]
+    assert [(p["kind"], p["id"], p["of"]) for p in parts] == [
+        ("job", sent[0], f"batch {batch_id}"), ("job", sent[1], f"batch {batch_id}"),
+        ("job", sent[2], "study tracedstudy")]
+    loads = [e for e in doc["traceEvents"] if e["name"] == "load"]
+    assert sorted(e["args"]["job"] for e in loads) == sorted(sent)
+
+
 def test_merging_an_unknown_item_is_one_line_exit_2_and_no_file(
         workspace: Config, tmp_path: Path) -> None:
     out = tmp_path / "never.json"

@@ -1,7 +1,8 @@
 """`mainboard trace merge`: runs, jobs and trace files on one timeline.
 
-ITEM: a run or job (id, unique id prefix or name, as `runs`/`jobs` verbs resolve them) or
-a trace file (`.json`, e.g. from `runs trace`, `jobs trace`). Every item is resolved
+ITEM: a run or job (id, unique id prefix or name, as `runs`/`jobs` verbs resolve them), a
+study or batch (`study:ID`, `batch:ID`, or a bare id: each of its jobs), or a trace file
+(`.json`, e.g. from `runs trace`, `jobs trace`). Every item is resolved
 before the file is written: an unknown one is one line, exit 2, no file.
 """
 

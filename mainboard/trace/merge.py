@@ -7,6 +7,10 @@ measured here (this machine to the broker, the host to this machine) and each pa
 offset and source are recorded in ``otherData.merge``. A track (pid) per machine, a thread
 (tid) per worker or job process.
 
+A study or a batch stands for its jobs (``study:ID``, ``batch:ID``, or a bare id that
+names no run or job): each dispatched job is a part of its own, its manifest entry
+naming the study or batch it came from.
+
 Extension point ``SOURCES``: a reader for items written ``KIND:REF`` (for example GPU
 kernel timelines from CUPTI, ``cupti:FILE``, not shipped: no GPU here) returns a
 :class:`Part`; register it with :func:`register_source`.
@@ -24,7 +28,8 @@ from typing import Any
 
 import redis
 
-from mainboard.errors import BrokerError, UserError
+from mainboard.batch.store import BatchStore, UnknownBatch
+from mainboard.errors import BrokerError, StudyError, UserError
 from mainboard.hosts.access import Hosts
 from mainboard.jobs.job import Job, bridge_of
 from mainboard.jobs.store import UnknownJob
@@ -33,6 +38,7 @@ from mainboard.runs.spans import clock_offset
 from mainboard.runs.store import RunStore, UnknownRun
 from mainboard.runs.trace import TraceSpan, chrome_trace, run_trace
 from mainboard.runs.userspans import JOB_SPANS
+from mainboard.study.ledger import StudyStore
 
 
 @dataclass
@@ -44,11 +50,13 @@ class Part:
     source: str
     offset: float
     spans: list[TraceSpan] = field(default_factory=list)
+    of: str | None = None  # "study ID" / "batch ID" for a job that came from one
 
     def manifest(self) -> dict[str, Any]:
         """Its manifest entry."""
-        return {"kind": self.kind, "id": self.id, "source": self.source,
-                "offset_s": self.offset, "events": len(self.spans)}
+        entry = {"kind": self.kind, "id": self.id, "source": self.source,
+                 "offset_s": self.offset, "events": len(self.spans)}
+        return entry if self.of is None else {**entry, "of": self.of}
 
 
 Reader = Callable[[str], Part]
@@ -127,17 +135,19 @@ def resolve(board: Hosts, items: Sequence[str], r: redis.Redis | None) -> list[P
     raises UserError naming it)."""
     store = RunStore(board.config.state_dir)
     offset = clock_offset(r) if r is not None else 0.0
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, str, str | None]] = []
     for item in items:
         kind, _, ref = item.partition(":")
-        if ref and kind in SOURCES:
-            found.append((kind, ref))
+        if ref and kind in GROUPS:
+            found += [("job", job, f"{kind} {ref}") for job in GROUPS[kind](board, ref)]
+        elif ref and kind in SOURCES:
+            found.append((kind, ref, None))
         elif item.endswith(".json") and Path(item).is_file():
-            found.append(("file", item))
+            found.append(("file", item, None))
         else:
-            found.append(_run_or_job(board, store, item))
+            found += _named(board, store, item)
     parts = []
-    for kind, ref in found:
+    for kind, ref, of in found:
         if kind == "run":
             if r is None:
                 raise BrokerError(f"run {ref}: its spans live in the broker, which is not "
@@ -147,6 +157,7 @@ def resolve(board: Hosts, items: Sequence[str], r: redis.Redis | None) -> list[P
                               spans_of_document(doc)))
         elif kind == "job":
             parts.append(_job_part(board, ref, offset))
+            parts[-1].of = of
         elif kind == "file":
             parts.append(_file_part(Path(ref)))
         else:
@@ -154,16 +165,39 @@ def resolve(board: Hosts, items: Sequence[str], r: redis.Redis | None) -> list[P
     return parts
 
 
-def _run_or_job(board: Hosts, store: RunStore, item: str) -> tuple[str, str]:
+def study_jobs(board: Hosts, ref: str) -> list[str]:
+    """The latest job of each of a study's runs (a run retried counts once: its last try)."""
+    view = StudyStore(board.config.state_dir).load(ref)
+    return [entry.submitted.job for entry in view.runs.values()]
+
+
+def batch_jobs(board: Hosts, ref: str) -> list[str]:
+    """The jobs a batch dispatched (one that never reached its target has none)."""
+    view = BatchStore(board.config.state_dir).load(ref)
+    return [view.dispatched[j.name].job for j in view.jobs if j.name in view.dispatched]
+
+
+GROUPS: dict[str, Callable[[Hosts, str], list[str]]] = {"study": study_jobs,
+                                                        "batch": batch_jobs}
+
+
+def _named(board: Hosts, store: RunStore, item: str) -> list[tuple[str, str, str | None]]:
+    """A bare id: a run, else a job, else a study, else a batch (the first that knows it)."""
     try:
-        return "run", store.find(item).run_id
+        return [("run", store.find(item).run_id, None)]
     except UnknownRun:
         pass
     try:
-        return "job", Job(board, item).id
+        return [("job", Job(board, item).id, None)]
     except UnknownJob:
-        raise UserError(f"{item!r}: no run, job or trace file of that id or name; see "
-                        "`mainboard runs list` and `mainboard jobs list`") from None
+        pass
+    for kind, jobs_of in GROUPS.items():
+        try:
+            return [("job", job, f"{kind} {item}") for job in jobs_of(board, item)]
+        except (StudyError, UnknownBatch):
+            continue
+    raise UserError(f"{item!r}: no run, job, study, batch or trace file of that id or name; "
+                    "see `mainboard runs list`, `jobs list`, `study list`, `batch list`")
 
 
 def merge(parts: Sequence[Part], clock: str) -> dict[str, Any]:
@@ -173,5 +207,5 @@ def merge(parts: Sequence[Part], clock: str) -> dict[str, Any]:
                                           "parts": [p.manifest() for p in parts]}})
 
 
-__all__ = ["SOURCES", "Part", "host_offset", "merge", "register_source", "resolve",
+__all__ = ["GROUPS", "SOURCES", "Part", "batch_jobs", "study_jobs", "host_offset", "merge", "register_source", "resolve",
            "spans_of_document"]
