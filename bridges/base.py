@@ -88,6 +88,7 @@ class Bridge(ABC):
     header_prefix: ClassVar[str | None] = None           # "#SBATCH", "#PBS"
     submit_command: ClassVar[tuple[str, ...]] = ()       # script path is appended
     cancel_command: ClassVar[tuple[str, ...]] = ()       # job ids are appended
+    attach_command: ClassVar[tuple[str, ...] | None] = ()  # into an allocation; () here
     job_id_regex: ClassVar[re.Pattern[str]]              # on submit output; group "job_id"
     job_id_form: ClassVar[str] = "a job id"              # for error messages
     states: ClassVar[Mapping[str, JobState]] = {}        # native word -> JobState
@@ -358,6 +359,16 @@ class Bridge(ABC):
         if left:
             raise CommandFailed(done.command, done.returncode, done.stdout,
                                 done.stderr or f"still running: {', '.join(left)}", done.host)
+
+    def inside(self, job_id: str, argv: list[str]) -> list[str] | None:
+        """``argv`` run beside a running job's processes (a profiler, say): as is where jobs
+        run on the host itself; through ``attach_command`` into a scheduler's allocation;
+        None where the scheduler has no way in."""
+        if self.attach_command is None:
+            return None
+        if not self.attach_command:
+            return argv
+        return [*self.attach_command, f"--jobid={job_id}", *argv]
 
     def cancel_text(self, ids: list[str], job_dirs: dict[str, str]) -> str:
         """Shell text that asks the scheduler to stop ``ids`` (``job_dirs``: known dirs)."""

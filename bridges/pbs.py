@@ -128,6 +128,7 @@ class PbsBridge(Bridge):
     header_prefix = "#PBS"
     submit_command = ("qsub",)
     cancel_command = ("qdel",)
+    attach_command = None  # no standard way into a running job's node (pbs_attach is PBS Pro's)
     job_id_regex = re.compile(r"^(?P<job_id>\d+(?:\[\d*\])?(?:\.[A-Za-z0-9][A-Za-z0-9_.-]*)?)$")
     job_id_form = "a PBS job id such as 1234.pbs01 or 1234"
     states = PBS_STATES

@@ -83,6 +83,8 @@ class SlurmBridge(Bridge):
     header_prefix = "#SBATCH"
     submit_command = ("sbatch", "--parsable")
     cancel_command = ("scancel",)
+    # a step beside the job's own (--overlap: its CPUs are all taken), on its first node
+    attach_command = ("srun", "--overlap", "--nodes=1", "--ntasks=1", "--quiet")
     # every job of this user with its end, in one command (a cluster's one poll per tick)
     ends_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i|%e")
     count_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i")

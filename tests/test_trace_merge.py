@@ -30,17 +30,27 @@ from mainboard.tasks.workers import LocalWorkers
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.integration import fleet_iter, slow_spec, spec, subprocess_env
 from tests.jobs_workspace import make_workspace, wait_until
-from tests.services import RedisServer, SlurmCluster
+from tests.services import RedisServer, SlurmCluster, SshServer
 from tests.workspace import run_cli
 
 pytestmark = pytest.mark.live
+# a job that says when it is busy (a file in its directory: every host's root is on this
+# machine here), then stays busy until its directory says stop
+BUSY_CODE = ("import os, pathlib\n"
+             "d = pathlib.Path(os.environ['MAINBOARD_JOB_DIR'])\n"
+             "def busy_marker():\n"
+             "    (d / 'busy').touch()\n"
+             "    while not (d / 'stop').exists():\n"
+             "        sum(range(10000))\n"
+             "busy_marker()\n")
 JOB_CODE = "import mainboard\nwith mainboard.span('load', part=1):\n    pass\n"
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer,
-              slurm_cluster: SlurmCluster) -> Config:  # noqa: F811
+              slurm_cluster: SlurmCluster, sshd_server: SshServer) -> Config:  # noqa: F811
     path = make_workspace(tmp_path_factory.mktemp("trace"), slurm=slurm_cluster,
+                          sshd=sshd_server,
                           extra=f'\n[broker]\nurl = "{redis_server.url}"\n')
     return load_config(path)
 
@@ -185,3 +195,76 @@ def test_a_profile_of_running_workers_shows_the_integrands_stacks(
     assert both.returncode == 0, both.stderr
     names = {e["name"] for e in json.loads(merged.read_text())["traceEvents"]}
     assert {"slow_gauss", "fused"} <= names
+
+
+@pytest.mark.parametrize("host", ["scratch", "edge", "hpc"])
+def test_a_profile_of_a_running_job_shows_its_python_stacks(
+        workspace: Config, host: str, tmp_path: Path) -> None:
+    """Locally, over ssh (py-spy shipped to a host that has none on PATH) and inside a
+    SLURM allocation (an srun step beside the job's): the job's process tree sampled."""
+    from mainboard.jobs.job import Job
+
+    with Board(workspace.path) as board:
+        job = board.on(host).submit(f"{shlex.quote(sys.executable)} -c "
+                                    f"{shlex.quote(BUSY_CODE)}", name=f"busy-{host}")
+        job_dir = Path(Job(board, job.id).view().submitted.job_dir)
+        wait_until(lambda: (job_dir / "busy").exists(), f"the {host} job busy")
+        out = tmp_path / "job-profile.json"
+        try:
+            got = run_cli(workspace.path, "trace", "profile", job.id, "--seconds", "1", "-o",
+                          str(out), "--json", env=subprocess_env())
+        finally:
+            (job_dir / "stop").touch()
+        assert job.wait(timeout=90, poll=0.3) is JobState.COMPLETED
+    assert got.returncode == 0, got.stderr
+    summary = json.loads(got.stdout)
+    assert summary["skipped"] == [] and summary["profiled"] == [f"busy-{host} ({job.id})"]
+    doc = json.loads(out.read_text())
+    machines = check_perfetto(doc)
+    assert set(machines.values()) == {host}
+    frames = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert "busy_marker" in frames
+    if host == "edge":  # the shipped copy, under the host's root
+        assert (Path(str(workspace.hosts["edge"].root)) / ".mainboard/bin/py-spy").exists()
+
+
+def test_profiling_a_finished_job_or_an_unknown_item_is_one_line_exit_2(
+        workspace: Config, tmp_path: Path) -> None:
+    with Board(workspace.path) as board:
+        job = board.on("scratch").submit("true", name="quick")
+        assert job.wait(timeout=60, poll=0.2) is JobState.COMPLETED
+    for item, said in ((job.id, "not running"), ("no-such-thing", "no run or job")):
+        done = run_cli(workspace.path, "trace", "profile", item, "--seconds", "1", "-o",
+                       str(tmp_path / "p.json"), env=subprocess_env())
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+        assert done.stderr.strip().count("\n") == 0 and not (tmp_path / "p.json").exists()
+
+
+def test_a_fleet_workers_profile_goes_through_its_host_and_into_its_allocation(
+        workspace: Config, redis_server: RedisServer) -> None:
+    """Who is sampled where, from what the run's workers registered (as a SLURM fleet
+    worker, an ssh one, one of this machine, one elsewhere and one without a pid do)."""
+    from mainboard.runs.spans import register_worker
+    from mainboard.trace.profile import run_targets
+
+    r = redis.Redis.from_url(redis_server.url)
+    run_id = "profile-targets-run"
+    for worker, info in {
+            "mb-hpc-1@node1": {"host": "hpc", "pid": 41, "job_id": "7781", "kind": "slurm"},
+            "mb-edge-2@edge": {"host": "edge", "pid": 42, "job_id": "u2", "kind": "ssh"},
+            "w3@here": {"host": socket.gethostname(), "pid": 43, "job_id": ""},
+            "w4@far": {"host": "far-away", "pid": 44, "job_id": ""},
+            "w5@here": {"host": socket.gethostname(), "job_id": ""}}.items():
+        register_worker(r, run_id, worker, info)
+    with Board(workspace.path) as board:
+        targets, skipped = run_targets(board, r, run_id)
+    by = {t.track: t for t in targets}
+    assert sorted(by) == ["mb-edge-2@edge", "mb-hpc-1@node1", "w3@here"]
+    hpc, edge, here = by["mb-hpc-1@node1"], by["mb-edge-2@edge"], by["w3@here"]
+    assert hpc.bridge is not None and hpc.bridge.name == "hpc" and hpc.pid == "41"
+    assert hpc.bridge.inside(str(hpc.job_id), ["py-spy"])[:2] == ["srun", "--overlap"]
+    assert "--jobid=7781" in hpc.bridge.inside(str(hpc.job_id), ["py-spy"])
+    assert edge.bridge is not None and edge.bridge.inside("u2", ["py-spy"]) == ["py-spy"]
+    assert here.bridge is None and here.pid == "43"
+    assert skipped == ["w4@far on far-away: not a host of this workspace; not profiled",
+                       "w5@here: it reported no pid; not profiled"]

@@ -53,7 +53,7 @@ def merge(ctx: click.Context, items: tuple[str, ...], output: Path, as_json: boo
 
 
 @trace.command("profile")
-@click.argument("run")
+@click.argument("item")
 @click.option("--seconds", type=click.FloatRange(min=0.5, max=3600), default=5.0,
               show_default=True, help="How long to sample.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
@@ -61,22 +61,24 @@ def merge(ctx: click.Context, items: tuple[str, ...], output: Path, as_json: boo
               help="Where to write the stacks (Trace Event Format JSON; merge-able).")
 @_JSON
 @click.pass_context
-def profile(ctx: click.Context, run: str, seconds: float, output: Path, as_json: bool) -> None:
-    """Sample the Python stacks of every worker process of a running RUN with py-spy and
-    write them on the run's timeline (`trace merge RUN FILE` puts both together)."""
-    from mainboard.cli.runctl import _need, _open
+def profile(ctx: click.Context, item: str, seconds: float, output: Path, as_json: bool) -> None:
+    """Sample the Python stacks of every worker process of a running run, or of a running
+    job's processes, with py-spy (on local, ssh and SLURM hosts; shipped to a host that has
+    none) and write them on the timeline (`trace merge ITEM FILE` puts both together)."""
+    from mainboard.runs.control import connect
     from mainboard.runs.trace import write_trace
-    from mainboard.trace.profile import profile_run
+    from mainboard.trace.profile import profile as sampled
 
-    _store, history, r = _open(ctx, run)
-    doc, skipped = profile_run(_need(r), history.run_id, seconds)
+    with common.board(ctx) as board:
+        doc, skipped = sampled(board, connect(board.config), item, seconds)
     for line in skipped:
         common.warn(line)
     write_trace(doc, output)
-    summary = {"run_id": history.run_id, "output": str(output), "spans": doc["otherData"]["spans"],
-               "profiled": doc["otherData"]["profiled"], "skipped": skipped}
+    about = doc["otherData"]
+    summary = {"run_id": about.get("run_id"), "job": about.get("job"), "output": str(output),
+               "spans": about["spans"], "profiled": about["profiled"], "skipped": skipped}
     if as_json:
         common.echo_json(summary)
         return
     common.echo(f"wrote {output}: {summary['spans']} frames of "
-                f"{len(summary['profiled'])} workers")
+                f"{len(summary['profiled'])} processes")
