@@ -11,6 +11,7 @@ workspace's declared set (its key) is built, and which uv-managed interpreter sa
 from __future__ import annotations
 
 import shlex
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,7 +27,7 @@ from .provision import (
     provision_host,
     python_request,
 )
-from .transport import Command, Transport
+from .transport import Command, LocalTransport, Transport
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,11 @@ class EnvBackend(Protocol):
     def build(self, config: Config, host: str, transport: Transport, root: str | None = None,
               stream: Any = False) -> ProvisionedEnv: ...
 
+    def build_for_workers(self, config: Config, host: str, transport: Transport,
+                          root: str | None = None) -> ProvisionedEnv:
+        """``build`` with mainboard itself in the env: what a Celery worker there runs."""
+        ...
+
     def remove(self, config: Config, host: str, transport: Transport,
                root: str | None = None) -> EnvStatus: ...
 
@@ -125,9 +131,22 @@ class UvBackend:
         return provision_host(config, host, transport, root=root, stream=stream,
                               with_project=False, purpose="job")
 
+    def build_for_workers(self, config: Config, host: str, transport: Transport,
+                          root: str | None = None) -> ProvisionedEnv:
+        return provision_host(config, host, transport, root=root, purpose="worker")
+
     def remove(self, config: Config, host: str, transport: Transport,
                root: str | None = None) -> EnvStatus:
         return env_remove(config, host, transport, root)
+
+
+def worker_python(config: Config) -> str:
+    """The interpreter this machine's own workers (``integrate``'s, ``mainboard up``'s)
+    run: the declared environment's, mainboard in it, built or reused by its key; this
+    process' own when the workspace declares none."""
+    if not env_declared(config):
+        return sys.executable
+    return backend_for(config).build_for_workers(config, "local", LocalTransport("local")).python
 
 
 def backend_for(config: Config) -> EnvBackend:

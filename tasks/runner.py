@@ -20,6 +20,7 @@ import redis
 from celery import Celery
 
 from mainboard import keys
+from mainboard.bridges.envs import worker_python
 from mainboard.config import Config, load_config
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import UserError
@@ -161,7 +162,8 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
         count = workers if workers is not None else (
             default_workers() if nobody_listens(r) else None)
         if count:
-            local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers").start()
+            local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers",
+                                 python=worker_python(cfg)).start()
         app = make_app(cfg, broker_url=url)
         if workers == 0:
             require_fleet(app, where(url), standby=None if prepare is None
@@ -171,7 +173,8 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
         if count is None:
             count = 0 if fleet_size(app, r=r) else default_workers()
             if count:
-                local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers").start()
+                local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers",
+                                     python=worker_python(cfg)).start()
         yield Session(app, r, RunStore(cfg.state_dir), local, lease, where(url),
                       float(cfg.broker.outage), places(run_file, cfg.root))
         finished = True

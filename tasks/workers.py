@@ -40,13 +40,14 @@ STOP_TIMEOUT_S = 15.0
 FLEET_WAIT_S = 5.0  # how long `workers=0` asks for a fleet worker before giving up
 
 
-def worker_command(node: str, queue: str = BATCH_QUEUE, concurrency: int = 1) -> list[str]:
+def worker_command(node: str, queue: str = BATCH_QUEUE, concurrency: int = 1,
+                   python: str = sys.executable) -> list[str]:
     """The ``celery worker`` command line of one local worker (no secrets in it).
 
     No ``-I``: the app includes mainboard's task modules itself, so this is exactly the
     command a user, the systemd unit or compose runs.
     """
-    return [sys.executable, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
+    return [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
             f"--concurrency={concurrency}", "-Q", queue, "-n", node, "--pool=prefork",
             "--without-mingle", "--without-gossip", "--loglevel=INFO"]
 
@@ -64,8 +65,9 @@ class LocalWorkers:
 
     def __init__(self, count: int, broker_url: str, log_dir: Path, *,
                  queue: str = BATCH_QUEUE, prefix: str = "local",
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, python: str = sys.executable) -> None:
         self.count, self.broker_url, self.queue = count, broker_url, queue
+        self.python = python  # the workspace's declared environment's, where it has one
         self.extra_env = dict(env or {})
         self.log_dir = Path(log_dir)
         tag = uuid.uuid4().hex[:8]
@@ -89,7 +91,8 @@ class LocalWorkers:
         env = {**worker_env(self.broker_url), **self.extra_env}
         with open(self.log_of(index), "ab") as out:
             proc = subprocess.Popen(
-                worker_command(self.nodes[index], self.queue), stdin=subprocess.DEVNULL,
+                worker_command(self.nodes[index], self.queue, python=self.python),
+                stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                 preexec_fn=die_with_parent if sys.platform == "linux" else None)
         if index < len(self.procs):

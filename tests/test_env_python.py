@@ -22,7 +22,7 @@ from tests.batch_helpers import invoke
 from tests.boards import ssh_host, write_config
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.pymirror import PythonMirror, make_mirror, tiny_wheel
-from tests.services import SlurmCluster, SshServer
+from tests.services import RedisServer, SlurmCluster, SshServer
 from tests.workspace import toml_tables
 
 pytestmark = pytest.mark.live
@@ -248,3 +248,39 @@ def test_status_in_words(tmp_path: Path, offline: Offline) -> None:
         f"/bin/python{offline.mirror.minor}",
         f"env key: {key} (built, python {offline.mirror.version})"]
     assert shown[4].startswith(f" * {key}  python {offline.mirror.version}  ")
+
+
+def test_integrate_starts_its_local_workers_inside_the_declared_env(
+        tmp_path: Path, offline: Offline, redis_server: RedisServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`integrate`'s own workers run the env's python (mainboard in it, with
+    `[python.deps]`): an integrand importing a package only the env has evaluates; the
+    second run reuses the env. (From the workspace, as a user runs it: this checkout's
+    source tree on the import path would shadow the env's mainboard.)"""
+    from mainboard.config import load_config
+    from mainboard.tasks.runner import integrate
+    from tests.integration import spec
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    (tmp_path / "tinyenv_integrand.py").write_text(
+        "import numpy as np\n\n\n"
+        "def gauss(x):\n"
+        "    import mbtinyenv  # only the declared environment has it\n"
+        "    return np.exp(-5.0 * np.sum((x - 0.5) ** 2, axis=1))\n")
+    index_too = {k: v for k, v in offline.env.items() if k not in ("UV_NO_INDEX", "UV_OFFLINE")}
+    config = write_config(tmp_path, {"local": {"kind": "local"}}, extra=toml_tables({
+        "broker": {"url": redis_server.url}, "python.deps": {"mbtinyenv": "0.1"},
+        "hosts.local.env": index_too}))
+    run = spec(integrand={"kind": "python", "target": "tinyenv_integrand:gauss"},
+               domain={"continuous": 2}, sampler={"kind": "naive"}, name="in-env",
+               stop={"max_samples": 2000}, batching={"batch_size": 1000})
+    cfg = load_config(config)
+    assert integrate(run, workers=1, config=cfg).samples == 2000
+    envs = _envs(tmp_path)
+    assert len(envs) == 1
+    log = (tmp_path / ".mainboard" / "envs" / "provision.log").read_text()
+    assert "deps-install" in log
+    again = integrate({**run, "name": "in-env-again"}, workers=1, config=cfg)
+    assert again.samples == 2000 and _envs(tmp_path) == envs
+    assert (tmp_path / ".mainboard" / "envs" / "provision.log").read_text() == log

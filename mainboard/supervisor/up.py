@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from mainboard.bridges.envs import worker_python
 from mainboard.config import Config
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.daemon import (
@@ -179,7 +180,9 @@ class Supervisor:
         dash = self._dashboard()
         self._add(dash)
         self.workers = LocalWorkers(opts.workers, worker_url(url, config),
-                                    config.state_dir / "workers", prefix="up")
+                                    config.state_dir / "workers", prefix="up",
+                                    python=worker_python(config) if opts.workers else
+                                    sys.executable)
         for index in range(opts.workers):
             self._add(WorkerChild(self.workers, index))
         fstatus = flower.status()
