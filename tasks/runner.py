@@ -100,11 +100,12 @@ class Session:
 
     def coordinator(self, state: RunState, progress: ProgressFn | None,
                     wall_before: float = 0.0, run_id: str | None = None,
-                    final: bool = True) -> Coordinator:
+                    final: bool = True, lease: Lease | None = None) -> Coordinator:
         """The coordinator of the leased run over this session's broker and workers; with
         ``run_id``, of another run (a parent's child) under its own lease, taken when it
         starts, so children run side by side on one session."""
-        lease = self.lease if run_id is None else Lease(self.r, run_id)
+        if lease is None:
+            lease = self.lease if run_id is None else Lease(self.r, run_id)
         return Coordinator(self.app, self.r, self.store, lease.run_id, state,
                            progress=progress, wall_before=wall_before,
                            health=self.workers.check if self.workers else None,

@@ -51,8 +51,8 @@ class Driver(Protocol):
 
     def coordinator(self, state: RunState, progress: Callable[[Progress], None] | None,
                     wall_before: float = 0.0, run_id: str | None = None,
-                    final: bool = True) -> Coordinator:
-        """The coordinator of the leased run."""
+                    final: bool = True, lease: Lease | None = None) -> Coordinator:
+        """The coordinator of the leased run (or of ``run_id`` under ``lease``)."""
 
 
 def has_tasks(spec: RunSpec, history: RunHistory | None) -> bool:
@@ -99,8 +99,11 @@ class TaskList:
     pause, a ``runs pause|stop`` or a failure (raised, as a plain run's)."""
 
     def __init__(self, s: Driver, run_id: str, spec: RunSpec, history: RunHistory | None,
-                 progress: Callable[[Progress], None] | None) -> None:
+                 progress: Callable[[Progress], None] | None, lease: Lease | None = None
+                 ) -> None:
         self.s, self.run_id, self.spec, self.progress = s, run_id, spec, progress
+        # a parent's child runs under a lease of its own, one for all its tasks
+        self.lease = lease
         self.history = history
         self.base = spec.model_dump(mode="json", exclude={"tasks"})
         self.steps = steps_of(spec, history.appended if history is not None else [])
@@ -185,7 +188,9 @@ class TaskList:
 
     def _sample(self, step: Step, resuming: bool) -> tuple[RunState, RunResult]:
         state = self._state(step, resuming)
-        coordinator = self.s.coordinator(state, self.progress, self.wall, final=False)
+        coordinator = self.s.coordinator(state, self.progress, self.wall, final=False,
+                                         run_id=self.run_id if self.lease else None,
+                                         lease=self.lease)
         result = coordinator.run(fresh=self.fresh)
         self.fresh = False
         self.iteration = state.iteration
@@ -198,7 +203,8 @@ class TaskList:
         """A plot_line or image evaluated on the fleet as one iteration number of the run."""
         spec = parse_run(step.run_data(self.base), file=f"<task {step.name}>")
         state = restore_state(spec, None, fresh_stop=False)
-        raster = Raster(self.s.app, self.s.r, self.s.lease, self.run_id, self.s.places)
+        raster = Raster(self.s.app, self.s.r, self.lease or self.s.lease, self.run_id,
+                        self.s.places)
         values = raster.run(spec, state.sampler.snapshot(), step.kind,
                             step.task.geometry.model_dump(mode="json"), self.iteration,
                             spec.accumulator_kind)

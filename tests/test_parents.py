@@ -73,6 +73,19 @@ name = "sampler.alpha"
 values = [0.0, 0.5]
 """
 
+TIMELINE = """
+[[tasks]]
+name = "train"
+kind = "sample"
+nr_samples = 8000
+
+[[tasks]]
+name = "infer"
+kind = "sample"
+frozen = true
+nr_samples = 4000
+"""
+
 
 def cli(workspace: Config, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     assert workspace.path is not None
@@ -363,6 +376,31 @@ def test_a_child_paused_by_hand_pauses_its_parent_and_resume_continues_it(
     assert (got["rows"][0]["estimate"], got["rows"][0]["error"]) == (ref.estimate, ref.error)
 
 
+def test_a_scan_whose_child_has_tasks_runs_each_points_timeline(
+        workspace: Config, fleet: LocalWorkers) -> None:
+    """Each point is a run with the child's [[tasks]]: train, then sample frozen; each
+    child's `runs tasks` shows both done, and its result is its last sample task's."""
+    folder = workspace.root / "scan-timeline"
+    folder.mkdir()
+    (folder / "child.toml").write_text(CHILD_TOML.replace('name = "g2"', 'name = "tl"')
+                                       + TIMELINE)
+    (folder / "scan.toml").write_text(
+        'name = "scan-tl"\nchild = "child.toml"\n[scan]\nmax_concurrent_runs = 2\n'
+        '[[scan.parameters]]\nname = "integrand.a"\nvalues = [[2.0, 2.0], [6.0, 6.0]]\n')
+    done = cli(workspace, "integrate", str(folder / "scan.toml"), "--workers", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert [r["status"] for r in rows] == ["finished", "finished"]
+    for row in rows:
+        listed = cli(workspace, "runs", "tasks", row["child"], "--json")
+        assert listed.returncode == 0, listed.stderr
+        tasks = json.loads(listed.stdout)["tasks"]
+        assert [(t["name"], t["state"], t["samples"]) for t in tasks] == [
+            ("train", "done", 8000), ("infer", "done", 4000)]
+        assert (row["estimate"], row["error"]) == (tasks[1]["estimate"], tasks[1]["error"])
+    assert rows[0]["estimate"] > rows[1]["estimate"]  # the narrower peak integrates smaller
+
+
 def _write_scan(workspace: Config, spec: dict[str, Any]) -> Path:
     """A scan parent's file with its child as a [child] table."""
     from tests.fleet_helpers import toml_value
@@ -418,6 +456,14 @@ BAD = {
                '"grid", max_trials = 3 }\nobjective = { metric = "speed" }\n'
                '[[tune.parameters]]\nkind = "categorical"\nname = "sampler.bins"\n'
                'values = [4, 8]\n', "tune.objective.metric", "time_normalized_variance"),
+    "tune timeline": ('name = "t"\nchild = "timeline.toml"\n[tune]\noptimizer = { algorithm '
+                      '= "random", max_trials = 3 }\nobjective = { metric = "variance" }\n'
+                      '[[tune.parameters]]\nkind = "float"\nname = "sampler.alpha"\nmin = 0.1\n'
+                      'max = 1.0\n', "child", "cannot carry [[tasks]]"),
+    "campaign timeline": ('name = "c"\n[campaign]\nmin_samples_per_child = 100\nstop = { '
+                          'max_total_samples = 1000 }\n[[campaign.children]]\nname = "a"\n'
+                          'coefficient = 1.0\nrun = "timeline.toml"\n',
+                          "campaign.children[0].run", "cannot carry [[tasks]]"),
     "campaign stop": ('name = "c"\n[campaign]\nmin_samples_per_child = 100\nstop = {}\n'
                       '[[campaign.children]]\nname = "a"\ncoefficient = 1.0\n'
                       'run = "child.toml"\n', "campaign.stop", "max_total_samples"),
@@ -428,6 +474,7 @@ BAD = {
 def test_bad_parent_files_name_the_key_and_what_is_valid(case: str, tmp_path: Path) -> None:
     text, key, valid = BAD[case]
     (tmp_path / "child.toml").write_text(CHILD_TOML)
+    (tmp_path / "timeline.toml").write_text(CHILD_TOML + TIMELINE)
     (tmp_path / "p.toml").write_text(text)
     from mainboard.parents.spec import load_parent
 

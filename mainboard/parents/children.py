@@ -30,8 +30,10 @@ from mainboard.integrators.plain import to_plain
 from mainboard.integrators.spec import RunSpec
 from mainboard.receipts import ChildDone, ChildStarted, RunCreated, RunResumed
 from mainboard.runs.store import RunHistory
+from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS
 from mainboard.tasks.runner import Session, restore_state
+from mainboard.tasks.tasklist import TaskList
 
 log = logging.getLogger(__name__)
 LEASE_REFRESH_S = 2.0
@@ -153,6 +155,11 @@ class Children:
             wall = 0.0
             self.s.store.record(RunCreated(**created))
             fresh = True
+        if child.spec.tasks:  # a scan point's own timeline: its tasks in order
+            lease = Lease(self.s.r, run_id)
+            timeline = TaskList(self.s, run_id, child.spec, None if fresh else history, None,
+                                lease=lease)
+            return (lambda: _released(lease, lambda: to_plain(timeline.run().to_dict()))), wall
         coordinator = self.s.coordinator(state, None, wall, run_id=run_id)
         return (lambda: to_plain(coordinator.run(fresh=fresh).to_dict())), wall
 
@@ -199,6 +206,15 @@ class Children:
             self.active.pop(future)
             out.append(self._done(future.result()))  # a BrokerError ends the parent here
         return out
+
+
+def _released(lease: Lease, go: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``go()``, then the child's lease given back (a task list keeps it between tasks)."""
+    try:
+        return go()
+    finally:
+        with suppress(*BROKER_ERRORS):
+            lease.release()
 
 
 def run_all(s: Session, parent_id: str, children: list[Child], limit: int,

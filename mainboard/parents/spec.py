@@ -345,6 +345,7 @@ def check_children(spec: ParentSpec, file: str) -> None:
             spec.child_spec(point, file=file)
     elif spec.tune is not None:
         base = spec.child_spec(file=file)
+        _no_timeline(base, "a tuning study sets each trial's sample budget", file, "child")
         if spec.tune.samples_per_trial is None and base.stop.max_samples is None:
             raise ConfigError("trials need a fixed sample budget", file=file,
                               key="tune.samples_per_trial",
@@ -358,11 +359,21 @@ def check_children(spec: ParentSpec, file: str) -> None:
             assert isinstance(c.run, dict)
             run = apply_point(c.run, {}, samples=spec.campaign.min_samples_per_child,
                               file=f"{file} campaign.children[{i}] ({c.name})")
+            _no_timeline(run, "a campaign sends each child its samples",
+                         file, f"campaign.children[{i}].run")
             if run.accumulator_kind != "scalar":
                 raise ConfigError(f"a campaign sums scalar integrals; child {c.name!r} gives "
                                   f"{run.accumulator_kind} values", file=file,
                                   key=f"campaign.children[{i}].run",
                                   valid="a run whose integrand gives one real number")
+
+
+def _no_timeline(run: RunSpec, why: str, file: str, key: str) -> None:
+    """Tune and campaign budget their children's samples themselves: a child's own task
+    timeline would fight that (a scan's children run theirs)."""
+    if run.tasks:
+        raise ConfigError(f"{why}: its child runs cannot carry [[tasks]]", file=file, key=key,
+                          valid="a child without [[tasks]] (a scan's children may have them)")
 
 
 def load_parent(path: str | Path) -> ParentSpec:
