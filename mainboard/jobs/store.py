@@ -71,6 +71,18 @@ class JobView:
         return self.submitted.name
 
     @property
+    def scheduler_id(self) -> str | None:
+        """The id SLURM's ``squeue`` or PBS's ``qstat`` lists; None on hosts without a scheduler
+        (their ``job_id`` is mainboard's own id)."""
+        job_id = self.submitted.job_id
+        return job_id if job_id != self.submitted.id else None
+
+    @property
+    def shown_id(self) -> str:
+        """The id ``submit`` prints: the scheduler's where there is one, else mainboard's."""
+        return self.scheduler_id or self.id
+
+    @property
     def status(self) -> JobStatus:
         """The recorded state as the bridges' status record."""
         return JobStatus(self.state, self.native, self.exit_code, self.reason)
@@ -123,6 +135,38 @@ class JobStore(ReceiptStore[JobView]):
 
     def fold(self, receipts: Receipts, errors: list[ReceiptError] | None) -> JobView | None:
         return replay(receipts.read_timed(errors=errors), receipts.path)
+
+    def resolve(self, ref: str) -> str:
+        """mainboard's id that ``ref`` names: that id, the scheduler's id of one job (what
+        ``squeue``/``qstat`` list), or a unique suffix of mainboard's id.
+
+        One scheduler id on two hosts (two clusters count jobs alike) is refused with
+        the candidates named; a ref matching nothing is UnknownJob.
+        """
+        self.check(ref)
+        ids = self.ids()
+        if ref in ids:
+            return ref
+        owners = self.by_scheduler_id(ref, ids)
+        if len(owners) > 1:
+            named = ", ".join(f"{v.id} on {v.host}" for v in owners)
+            raise UnknownJob(f"{ref!r} is the scheduler id of {len(owners)} jobs ({named}); "
+                             "give mainboard's id instead")
+        if owners:
+            return owners[0].id
+        return FORM.resolve(ref, ids, self.directory)
+
+    def by_scheduler_id(self, ref: str, ids: list[str] | None = None) -> list[JobView]:
+        """Every job whose scheduler gave it the id ``ref`` (unreadable logs are passed over)."""
+        found = []
+        for job_id in self.ids() if ids is None else ids:
+            try:
+                first = next(iter(self.receipts(job_id).read(JobSubmitted.topic, errors=[])), None)
+            except (OSError, ReceiptError):
+                continue
+            if isinstance(first, JobSubmitted) and first.job_id == ref and first.job_id != first.id:
+                found.append(JobView(submitted=first))
+        return found
 
     def file(self, job_id: str) -> Path:
         """The receipts file of ``job_id`` (refusing ids that are not plain names)."""
