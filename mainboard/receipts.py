@@ -597,6 +597,36 @@ class EnvProvisioned(Payload):
     manifest: str = ""  # manifest_digest: the set and image, not the host python (estimates)
 
 
+# -- costs: lines in a job's receipts file and in a batch's receipts -----------------------
+
+@register
+class JobCost(Payload):
+    """What one job has cost so far: its rate, the seconds it has run, their price.
+
+    Written at submit (the rate, 0 s), at each monitor pass while it runs and at its end;
+    ``usd_hr`` None means the host's rate is unknown, never free (``usd`` None too)."""
+
+    topic: ClassVar[str] = "job.cost"
+    id: str
+    usd_hr: float | None
+    source: str        # where the rate came from (an offer, a rental, usd_hr), or why unknown
+    seconds: float     # run time observed: its start to this observation (or its end)
+    usd: float | None  # usd_hr x seconds / 3600
+    at: str            # "submit", "pass" or "end"
+
+
+@register
+class BatchCost(Payload):
+    """A batch's spend so far, summed from its jobs' ``job.cost`` lines when it changed."""
+
+    topic: ClassVar[str] = "batch.cost"
+    batch_id: str
+    usd: float                      # the jobs with a known rate
+    seconds: float                  # their run time, summed
+    jobs: dict[str, dict[str, Any]]  # job name -> {"job", "usd_hr", "seconds", "usd", "at"}
+    unknown: list[str] = Field(default_factory=list)  # job names whose rate is unknown
+
+
 # -- studies (mainboard.study): one ledger per study, .mainboard/studies/<id>.ndjson ----------
 
 class StudyJob(Payload):

@@ -64,7 +64,7 @@ SHARED_WORKER = {
                "tests/test_tasks_deploy.py"},
     "sim": {"tests/test_batch.py", "tests/test_fleet_provider.py", "tests/test_jobs_provider.py",
             "tests/test_monitor.py", "tests/test_providers.py", "tests/test_router_provider.py",
-            "tests/test_redact_verbs.py"},
+            "tests/test_redact_verbs.py", "tests/test_costs.py"},
 }
 _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 

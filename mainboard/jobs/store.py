@@ -9,8 +9,9 @@ change is one line and the verdict (``job.finished``) is written once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.errors import UserError
 from mainboard.ids import IdForm
 from mainboard.receipts import (
+    JobCost,
     JobFinished,
     JobPulled,
     JobStateChanged,
@@ -54,6 +56,27 @@ class JobView:
     pulled: JobPulled | None = None
     file: Path | None = None
     since: float = 0.0            # when the line that set ``state`` was written (epoch s)
+    running_since: float | None = None  # first seen running, or the script's own start stamp
+    ended_at: float | None = None       # when the verdict was written
+    cost: JobCost | None = None         # the last cost observation (its rate is the job's)
+
+    def run_seconds(self, now: float) -> float:
+        """How long the job has run by ``now`` (or in all, once ended): from its start
+        (hosts without a scheduler start it at submit) to its verdict or ``now``."""
+        began = self.running_since if self.scheduler_id else self.submitted.submitted_at
+        if began is None:
+            return 0.0  # queued, never seen running
+        return max(0.0, (self.ended_at if self.ended_at is not None else now) - began)
+
+    def cost_at(self, now: float, at: str) -> JobCost | None:
+        """A cost observation at ``now`` with the rate recorded at submit; None for jobs
+        submitted before costs were recorded (no rate to go on)."""
+        if self.cost is None:
+            return None
+        seconds = round(self.run_seconds(now), 3)
+        rate = self.cost.usd_hr
+        return JobCost(id=self.id, usd_hr=rate, source=self.cost.source, seconds=seconds,
+                       usd=None if rate is None else round(rate * seconds / 3600, 6), at=at)
 
     @property
     def id(self) -> str:
@@ -117,14 +140,21 @@ def replay(payloads: Iterator[tuple[float, Payload]], file: Path) -> JobView | N
         elif view is None:
             continue
         elif isinstance(payload, JobFinished) and not view.finished:
-            view = JobView(view.submitted, JobState(payload.state), payload.exit_code,
-                           payload.native, payload.reason, True, view.pulled, file, ts)
+            view = replace(view, state=JobState(payload.state), exit_code=payload.exit_code,
+                           native=payload.native, reason=payload.reason, finished=True,
+                           since=ts, ended_at=ts,
+                           running_since=payload.started_at or view.running_since)
         elif isinstance(payload, JobStateChanged) and not view.finished:
-            view = JobView(view.submitted, JobState(payload.state), None, payload.native,
-                           payload.reason, False, view.pulled, file, ts)
+            began = view.running_since
+            if began is None and payload.state == JobState.RUNNING.value:
+                began = ts
+            view = replace(view, state=JobState(payload.state), exit_code=None,
+                           native=payload.native, reason=payload.reason, since=ts,
+                           running_since=began)
         elif isinstance(payload, JobPulled):
-            view = JobView(view.submitted, view.state, view.exit_code, view.native,
-                           view.reason, view.finished, payload, file, view.since)
+            view = replace(view, pulled=payload)
+        elif isinstance(payload, JobCost):
+            view = replace(view, cost=payload)
     return view
 
 
@@ -202,12 +232,25 @@ class JobStore(ReceiptStore[JobView]):
                 self.append(job_id, JobFinished(
                     id=job_id, state=status.state.value, exit_code=status.exit_code,
                     native=status.native, reason=status.reason, started_at=status.started_at))
+                self.record_cost(job_id, "end")
                 return True
             if status.state is view.state:
                 return False
             self.append(job_id, JobStateChanged(
                 id=job_id, state=status.state.value, native=status.native, reason=status.reason))
             return True
+
+    def record_cost(self, job_id: str, at: str, now: float | None = None) -> JobCost | None:
+        """Append what the job has cost by ``now`` (``at``: "pass" or "end") if it is news:
+        the end once, a pass only when the run time grew. The line written, else None."""
+        view = self.view(job_id, [])
+        if view is None or view.cost is None or view.cost.at == "end":
+            return None
+        line = view.cost_at(time.time() if now is None else now, at)
+        if line is None or (at != "end" and line.seconds <= view.cost.seconds):
+            return None
+        self.append(job_id, line)
+        return line
 
     def pulled(self, payload: JobPulled) -> None:
         """Record that a job's results came back."""
