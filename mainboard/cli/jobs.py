@@ -4,7 +4,8 @@
 one query per host, bounded in time), so a state is never only as fresh as the last
 monitor pass; ``--cached`` reads ``.mainboard/jobs/*.ndjson`` alone and says how old
 each state is. An unreadable receipt line is a warning naming its file and line; the
-other jobs are still shown. JOB is an id or a unique id suffix.
+other jobs are still shown. JOB is mainboard's id, a unique suffix of it, or the
+scheduler's id (what `submit` printed on a SLURM or PBS host; `JobStore.resolve`).
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def _look(ctx: click.Context, cached: bool, timeout: float | None, *,
 
 @click.group("jobs")
 def jobs() -> None:
-    """Batch jobs of this workspace: list, show, logs, pull, cancel."""
+    """Batch jobs of this workspace: list, show, logs, pull, cancel.
+
+    JOB is mainboard's id, a unique suffix of it, or the scheduler's id (what
+    `submit` prints on SLURM and PBS hosts)."""
 
 
 @jobs.command("list")
