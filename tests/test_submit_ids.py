@@ -1,6 +1,7 @@
-"""`submit` prints the scheduler's id on a real SLURM; every `jobs` verb takes either id.
+"""`submit` prints the scheduler's id on a real SLURM (and its PBS wrappers); every `jobs`
+verb takes either id.
 
-The id printed is checked against `squeue`'s own listing; `jobs show|logs|cancel` are
+The id printed is checked against `squeue`'s (`qstat`'s) own listing; `jobs show|logs|cancel` are
 run as fresh processes with it. One scheduler id on two hosts (two clusters number
 their jobs alike) is refused naming both jobs; an id nobody has is one line, exit 2.
 """
@@ -32,21 +33,26 @@ def board(tmp_path: Path, slurm_cluster: SlurmCluster) -> Iterator[Board]:  # no
         yield found
 
 
-def _squeue_ids(cluster: SlurmCluster) -> set[str]:
-    listed = subprocess.run(["squeue", "-h", "-o", "%i"], env=cluster.env, capture_output=True,
-                            text=True, check=True, timeout=30)
-    return set(listed.stdout.split())
+LISTS = {"hpc": ["squeue", "-h", "-o", "%i"], "pbs": ["qstat"]}  # what a user pastes ids into
 
 
-def test_submit_prints_the_id_squeue_lists_and_jobs_verbs_take_it(
-        board: Board, slurm_cluster: SlurmCluster) -> None:  # noqa: F811
+def _listed_ids(cluster: SlurmCluster, host: str) -> set[str]:
+    """The ids the scheduler's own listing shows (the PBS host: the torque wrappers' qstat)."""
+    listed = subprocess.run(LISTS[host], env=cluster.env, capture_output=True, text=True,
+                            check=True, timeout=30)
+    return {word.split(".")[0] for word in listed.stdout.split()}
+
+
+@pytest.mark.parametrize("host", ["hpc", "pbs"])
+def test_submit_prints_the_id_the_scheduler_lists_and_jobs_verbs_take_it(
+        board: Board, slurm_cluster: SlurmCluster, host: str) -> None:  # noqa: F811
     config = board.config.path
     assert config is not None
-    done = run_cli(config, "submit", "--on", "hpc", "--name", "ids", "--",
+    done = run_cli(config, "submit", "--on", host, "--name", "ids", "--",
                    "echo started; sleep 120")
     assert done.returncode == 0, done.stderr
     printed = done.stdout.strip()
-    assert printed.isdigit() and printed in _squeue_ids(slurm_cluster), (printed, done.stdout)
+    assert printed in _listed_ids(slurm_cluster, host), (printed, done.stdout)
     (view,) = JobStore(board.config.state_dir).by_scheduler_id(printed)
     assert view.submitted.job_id == printed and view.id != printed
     job = Job(board, printed)  # the API resolves it the same way
@@ -56,17 +62,20 @@ def test_submit_prints_the_id_squeue_lists_and_jobs_verbs_take_it(
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
     assert (data["id"], data["job_id"], data["host"], data["state"]) == (
-        view.id, printed, "hpc", "running")
+        view.id, printed, host, "running")
+    wait_until(lambda: job.logs() == "started\n", f"job {printed} wrote its first line", 60)
+    logs = run_cli(config, "jobs", "logs", printed)
+    assert (logs.returncode, logs.stdout) == (0, "started\n"), logs.stderr
     human = run_cli(config, "jobs", "show", printed)
     assert f"job_id:    {printed}" in human.stdout and f"id:        {view.id}" in human.stdout
     cancelled = run_cli(config, "jobs", "cancel", printed, "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     answer = json.loads(cancelled.stdout)
-    assert (answer["id"], answer["host"], answer["job_id"]) == (view.id, "hpc", printed)
+    assert (answer["id"], answer["host"], answer["job_id"]) == (view.id, host, printed)
     # scancel returns before slurmctld has ended the job: wait for its state, not a clock.
     wait_until(lambda: job.status() is JobState.CANCELLED, f"job {printed} cancelled", 60)
     # --json carries both ids; a host without a scheduler prints mainboard's id as before.
-    both = json.loads(run_cli(config, "submit", "--on", "hpc", "--json", "--", "true").stdout)
+    both = json.loads(run_cli(config, "submit", "--on", host, "--json", "--", "true").stdout)
     assert both["job_id"].isdigit() and both["id"] != both["job_id"]
     local = run_cli(config, "submit", "--on", "scratch", "--", "true").stdout.strip()
     assert local == Job(board, local).id and not local.isdigit()
