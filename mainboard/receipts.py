@@ -436,6 +436,16 @@ class Receipts:
             raise ReceiptError(f"{self.path}:{number}: bad {model.topic} payload "
                                f"({where}: {err['msg']})") from None
 
+    def first(self) -> Payload | None:
+        """The first line's payload, read alone (a record's opening line: cheap to look
+        up across many logs); None when the file or that line is missing or unreadable."""
+        try:
+            with self.path.open("rb") as fh:
+                record = self._decode(fh.readline())
+            return self._payload(record, 1) if isinstance(record, dict) else None
+        except (OSError, ValueError, ReceiptError):
+            return None
+
     def last(self, topic: str) -> Payload | None:
         """The most recent payload of ``topic``, or None."""
         found = None

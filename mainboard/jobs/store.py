@@ -190,10 +190,7 @@ class JobStore(ReceiptStore[JobView]):
         """Every job whose scheduler gave it the id ``ref`` (unreadable logs are passed over)."""
         found = []
         for job_id in self.ids() if ids is None else ids:
-            try:
-                first = next(iter(self.receipts(job_id).read(JobSubmitted.topic, errors=[])), None)
-            except (OSError, ReceiptError):
-                continue
+            first = self.receipts(job_id).first()  # job.submitted: one line per job read
             if isinstance(first, JobSubmitted) and first.job_id == ref and first.job_id != first.id:
                 found.append(JobView(submitted=first))
         return found
