@@ -196,7 +196,7 @@ def _sweep(board: Hosts, only: frozenset[str] | None, release: Release) -> dict[
     pulled, tried = _pull_finished(board, [v for v in views if mine(v)], down)
     if pulled:
         views, _ = store.scan()
-    views = _observe_costs(store, views, mine)
+    views = _observe_costs(store, views, lambda v: mine(v) and v.host not in down)
     errors += record_verdicts(board.config.state_dir, views)  # study ledgers, once each
     log = monitor_log(board.config.state_dir)
     announced, last = _announced(log, errors)
@@ -232,12 +232,12 @@ def _sweep(board: Hosts, only: frozenset[str] | None, release: Release) -> dict[
 
 
 def _observe_costs(store: JobStore, views: list[JobView],
-                   mine: Callable[[JobView], bool]) -> list[JobView]:
-    """A cost observation of each running job in scope: its spend grows with time observed
-    (a verdict's own observation is written with it, ``JobStore.observe``)."""
+                   seen: Callable[[JobView], bool]) -> list[JobView]:
+    """A cost observation of each unfinished job ``seen`` (in scope, its host answered): its
+    spend grows with time observed (a verdict's own is written with it, ``JobStore.observe``)."""
     out = []
     for view in views:
-        line = store.record_cost(view.id, "pass") if mine(view) and not view.finished else None
+        line = store.record_cost(view.id, "pass") if seen(view) and not view.finished else None
         out.append(view if line is None else replace(view, cost=line))
     return out
 
