@@ -18,7 +18,7 @@ import pytest
 from mainboard.board import Board
 from mainboard.bridges.jobstate import JobState
 from mainboard.jobs.job import Job
-from mainboard.jobs.store import JobStore, UnknownJob
+from mainboard.jobs.store import AmbiguousJob, JobStore
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.jobs_workspace import make_workspace, wait_running, wait_until
 from tests.services import SlurmCluster
@@ -98,6 +98,8 @@ def test_unknown_and_ambiguous_ids_are_one_line_exit_2(board: Board) -> None:
         refused = run_cli(config, "jobs", *verb, scheduler_id)
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
         assert f"{first.id} on hpc" in refused.stderr and f"{twin.id} on pbs" in refused.stderr
-    with pytest.raises(UnknownJob, match="give mainboard's id"):
+    with pytest.raises(AmbiguousJob, match="give mainboard's id"):
         Job(board, scheduler_id)
+    merged = run_cli(config, "trace", "merge", scheduler_id, "-o", str(config.parent / "t.json"))
+    assert merged.returncode == 2 and "is the scheduler id of 2 jobs" in merged.stderr
     assert Job(board, first.id).id == first.id  # mainboard's id still names each one

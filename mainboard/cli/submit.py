@@ -117,10 +117,11 @@ def submit(ctx: click.Context, host: str, runtime: str | None, explain: bool, na
             if explain or runtime is not None:
                 raise click.UsageError("--explain and --runtime go with --on auto")
             job = submit_job(board, host, cmd, **options)
-        if not as_json:  # `jobs show|logs|pull|cancel` take either id back
-            common.echo(job.view().shown_id)
+        shown = job.view().shown_id  # `jobs show|logs|pull|cancel` take either id back
+        if not as_json:
+            common.echo(shown)
         if wait_:
-            job.wait(progress=lambda s: common.echo(f"{job.id}: {s.describe()}", err=True))
+            job.wait(progress=lambda s: common.echo(f"{shown}: {s.describe()}", err=True))
             if job.view().submitted.fetch:
                 job.pull()
         view = job.view()

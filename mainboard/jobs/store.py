@@ -40,6 +40,10 @@ class UnknownJob(UserError):
     """No job (or more than one) matches the id or id suffix the user gave."""
 
 
+class AmbiguousJob(UserError):
+    """A scheduler's id that jobs on several hosts were given (two clusters number alike)."""
+
+
 FORM = IdForm("job", "jobs", "20250101-120000-name-1a2b3c", "mainboard jobs list", UnknownJob)
 
 
@@ -180,8 +184,8 @@ class JobStore(ReceiptStore[JobView]):
         owners = self.by_scheduler_id(ref, ids)
         if len(owners) > 1:
             named = ", ".join(f"{v.id} on {v.host}" for v in owners)
-            raise UnknownJob(f"{ref!r} is the scheduler id of {len(owners)} jobs ({named}); "
-                             "give mainboard's id instead")
+            raise AmbiguousJob(f"{ref!r} is the scheduler id of {len(owners)} jobs ({named}); "
+                               "give mainboard's id instead")
         if owners:
             return owners[0].id
         return FORM.resolve(ref, ids, self.directory)
