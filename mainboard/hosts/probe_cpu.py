@@ -194,7 +194,8 @@ def cpu_kinds(root: str = "/", lscpu: Optional[str] = None) -> List[Dict[str, An
         for folder, label in HYBRID:
             cpus = _cpu_list(_read(os.path.join(root, "sys/devices", folder, "cpus")) or "")
             labelled += [(cpu, name + " " + label) for cpu in cpus]
-    if not labelled:  # no per-processor parts readable: lscpu's sections, vendor first
+    if not labelled and "model name" not in _cpuinfo_fields(cpuinfo):
+        # No per-processor parts readable (nor x86's model name): lscpu's sections, vendor first
         text = _lscpu() if lscpu is None and root == "/" else lscpu or ""
         models = lscpu_models(text)
         vendor = _lscpu_vendor(text)
