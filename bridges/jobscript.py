@@ -46,6 +46,7 @@ _mb_watchers=
 _mb_finish() {{
   _mb_code=$?
   for _mb_w in $_mb_watchers; do kill -TERM "-$_mb_w" 2>/dev/null || true; done
+  printf '%s\\n' "${{EPOCHREALTIME:-$(date +%s)}}" > "$_mb_dir/ended" 2>/dev/null || true
   {{ printf '%s\\n' "$_mb_code" > "$_mb_dir/exit_code.tmp" &&
     mv -f "$_mb_dir/exit_code.tmp" "$_mb_dir/exit_code"; }} 2>/dev/null || true
 }}

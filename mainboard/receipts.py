@@ -178,6 +178,7 @@ class JobFinished(Payload):
     native: str = ""
     reason: str = ""
     started_at: float | None = None  # the job script's own start stamp (times fast jobs)
+    ended_at: float | None = None    # its end stamp (same clock): costs count its run alone
 
 
 class JobRouted(Payload):

@@ -133,8 +133,13 @@ def show(ctx: click.Context, job: str, cached: bool, timeout: float | None, refr
     spec = {k: v for k, v in data["spec"].items() if v not in (None, [], {})}
     data["state"] += f" ({_age(data['state_age_s'])} ago" + (
         ", stale: the host did not answer)" if data["stale"] else ")")
+    cost = data["cost"]
+    if cost is not None:  # what it has cost by the last observation (submit, pass, end)
+        data["cost"] = (cost["source"] if cost["usd_hr"] is None else  # "rate unknown: why"
+                        f"${cost['usd']:.4f} for {cost['seconds']:.0f}s at "
+                        f"${cost['usd_hr']:g}/h ({cost['source']}; as of its {cost['at']})")
     for key in ("id", "name", "host", "kind", "job_id", "state", "exit_code", "reason",
-                "job_dir", "root", "data", "fetch", "pulled"):
+                "job_dir", "root", "data", "fetch", "pulled", "cost"):
         if data[key] not in (None, "", []):
             common.echo(f"{key + ':':<10} {data[key]}")
     common.echo(f"{'spec:':<10} {json.dumps(spec)}")

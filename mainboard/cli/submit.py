@@ -99,7 +99,9 @@ def submit(ctx: click.Context, host: str, runtime: str | None, explain: bool, na
     --json prints the object `mainboard jobs show --json` prints:
       {"id", "name", "host", "kind", "job_id", "state", "final", "exit_code",
        "reason", "native", "submitted_at", "job_dir", "root", "spec", "data",
-       "fetch", "pulled"}
+       "fetch", "pulled", "cost"}; "id" is mainboard's, "job_id" the scheduler's
+      (mainboard's again on hosts without a scheduler); "cost": the last cost line
+      {"usd_hr" (null: rate unknown), "source", "seconds", "usd", "at"}
     """
     import sys
 

@@ -5,7 +5,8 @@ rental it runs on (what the provider bills per hour), an owned host's its declar
 ``usd_hr``; a host with neither has an unknown rate (``usd_hr`` None, said as "rate
 unknown", never counted as 0). Observations follow (``JobStore.record_cost``): one at
 submit (0 s), one per monitor pass while the job runs, one at its verdict; each is
-rate x the seconds it has run. ``spend`` sums the last observation of each job for
+rate x the seconds it has run (the last by the job script's own start and end stamps,
+``JobView.run_seconds``, so a verdict seen late does not charge the wait). ``spend`` sums the last observation of each job for
 ``mainboard monitor --json``; a batch sums its own jobs (``mainboard.batch.spend``).
 """
 

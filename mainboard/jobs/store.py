@@ -61,12 +61,16 @@ class JobView:
     file: Path | None = None
     since: float = 0.0            # when the line that set ``state`` was written (epoch s)
     running_since: float | None = None  # first seen running, or the script's own start stamp
-    ended_at: float | None = None       # when the verdict was written
+    ended_at: float | None = None       # its end stamp, else when the verdict was written
     cost: JobCost | None = None         # the last cost observation (its rate is the job's)
+    stamped: bool = False               # ended with the script's start and end stamps
 
     def run_seconds(self, now: float) -> float:
-        """How long the job has run by ``now`` (or in all, once ended): from its start
+        """How long the job has run by ``now`` (or in all, once ended): its script's own
+        start and end stamps (one clock) when its verdict carries both, else from its start
         (hosts without a scheduler start it at submit) to its verdict or ``now``."""
+        if self.stamped and self.running_since is not None and self.ended_at is not None:
+            return max(0.0, self.ended_at - self.running_since)
         began = self.running_since if self.scheduler_id else self.submitted.submitted_at
         if began is None:
             return 0.0  # queued, never seen running
@@ -132,7 +136,8 @@ class JobView:
                 "reason": self.reason, "native": self.native, "submitted_at": s.submitted_at,
                 "job_dir": s.job_dir, "root": s.root, "spec": s.spec, "data": s.data,
                 "fetch": s.fetch,
-                "pulled": None if self.pulled is None else self.pulled.model_dump(mode="json")}
+                "pulled": None if self.pulled is None else self.pulled.model_dump(mode="json"),
+                "cost": None if self.cost is None else self.cost.model_dump(mode="json")}
 
 
 def replay(payloads: Iterator[tuple[float, Payload]], file: Path) -> JobView | None:
@@ -144,10 +149,12 @@ def replay(payloads: Iterator[tuple[float, Payload]], file: Path) -> JobView | N
         elif view is None:
             continue
         elif isinstance(payload, JobFinished) and not view.finished:
+            stamped = payload.started_at is not None and payload.ended_at is not None
             view = replace(view, state=JobState(payload.state), exit_code=payload.exit_code,
                            native=payload.native, reason=payload.reason, finished=True,
-                           since=ts, ended_at=ts,
-                           running_since=payload.started_at or view.running_since)
+                           since=ts, ended_at=payload.ended_at if stamped else ts,
+                           running_since=payload.started_at or view.running_since,
+                           stamped=stamped)
         elif isinstance(payload, JobStateChanged) and not view.finished:
             began = view.running_since
             if began is None and payload.state == JobState.RUNNING.value:
@@ -232,7 +239,8 @@ class JobStore(ReceiptStore[JobView]):
             if status.final:
                 self.append(job_id, JobFinished(
                     id=job_id, state=status.state.value, exit_code=status.exit_code,
-                    native=status.native, reason=status.reason, started_at=status.started_at))
+                    native=status.native, reason=status.reason, started_at=status.started_at,
+                    ended_at=status.ended_at))
                 self.record_cost(job_id, "end")
                 return True
             if status.state is view.state:
