@@ -2,7 +2,8 @@
 
 The script is bash: scheduler header lines, ``set -eu``, an EXIT trap that records the
 exit code in the job directory (so the outcome survives the scheduler forgetting the
-job), a ``started`` stamp (so even a job that ends between two polls is timed),
+job) after an ``ended`` stamp, a ``started`` stamp (so even a job that ends between two
+polls is timed, and costed by its own run),
 ``module load`` lines, quoted environment exports, an optional container wrapper
 (apptainer/singularity ``exec`` or ``podman run``), ``cd`` into the working directory,
 then the command in its own process group. Signals sent to the script (scancel, qdel,
