@@ -73,6 +73,7 @@ class DirFacts:
     pid: int | None = None
     alive: bool = False
     started_at: float | None = None  # the script's own stamp (epoch seconds on the host)
+    ended_at: float | None = None    # its end stamp, written just before its exit code
 
 
 def new_uid(name: str) -> str:
@@ -324,7 +325,8 @@ class Bridge(ABC):
             '  [ -e "$d/cancelled" ] && c=1\n'
             '  [ -e "$d/timeout" ] && t=1\n'
             '  s=; [ -r "$d/started" ] && s=$(cat "$d/started")\n'
-            '  echo "' + _FACTS + '$e|$c|$t|$p|$a|$s"\n'
+            '  n=; [ -r "$d/ended" ] && n=$(cat "$d/ended")\n'
+            '  echo "' + _FACTS + '$e|$c|$t|$p|$a|$s|$n"\n'
             'done')
         done = self._run(["/bin/sh", "-c", script, "mb-facts", *job_dirs])
         lines = [ln[len(_FACTS):] for ln in done.stdout.splitlines() if ln.startswith(_FACTS)]
@@ -416,15 +418,16 @@ class Bridge(ABC):
 def _parse_facts(line: str) -> DirFacts:
     if line == "missing":
         return DirFacts(present=False)
-    exit_text, cancelled, timeout, pid, alive, started = (line.split("|") + [""])[:6]
+    exit_text, cancelled, timeout, pid, alive, started, ended = (line.split("|") + [""] * 2)[:7]
     exit_code = int(exit_text) if exit_text.strip().lstrip("-").isdigit() else None
     return DirFacts(present=True, exit_code=exit_code, cancelled=cancelled == "1",
                     timeout=timeout == "1", pid=int(pid) if pid.isdigit() else None,
-                    alive=alive == "1", started_at=_stamp(started))
+                    alive=alive == "1", started_at=_stamp(started), ended_at=_stamp(ended))
 
 
 def _stamp(text: str) -> float | None:
-    """A ``started`` stamp (``$EPOCHREALTIME``, a comma in some locales, or ``date +%s``)."""
+    """A ``started``/``ended`` stamp (``$EPOCHREALTIME``, a comma in some locales, or
+    ``date +%s``)."""
     try:
         value = float(text.strip().replace(",", "."))
     except ValueError:
@@ -438,11 +441,13 @@ def merge(native: JobStatus, facts: DirFacts) -> JobStatus:
     The scheduler's TIMEOUT/PREEMPTED/CANCELLED stand (it knows why it stopped the job:
     the script then records 143 from the TERM it passed on); otherwise a cancel marker
     means CANCELLED and the recorded exit code decides completed/failed. The script's
-    ``started`` stamp rides along, so a job that ended between two polls is still timed.
+    ``started`` and ``ended`` stamps ride along, so a job that ended between two polls is
+    still timed (and costed) by its own clock.
     """
     if not facts.present:
         return native
-    return dataclasses.replace(_corrected(native, facts), started_at=facts.started_at)
+    return dataclasses.replace(_corrected(native, facts), started_at=facts.started_at,
+                               ended_at=facts.ended_at)
 
 
 def _corrected(native: JobStatus, facts: DirFacts) -> JobStatus:

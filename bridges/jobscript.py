@@ -2,7 +2,8 @@
 
 The script is bash: scheduler header lines, ``set -eu``, an EXIT trap that records the
 exit code in the job directory (so the outcome survives the scheduler forgetting the
-job), a ``started`` stamp (so even a job that ends between two polls is timed),
+job) after an ``ended`` stamp, a ``started`` stamp (so even a job that ends between two
+polls is timed, and costed by its own run),
 ``module load`` lines, quoted environment exports, an optional container wrapper
 (apptainer/singularity ``exec`` or ``podman run``), ``cd`` into the working directory,
 then the command in its own process group. Signals sent to the script (scancel, qdel,
@@ -46,6 +47,7 @@ _mb_watchers=
 _mb_finish() {{
   _mb_code=$?
   for _mb_w in $_mb_watchers; do kill -TERM "-$_mb_w" 2>/dev/null || true; done
+  printf '%s\\n' "${{EPOCHREALTIME:-$(date +%s)}}" > "$_mb_dir/ended" 2>/dev/null || true
   {{ printf '%s\\n' "$_mb_code" > "$_mb_dir/exit_code.tmp" &&
     mv -f "$_mb_dir/exit_code.tmp" "$_mb_dir/exit_code"; }} 2>/dev/null || true
 }}

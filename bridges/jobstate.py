@@ -59,6 +59,7 @@ class JobStatus:
     exit_code: int | None = None
     reason: str = ""
     started_at: float | None = None  # when the job's script began, if it left a stamp
+    ended_at: float | None = None    # when it ended, by the same clock, if it left a stamp
 
     @property
     def final(self) -> bool:

@@ -94,8 +94,9 @@ class ProcessBridge(Bridge):
 
 def process_status(facts: DirFacts, job_dir: str) -> JobStatus:
     """A detached job's state from its directory (markers say why a dead job ended), with
-    the script's ``started`` stamp."""
-    return dataclasses.replace(_process_state(facts, job_dir), started_at=facts.started_at)
+    the script's ``started`` and ``ended`` stamps."""
+    return dataclasses.replace(_process_state(facts, job_dir), started_at=facts.started_at,
+                               ended_at=facts.ended_at)
 
 
 def _process_state(facts: DirFacts, job_dir: str) -> JobStatus:

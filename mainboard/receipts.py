@@ -178,6 +178,7 @@ class JobFinished(Payload):
     native: str = ""
     reason: str = ""
     started_at: float | None = None  # the job script's own start stamp (times fast jobs)
+    ended_at: float | None = None    # its end stamp (same clock): costs count its run alone
 
 
 class JobRouted(Payload):
@@ -436,6 +437,16 @@ class Receipts:
             raise ReceiptError(f"{self.path}:{number}: bad {model.topic} payload "
                                f"({where}: {err['msg']})") from None
 
+    def first(self) -> Payload | None:
+        """The first line's payload, read alone (a record's opening line: cheap to look
+        up across many logs); None when the file or that line is missing or unreadable."""
+        try:
+            with self.path.open("rb") as fh:
+                record = self._decode(fh.readline())
+            return self._payload(record, 1) if isinstance(record, dict) else None
+        except (OSError, ValueError, ReceiptError):
+            return None
+
     def last(self, topic: str) -> Payload | None:
         """The most recent payload of ``topic``, or None."""
         found = None
@@ -595,6 +606,36 @@ class EnvProvisioned(Payload):
     python_version: str
     purpose: str  # "job" or "worker"
     manifest: str = ""  # manifest_digest: the set and image, not the host python (estimates)
+
+
+# -- costs: lines in a job's receipts file and in a batch's receipts -----------------------
+
+@register
+class JobCost(Payload):
+    """What one job has cost so far: its rate, the seconds it has run, their price.
+
+    Written at submit (the rate, 0 s), at each monitor pass while it runs and at its end;
+    ``usd_hr`` None means the host's rate is unknown, never free (``usd`` None too)."""
+
+    topic: ClassVar[str] = "job.cost"
+    id: str
+    usd_hr: float | None
+    source: str        # where the rate came from (an offer, a rental, usd_hr), or why unknown
+    seconds: float     # run time observed: its start to this observation (or its end)
+    usd: float | None  # usd_hr x seconds / 3600
+    at: str            # "submit", "pass" or "end"
+
+
+@register
+class BatchCost(Payload):
+    """A batch's spend so far, summed from its jobs' ``job.cost`` lines when it changed."""
+
+    topic: ClassVar[str] = "batch.cost"
+    batch_id: str
+    usd: float                      # the jobs with a known rate
+    seconds: float                  # their run time, summed
+    jobs: dict[str, dict[str, Any]]  # job name -> {"job", "usd_hr", "seconds", "usd", "at"}
+    unknown: list[str] = Field(default_factory=list)  # job names whose rate is unknown
 
 
 # -- studies (mainboard.study): one ledger per study, .mainboard/studies/<id>.ndjson ----------

@@ -54,7 +54,8 @@ SHARED_WORKER = {
               "tests/test_cli_streams.py", "tests/test_fleet_retire.py",
               "tests/test_fleet_standby.py", "tests/test_jobs.py",
               "tests/test_fleet_kill_scenario.py", "tests/test_router.py", "tests/test_study.py",
-              "tests/test_env_python.py", "tests/test_trace_merge.py"},
+              "tests/test_env_python.py", "tests/test_trace_merge.py",
+              "tests/test_submit_ids.py"},
     "slurm-b": {"tests/test_fleet_live.py", "tests/test_fleet_tls.py", "tests/test_fleet_nodes.py",
                 "tests/test_fleet_faults.py", "tests/test_fleet_reconcile.py",
                 "tests/test_fleet_scenarios.py", "tests/test_fleet_timeneed.py",
@@ -63,7 +64,7 @@ SHARED_WORKER = {
                "tests/test_tasks_deploy.py"},
     "sim": {"tests/test_batch.py", "tests/test_fleet_provider.py", "tests/test_jobs_provider.py",
             "tests/test_monitor.py", "tests/test_providers.py", "tests/test_router_provider.py",
-            "tests/test_redact_verbs.py"},
+            "tests/test_redact_verbs.py", "tests/test_costs.py"},
 }
 _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 

@@ -328,8 +328,9 @@ def test_fast_jobs_are_timed_from_the_scripts_own_stamp(plain: Path) -> None:
         time.sleep(0.5)  # over before the first poll
         assert job.wait(timeout=30, poll=0.2) is JobState.COMPLETED
         lines = raw_receipts(job_store(board).file(job.id))
-        assert [ln["topic"] for ln in lines] == ["job.submitted", "job.finished"]
-        started = lines[1]["payload"]["started_at"]
+        assert [ln["topic"] for ln in lines] == ["job.submitted", "job.cost", "job.finished",
+                                                 "job.cost"]
+        started = lines[2]["payload"]["started_at"]
         submitted = lines[0]["payload"]["submitted_at"]
         # The host accepted it (submitted_at) a moment after it began: setup clamps at 0.
         assert -5 < started - submitted < 30

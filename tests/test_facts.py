@@ -48,7 +48,7 @@ RECORDED_CSV = (
     "NVIDIA H100 80GB HBM3, 81559, GPU-b91556d8-5215-d0ed-50b8-a88720e5b29c, 535.86.10\n")
 DRIVER_DOWN = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                "Make sure that the latest NVIDIA driver is installed and running.")
-MUST_AGREE = ("hostname", "os", "system", "arch", "kernel", "cpu_name", "cpu_logical",
+MUST_AGREE = ("hostname", "os", "system", "arch", "kernel", "cpu_name", "cpu_kinds", "cpu_logical",
               "cpu_physical", "memory_total", "gpus", "infiniband", "cgroup_version")
 
 

@@ -222,7 +222,7 @@ def test_a_finished_slurm_job_is_completed_in_jobs_list_with_no_monitor_pass(
         return shown.stdout.strip() == "COMPLETED"
 
     wait_until(slurm_says_completed, "SLURM reports the job COMPLETED", timeout=90)
-    assert _topics(board, job) == ["job.submitted"]  # nobody asked since the submit
+    assert _topics(board, job) == ["job.submitted", "job.cost"]  # nobody asked since
     listed = json.loads(_invoke(config, "jobs", "list", "--host", "hpc", "--json").stdout)
     row = next(j for j in listed["jobs"] if j["id"] == job.id)
     assert (row["state"], row["exit_code"], row["stale"], listed["unreachable_hosts"]) == (
@@ -310,7 +310,8 @@ def test_ssh_job_outlives_its_submitter_and_finds_the_mirrored_workspace(
     for _ in range(3):
         assert job.status() is JobState.FAILED  # asking again records nothing
     assert job.pull().paths == ["out/t.txt"] and job.logs() == "v1\n"
-    assert _topics(board, job) == ["job.submitted", "job.state", "job.finished", "job.pulled"]
+    assert _topics(board, job) == ["job.submitted", "job.cost", "job.state", "job.finished",
+                                   "job.cost", "job.pulled"]  # costs: at submit, at the end
     # Without a sync the host keeps what it has; with one (the default) the change goes.
     (board.config.root / "tool.sh").write_text("echo v2\n")
     stale = Job(board, _invoke(config, "submit", "--on", "edge", "--no-sync", "--",

@@ -141,7 +141,8 @@ def test_a_host_that_does_not_answer_is_one_line_and_its_jobs_are_stale(tmp_path
         shown = json.loads(run_cli(config, "jobs", "show", far.id, "--json").stdout)
         assert (shown["state"], shown["stale"]) == ("running", True)
         _the_page_marks_it_stale(config, far.id)
-        assert _topics(config, far.id) == Counter({"job.submitted": 1, "job.state": 1})
+        assert _topics(config, far.id) == Counter({"job.submitted": 1, "job.cost": 1,
+                                                   "job.state": 1})
     finally:
         silent.close()
         server = start_sshd(server.dir, port=server.port)  # same keys, same port

@@ -206,7 +206,8 @@ def test_corrupt_lines_are_reported_with_file_and_line(board: Board) -> None:
     assert set(seen) == {first.id, second.id}
     report = monitor_pass(board)
     assert report["changed"] is False
-    assert any(e.startswith(f"{jobs_file}:2: bad job.state payload") for e in report["errors"])
+    assert any(e.startswith(f"{jobs_file}:3: bad job.state payload")  # after job.cost
+               for e in report["errors"])
     assert any(e.startswith(f"{log}:1: not a JSON receipt line") for e in report["errors"])
 
 

@@ -60,7 +60,8 @@ def test_auto_ranks_every_host_and_records_the_choice(
     done = invoke(config, "submit", "--on", "auto", "--explain", "--runtime", "30s",
                   "--walltime", "30m", "--name", "routed", "--", "echo", "routed")
     assert done.exit_code == 0, done.output
-    job_id = done.stdout.strip()
+    printed = done.stdout.strip()  # hpc is a SLURM host: the id squeue lists
+    job_id = store_of(board).resolve(printed)
     rows = _columns(done.stderr)
     assert rows["hpc"]["rank"] == "1" and rows["hpc"]["setup_samples"] == "1"
     assert float(rows["hpc"]["expected_s"] or "nan") == pytest.approx(
@@ -71,6 +72,7 @@ def test_auto_ranks_every_host_and_records_the_choice(
     lines = raw_receipts(board.config.state_dir / "jobs" / f"{job_id}.ndjson")
     routed = [ln["payload"] for ln in lines if ln["topic"] == "job.routed"]
     assert lines[0]["payload"]["host"] == "hpc" and len(routed) == 1
+    assert lines[0]["payload"]["job_id"] == printed != job_id
     assert routed[0]["chosen"] == "hpc" and routed[0]["asked"]["runtime_s"] == 30
     assert {c["host"]: c["fits"] for c in routed[0]["candidates"]} == {
         "local": True, "scratch": True, "edge": True, "hpc": True, "pbs": True, "dead": False,

@@ -2,7 +2,8 @@
 
 A batch has no other state. ``batch.created`` fixes its jobs; ``batch.dispatched`` /
 ``batch.dispatch_failed`` say where each went; ``batch.announced`` is written once per
-job when its outcome is known (the watch's cursor); ``batch.finished`` closes it.
+job when its outcome is known (the watch's cursor); ``batch.finished`` closes it;
+``batch.cost`` lines record its spend so far whenever it changed.
 Every verb replays these lines, so a ``watch`` killed at any point and started again
 (or a second one running beside it) continues exactly where the lines say.
 """
@@ -18,6 +19,7 @@ from mainboard.errors import UserError
 from mainboard.ids import IdForm
 from mainboard.receipts import (
     BatchAnnounced,
+    BatchCost,
     BatchCreated,
     BatchDispatched,
     BatchDispatchFailed,
@@ -50,6 +52,7 @@ class BatchView:
     announced: dict[str, BatchAnnounced] = field(default_factory=dict)
     finished: BatchFinished | None = None
     errors: list[ReceiptError] = field(default_factory=list)
+    cost: BatchCost | None = None   # the last spend recorded (``mainboard.batch.spend``)
 
     @property
     def id(self) -> str:
@@ -100,6 +103,8 @@ def replay(receipts: Receipts) -> BatchView | None:
             view.announced.setdefault(payload.name, payload)
         elif isinstance(payload, BatchFinished) and view.finished is None:
             view.finished = payload
+        elif isinstance(payload, BatchCost):
+            view.cost = payload
     if view is not None:
         view.errors = errors
     return view

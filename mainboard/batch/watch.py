@@ -8,7 +8,8 @@ known and not yet announced: one ``batch.announced`` line each. The set of those
 is the cursor: a watch killed mid-way and started again, or two watches side by side,
 announce every job exactly once. When all are announced, ``batch.finished`` is written
 once. A job's outcome is known when its verdict is recorded and, if it has ``fetch``
-paths, its results were pulled.
+paths, its results were pulled. Each step ends by recording the batch's spend so far
+(``mainboard.batch.spend``: a ``batch.cost`` line when it changed).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mainboard.batch.run import dispatch, store_of
+from mainboard.batch.spend import record_spend, spend_json
 from mainboard.batch.store import BatchView
 from mainboard.jobs.store import JobStore, JobView
-from mainboard.receipts import BatchAnnounced, BatchFinished, Payload
+from mainboard.receipts import BatchAnnounced, BatchCost, BatchFinished, Payload
 
 if TYPE_CHECKING:
     from mainboard.hosts.access import Hosts
@@ -130,6 +132,7 @@ class WatchStep:
     dispatched: list[Payload]                # dispatch lines this step wrote (a resumed run)
     unreachable: dict[str, str]              # host -> why, from this step's monitor pass
     errors: list[str]                        # unreadable receipt lines, rentals not released
+    spent: BatchCost | None = None           # the batch.cost line this step wrote (news)
 
     @property
     def complete(self) -> bool:
@@ -151,7 +154,8 @@ def watch_step(board: Hosts, batch_id: str, *, lock_wait: float = 30.0) -> Watch
         unreachable = dict(report.get("host_errors") or {})
         errors += list(report.get("errors") or [])
     new, view, rows = announce(board, batch_id, unreachable)
-    return WatchStep(view, rows, new, dispatched, unreachable, errors)
+    spent = record_spend(store_of(board), view)  # after the pass: its observations count
+    return WatchStep(view, rows, new, dispatched, unreachable, errors, spent)
 
 
 def watch(board: Hosts, ref: str, *, interval: float = 5.0,
@@ -173,4 +177,4 @@ def summary(view: BatchView, rows: list[JobRow]) -> dict[str, Any]:
     return {"batch": view.id, "name": view.name, "fleet": view.created.fleet,
             "jobs": len(view.jobs), "complete": view.complete, "outcomes": view.outcomes(),
             "ok": view.complete and all(r.outcome == "completed" for r in rows),
-            "rows": [r.as_json() for r in rows]}
+            "rows": [r.as_json() for r in rows], "spend": spend_json(view.cost)}

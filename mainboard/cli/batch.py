@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from mainboard.batch.store import BatchView
     from mainboard.batch.watch import JobRow, WatchStep
-    from mainboard.receipts import Payload
+    from mainboard.receipts import BatchCost, Payload
 
 _JSON = common.json_option()
 _FLEET = click.argument("fleet", type=click.Path(dir_okay=False))
@@ -151,12 +151,17 @@ class _WatchOutput:
                 else:
                     self.line(f"host {host}: " + (f"unreachable: {now}" if now else "back"))
         self.down = dict(step.unreachable)
+        if self.as_json and step.spent is not None:  # the batch's spend grew: one event
+            from mainboard.batch.spend import spend_json
+
+            _echo_json({"event": "spend", **(spend_json(step.spent) or {})})
         for error in step.errors:
             common.warn(error)
         if self.live is not None:
             from rich.console import Group
 
-            self.live.update(Group(_rows_table(step.rows), self._progress(step)), refresh=True)
+            self.live.update(Group(_rows_table(step.rows, step.view.cost), self._progress(step)),
+                             refresh=True)
 
     def _progress(self, step: WatchStep) -> Any:
         """The bar under the table: jobs with an outcome of all, and the batch's overall ETA
@@ -181,16 +186,20 @@ _STYLE = {"completed": "green", "failed": "red", "timeout": "red", "unreachable"
           "refused": "red", "error": "red", "cancelled": "yellow", "preempted": "yellow"}
 
 
-def _rows_table(rows: list[JobRow]) -> Table:
+def _rows_table(rows: list[JobRow], cost: BatchCost | None = None) -> Table:
     from rich.text import Text
 
-    table = columns.table("JOB", "TARGET", "STATE", "EXIT", "JOB ID", "DETAIL", fold=2)
+    from mainboard.jobs.costs import usd_text
+
+    spent = cost.jobs if cost is not None else {}
+    table = columns.table("JOB", "TARGET", "STATE", "EXIT", "JOB ID", "SPEND", "DETAIL", fold=2)
     for r in rows:
         detail = "; ".join(x for x in (f"pulled {', '.join(r.pulled)}" if r.pulled else "",
                                        r.detail) if x)
         table.add_row(Text(r.name), Text(r.target),
                       Text(r.state, style=_STYLE.get(r.outcome or "", "")),
-                      "" if r.exit_code is None else str(r.exit_code), r.job or "-", Text(detail))
+                      "" if r.exit_code is None else str(r.exit_code), r.job or "-",
+                      usd_text(spent[r.name]["usd"]) if r.name in spent else "-", Text(detail))
     return table
 
 
@@ -199,7 +208,10 @@ def _summary_line(view: BatchView) -> str:
         or "no outcome yet"
     left = len(view.jobs) - len(view.announced)
     more = f", {left} still owed an outcome" if left else ""
-    return f"batch {view.id} ({view.name}): {len(view.jobs)} jobs: {counts}{more}"
+    cost = view.cost
+    spent = "" if cost is None else f"; spend so far ${cost.usd:.4f}" + (
+        f" ({len(cost.unknown)} job(s) rate unknown)" if cost.unknown else "")
+    return f"batch {view.id} ({view.name}): {len(view.jobs)} jobs: {counts}{more}{spent}"
 
 
 @batch.command("watch")
@@ -211,8 +223,10 @@ def _summary_line(view: BatchView) -> str:
 def watch_cmd(ctx: click.Context, batch_id: str, interval: float, as_json: bool) -> None:
     """Sweep until every job has an outcome; exit 0 only if all completed.
 
-    Each sweep is one `mainboard monitor` pass (results pulled, rentals released);
-    each outcome is announced once, even across a killed and restarted watch. On a
+    Each sweep is one `mainboard monitor` pass (results pulled, rentals released,
+    running jobs' costs observed) and records the batch's spend so far (SPEND per
+    job, the total in the summary; "rate unknown" for a host without a rate); each
+    outcome is announced once, even across a killed and restarted watch. On a
     terminal a live table and a bar (jobs done of all, overall ETA) are drawn; piped,
     one line per outcome.
     """
@@ -230,7 +244,7 @@ def watch_cmd(ctx: click.Context, batch_id: str, interval: float, as_json: bool)
     if as_json:
         _echo_json({"event": "summary", **result})
     else:
-        columns.show(_rows_table(last.rows))
+        columns.show(_rows_table(last.rows, last.view.cost))
         common.echo(_summary_line(last.view))
     ctx.exit(0 if result["ok"] else 1)
 
@@ -281,5 +295,5 @@ def show_cmd(ctx: click.Context, batch_id: str, as_json: bool) -> None:
     if as_json:
         _echo_json(summary(view, rows))
         return
-    columns.show(_rows_table(rows))
+    columns.show(_rows_table(rows, view.cost))
     common.echo(_summary_line(view))

@@ -4,7 +4,8 @@
 one query per host, bounded in time), so a state is never only as fresh as the last
 monitor pass; ``--cached`` reads ``.mainboard/jobs/*.ndjson`` alone and says how old
 each state is. An unreadable receipt line is a warning naming its file and line; the
-other jobs are still shown. JOB is an id or a unique id suffix.
+other jobs are still shown. JOB is mainboard's id, a unique suffix of it, or the
+scheduler's id (what `submit` printed on a SLURM or PBS host; `JobStore.resolve`).
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def _look(ctx: click.Context, cached: bool, timeout: float | None, *,
 
 @click.group("jobs")
 def jobs() -> None:
-    """Batch jobs of this workspace: list, show, logs, pull, cancel."""
+    """Batch jobs of this workspace: list, show, logs, pull, cancel.
+
+    JOB is mainboard's id, a unique suffix of it, or the scheduler's id (what
+    `submit` prints on SLURM and PBS hosts)."""
 
 
 @jobs.command("list")
@@ -129,8 +133,13 @@ def show(ctx: click.Context, job: str, cached: bool, timeout: float | None, refr
     spec = {k: v for k, v in data["spec"].items() if v not in (None, [], {})}
     data["state"] += f" ({_age(data['state_age_s'])} ago" + (
         ", stale: the host did not answer)" if data["stale"] else ")")
+    cost = data["cost"]
+    if cost is not None:  # what it has cost by the last observation (submit, pass, end)
+        data["cost"] = (cost["source"] if cost["usd_hr"] is None else  # "rate unknown: why"
+                        f"${cost['usd']:.4f} for {cost['seconds']:.0f}s at "
+                        f"${cost['usd_hr']:g}/h ({cost['source']}; as of its {cost['at']})")
     for key in ("id", "name", "host", "kind", "job_id", "state", "exit_code", "reason",
-                "job_dir", "root", "data", "fetch", "pulled"):
+                "job_dir", "root", "data", "fetch", "pulled", "cost"):
         if data[key] not in (None, "", []):
             common.echo(f"{key + ':':<10} {data[key]}")
     common.echo(f"{'spec:':<10} {json.dumps(spec)}")

@@ -22,7 +22,9 @@ def _line(entry: dict[str, Any]) -> str:
               metavar="S", help="How long to wait for a pass already running, then report busy.")
 @click.pass_context
 def monitor(ctx: click.Context, as_json: bool, lock_wait: float) -> None:
-    """Probe every unfinished job once, pull results, report what changed.
+    """Probe every unfinished job once, pull results, report what changed and the spend
+    so far (--json: "spend": {"usd", "seconds", "unknown": job ids without a known rate,
+    "jobs": [{"id", "name", "host", "state", "usd_hr", "seconds", "usd", "rate", "at"}]}).
 
     Safe from cron every minute and concurrently; a job's outcome is announced once.
     """
@@ -49,3 +51,7 @@ def monitor(ctx: click.Context, as_json: bool, lock_wait: float) -> None:
         common.echo(f"rentals destroyed: {', '.join(report['released'])}")
     state = "changed" if report["changed"] else "no change"
     common.echo(f"{report['running']} job(s) still running or queued; {state}")
+    spent = report["spend"]
+    if len(spent["jobs"]) > len(spent["unknown"]):  # no known rate: --json lists them alone
+        unknown = f"; {len(spent['unknown'])} job(s) rate unknown" if spent["unknown"] else ""
+        common.echo(f"spend so far: ${spent['usd']:.4f} over {len(spent['jobs'])} job(s){unknown}")

@@ -1,4 +1,5 @@
-"""`mainboard submit --on HOST [options] -- CMD...`: submit a batch job, print its id.
+"""`mainboard submit --on HOST [options] -- CMD...`: submit a batch job, print its id: the
+scheduler's on SLURM and PBS hosts (what ``squeue``/``qstat`` list), else mainboard's.
 
 With ``--wait`` it exits like the job: see :func:`exit_status`.
 """
@@ -70,7 +71,9 @@ def submit(ctx: click.Context, host: str, runtime: str | None, explain: bool, na
            attempt: int, walltime: str | None, mem_gb: float | None, cpus: int | None, gpus: int | None, queue: str | None,
            data: tuple[str, ...], fetch: tuple[str, ...], no_sync: bool, wait_: bool,
            as_json: bool, command: tuple[str, ...]) -> None:
-    """Submit CMD as a job on HOST and print its id.
+    """Submit CMD as a job on HOST and print its id: on SLURM and PBS hosts the
+    scheduler's (the id squeue/qstat list), elsewhere mainboard's. `mainboard jobs`
+    verbs take either; --json has both ("id": mainboard's, "job_id": the scheduler's).
 
     One argument is shell text (`-- 'make && ./a.out > out/log'`); several are an
     argument list, each quoted (`-- python3 fit.py --seed 3`). Queue limits are
@@ -96,7 +99,9 @@ def submit(ctx: click.Context, host: str, runtime: str | None, explain: bool, na
     --json prints the object `mainboard jobs show --json` prints:
       {"id", "name", "host", "kind", "job_id", "state", "final", "exit_code",
        "reason", "native", "submitted_at", "job_dir", "root", "spec", "data",
-       "fetch", "pulled"}
+       "fetch", "pulled", "cost"}; "id" is mainboard's, "job_id" the scheduler's
+      (mainboard's again on hosts without a scheduler); "cost": the last cost line
+      {"usd_hr" (null: rate unknown), "source", "seconds", "usd", "at"}
     """
     import sys
 
@@ -114,10 +119,11 @@ def submit(ctx: click.Context, host: str, runtime: str | None, explain: bool, na
             if explain or runtime is not None:
                 raise click.UsageError("--explain and --runtime go with --on auto")
             job = submit_job(board, host, cmd, **options)
+        shown = job.view().shown_id  # `jobs show|logs|pull|cancel` take either id back
         if not as_json:
-            common.echo(job.id)
+            common.echo(shown)
         if wait_:
-            job.wait(progress=lambda s: common.echo(f"{job.id}: {s.describe()}", err=True))
+            job.wait(progress=lambda s: common.echo(f"{shown}: {s.describe()}", err=True))
             if job.view().submitted.fetch:
                 job.pull()
         view = job.view()

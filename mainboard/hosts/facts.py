@@ -87,6 +87,13 @@ class PythonCommand(_Strict):
     version: str
 
 
+class CpuKind(_Strict):
+    """One kind of core and how many cores of it (a hybrid CPU has several kinds)."""
+
+    model: str
+    count: int
+
+
 class Facts(_Strict):
     """Everything mainboard knows about a host's hardware; bytes for memory and disk."""
 
@@ -96,7 +103,8 @@ class Facts(_Strict):
     system: str
     arch: str
     kernel: str
-    cpu_name: str | None
+    cpu_name: str | None        # a hybrid CPU: its kinds joined, "10x Arm Cortex-A725 + ..."
+    cpu_kinds: list[CpuKind] = []  # [] in facts cached before kinds were probed
     cpu_logical: int | None
     cpu_physical: int | None
     cpu_usable: int | None
@@ -123,9 +131,16 @@ class FactsRecord(BaseModel):
     facts: Facts
 
 
+INLINED = re.compile(r"^from mainboard\.hosts\.(\w+) import \(  # probe: inlined\n[^)]*\)$", re.M)
+
+
 def probe_source() -> str:
-    """The probe's source text, exactly as it is sent to a host."""
-    return Path(facts_probe.__file__).read_text(encoding="utf-8")
+    """The probe's source text, exactly as it is sent to a host: ``facts_probe.py`` with
+    each import marked ``# probe: inlined`` replaced by that module's source, so the
+    host runs one standard-library script."""
+    here = Path(facts_probe.__file__)
+    return INLINED.sub(lambda m: here.with_name(f"{m.group(1)}.py").read_text(encoding="utf-8"),
+                       here.read_text(encoding="utf-8"))
 
 
 def parse_facts(stdout: str, host: str = "local") -> Facts:

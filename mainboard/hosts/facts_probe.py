@@ -1,7 +1,9 @@
 """Hardware probe sent to a host's python on stdin: prints one JSON object.
 
 This file's *source* is piped into ``python3 -`` on machines where nothing is
-installed, often old cluster login nodes: standard library only, Python 3.6+. Each
+installed, often old cluster login nodes: standard library only, Python 3.6+. Imports
+marked ``# probe: inlined`` are replaced by that module's source before it is sent
+(``mainboard.hosts.facts.probe_source``): ``probe_cpu.py`` is the CPU part. Each
 collector is isolated, so a failure becomes a line in ``warnings``, never a crash.
 ``mainboard.hosts.facts.Facts`` is the schema this output must satisfy.
 """
@@ -20,6 +22,16 @@ import subprocess
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from mainboard.hosts.probe_cpu import (  # probe: inlined
+    _read,
+    _run,
+    _sysctl,
+    cpu_kinds,
+    cpu_physical,
+    kinds_text,
+    model_name,
+)
+
 SCHEMA_VERSION = 1
 NVIDIA_QUERY = ["--query-gpu=name,memory.total,uuid,driver_version",
                 "--format=csv,noheader,nounits"]
@@ -29,30 +41,6 @@ PYTHON_NAME = re.compile(r"^python3(\.\d+)?$")
 VERSION_SNIPPET = "import sys; print('%d.%d.%d' % tuple(sys.version_info[:3]))"
 
 WARNINGS = []  # type: List[str]
-
-
-def _read(path: str) -> Optional[str]:
-    """File contents stripped, or None when absent/unreadable (sysfs files vanish)."""
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _run(argv: List[str], timeout: float = 15.0) -> Tuple[int, str, str]:
-    """Run a program; (returncode, stdout, stderr). Python 3.6 has no capture_output."""
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          stdin=subprocess.DEVNULL, universal_newlines=True, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-def _sysctl(name: str) -> Optional[str]:
-    """A BSD/macOS sysctl value, None where sysctl is absent (Linux)."""
-    if not shutil.which("sysctl") or sys.platform != "darwin":
-        return None
-    code, out, _ = _run(["sysctl", "-n", name], timeout=5.0)
-    return out.strip() if code == 0 and out.strip() else None
 
 
 def os_name() -> str:
@@ -65,53 +53,6 @@ def os_name() -> str:
     if sys.platform == "darwin" and platform.mac_ver()[0]:
         return "macOS " + platform.mac_ver()[0]
     return (platform.system() + " " + platform.release()).strip()
-
-
-def _lscpu_model() -> Optional[str]:
-    """lscpu's "Model name": it decodes ARM part numbers (e.g. Neoverse-V2) cpuinfo lacks."""
-    if not shutil.which("lscpu"):
-        return None
-    code, out, _ = _run(["env", "LC_ALL=C", "lscpu"], timeout=10.0)
-    for line in out.splitlines() if code == 0 else []:
-        key, _, value = line.partition(":")
-        if key.strip() == "Model name" and value.strip() not in ("", "-"):
-            return value.strip()
-    return None
-
-
-def cpu_name() -> Optional[str]:
-    """CPU model: cpuinfo 'model name' (x86), lscpu (ARM), other cpuinfo keys, sysctl."""
-    fields = {}  # type: Dict[str, str]
-    for line in (_read("/proc/cpuinfo") or "").splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip().lower(), value.strip())
-    if fields.get("model name"):
-        return fields["model name"]
-    found = _lscpu_model()
-    if found:
-        return found
-    for key in ("hardware", "cpu model", "model", "cpu"):
-        if fields.get(key):
-            return fields[key]
-    return _sysctl("machdep.cpu.brand_string") or platform.processor() or None
-
-
-def cpu_physical() -> Optional[int]:
-    """Physical cores: distinct sibling sets in sysfs topology (Linux), hw.physicalcpu (macOS)."""
-    base = "/sys/devices/system/cpu"
-    names = [n for n in os.listdir(base) if re.match(r"^cpu\d+$", n)] \
-        if os.path.isdir(base) else []
-    cores = set()
-    for name in names:
-        topo = os.path.join(base, name, "topology")
-        siblings = _read(os.path.join(topo, "core_cpus_list")) or _read(
-            os.path.join(topo, "thread_siblings_list"))
-        if siblings:
-            cores.add(siblings)
-    if cores:
-        return len(cores)
-    value = _sysctl("hw.physicalcpu")
-    return int(value) if value and value.isdigit() else None
 
 
 def cpu_usable() -> Optional[int]:
@@ -373,6 +314,7 @@ def _safely(field: str, collect: Callable[[], Any], default: Any) -> Any:
 def collect() -> Dict[str, Any]:
     """Every fact of this machine, as plain JSON-able values."""
     total, available = _safely("memory", memory, (None, None))
+    kinds = _safely("cpu_kinds", cpu_kinds, [])  # several: a hybrid CPU, named by them
     facts = {
         "schema_version": SCHEMA_VERSION,
         "hostname": socket.gethostname(),
@@ -380,7 +322,9 @@ def collect() -> Dict[str, Any]:
         "system": platform.system(),
         "arch": platform.machine(),
         "kernel": platform.release(),
-        "cpu_name": _safely("cpu_name", cpu_name, None),
+        "cpu_name": kinds_text(kinds) if len(kinds) > 1 else _safely("cpu_name", model_name,
+                                                                      None),
+        "cpu_kinds": kinds,
         "cpu_logical": os.cpu_count(),
         "cpu_physical": _safely("cpu_physical", cpu_physical, None),
         "cpu_usable": _safely("cpu_usable", cpu_usable, None),

@@ -27,6 +27,7 @@ from mainboard.hosts.access import ensure_root
 from mainboard.hosts.leases import rentals_locked
 from mainboard.hosts.mirror import manifest_path
 from mainboard.ids import safe_word
+from mainboard.receipts import RentalCreated
 from mainboard.statedir import fleet_dir
 
 RENT_WAIT_S = 300.0
@@ -125,10 +126,25 @@ def provider_transport(config: Config, name: str, host: ProviderHost, root: str,
         return transport
 
 
+def _marker(config: Config, name: str) -> Path:
+    """The file naming the rental host ``name``'s mirror (and transport) were last on."""
+    return manifest_path(config, name).with_suffix(".rental")
+
+
+def attached_rental(config: Config, name: str) -> RentalCreated | None:
+    """The live rental host ``name``'s transport last attached to, as recorded when it was
+    rented (its ``usd_hr`` is what the provider bills for it); None when there is none."""
+    marker = _marker(config, name)
+    rental_id = marker.read_text() if marker.exists() else None
+    found = [r for r in owned_rentals(config.state_dir)
+             if r.host == name and r.rental_id == rental_id]
+    return found[-1] if found else None
+
+
 def _attach(config: Config, name: str, host: ProviderHost, rental: Rental,
             identity: str) -> SshTransport:
     """The rental's transport; a rental the workspace mirror has not seen forgets the mirror."""
-    marker = manifest_path(config, name).with_suffix(".rental")
+    marker = _marker(config, name)
     if not marker.exists() or marker.read_text() != rental.id:
         # A fresh machine holds none of what the manifest says the last one had.
         manifest_path(config, name).unlink(missing_ok=True)

@@ -27,6 +27,7 @@ from mainboard.bridges.base import LOG_CHUNK
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.errors import HostError, MainboardError, WaitTimedOut
 from mainboard.hosts.leases import Lease, holding
+from mainboard.jobs.costs import first_cost, submit_rate
 from mainboard.jobs.environment import JobEnvironment, prepare_environment
 from mainboard.jobs.files import check_paths, fetch_back, ship_data
 from mainboard.jobs.store import JobStore, JobView
@@ -125,15 +126,18 @@ def submit(board: Hosts, host: str, cmd: str | Sequence[str], *, name: str | Non
             _BRIDGES[handle].setdefault(bridge.root, bridge)
         recorded = record.spec.model_dump(mode="json")
         recorded["env"] = redact_env(record.spec.env)
+        usd_hr, rate_source = submit_rate(handle, record.spec)
         if before_record is not None:
             before_record()
-        store_of(board).submitted(JobSubmitted(
+        store = store_of(board)
+        store.submitted(JobSubmitted(
             id=record.uid, host=record.host, kind=record.kind, job_id=record.job_id,
             name=record.name, job_dir=record.job_dir, root=bridge.root, spec=recorded,
             data=data_paths, fetch=fetch_paths, submitted_at=record.submitted_at,
             phases={**({"env": [began, ready]} if prepared_here and ready - began > 0.001
                        else {}), "sync": [ready, shipped], "submit": [shipped, time.time()]},
             env_key=environment.key))
+        store.append(record.uid, first_cost(record.uid, usd_hr, rate_source))
     return Job(board, record.uid)
 
 

@@ -16,12 +16,15 @@ released only when no job on it, in scope or not, is still owed an outcome (so i
 outputs are pulled first), and every pass tries again until it is (a provider API that
 was down does not leave it running). Only rentals the jobs own (``owner = "jobs"``)
 are ever released here: a fleet worker's rental on the same host is never touched.
-Every pass also writes the verdicts study ledgers lack (``mainboard.jobs.verdicts``).
+Every pass also writes the verdicts study ledgers lack (``mainboard.jobs.verdicts``) and
+a ``job.cost`` observation of each running job in scope (``mainboard.jobs.costs``); the
+report's ``spend`` is what those jobs have cost so far, per job and in total.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +32,7 @@ from mainboard.bridges.jobstate import JobState
 from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError, first_line
 from mainboard.hosts.leases import leased_hosts, rentals_locked
+from mainboard.jobs.costs import spend
 from mainboard.jobs.job import pull_view, store_of
 from mainboard.jobs.live import groups_of, probe
 from mainboard.jobs.store import JobStore, JobView
@@ -168,7 +172,7 @@ def monitor_pass(board: Hosts, *, only: Collection[str] | None = None, lock_wait
         if not held:
             return {"running": None, "finished": [], "failed": [], "unreachable_hosts": [],
                     "host_errors": {}, "pulled": [], "released": [], "errors": [],
-                    "changed": False, "busy": True}
+                    "changed": False, "busy": True, "spend": None}
         return _sweep(board, None if only is None else frozenset(only), release)
 
 
@@ -192,6 +196,7 @@ def _sweep(board: Hosts, only: frozenset[str] | None, release: Release) -> dict[
     pulled, tried = _pull_finished(board, [v for v in views if mine(v)], down)
     if pulled:
         views, _ = store.scan()
+    views = _observe_costs(store, views, lambda v: mine(v) and v.host not in down)
     errors += record_verdicts(board.config.state_dir, views)  # study ledgers, once each
     log = monitor_log(board.config.state_dir)
     announced, last = _announced(log, errors)
@@ -222,7 +227,19 @@ def _sweep(board: Hosts, only: frozenset[str] | None, release: Release) -> dict[
         "errors": errors,
         "changed": changed,
         "busy": False,
+        "spend": spend([v for v in views if mine(v)]),
     }
+
+
+def _observe_costs(store: JobStore, views: list[JobView],
+                   seen: Callable[[JobView], bool]) -> list[JobView]:
+    """A cost observation of each unfinished job ``seen`` (in scope, its host answered): its
+    spend grows with time observed (a verdict's own is written with it, ``JobStore.observe``)."""
+    out = []
+    for view in views:
+        line = store.record_cost(view.id, "pass") if seen(view) and not view.finished else None
+        out.append(view if line is None else replace(view, cost=line))
+    return out
 
 
 def _pull_finished(board: Hosts, views: list[JobView],
