@@ -186,7 +186,7 @@ class Bench:
 
     def retire_in(self, rows: list[dict[str, Any]]) -> float:
         """Seconds until the SLURM worker retires by its own clock (end - retire-before)."""
-        from tasks.fleet import parse_end
+        from mainboard.bridges.slurm import parse_end
 
         job = str(next(r for r in rows if r["host"] == "cluster")["job_id"])
         out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%e"], env=self.slurm.env,

@@ -99,6 +99,11 @@ class Bridge(ABC):
     job_dir_is_truth: ClassVar[bool] = False             # True: _query already read the dir
     node_fanout: ClassVar[str | None] = None             # shell: node.sh once per node
     count_command: ClassVar[tuple[str, ...] | None] = None  # this user's queued+running ids
+    # The worker side: an allocation's end, asked of the scheduler from inside it
+    ends_command: ClassVar[tuple[str, ...] | None] = None  # every job of this user, its end
+    end_command: ClassVar[tuple[str, ...] | None] = None   # one job's end; its id appended
+    allocation_env: ClassVar[str | None] = None            # inside an allocation: its job id
+    cluster_env: ClassVar[str | None] = None               # inside one: the cluster's name
 
     def __init__(self, name: str, host: HostConfig, transport: Transport, *,
                  container: ContainerConfig | None = None, root: str | None = None) -> None:
@@ -110,6 +115,50 @@ class Bridge(ABC):
     def default_root(self) -> str:
         """Where jobs live when neither the caller nor the host names a root."""
         return "~/mainboard"
+
+    # -- scheduler facts other rooms ask (class data and class methods: no host needed) ------
+
+    @classmethod
+    def scheduler_command(cls) -> str | None:
+        """The scheduler's own command, on PATH where jobs are submitted (``mainboard
+        compute`` checks it, ``config show`` names it); None: jobs are plain processes."""
+        return cls.submit_command[0] if cls.submit_command else None
+
+    @classmethod
+    def cancel_hint(cls, job_id: str) -> str | None:
+        """The command a person runs on the host to end ``job_id``; None: no scheduler."""
+        return shlex.join([*cls.cancel_command, job_id]) if cls.cancel_command else None
+
+    @classmethod
+    def retire_backstop(cls, retire_before: int) -> int | None:
+        """Seconds before walltime for the scheduler's retire signal when the worker retires
+        by its own clock (it asks its allocation's end: ``ends_command``), the signal then
+        only a backstop; None: the signal (or the script's watchdog) is the retirement."""
+        return None
+
+    @classmethod
+    def allocation_id(cls, env: Mapping[str, str]) -> str | None:
+        """The job id of the allocation this process runs in, when the scheduler can be
+        asked for its end (``ends_command``); None: the job script's clock decides."""
+        if cls.allocation_env is None or cls.ends_command is None:
+            return None
+        return env.get(cls.allocation_env) or None
+
+    @classmethod
+    def cluster(cls, env: Mapping[str, str]) -> str:
+        """The cluster an allocation belongs to, as its scheduler names it inside (else
+        the kind): the key its shared listing of ends is kept under."""
+        return (env.get(cls.cluster_env) if cls.cluster_env else None) or cls.kind
+
+    @staticmethod
+    def parse_ends(text: str) -> dict[str, str]:
+        """``ends_command``/``end_command`` output as ``{job id: end as printed}``."""
+        return {}
+
+    @staticmethod
+    def end_time(text: str) -> float | None:
+        """An end as ``parse_ends`` keeps it, in epoch seconds; None: no end."""
+        return None
 
     # -- the narrow hooks: commands and files on the login side ---------------------------
 
@@ -174,7 +223,7 @@ class Bridge(ABC):
         return render(
             spec, paths, headers=headers, workdir=workdir, root=self.root,
             env={**self.host.env, **spec.env, **({TAG_ENV: spec.tag} if spec.tag else {})},
-            modules=list(getattr(self.host, "modules", [])),
+            modules=self.host.env_modules(),
             container=self.container,
             job_id=self.job_id_env if self.job_id_env is not None else shlex.quote(uid),
             watchdog_walltime=not self.enforces_walltime,

@@ -55,8 +55,7 @@ def _ask(config: Config, name: str, transport: Transport, mode: str,
     deps = check_deps(config.python.deps, file=str(config.path or "mainboard.toml"))
     manifest = build_manifest(deps, None, None, request, config.python.preference)
     driver = Driver(transport, root or default_root(config, host),
-                     getattr(host, "python", "python3"), driver_env(config, host), None,
-                     getattr(host, "modules", ()))
+                     host.interpreter(), driver_env(config, host), None, host.env_modules())
     found = driver(mode, manifest)
     return EnvStatus(host=name, declared_python=request, interpreter=found.get("interpreter"),
                      python_version=str(found["python_version"]) if found.get("ready") else None,

@@ -67,16 +67,19 @@ def wait_turn(path: Path, per_minute: int, host: str) -> float:
 def enforce(name: str, kind: str, host: HostConfig, count: Callable[[], int] | None) -> None:
     """``max_jobs`` (``count``: this user's jobs queued or running there), then
     ``max_submits_per_minute``, of host ``name``; hosts without them pass."""
-    limit = getattr(host, "max_jobs", None)
+    gate = host.submit_gate()
+    if gate is None:
+        return
+    limit = gate.max_jobs
     if limit is not None and count is not None and (found := count()) >= limit:
         raise JobCapReached(f"host {name!r}: max_jobs {limit} reached ({found} jobs queued or "
                         f"running); wait for some to end, or raise [hosts.{name}] max_jobs "
                         "if the site allows more")
-    per_minute = getattr(host, "max_submits_per_minute", None)
-    if per_minute and "max_submits_per_minute" not in host.model_fields_set:
+    per_minute = gate.per_minute
+    if per_minute and not gate.per_minute_given:
         per_minute = int(os.environ.get(RATE_ENV) or per_minute)  # a site's (or CI's) default
     if per_minute:
-        wait_turn(gate_file(kind, getattr(host, "host", None)), per_minute, name)
+        wait_turn(gate_file(kind, gate.address), per_minute, name)
 
 
 __all__ = ["GATES_ENV", "RATE_ENV", "enforce", "gate_file", "wait_turn"]

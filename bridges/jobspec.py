@@ -174,11 +174,11 @@ def resolve(spec: JobSpec, host: HostConfig) -> JobSpec:
         if getattr(spec, key) is None and defaults.get(key) is not None:
             filled[key] = defaults[key]
     if spec.queue is None and "queue" not in filled:
-        host_queue = getattr(host, "partition", None) or getattr(host, "queue", None)
+        host_queue = host.default_queue()
         if host_queue:
             filled["queue"] = host_queue
-    if spec.account is None and getattr(host, "account", None):
-        filled["account"] = host.account  # type: ignore[union-attr]
+    if spec.account is None and host.default_account():
+        filled["account"] = host.default_account()
     if not filled:
         return spec
     try:
@@ -224,8 +224,7 @@ def violations(spec: JobSpec, policy: QueuePolicy) -> list[str]:
 
 def _named_queues(host: HostConfig) -> set[str]:
     """Queues the host's table names outside ``[queues]``: its default and its defaults'."""
-    named = {getattr(host, "partition", None), getattr(host, "queue", None),
-             host.defaults.queue}
+    named = {host.default_queue(), host.defaults.queue}
     return {q for q in named if q}
 
 

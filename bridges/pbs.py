@@ -19,6 +19,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from mainboard.config import PbsHost
 from mainboard.errors import CommandFailed, UserError
 
 from .base import Bridge, JobPaths
@@ -139,7 +140,7 @@ class PbsBridge(Bridge):
     def fanout(self, spec: JobSpec) -> str | None:
         """The per-node fan-out, by the host's ``fanout`` (pbsdsh, ssh, or auto: pbsdsh on PATH)."""
         text = super().fanout(spec)
-        how = getattr(self.host, "fanout", "auto")
+        how = self.host.fanout if isinstance(self.host, PbsHost) else "auto"
         return None if text is None else text.format(how=shlex.quote(how), until_eof=UNTIL_EOF)
 
     def header_lines(self, spec: JobSpec, paths: JobPaths) -> list[str]:

@@ -28,7 +28,7 @@ _TAG = "mb-pin-"
 
 def host_python(host: HostConfig) -> str:
     """The interpreter a host's jobs start from (its ``python`` key, else python3)."""
-    return getattr(host, "python", None) or "python3"
+    return host.interpreter()
 
 
 def probe_script(names: Sequence[str], python: str, modules: Sequence[str] = ()) -> str:
@@ -108,7 +108,7 @@ def require_pins(config: Config, name: str, host: HostConfig, transport: Transpo
     wanted = checked_pins(config.deps)
     if not wanted:
         return
-    script = probe_script(list(wanted), host_python(host), getattr(host, "modules", ()))
+    script = probe_script(list(wanted), host_python(host), host.env_modules())
     done = transport.run(["/bin/bash", "-c", script], env=host.env, timeout=PROBE_TIMEOUT_S)
     versions = read_versions(done.stdout)
     if "python" not in versions:

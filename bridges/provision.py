@@ -252,9 +252,7 @@ def manifest_digest(config: Config, name: str, project: Project | None = None) -
     environment has no project)."""
     from hashlib import sha256
 
-    container_name = getattr(config.host(name), "container", None)
-    manifest = build_manifest(config.python.deps, project,
-                              config.containers[container_name] if container_name else None,
+    manifest = build_manifest(config.python.deps, project, config.container_of(config.host(name)),
                               python_request(config), config.python.preference)
     return sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -301,19 +299,18 @@ def provision_host(config: Config, name: str, transport: Transport, *, root: str
     host = config.host(name)
     source = str(config.path or "mainboard.toml")
     deps = check_deps(config.python.deps, file=source, key="python.deps")
-    container_name = getattr(host, "container", None)
-    container = config.containers[container_name] if container_name else None
+    container = config.container_of(host)
     project = (project or local_project(config.state_dir)) if with_project else None
     started = time.monotonic()
     request = python_request(config)
     built = provision(transport, root=root or default_root(config, host),
-                      python=getattr(host, "python", "python3"), deps=deps,
+                      python=host.interpreter(), deps=deps,
                       project=project, env=driver_env(config, host), container=container,
                       stream=stream, python_request=request,
                       python_preference=config.python.preference,
                       requires=None if request else
                       lambda version: require_env_python(config, name, version),
-                      modules=getattr(host, "modules", ()))
+                      modules=host.env_modules())
     if built.installed:
         env_receipts(config.state_dir).append(EnvProvisioned(
             host=name, kind=host.kind, key=built.key, seconds=time.monotonic() - started,

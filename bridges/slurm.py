@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import time
 
 from .base import Bridge, JobPaths
 from .jobspec import JobSpec, format_walltime
@@ -76,6 +77,31 @@ def exit_pair(raw: str) -> tuple[int | None, str]:
     return (int(code), "") if code.strip().isdigit() else (None, "")
 
 
+def parse_ends(text: str) -> dict[str, str]:
+    """``ends_command`` lines (``1234|2026-12-03T10:40:12``) as ``{job id: end text}``."""
+    found = {}
+    for line in text.splitlines():
+        job_id, sep, end = line.strip().partition("|")
+        if sep and job_id:
+            found[job_id] = end
+    return found
+
+
+def parse_end(text: str) -> float | None:
+    """``squeue -o %e`` (local time, ``2026-12-03T10:40:12``) as epoch seconds; None when
+    the job has no end (``N/A``, ``Unknown``, empty)."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def signal_backstop(retire_before: int) -> int:
+    """Seconds before walltime for ``--signal``, which fires up to 60 s early: later than
+    the worker's own retirement (``mainboard.tasks.fleet``), so only a backstop."""
+    return retire_before - 60 if retire_before >= 120 else max(1, retire_before // 2)
+
+
 class SlurmBridge(Bridge):
     """Jobs through sbatch; partitions are the spec's ``queue``."""
 
@@ -88,6 +114,8 @@ class SlurmBridge(Bridge):
     # every job of this user with its end, in one command (a cluster's one poll per tick)
     ends_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i|%e")
     count_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i")
+    end_command = ("squeue", "-h", "-o", "%i|%e", "-j")  # a job the listing predates
+    allocation_env, cluster_env = "SLURM_JOB_ID", "SLURM_CLUSTER_NAME"
     job_id_regex = re.compile(r"^(?P<job_id>\d+(?:_\d+)?)(?:;(?P<cluster>[\w.-]+))?$")
     job_id_form = "a SLURM job id such as 1234 or 1234_7 (sbatch --parsable may add ;cluster)"
     states = SLURM_STATES
@@ -98,6 +126,15 @@ class SlurmBridge(Bridge):
     # allocation is lost as a unit. 22.05's srun does not inherit --cpus-per-task.
     node_fanout = ('srun --ntasks-per-node=1 -N "$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 '
                    '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" /bin/bash "$_mb_dir/node.sh"')
+
+    parse_ends = staticmethod(parse_ends)
+    end_time = staticmethod(parse_end)
+
+    @classmethod
+    def retire_backstop(cls, retire_before: int) -> int:
+        """The worker retires by its own clock (its end from ``ends_command``): ``--signal``,
+        which fires up to 60 s early, comes later (:func:`signal_backstop`)."""
+        return signal_backstop(retire_before)
 
     def header_lines(self, spec: JobSpec, paths: JobPaths) -> list[str]:
         lines = [f"-J {safe_job_name(spec.name)}"]
@@ -167,16 +204,6 @@ class SlurmBridge(Bridge):
             reason = f"sacct failed: {done.stderr.strip()[-200:]}"
             return {i: JobStatus(JobState.UNKNOWN, reason=reason) for i in ids}
         return parse_sacct(done.stdout, ids)
-
-
-def parse_ends(text: str) -> dict[str, str]:
-    """``ends_command`` lines (``1234|2026-12-03T10:40:12``) as ``{job id: end text}``."""
-    found = {}
-    for line in text.splitlines():
-        job_id, sep, end = line.strip().partition("|")
-        if sep and job_id:
-            found[job_id] = end
-    return found
 
 
 def parse_squeue(text: str, ids: list[str]) -> dict[str, JobStatus]:

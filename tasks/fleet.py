@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -36,10 +35,13 @@ from celery.signals import (
 )
 
 from mainboard import keys
-from mainboard.bridges.slurm import SlurmBridge, parse_ends
+from mainboard.bridges import bridge_class
+from mainboard.bridges.base import Bridge
+from mainboard.config.hostkinds import HOST_TABLE
 from mainboard.redisclient import redis_client
 from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV, broker_url_of
 from mainboard.tasks.schedpoll import run_listing, shared_listing
+from mainboard.tasks.telemetry import KIND_ENV
 from mainboard.tasks.timeneed import set_end
 
 BEAT_TTL_S = 7 * 24 * 3600  # a worker hash outlives its worker for a week, then goes
@@ -103,35 +105,31 @@ def _retire_on_sigint(worker: Any) -> None:
     install_worker_term_handler(worker, sig="SIGINT")
 
 
-def parse_end(text: str) -> float | None:
-    """``squeue -o %e`` (local time, ``2026-12-03T10:40:12``) as epoch seconds; None when
-    the job has no end (``N/A``, ``Unknown``, empty)."""
-    try:
-        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:
-        return None
+def scheduler() -> type[Bridge] | None:
+    """The bridge of this worker's host kind (``$MAINBOARD_HOST_KIND``, set by ``fleet up``):
+    what its scheduler can be asked from inside an allocation is that class's data."""
+    kind = os.environ.get(KIND_ENV)
+    return bridge_class(kind) if kind in HOST_TABLE else None
 
 
 def allocation_end(job_id: str) -> float | None:
-    """When this SLURM allocation ends (22.05 has no end-time variable): from the cluster's
-    one shared ``squeue`` listing of the tick (:mod:`mainboard.tasks.schedpoll`), so 50
-    workers cost slurmctld one query a minute, not 50; asked alone when the listing
-    predates this job or the broker is away."""
-    cluster = "ends:" + (os.environ.get(HOST_ENV) or os.environ.get("SLURM_CLUSTER_NAME")
-                         or "slurm")
-    fetch = partial(run_listing, SlurmBridge.ends_command, parse_ends)
+    """When this allocation ends (SLURM 22.05 has no end-time variable): from the cluster's
+    one shared listing of the tick (the bridge's ``ends_command``,
+    :mod:`mainboard.tasks.schedpoll`), so 50 workers cost the scheduler one query a
+    minute, not 50; asked alone (``end_command``) when the listing predates this job or
+    the broker is away. None where the kind's scheduler cannot be asked."""
+    bridge = scheduler()
+    if bridge is None or bridge.ends_command is None:
+        return None
+    cluster = "ends:" + (os.environ.get(HOST_ENV) or bridge.cluster(os.environ))
+    fetch = partial(run_listing, bridge.ends_command, bridge.parse_ends)
     try:
         ends = shared_listing(_redis(), cluster, END_RECHECK_S, fetch)
     except (redis.RedisError, ValueError):
         ends = {}
-    if job_id in ends:
-        return parse_end(ends[job_id])
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%e"], capture_output=True,
-                             text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return parse_end(out.splitlines()[0] if out.strip() else "")
+    if job_id not in ends and bridge.end_command is not None:
+        ends = run_listing((*bridge.end_command, job_id), bridge.parse_ends) or {}
+    return bridge.end_time(ends[job_id]) if job_id in ends else None
 
 
 def retire_delay(end: float, retire_before: float, now: float) -> float:
@@ -151,7 +149,8 @@ def _retire_on_clock(node: str, job_id: str, retire_before: float, end: float | 
     while not _stop.is_set():
         set_end(end)
         if end is None:
-            log.warning("retire clock: no end time for job %s; SLURM's signal retires it", job_id)
+            log.warning("retire clock: no end time for job %s; the scheduler's signal retires "
+                        "it", job_id)
             return
         if end != said:
             try:
@@ -213,7 +212,9 @@ def _on_ready(sender: Any = None, **_: Any) -> None:
          queues=consumed(sender))
     threading.Thread(target=_beat_forever, args=(node,), name="fleet-heartbeat",
                      daemon=True).start()
-    job_id, retire = os.environ.get("SLURM_JOB_ID"), os.environ.get(RETIRE_ENV)
+    bridge = scheduler()
+    job_id = bridge.allocation_id(os.environ) if bridge is not None else None
+    retire = os.environ.get(RETIRE_ENV)
     at = os.environ.get(RETIRE_AT_ENV)
     if job_id and retire:
         end = allocation_end(job_id)  # known before the first task is taken

@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from mainboard.config.hostkinds import HOST_KINDS
 from mainboard.redact import redact_text
 from mainboard.redisclient import redis_client
 from mainboard.runs import userspans
@@ -44,7 +45,7 @@ def worker_kind(node: str) -> str:
     if env:
         return env
     first = node.partition("@")[0].partition("-")[0]
-    return first if first in ("local", "ssh", "slurm", "pbs", "provider") else "local"
+    return first if first in HOST_KINDS else "local"
 
 
 class Shipper:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from tests.importgraph import REPO, cycles, imported, modules, unit_graph
+import ast
+import re
+from pathlib import Path
+
+from tests.importgraph import REPO, ROOTS, cycles, imported, modules, unit_graph
 
 GROUND = {"errors", "keys", "locks", "redact", "receipts", "statedir", "ids", "daemon", "store",
           "redisclient"}
@@ -67,3 +71,85 @@ def test_only_the_cli_imports_the_dashboard() -> None:
     graph = unit_graph()
     users = sorted(u for u, deps in graph.items() if "mainboard.dashboard" in deps)
     assert users == ["mainboard.cli"], users
+
+
+# ----- scheduler facts live in bridges/ (and the one table of host kinds) -------------------
+
+SCHEDULER_WORDS = ("sbatch", "squeue", "scancel", "sacct", "scontrol", "srun", "qsub", "qstat",
+                   "qdel", "pbsdsh", "mpirun")
+SCHEDULER_KINDS = ("slurm", "pbs")
+# Where they may be spelled: the bridges, and the table of host kinds (each model's literal).
+SCHEDULER_HOMES = ("bridges/", "mainboard/config/hostkinds.py")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings (prose may name a command)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) \
+                and node.body and isinstance(node.body[0], ast.Expr) \
+                and isinstance(node.body[0].value, ast.Constant):
+            found.add(id(node.body[0].value))
+    return found
+
+
+def scheduler_literals(path: Path, rel: str) -> list[str]:
+    """``rel:line: text`` for each string in code (not a docstring; comments are not strings)
+    that names a scheduler command as a word, or is a scheduler host kind."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    words = re.compile(r"\b(" + "|".join(SCHEDULER_WORDS) + r")\b")
+    skip = _docstrings(tree)
+    return [f"{rel}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in skip
+            and (words.search(node.value) or node.value.strip().lower() in SCHEDULER_KINDS)]
+
+
+def scheduler_leaks(repo: Path = REPO) -> list[str]:
+    """Every scheduler literal outside its homes, in the package's source folders."""
+    found = []
+    for folder in ROOTS:
+        for path in sorted((repo / folder).rglob("*.py")):
+            rel = path.relative_to(repo).as_posix()
+            if not rel.startswith(SCHEDULER_HOMES):
+                found += scheduler_literals(path, rel)
+    return found
+
+
+def test_no_scheduler_command_or_kind_is_spelled_outside_the_bridges() -> None:
+    """Adding a scheduler is a bridge module and a row of config/hostkinds.py: code
+    elsewhere asks the bridge (``bridge_class(kind).scheduler_command()``...)."""
+    leaks = scheduler_leaks()
+    assert not leaks, "ask the bridge instead:\n" + "\n".join(leaks)
+
+
+def test_the_scheduler_check_finds_a_planted_literal(tmp_path: Path) -> None:
+    """The rule above would pass vacuously if the checker missed strings: plant some."""
+    for folder in ROOTS:
+        (tmp_path / folder).mkdir()
+    (tmp_path / "mainboard" / "planted.py").write_text(
+        '"""Module prose may say squeue."""\n'
+        "import subprocess\n\n\n"
+        "def end(job: str) -> str:\n"
+        '    """So may a function\'s: scancel, kind = "slurm"."""\n'
+        "    # and a comment: qdel\n"
+        '    if KIND == "pbs":\n'
+        '        return f"qdel {job}"\n'
+        '    return subprocess.run(["squeue", "-j", job]).stdout\n', encoding="utf-8")
+    (tmp_path / "bridges" / "lsf.py").write_text('SUBMIT = ("bsub", "sbatch")\n',
+                                                 encoding="utf-8")
+    leaks = scheduler_leaks(tmp_path)
+    assert [leak.split(": ", 1)[0] for leak in leaks] == \
+        ["mainboard/planted.py:8", "mainboard/planted.py:9", "mainboard/planted.py:10"], leaks
+
+
+def test_every_host_kind_has_its_bridge_and_agrees_on_nodes() -> None:
+    """One row per kind in config/hostkinds.py names a bridge that exists; a kind whose
+    pools may span nodes is one whose bridge fans a job out over them."""
+    from mainboard.bridges import bridge_class
+    from mainboard.config.hostkinds import HOST_TABLE
+
+    for kind, row in HOST_TABLE.items():
+        bridge = bridge_class(kind)
+        assert bridge.kind == kind
+        assert row.multi_node == (bridge.node_fanout is not None), kind

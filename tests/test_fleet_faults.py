@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from mainboard.bridges.jobstate import JobState, JobStatus
+from mainboard.bridges.slurm import parse_end, signal_backstop
 from mainboard.bridges.tunnel import TunnelStatus
-from mainboard.config.models import SlurmHost
+from mainboard.config import SlurmHost
 from mainboard.fleet.keeper import LOST_AFTER_ENV, status_row
-from mainboard.fleet.launch import UpOptions, signal_backstop, worker_spec
+from mainboard.fleet.launch import UpOptions, worker_spec
 from mainboard.fleet.records import read_fleet
 from mainboard.fleet.status import STALE_AFTER_S, _state
-from mainboard.tasks.fleet import RETIRE_ENV, parse_end, retire_delay
+from mainboard.tasks.fleet import RETIRE_ENV, retire_delay
 from tests.fleet_helpers import (
     cli,
     processes_matching,

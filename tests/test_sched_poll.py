@@ -15,12 +15,14 @@ import redis
 from mainboard import keys
 from mainboard.bridges import bridge_for
 from mainboard.bridges.gate import GATES_ENV, gate_file, wait_turn
+from mainboard.bridges.slurm import parse_end
 from mainboard.bridges.transport import LocalTransport
 from mainboard.config import SlurmHost
 from mainboard.errors import HostError
 from mainboard.tasks import fleet
-from mainboard.tasks.fleet import HOST_ENV, allocation_end, parse_end
+from mainboard.tasks.fleet import HOST_ENV, allocation_end
 from mainboard.tasks.schedpoll import shared_listing
+from mainboard.tasks.telemetry import KIND_ENV
 from tests.fleet_helpers import (
     provisioned_root,  # noqa: F401 - session fixture
     wait_until,
@@ -83,6 +85,7 @@ def test_a_workers_end_comes_from_the_shared_listing_and_matches_squeue(
         monkeypatch: pytest.MonkeyPatch) -> None:
     ids, log = jobs
     monkeypatch.setenv(HOST_ENV, "cluster-a")
+    monkeypatch.setenv(KIND_ENV, "slurm")  # as fleet up starts a worker there
     client = redis.Redis.from_url(redis_server.url)
     monkeypatch.setattr(fleet, "_client", (os.getpid(), client))  # the worker's own client
     client.delete(keys.sched_listing("ends:cluster-a"))
@@ -141,6 +144,7 @@ def test_with_the_broker_away_a_worker_asks_for_its_own_end(
     from tests.services import free_port
 
     ids, log = jobs
+    monkeypatch.setenv(KIND_ENV, "slurm")  # as fleet up starts a worker there
     dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
     monkeypatch.setattr(fleet, "_client", (os.getpid(), dead))
     direct = subprocess.run(["squeue", "-h", "-j", ids[0], "-o", "%e"], capture_output=True,

@@ -27,6 +27,7 @@ def config() -> None:
 @click.pass_context
 def check(ctx: click.Context, as_json: bool) -> None:
     """Validate mainboard.toml and list the hosts it declares."""
+    from mainboard.bridges import bridge_class  # here, not at import: CLI start-up time
     from mainboard.config import load_config
 
     loaded = load_config(common.config_path(ctx), required=True)
@@ -40,11 +41,12 @@ def check(ctx: click.Context, as_json: bool) -> None:
     width = max(len(n) for n in names)
     for name in names:
         host = loaded.host(name)
-        common.echo(f"  {name:<{width}}  {host.kind:<8}  {_where(host)}")
+        common.echo(f"  {name:<{width}}  {host.kind:<8}  "
+                    f"{_where(host, bridge_class(host.kind).scheduler_command())}")
 
 
-def _where(host: Any) -> str:
-    """One short phrase saying how the host is reached."""
+def _where(host: Any, scheduler: str | None) -> str:
+    """One short phrase saying how the host is reached (and the scheduler's command)."""
     params = host.ssh_params()
     if params is not None:
         where = f"ssh {params.user}@{params.host}:{params.port}"
@@ -52,8 +54,8 @@ def _where(host: Any) -> str:
         where = f"rented from {host.provider}" + (f" ({host.gpu})" if host.gpu else "")
     else:
         where = "this machine"
-    if host.kind in ("slurm", "pbs"):
-        where += f", {'sbatch' if host.kind == 'slurm' else 'qsub'}"
+    if scheduler:
+        where += f", {scheduler}"
     return where + (f", root {host.root}" if host.root else "")
 
 

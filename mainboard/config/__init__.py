@@ -19,6 +19,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from mainboard.config.base import JobDefaults, QueuePolicy
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.config.durations import (
     DURATION_FORMS,
@@ -26,27 +27,27 @@ from mainboard.config.durations import (
     parse_duration,
     positive_duration,
 )
+from mainboard.config.hostkinds import (
+    HOST_KINDS,
+    HostConfig,
+    LocalHost,
+    PbsHost,
+    ProviderHost,
+    SlurmHost,
+    SshHost,
+    SshParams,
+)
 from mainboard.config.loader import CONNECTION_KEYS, Loader, describe_keys
 from mainboard.config.models import (
     AUTO,
-    HOST_KINDS,
     BrokerConfig,
     Config,
     ContainerConfig,
     FleetConfig,
-    HostConfig,
-    JobDefaults,
-    LocalHost,
-    PbsHost,
     PoolConfig,
     ProviderConfig,
-    ProviderHost,
     PythonConfig,
-    QueuePolicy,
     RouterConfig,
-    SlurmHost,
-    SshHost,
-    SshParams,
     WorkspaceConfig,
 )
 from mainboard.errors import ConfigError, ConfigNotFound

@@ -17,8 +17,9 @@ from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from mainboard.config.hostkinds import HOST_KINDS, HOST_MODELS, LocalHost
 from mainboard.config.interpolate import has_placeholder, interpolate
-from mainboard.config.models import HOST_KINDS, HOST_MODELS, Config, LocalHost
+from mainboard.config.models import Config
 from mainboard.config.pins import ECOSYSTEM_FIX, OTHER_ECOSYSTEMS
 from mainboard.config.sourcemap import KeyPath, SourceMap
 from mainboard.config.syntax import display_key as _display

@@ -8,10 +8,7 @@ so ``mainboard.config`` can turn the first error into one ConfigError line.
 
 from __future__ import annotations
 
-import getpass
-import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,13 +22,19 @@ from pydantic import (
 
 from mainboard.config.base import (
     ConfigModel,
-    JobDefaults,
     PositiveDuration,
-    QueuePolicy,
     custom_error,
 )
 from mainboard.config.brokerurl import REDIS_URL_FORMS, redis_url_problem
-from mainboard.config.pins import check_deps_table, module_list, requirement_list
+from mainboard.config.hostkinds import (
+    HOST_TABLE,
+    HostConfig,
+    LocalHost,
+    ProviderHost,
+    SshHost,
+    kinds_where,
+)
+from mainboard.config.pins import check_deps_table, requirement_list
 from mainboard.errors import UnknownHost
 from mainboard.redact import redact_url
 from mainboard.redisclient import (
@@ -43,13 +46,6 @@ from mainboard.redisclient import (
     sentinel_url,
 )
 
-HOST_KINDS = ("local", "ssh", "slurm", "pbs", "provider")
-# Addresses and user names reach ssh and paramiko: no shell characters, no leading "-" (an ssh
-# option), no spaces or quotes.
-_HOST = "a host name or IP address: letters, digits, '.', '-', ':', e.g. login.example.org"
-_ADDRESS = r"^[A-Za-z0-9_\[:][A-Za-z0-9_.:%\[\]-]*$"
-_USER = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$"
-_USER_FORM = "a user name: letters, digits, '.', '_', '-', '@', not starting with '-'"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -196,146 +192,7 @@ class ProviderConfig(ConfigModel):
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class SshParams:
-    """Everything paramiko needs to reach a host (paths expanded, user resolved)."""
-
-    host: str
-    user: str
-    port: int
-    identity: str | None
-    trust: Literal["known-hosts", "first-use"]
-    known_hosts: str
-    connect_timeout: float
-    given: frozenset[str] | None = None  # keys mainboard.toml wrote: they win over ~/.ssh/config
-
-
-class _HostBase(ConfigModel):
-    """Keys every host kind accepts."""
-
-    kind: str
-    root: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    defaults: JobDefaults = Field(default_factory=JobDefaults)
-    queues: dict[str, QueuePolicy] = Field(default_factory=dict)
-    usd_hr: float | None = Field(default=None, ge=0, description=(
-        "what an hour of this host costs you, US dollars >= 0 (owned hosts: 0 when absent)"))
-
-    def ssh_params(self) -> SshParams | None:
-        """How to reach the host over ssh; None when its commands run on this machine."""
-        return None
-
-    def job_defaults(self, attempt: int = 1, walltime_s: float | None = None,
-                     num_cpus: int | None = None) -> dict[str, float | int | str]:
-        """This host's [defaults] evaluated for one attempt (num_cpus defaults to local CPUs)."""
-        return self.defaults.evaluate(attempt, walltime_s, num_cpus)
-
-
-class LocalHost(_HostBase):
-    """kind = "local": this machine."""
-
-    kind: Literal["local"] = "local"
-
-
-class _Connected(_HostBase):
-    """Connection keys shared by ssh hosts and ssh-login batch hosts."""
-
-    host: str | None = Field(default=None, min_length=1, pattern=_ADDRESS, description=_HOST)
-    user: str | None = Field(default=None, min_length=1, pattern=_USER, description=_USER_FORM)
-    port: int = Field(default=22, ge=1, le=65535, description="an integer from 1 to 65535")
-    identity: str | None = None
-    trust: Literal["known-hosts", "first-use"] = "known-hosts"
-    known_hosts: str | None = None
-    connect_timeout: float = Field(default=10.0, gt=0, description="seconds, greater than 0")
-    python: str = "python3"
-
-    def _params(self) -> SshParams:
-        assert self.host is not None  # guaranteed by the validators of the subclasses
-        return SshParams(
-            host=self.host, user=self.user or getpass.getuser(), port=self.port,
-            identity=os.path.expanduser(self.identity) if self.identity else None,
-            trust=self.trust,
-            known_hosts=os.path.expanduser(self.known_hosts or "~/.ssh/known_hosts"),
-            connect_timeout=self.connect_timeout, given=frozenset(self.model_fields_set))
-
-
-class SshHost(_Connected):
-    """kind = "ssh": a machine reached with paramiko; ``host`` left out is the table's name
-    (as ``ssh NAME`` reads it: an alias in ~/.ssh/config or a DNS name)."""
-
-    kind: Literal["ssh"] = "ssh"
-    root: str = "~/mainboard"
-
-    def ssh_params(self) -> SshParams:
-        """ssh hosts are always remote."""
-        return self._params()
-
-
-class _Batch(_Connected):
-    """Keys shared by SLURM and PBS hosts. The login side is reached over ssh when ``host`` is
-    set and is this machine otherwise; ``login`` only ever states that explicitly."""
-
-    login: Literal["local", "ssh"] = "local"  # left out: "ssh" when host is set (below)
-    account: str | None = None
-    max_submits_per_minute: int = Field(30, ge=1, description="an integer >= 1")
-    max_jobs: int | None = Field(None, ge=1, description="an integer >= 1")  # the site's cap
-    modules: Annotated[list[str], BeforeValidator(module_list)] = Field(default_factory=list)
-    container: str | None = None
-
-    @model_validator(mode="after")
-    def _login_matches_host(self) -> _Batch:
-        """``host`` alone means ssh; ``login = "local"`` beside a ``host`` is a contradiction
-        (it would run sbatch here and ignore host, port and user), so it is refused."""
-        if "login" not in self.model_fields_set:
-            self.login = "ssh" if self.host else "local"
-        elif self.login == "local" and self.host:
-            raise custom_error(f'login = "local" would ignore host = "{self.host}" and submit '
-                               'from this machine', 'login = "ssh" (or no login key) to submit '
-                               'through host, or no host to submit from this machine', ("login",),
-                               value=None)
-        elif self.login == "ssh" and not self.host:
-            raise custom_error('missing required key host (login = "ssh")',
-                               'host = "login.cluster.example" (or login = "local")', ("host",),
-                               value=None)
-        return self
-
-    def ssh_params(self) -> SshParams | None:
-        """Remote only when the login node is reached over ssh."""
-        return self._params() if self.login == "ssh" else None
-
-
-class SlurmHost(_Batch):
-    """kind = "slurm": jobs go through sbatch."""
-
-    kind: Literal["slurm"] = "slurm"
-    partition: str | None = None
-
-
-class PbsHost(_Batch):
-    """kind = "pbs": jobs go through qsub."""
-
-    kind: Literal["pbs"] = "pbs"
-    queue: str | None = None
-    # How a multi-node job starts its node shares: pbsdsh when it is on PATH in the job, else
-    # ssh to each node (PBS lets a job's user ssh between its nodes); or one of them, always.
-    fanout: Literal["auto", "pbsdsh", "ssh"] = "auto"
-
-
-MULTI_NODE_KINDS = ("slurm", "pbs")  # a pool's `nodes > 1`: one worker per node (srun, pbsdsh, ssh)
 AUTO = "auto"  # the router's name in `on(...)`: never a declared host
-
-
-class ProviderHost(_HostBase):
-    """kind = "provider": a GPU machine rented from a [providers.X] when needed."""
-
-    kind: Literal["provider"] = "provider"
-    provider: str
-    gpu: str | None = None
-    max_usd_hr: float | None = Field(default=None, gt=0,
-                                     description="US dollars per hour, greater than 0")
-    root: str = "~/mainboard"
-    python: str = "python3"
-
 
 _QUEUE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"
 
@@ -407,14 +264,6 @@ class FleetConfig(ConfigModel):
         return pool.stall_after if pool.stall_after is not None else self.stall_after
 
 
-HostConfig = Annotated[LocalHost | SshHost | SlurmHost | PbsHost | ProviderHost,
-                       Field(discriminator="kind")]
-HOST_MODELS: dict[str, type[_HostBase]] = {
-    "local": LocalHost, "ssh": SshHost, "slurm": SlurmHost, "pbs": PbsHost,
-    "provider": ProviderHost,
-}
-
-
 class Config(ConfigModel):
     """One validated mainboard.toml (or the implicit default when there is none)."""
 
@@ -441,11 +290,12 @@ class Config(ConfigModel):
                                    _declared("hosts", self.hosts) + ", or local",
                                    ("fleet", "pools", name, "host"), value=pool.host)
             kind = self.hosts[pool.host].kind if pool.host in self.hosts else "local"
-            if pool.nodes > 1 and kind not in MULTI_NODE_KINDS:
+            if pool.nodes > 1 and not HOST_TABLE[kind].multi_node:
                 raise custom_error(
                     f"nodes {pool.nodes} on host {pool.host!r} (kind {kind}): only a "
-                    "scheduler's allocation spans nodes", "nodes = 1 for local, ssh and "
-                    "provider hosts; nodes >= 1 for slurm and pbs hosts",
+                    "scheduler's allocation spans nodes", f"nodes = 1 for "
+                    f"{_words(kinds_where(False))} hosts; nodes >= 1 for "
+                    f"{_words(kinds_where(True))} hosts",
                     ("fleet", "pools", name, "nodes"), value=pool.nodes)
         for name, host in self.hosts.items():
             if isinstance(host, SshHost) and host.host is None:
@@ -458,11 +308,11 @@ class Config(ConfigModel):
                 raise custom_error(f'the host name "{AUTO}" is reserved for the router '
                                    "(submit --on auto picks a host)", "another name",
                                    ("hosts", name), value=None)
-            if isinstance(host, _Batch) and host.container is not None \
-                    and host.container not in self.containers:
-                raise custom_error(f"container {host.container!r} is not declared",
+            container = host.container_name()
+            if container is not None and container not in self.containers:
+                raise custom_error(f"container {container!r} is not declared",
                                    _declared("containers", self.containers),
-                                   ("hosts", name, "container"), value=host.container)
+                                   ("hosts", name, "container"), value=container)
             if isinstance(host, ProviderHost) and host.provider not in self.providers:
                 raise custom_error(f"provider {host.provider!r} is not declared",
                                    _declared("providers", self.providers),
@@ -484,6 +334,11 @@ class Config(ConfigModel):
         raise UnknownHost(f"unknown host {name!r} ({where}); declared hosts: "
                           f"{', '.join(self.host_names())}")
 
+    def container_of(self, host: HostConfig) -> ContainerConfig | None:
+        """The ``[containers.NAME]`` a host runs its workers and jobs in (None: none)."""
+        name = host.container_name()
+        return self.containers[name] if name else None
+
     def host_names(self) -> list[str]:
         """"local" first, then the declared hosts in file order."""
         return ["local"] + [n for n in self.hosts if n != "local"]
@@ -493,3 +348,8 @@ def _declared(table: str, names: dict[str, Any]) -> str:
     if names:
         return f"declared {table}: {', '.join(names)}"
     return f"no [{table}.NAME] table is declared; add one or remove the reference"
+
+
+def _words(names: list[str]) -> str:
+    """``a, b and c``."""
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)

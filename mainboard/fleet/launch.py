@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-from mainboard.bridges import bridge_for
+from mainboard.bridges import bridge_class, bridge_for
 from mainboard.bridges.base import Bridge, JobRecord, new_uid
 from mainboard.bridges.jobscript import NODE_INDEX_ENV
 from mainboard.bridges.jobspec import JobSpec, check_policy, format_walltime, resolve
@@ -131,10 +131,12 @@ def worker_command(python: str, node: str, queues: Sequence[str], concurrency: i
 def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: str,
                 command: str = "celery worker", root: str | None = None,
                 tag: str | None = None, pool: str | None = None) -> JobSpec:
-    """The job that runs one worker on ``name``, with host defaults and queue policy applied."""
+    """The job that runs one worker on ``name``, with host defaults and queue policy applied.
+    A scheduler reserves what a job asks for: a worker there asks a CPU per process."""
+    bridge = bridge_class(host.kind, name)
     spec = JobSpec.from_params(
         command=command, name=f"mb-worker-{safe_word(name)}", walltime=options.walltime,
-        cpus=options.cpus or (options.concurrency if host.kind in ("slurm", "pbs") else None),
+        cpus=options.cpus or (options.concurrency if bridge.scheduler_command() else None),
         mem_gb=options.mem_gb, gpus=options.gpus, nodes=options.nodes,
         per_node=options.nodes > 1, env={"MAINBOARD_FLEET_WORKER": worker_id, "MAINBOARD_FLEET_HOST": name,
              "MAINBOARD_HOST_KIND": host.kind,
@@ -151,16 +153,11 @@ def worker_spec(name: str, host: HostConfig, options: UpOptions, *, worker_id: s
                 f"shorter than the walltime {format_walltime(spec.walltime)}; valid: a "
                 "retire-before below the walltime (the worker must have time to work)")
         retire, env = options.retire_before, {**spec.env, WALLTIME_ENV: str(spec.walltime)}
-        if host.kind == "slurm":  # the worker retires by its own clock; the signal is a backstop
-            env[RETIRE_ENV], retire = str(retire), signal_backstop(retire)
+        backstop = bridge.retire_backstop(retire)
+        if backstop is not None:  # the worker retires by its own clock; the signal is a backstop
+            env[RETIRE_ENV], retire = str(retire), backstop
         spec = JobSpec.model_validate({**spec.model_dump(), "retire_before": retire, "env": env})
     return spec
-
-
-def signal_backstop(retire_before: int) -> int:
-    """Seconds before walltime for SLURM's ``--signal``, which fires up to 60 s early: later
-    than the worker's own retirement (``mainboard.tasks.fleet``), so only a backstop."""
-    return retire_before - 60 if retire_before >= 120 else max(1, retire_before // 2)
 
 
 def plan(config: Config, names: Sequence[str], options: UpOptions) -> list[str]:
@@ -294,7 +291,7 @@ class Launcher:
 
     def _stamp_id(self, name: str, host: HostConfig) -> str | None:
         """The warm-start stamp of a host that provisions plainly (no container, not here)."""
-        if host.kind == "local" or getattr(host, "container", None):
+        if host.kind == "local" or host.container_name():
             return None
         from mainboard.bridges.provision import manifest_digest
 
@@ -324,8 +321,7 @@ class Launcher:
                 root = ensure_root(transport, name, text)
         else:  # checked (and created) by the warm start's one command
             root = stamp.root
-        container_name = getattr(host, "container", None)
-        container = self.config.containers[container_name] if container_name else None
+        container = self.config.container_of(host)
         return Target(name, host, transport, root, lambda r: bridge_for(
             name, host, transport, container=container, root=r),
             ssh_dict(transport) if isinstance(transport, SshTransport) else None,
@@ -336,7 +332,7 @@ class Launcher:
         """(python, url, via, port) after one command on a host as stamped (root, env,
         port, secret), the tunnel asked of the keeper; None: take the full path."""
         stamp = target.stamp
-        if stamp is None or getattr(target.host, "broker_url", None):
+        if stamp is None:
             return None
         tunnel = self.broker.loopback and target.ssh is not None
         from mainboard.bridges.pins import require_env_python
@@ -379,16 +375,13 @@ class Launcher:
 
     def tunnels(self, host: HostConfig) -> bool:
         """True when a worker on ``host`` reaches the broker through the keeper's tunnel."""
-        return not getattr(host, "broker_url", None) and self.broker.loopback and remote(host)
+        return self.broker.loopback and remote(host)
 
     def route(self, target: Target, worker_id: str, python: str) -> tuple[str, str, int | None]:
         """(url, "direct"|"tunnel", remote port): a tunnel when a remote host cannot reach a
-        loopback-only broker; a ``broker_url`` given for the host wins. A tunnel is asked
-        of the keeper (recorded, the keeper woken) but not waited for: ``start`` submits
-        the worker first, so it boots while the keeper dials (``await_tunnel``)."""
-        own = getattr(target.host, "broker_url", None)
-        if own:
-            return str(own), "direct", None
+        loopback-only broker. A tunnel is asked of the keeper (recorded, the keeper woken)
+        but not waited for: ``start`` submits the worker first, so it boots while the
+        keeper dials (``await_tunnel``)."""
         if not (self.broker.loopback and target.ssh is not None):
             return self.broker.worker_url, "direct", None
         port = free_remote_port(target.transport, python)

@@ -128,9 +128,8 @@ class Reconciler:
         config = self.config.host(host)
         if root is None and config.kind == "local":  # as `Launcher.target` makes it
             root = str(self.config.root / Path(config.root or ".").expanduser())
-        name = getattr(config, "container", None)
         return bridge_for(host, config, host_transport(self.config, host),
-                          container=self.config.containers[name] if name else None, root=root)
+                          container=self.config.container_of(config), root=root)
 
     def on_host(self, host: str, root: str | None) -> None:
         bridge = self.bridge(host, root)

@@ -17,6 +17,7 @@ from pathlib import Path
 import redis
 
 from mainboard import keys
+from mainboard.bridges import bridge_class, bridge_for
 from mainboard.bridges.base import Bridge, JobRecord
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.bridges.transport import Transport
@@ -105,8 +106,6 @@ def host_transport(config: Config, name: str) -> Transport:
 
 def bridge_of(config: Config, worker: WorkerStarted) -> Bridge:
     """The bridge that can ask about, and cancel, ``worker``'s job (from a new process too)."""
-    from mainboard.bridges import bridge_for
-
     if worker.rental and worker.ssh:
         from mainboard.bridges.providers.base import Rental
         from mainboard.bridges.providers.bridge import ProviderBridge
@@ -118,9 +117,8 @@ def bridge_of(config: Config, worker: WorkerStarted) -> Bridge:
         return ProviderBridge(worker.host, host, rental, identity=worker.ssh["identity"],
                               known_hosts=Path(worker.ssh["known_hosts"]), root=worker.root)
     host = config.host(worker.host)
-    name = getattr(host, "container", None)
     return bridge_for(worker.host, host, host_transport(config, worker.host),
-                      container=config.containers[name] if name else None, root=worker.root)
+                      container=config.container_of(host), root=worker.root)
 
 
 def job_of(worker: WorkerStarted) -> JobRecord:
@@ -208,12 +206,8 @@ def cleanup_hint(worker: WorkerStarted) -> str:
     job = job_of(worker).job_id
     if worker.rental:
         how = f"destroy rental {worker.rental['rental_id']} in the provider's console"
-    elif worker.kind == "slurm":
-        how = f"scancel {shlex.quote(job)}"
-    elif worker.kind == "pbs":
-        how = f"qdel {shlex.quote(job)}"
     else:
-        how = shlex.join(["pkill", "-f", worker.node])
+        how = bridge_class(worker.kind).cancel_hint(job) or shlex.join(["pkill", "-f", worker.node])
     return (f"worker {worker.node} (job {job}) may still run on {worker.host!r}; once it is "
             f"reachable, end it there with: {how}")
 

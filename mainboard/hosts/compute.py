@@ -24,6 +24,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
+from mainboard.bridges import bridge_class
 from mainboard.bridges.pins import (
     host_python,
     managed_probe,
@@ -37,7 +38,7 @@ from mainboard.bridges.providers import Offer, RestProvider, adapter_for
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.ssh_session import remote_word
 from mainboard.bridges.transport import LocalTransport
-from mainboard.config import Config, HostConfig, ProviderConfig
+from mainboard.config import Config, HostConfig, ProviderConfig, ProviderHost
 from mainboard.config.pins import checked_pins, pins
 from mainboard.errors import AuthFailed, HostKeyMismatch, MainboardError, first_line
 from mainboard.hosts.access import Hosts
@@ -46,7 +47,6 @@ from mainboard.hosts.facts import cached_record, summary
 HostAccess = Literal["here", "ready", "unreachable", "auth-failed", "not-set-up"]
 Credentials = Literal["keyed", "missing"]  # providers: whether the API key variable is set
 Access = HostAccess | Credentials
-SCHEDULER_COMMAND = {"slurm": "sbatch", "pbs": "qsub"}
 MAX_PARALLEL = 64  # checks mostly wait on the network
 
 
@@ -108,11 +108,10 @@ def _check_script(host: HostConfig, config: Config) -> str:
     if host.root:
         lines.append(f"if [ -d {remote_word(host.root)} ]; then echo mb-root=ok; "
                      "else echo mb-root=missing; fi")
-    lines.append(probe_script(list(pins(config.deps)), host_python(host),
-                              getattr(host, "modules", ())))
+    lines.append(probe_script(list(pins(config.deps)), host_python(host), host.env_modules()))
     if "python" in pins(config.deps):
         lines.append(managed_probe(host.root or "~/mainboard"))
-    scheduler = SCHEDULER_COMMAND.get(host.kind)
+    scheduler = bridge_class(host.kind).scheduler_command()
     if scheduler:
         lines.append(f"command -v {scheduler} >/dev/null 2>&1 && echo mb-scheduler=ok "
                      "|| echo mb-scheduler=missing")
@@ -133,7 +132,7 @@ def _interpret(name: str, host: HostConfig, config: Config, stdout: str) -> _Acc
         missing += problems(checked_pins(config.deps), versions)
         python = python_problem(config, name, versions["python"], managed_versions(stdout))
         missing += [python] if python else []
-    scheduler = SCHEDULER_COMMAND.get(host.kind)
+    scheduler = bridge_class(host.kind).scheduler_command()
     if scheduler and found.get("scheduler") != "ok":
         missing.append(f"{scheduler} not found")
     return _Access("not-set-up", "; ".join(missing)) if missing else _Access("ready")
@@ -181,8 +180,9 @@ def host_access(board: Hosts | None, name: str, host: HostConfig, config: Config
     if host.kind != "local" and host.ssh_params() is not None:
         return _remote_access(board, name, host, config, timeout)
     unmet = _local_pins(name, host, config, timeout)  # this machine: local, or a local batch login
-    if host.kind != "local" and not shutil.which(SCHEDULER_COMMAND[host.kind]):
-        unmet.append(f"{SCHEDULER_COMMAND[host.kind]} not found on PATH")
+    scheduler = bridge_class(host.kind).scheduler_command()  # a batch host's local login
+    if scheduler and not shutil.which(scheduler):
+        unmet.append(f"{scheduler} not found on PATH")
     if unmet:
         return _Access("not-set-up", "; ".join(unmet))
     return _Access("here" if host.kind == "local" else "ready")
@@ -194,7 +194,7 @@ def _local_pins(name: str, host: HostConfig, config: Config, timeout: float) -> 
     wanted = pins(config.deps)
     if not wanted:
         return []
-    script = probe_script(list(wanted), host_python(host), getattr(host, "modules", ()))
+    script = probe_script(list(wanted), host_python(host), host.env_modules())
     if "python" in wanted:
         root = config.root / Path(host.root).expanduser() if host.root else config.root
         script += "\n" + managed_probe(str(root))
@@ -209,9 +209,9 @@ def _hardware(config: Config, name: str, host: HostConfig) -> tuple[str, datetim
     record = cached_record(config.state_dir, name)
     if record is not None:
         return summary(record.facts), record.probed_at
-    if host.kind == "provider":
-        gpu = getattr(host, "gpu", None) or "any GPU"
-        price = getattr(host, "max_usd_hr", None)
+    if isinstance(host, ProviderHost):
+        gpu = host.gpu or "any GPU"
+        price = host.max_usd_hr
         return (f"rented on demand from {host.provider}: {gpu}"
                 + (f", at most ${price:g}/h" if price else "")), None
     return f"no facts yet (run mainboard facts --on {shlex.quote(name)})", None
@@ -311,7 +311,7 @@ def list_compute(config: Config, timeout: float = 5.0) -> list[ComputeRow]:
             text = f"{text}; {offer_sentence(found.offer) or found.error}"
         rows.append(ComputeRow(name=name, type="host", kind=host.kind, access=states[name].access,
                                reason=states[name].reason, summary=text, probed_at=probed_at,
-                               usd_hr=found.usd_hr if found else getattr(host, "usd_hr", None)))
+                               usd_hr=found.usd_hr if found else host.usd_hr))
     for name, provider in config.providers.items():
         state = provider_access(name, provider)
         found = priced[("provider", name)]

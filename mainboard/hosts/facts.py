@@ -178,7 +178,7 @@ def host_python(host_config: HostConfig | None) -> str:
     """Shell words that start the host's python: this interpreter locally, else its `python`."""
     if host_config is None or host_config.kind == "local":
         return shlex.quote(sys.executable)
-    return shlex.quote(getattr(host_config, "python", None) or "python3")
+    return shlex.quote(host_config.interpreter())
 
 
 def probe_facts(board: Hosts, host: str = "local", *, timeout: float = PROBE_TIMEOUT) -> Facts:

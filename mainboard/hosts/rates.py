@@ -59,7 +59,7 @@ def host_rate(config: Config, name: str, *, gpus: int | None = None,
         record = cached_record(config.state_dir, name)
         facts = record.facts if record is not None else None
         hardware = facts_text(facts) if facts is not None else "no-facts"
-        declared = getattr(host, "usd_hr", None)
+        declared = host.usd_hr
         if declared is not None:
             return Rate(float(declared), f"declared usd_hr of {name}", hardware, facts=facts)
         return Rate(0.0, f"owned {host.kind} host (no usd_hr declared)", hardware, facts=facts)

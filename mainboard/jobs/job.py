@@ -55,9 +55,7 @@ def bridge_of(handle: Host, root: str | None = None) -> Bridge:
     with _BRIDGES_LOCK:
         known = _BRIDGES.setdefault(handle, {})
         if root not in known:
-            container_name = getattr(handle.config, "container", None)
-            container = handle.board.config.containers.get(container_name) \
-                if container_name else None
+            container = handle.board.config.container_of(handle.config)
             # Only a submit (no root yet) may rent a provider host's machine.
             transport = handle.transport if root is None else handle.reach(rent=False)
             known[root] = bridge_for(handle.name, handle.config, transport,

@@ -73,8 +73,8 @@ def digest_inputs(workspace: Path, data: list[str]) -> dict[str, str]:
 def environment(config: Config, job: BatchJob) -> dict[str, Any]:
     """What the job's environment resolves from: its env, the workspace deps, the image."""
     host = config.host(job.target)
-    container = getattr(host, "container", None)
-    image = config.containers[container].image if container else None
+    container = config.container_of(host)
+    image = container.image if container else None
     return {"env": dict(sorted(job.env.items())), "deps": dict(sorted(config.deps.items())),
             "python": json.loads(config.python.model_dump_json()), "image": image}
 
