@@ -29,7 +29,7 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import Any
 
-from mainboard.errors import MainboardError
+from mainboard.errors import BuildError
 from mainboard.locks import flocked
 
 DIST_NAME = "mainboard"
@@ -38,10 +38,6 @@ _ALWAYS = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "LICENSE", 
 _SKIP_DIRS = {"__pycache__", "build", "dist"}
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed zip timestamps: the same snapshot gives the same bytes
 Snapshot = tuple[tuple[str, int, bytes], ...]  # (relative path, mode, content)
-
-
-class BuildError(MainboardError):
-    """The project's wheel could not be made from its pyproject.toml."""
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,9 @@ import mainboard
 from mainboard.board import Board
 from mainboard.cli import cli
 from mainboard.config import Config
+from mainboard.errors import ReceiptError
 from mainboard.integrators.driver import RunResult
-from mainboard.receipts import IterationDone, ReceiptError, Receipts, RunCreated, RunPaused
+from mainboard.receipts import IterationDone, Receipts, RunCreated, RunPaused
 from mainboard.runs.lazy import LazyReceipts
 from mainboard.runs.logs import LogLine, append_logs
 from mainboard.runs.store import RECEIPTS_NAME, RunStore

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from mainboard.board import Board
-from mainboard.bridges.project import BuildError, Project, local_project, write_wheel
+from mainboard.bridges.project import Project, local_project, write_wheel
 from mainboard.bridges.provision import (
     ProvisionedEnv,
     absolute_root,
@@ -30,7 +30,7 @@ from mainboard.bridges.provision import (
 )
 from mainboard.bridges.transport import Command, Completed, Output, Transport
 from mainboard.config import Config, ContainerConfig
-from mainboard.errors import CommandFailed, ConfigError, HostError, UserError
+from mainboard.errors import BuildError, CommandFailed, ConfigError, HostError, UserError
 from tests.container_image import build_python_image, podman_shim
 from tests.services import SshServer, require
 

@@ -46,7 +46,7 @@ from mainboard.fleet.records import (
     owner_tag,
 )
 from mainboard.fleet.warm import Stamp, free_remote_port, remove_secret, write_secret
-from mainboard.hosts.access import ensure_root
+from mainboard.hosts.root import ensure_root
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerSubmitting, WorkerTunnel
 from mainboard.tasks import BATCH_QUEUE, GPU_ENV, POOL_ENV, RETIRE_ENV, TASK_MODULES, WALLTIME_ENV
