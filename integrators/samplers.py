@@ -149,9 +149,9 @@ class Sampler(ABC):
         self.version = int(snapshot["version"])
         self.pending = {k: np.asarray(v, dtype=np.float64)
                         for k, v in snapshot.get("pending", {}).items()}
-        self.symbol_by_name(snapshot.get("state", {}))
+        self._load(snapshot.get("state", {}))
 
-    def symbol_by_name(self, state: Mapping[str, Any]) -> None:
+    def _load(self, state: Mapping[str, Any]) -> None:
         """Subclasses read their learned arrays here; stateless samplers have none."""
         del state
 
@@ -297,7 +297,7 @@ class VegasSampler(Sampler):
                 "sizes": None if self.strata is None else list(self.strata.sizes)}
         return state
 
-    def symbol_by_name(self, state: Mapping[str, Any]) -> None:
+    def _load(self, state: Mapping[str, Any]) -> None:
         edges = np.asarray(state["edges"], dtype=np.float64)
         want = (1, self.domain.continuous, self.bins + 1)
         if edges.shape != want:
