@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 from pathlib import Path
 
 from tests.importgraph import REPO, cycles, imported, module_graph, modules, unit_graph
@@ -148,6 +149,9 @@ def test_every_error_class_lives_in_errors_py_and_derives_from_mainboard_error()
 
     assert tree["MainboardError"] == ["Exception"]
     assert [n for n in tree if not rooted(n)] == []
+    drawn = ast.get_docstring(ast.parse((REPO / "mainboard" / "errors.py").read_text()))
+    assert [n for n in tree if not re.search(rf"\b{n}\b", drawn or "")] == [], \
+        "each error class has its place in the tree drawn in errors.py's docstring"
     outside = sorted(
         f"{path}: class {name}" for m in modules().values()
         if m.path != REPO / "mainboard" / "errors.py"
