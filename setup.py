@@ -7,27 +7,40 @@ every package found inside it: ``mainboard/`` as it is, the top-level ``bridges/
 shadows ours), ``gammaboard-process/gammaboard_process`` as the standalone helper. Folders
 of data only (the dashboard's ``static/`` and ``templates/``) are packages too, named by
 their ``[tool.setuptools.package-data]`` entries: setuptools installs a folder's files only
-when the folder is a package.
+when the folder is a package. ``bridges/project.py`` (the wheel a host installs) runs the
+same ``packages`` on its snapshot's file list, so both wheels hold the same packages.
 """
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
-
-from setuptools import find_packages, setup
-
-ROOT = Path(__file__).resolve().parent
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
-def packages() -> list[str]:
-    """Every package under each mapped folder, then the data-only packages."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]
-    folders: dict[str, str] = config["setuptools"]["package-dir"]
-    found = [f"{name}.{sub}" if sub else name
-             for name, folder in folders.items()
-             for sub in ["", *find_packages(str(ROOT / folder))]]
-    return sorted({*found, *config["setuptools"]["package-data"]})
+def packages(files: Iterable[str], setuptools: Mapping[str, Any]) -> list[str]:
+    """Import names of the packages among ``files`` (paths relative to the project, with
+    ``/``): each folder under a ``package-dir`` folder that holds ``__init__.py``, then
+    each ``package-data`` key (``*`` aside)."""
+    found = {name for name in setuptools.get("package-data", {}) if name != "*"}
+    for name, folder in setuptools["package-dir"].items():
+        prefix = folder.rstrip("/") + "/"
+        for path in files:
+            if path.startswith(prefix) and path.endswith("__init__.py") \
+                    and (path == prefix + "__init__.py" or path.endswith("/__init__.py")):
+                inside = path[len(prefix):-len("__init__.py")].strip("/")
+                found.add(".".join([name, *inside.split("/")]) if inside else name)
+    return sorted(found)
 
 
-setup(packages=packages())
+if __name__ == "__main__":  # setuptools' build backend runs this file as __main__
+    import tomllib
+    from pathlib import Path
+
+    from setuptools import setup
+
+    root = Path(__file__).resolve().parent
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    table = config["tool"]["setuptools"]
+    tree = [p.relative_to(root).as_posix() for folder in table["package-dir"].values()
+            for p in (root / folder).rglob("__init__.py") if "__pycache__" not in p.parts]
+    setup(packages=packages(tree, table))

@@ -19,6 +19,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from mainboard.bridges.project import snapshot, write_wheel
 from mainboard.config import load_config
 from tests.importgraph import REPO
 from tests.test_dashboard import start_dashboard, stop_dashboard
@@ -60,6 +61,10 @@ def test_a_built_wheel_installed_alone_serves_the_dashboard(tmp_path: Path) -> N
     wheel, printed = build_wheel(tmp_path / "build")
     assert "would be ignored" not in printed and "is absent from the `packages`" not in printed
     names = set(zipfile.ZipFile(wheel).namelist())
+    # the wheel hosts get (bridges/project.py, written from the same discovery) holds the same
+    ours = write_wheel(snapshot(tmp_path / "build" / "src"), tmp_path / "ours")
+    assert {n for n in zipfile.ZipFile(ours).namelist() if ".dist-info/" not in n} == \
+        {n for n in names if ".dist-info/" not in n}
     for data in (REPO / "mainboard" / "dashboard").glob("*/*.*"):  # static/, templates/
         assert f"mainboard/{data.relative_to(REPO / 'mainboard')}" in names, data
     python = venv_with(wheel, tmp_path / "venv")
