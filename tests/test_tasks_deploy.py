@@ -47,6 +47,7 @@ import yaml
 from celery import Celery
 from celery.utils.nodenames import nodesplit
 
+import mainboard.tasks.integrate  # noqa: F401 - registers the task with the client's app
 from mainboard import keys
 from mainboard.config.brokerurl import redis_url_problem
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE, STAGE_PREFIX, STAGE_TASKS
