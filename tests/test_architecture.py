@@ -165,3 +165,17 @@ def test_the_error_check_sees_a_planted_error_class() -> None:
     planted = ("class Fine:\n    pass\n\nclass Oops(ValueError):\n    pass\n\n"
                "class Worse(Oops):\n    pass\n\nclass Ours(errors.HostError):\n    pass\n")
     assert exception_classes(planted, set(_errors_tree())) == ["Oops", "Worse", "Ours"]
+
+
+def test_error_classes_are_imported_from_errors_py_only() -> None:
+    """No room hands an error class on (an old home kept as a shim): it has one address."""
+    tree = _errors_tree()
+    found = sorted(
+        f"{path.relative_to(REPO)}:{node.lineno} takes {alias.name} from {node.module}"
+        for folder in ("mainboard", "bridges", "tasks", "integrators", "tests", "bench")
+        for path in (REPO / folder).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module not in (None, "mainboard.errors")
+        and node.module.startswith("mainboard")
+        for alias in node.names if alias.name in tree)
+    assert not found, "\n".join(found)

@@ -34,8 +34,8 @@ from mainboard.bridges.jobspec import JobSpec, check_policy, format_walltime, re
 from mainboard.bridges.project import Project
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Transport
-from mainboard.config import Config, HostConfig, NotPositive, ProviderHost, positive_duration
-from mainboard.errors import ConfigError, HostError, UserError
+from mainboard.config import Config, HostConfig, ProviderHost, positive_duration
+from mainboard.errors import ConfigError, HostError, NotPositive, UserError
 from mainboard.fleet import warm
 from mainboard.fleet.records import (
     NODE_SUFFIX,
