@@ -21,11 +21,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from mainboard.config import (
     DURATION_FORMS,
     HostConfig,
-    NotPositive,
     QueuePolicy,
     positive_duration,
 )
-from mainboard.errors import ConfigError, QueuePolicyError, UserError
+from mainboard.errors import ConfigError, NotPositive, QueuePolicyError, UserError
 
 from .transport import check_env
 

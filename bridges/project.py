@@ -8,8 +8,10 @@ same snapshot, so it holds exactly what the hash names even if the tree changes 
 
 The wheel is written directly (PEP 427: a zip with ``.dist-info``), in milliseconds and
 offline, from the static setuptools configuration this project uses (``[project]`` and
-``[tool.setuptools] packages``/``package-dir``/``package-data``). Anything else in
-pyproject.toml (``dynamic`` fields, ``find:``, a setup.py) is refused by name rather than
+``[tool.setuptools] package-dir``/``package-data``), its packages listed in
+``[tool.setuptools] packages`` or, without that list, found by the ``packages`` function of
+the snapshot's setup.py (the discovery setuptools runs too). Anything else in
+pyproject.toml (``dynamic`` fields, ``find:``, a setup.cfg) is refused by name rather than
 guessed at. Without a source tree (mainboard installed from an index), hosts install
 ``mainboard==<version>`` from their index instead.
 """
@@ -29,7 +31,7 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import Any
 
-from mainboard.errors import MainboardError
+from mainboard.errors import BuildError
 from mainboard.locks import flocked
 
 DIST_NAME = "mainboard"
@@ -38,10 +40,6 @@ _ALWAYS = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "LICENSE", 
 _SKIP_DIRS = {"__pycache__", "build", "dist"}
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed zip timestamps: the same snapshot gives the same bytes
 Snapshot = tuple[tuple[str, int, bytes], ...]  # (relative path, mode, content)
-
-
-class BuildError(MainboardError):
-    """The project's wheel could not be made from its pyproject.toml."""
 
 
 @dataclass(frozen=True)
@@ -149,17 +147,40 @@ def _pyproject(files: Snapshot) -> dict[str, Any]:
     project = config.get("project", {})
     setuptools = config.get("tool", {}).get("setuptools", {})
     problems = [f"[project] dynamic = {project['dynamic']}" if project.get("dynamic") else "",
-                "" if isinstance(setuptools.get("packages"), list)
+                "" if isinstance(setuptools.get("packages", []), list)
                 else "[tool.setuptools] packages is not a list of names",
+                "" if "packages" in setuptools or _discovery(files) is not None
+                else "no [tool.setuptools] packages and no setup.py that finds them",
                 "" if project.get("name") and project.get("version")
                 else "[project] name/version missing",
-                *(f"{name} exists" for name in ("setup.py", "setup.cfg")
+                *(f"{name} exists" for name in ("setup.cfg",)
                   if any(rel == name for rel, _m, _d in files))]
     if any(problems):
         raise BuildError("pyproject.toml: cannot make the mainboard wheel: "
                          + "; ".join(p for p in problems if p)
                          + " (the wheel writer reads static [project] and [tool.setuptools])")
     return config
+
+
+def _discovery(files: Snapshot) -> Any:
+    """The ``packages(files, setuptools)`` function of the snapshot's setup.py, or None. Its
+    file runs here as a module (setuptools runs it as ``__main__``: only then does it call
+    ``setup``); it is this source tree's own code, as trusted as the modules shipped."""
+    code = next((d for rel, _m, d in files if rel == "setup.py"), None)
+    if code is None:
+        return None
+    namespace: dict[str, Any] = {"__name__": "mainboard_setup"}
+    exec(compile(code, "setup.py", "exec"), namespace)  # noqa: S102 - our own setup.py
+    return namespace.get("packages")
+
+
+def package_names(files: Snapshot) -> list[str]:
+    """The packages the wheel holds: the static list, else what setup.py finds among the
+    snapshot's files (as the setuptools build finds them on disk)."""
+    setuptools = _pyproject(files)["tool"]["setuptools"]
+    if "packages" in setuptools:
+        return list(setuptools["packages"])
+    return list(_discovery(files)([rel for rel, _m, _d in files], setuptools))
 
 
 def _package_dir(package: str, mapping: dict[str, str]) -> str:
@@ -204,7 +225,7 @@ def write_wheel(files: Snapshot, target: Path) -> Path:
     project, setuptools = config["project"], config["tool"]["setuptools"]
     mapping, data_globs = setuptools.get("package-dir", {}), setuptools.get("package-data", {})
     entries: dict[str, tuple[int, bytes]] = {}
-    for package in setuptools["packages"]:
+    for package in package_names(files):
         where = _package_dir(package, mapping)
         globs = [*data_globs.get(package, []), *data_globs.get("*", [])]
         for rel, mode, data in files:

@@ -14,7 +14,6 @@ from typing import Any
 
 _EXPORTS = {
     "Batch": "domain", "Domain": "domain", "Region": "domain", "validate": "domain",
-    "BatchError": "errors", "MergeError": "errors",
     "LatentBatch": "seeding", "batch_rng": "seeding",
     "RunSpec": "spec", "load_run_file": "spec", "parse_run": "spec",
     "Integrand": "integrands", "make_integrand": "integrands",

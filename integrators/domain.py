@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.integrators.errors import BatchError
+from mainboard.errors import BatchError
 
 MAX_CHANNELS = 1 << 20
 

@@ -22,11 +22,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mainboard.errors import ConfigError
+from mainboard.errors import BatchError, ConfigError, SpecError
 from mainboard.integrators import genz
-from mainboard.integrators.errors import BatchError
+from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.spec import IntegrandSpec, check_integrand
-from mainboard.integrators.spec_checks import SpecError, check_exact
+from mainboard.integrators.spec_checks import check_exact
 
 Components = int | Literal["complex"]
 Exact = float | complex | list[float] | None
@@ -127,8 +127,7 @@ def _factory(kind: str) -> Factory | None:
     """The factory of ``kind``; a kind listed in ``_LAZY`` is imported and registered on first
     use (the one mechanism for optional kinds: ``process`` pulls in subprocess machinery)."""
     if kind not in _REGISTRY and kind in _LAZY:
-        module, _, attr = _LAZY[kind].partition(":")
-        register_integrand(kind, getattr(importlib.import_module(module), attr))
+        register_integrand(kind, symbol_by_name(_LAZY[kind]))
     return _REGISTRY.get(kind)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.integrators.errors import BatchError
+from mainboard.errors import BatchError
 from mainboard.integrators.observable_strata import (
     merge_split,
     split_from_plain,

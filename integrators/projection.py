@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.integrators.spec_checks import SpecError, integrand_components
+from mainboard.errors import SpecError
+from mainboard.integrators.spec_checks import integrand_components
 
 PROJECTIONS = ("real", "imag", "abs", "abs_sq")
 
@@ -76,4 +77,14 @@ def project(values: np.ndarray, weights: np.ndarray, projection: str,
     return np.where(np.isfinite(out), out, 0.0)
 
 
-__all__ = ["PROJECTIONS", "check_projection", "component_labels", "project"]
+def check_training(sampler: Any, stop: Any, integrand: Any) -> None:
+    """A training phase must leave samples for the estimate; a projection must exist."""
+    n = getattr(sampler, "training_samples", None)
+    if n is not None and stop.max_samples is not None and n >= stop.max_samples:
+        raise SpecError("sampler.training_samples", f"training_samples ({n}) must be below "
+                        f"stop.max_samples ({stop.max_samples}): max_samples counts training "
+                        "samples too", n, valid=f"fewer than {stop.max_samples}")
+    check_projection(getattr(sampler, "training_projection", None), integrand)
+
+
+__all__ = ["PROJECTIONS", "check_projection", "check_training", "component_labels", "project"]

@@ -12,7 +12,6 @@ Common interface (all state is plain data so a coordinator can snapshot and ship
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -22,6 +21,7 @@ import numpy as np
 from mainboard.integrators.domain import Batch, Domain
 from mainboard.integrators.grid import GridTables, adapt_edges, uniform_edges
 from mainboard.integrators.kernels import stratified_draw, stratified_kernel
+from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.strata import KEYS as STRATA_KEYS
 from mainboard.integrators.strata import (
@@ -329,11 +329,6 @@ def register_sampler(kind: str, factory: SamplerFactory) -> None:
     _SAMPLERS[kind] = factory
 
 
-def _load(target: str) -> Any:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def make_sampler(spec: Any, domain: Domain) -> Sampler:
     """Build a sampler from the run file's ``[sampler]`` table (pydantic model or plain dict).
 
@@ -345,13 +340,13 @@ def make_sampler(spec: Any, domain: Domain) -> Sampler:
     materializer = config.pop("materializer", None)
     config.pop("training_samples", None)  # the run's training phase (driver.RunState)
     if kind not in _SAMPLERS and kind in _LAZY_SAMPLERS:
-        register_sampler(kind, _load(_LAZY_SAMPLERS[kind]))
+        register_sampler(kind, symbol_by_name(_LAZY_SAMPLERS[kind]))
     if kind not in _SAMPLERS:
         valid = ", ".join(sorted({*_SAMPLERS, *_LAZY_SAMPLERS}))
         raise ValueError(f"unknown sampler kind {kind!r}; valid: {valid}")
     sampler = _SAMPLERS[kind](domain, **config)
     if materializer is not None:
-        sampler = _load(_MATERIALIZED)(sampler, materializer)
+        sampler = symbol_by_name(_MATERIALIZED)(sampler, materializer)
     return sampler
 
 

@@ -12,8 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.spec_types import INT64_MAX
 
+# Latent batches other than the seeded one, by name: a process sampler's batch class lives
+# with the process sampler, which builds on this module (it would import it back).
+LATENT_KINDS = {"process": "mainboard.integrators.process.sampler:ProcessLatentBatch"}
 MAX_SEED = INT64_MAX  # the run file's seed range (spec_types), checked again for direct callers
 
 
@@ -57,10 +61,8 @@ class LatentBatch:
         (a process sampler's batch, which carries its points) rebuilds that subclass, so a
         worker needs no special case."""
         kind = data.get("kind")
-        if kind == "process" and cls is LatentBatch:
-            from mainboard.integrators.process.sampler import ProcessLatentBatch
-
-            return ProcessLatentBatch.from_dict(data)
+        if kind in LATENT_KINDS and cls is LatentBatch:
+            return symbol_by_name(LATENT_KINDS[kind]).from_dict(data)
         if kind is not None and kind != "process":
             raise ValueError(f"unknown latent batch kind {kind!r}; valid: none (seeded) or "
                              "'process'")

@@ -30,13 +30,12 @@ from pydantic import (
     model_validator,
 )
 
-from mainboard.errors import ConfigError
+from mainboard.errors import ConfigError, SpecError
 from mainboard.integrators.domain import MAX_CHANNELS, too_many_channels
 from mainboard.integrators.gammaboard import is_gammaboard, translate_file
+from mainboard.integrators.projection import check_training
 from mainboard.integrators.spec_checks import (
-    SpecError,
     check_integrand,
-    check_training,
     check_transforms,
     integrand_components,
 )

@@ -9,14 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-
-class SpecError(ValueError):
-    """A cross-field check failed; ``key`` is the dotted path to blame in the run file."""
-
-    def __init__(self, key: str, message: str, value: Any = None, valid: str | None = None
-                 ) -> None:
-        super().__init__(message)
-        self.key, self.value, self.valid = key, value, valid
+from mainboard.errors import SpecError
 
 
 def integrand_components(spec: Any) -> int | str:
@@ -101,15 +94,3 @@ def check_exact(exact: Any, components: int | str, key: str = "exact") -> None:
 def _numbers(count: int) -> str:
     """The valid form of a list whose length the run's shape fixes."""
     return f"an array of {count} finite number{'s' if count != 1 else ''}"
-
-
-def check_training(sampler: Any, stop: Any, integrand: Any) -> None:
-    """A training phase must leave samples for the estimate; a projection must exist."""
-    from mainboard.integrators.projection import check_projection
-
-    n = getattr(sampler, "training_samples", None)
-    if n is not None and stop.max_samples is not None and n >= stop.max_samples:
-        raise SpecError("sampler.training_samples", f"training_samples ({n}) must be below "
-                        f"stop.max_samples ({stop.max_samples}): max_samples counts training "
-                        "samples too", n, valid=f"fewer than {stop.max_samples}")
-    check_projection(getattr(sampler, "training_projection", None), integrand)

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mainboard.integrators.spec_checks import SpecError
+from mainboard.errors import SpecError
 from mainboard.integrators.spec_types import Int, Real, Text
 
 COORDINATE = re.compile(r"^(x|d)([0-9]{1,4})$")

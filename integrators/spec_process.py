@@ -19,12 +19,12 @@ from pydantic import (
     model_validator,
 )
 
+from mainboard.errors import SpecError
 from mainboard.integrators.process.wire import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,
     DEFAULT_TERMINATE_GRACE,
 )
-from mainboard.integrators.spec_checks import SpecError
 from mainboard.integrators.spec_types import Real
 
 Seconds = Annotated[Real, Field(gt=0)]

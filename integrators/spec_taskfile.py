@@ -14,9 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mainboard.errors import ConfigError
+from mainboard.errors import ConfigError, SpecError
 from mainboard.integrators.spec import RunSpec
-from mainboard.integrators.spec_checks import SpecError
 from mainboard.integrators.spec_errors import to_config_error, toml_error
 from mainboard.integrators.spec_tasks import Step, TaskFile
 

@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from mainboard.integrators.spec_checks import SpecError
+from mainboard.errors import SpecError
 from mainboard.integrators.spec_types import Count, Flag, Int, Real, Text
 
 TASK_KINDS = ("sample", "plot_line", "image", "configure", "pause")

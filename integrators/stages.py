@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.errors import ConfigError
+from mainboard.errors import ConfigError, MergeError
 from mainboard.integrators.accumulators import IterationEstimate, Partial, real_columns
 from mainboard.integrators.chunking import SLICE_ROWS, row_slices
 from mainboard.integrators.domain import Batch, Domain, validate
-from mainboard.integrators.errors import MergeError
 from mainboard.integrators.integrands import Integrand, load_target, make_integrand
 from mainboard.integrators.observables import Observables, Sums, iteration_estimates
 from mainboard.integrators.observables import add as add_sums

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from mainboard.errors import SpecError
 from mainboard.integrators.domain import Batch, Domain, Region, validate
-from mainboard.integrators.spec import SpecError, check_transforms
+from mainboard.integrators.spec import check_transforms
 
 
 def direction(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

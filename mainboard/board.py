@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 from mainboard.bridges.transport import Command
 from mainboard.config import AUTO
 from mainboard.hosts.access import Host, Hosts
+from mainboard.hosts.mirror import Mirror, Plan, SyncReport
 
 if TYPE_CHECKING:
     from mainboard.jobs.job import Job
@@ -34,6 +35,14 @@ class HostHandle(Host):
         from mainboard.jobs.job import submit  # jobs imports the bridges; keep `board` light
 
         return submit(self.board, self.name, cmd, **options)
+
+    def sync(self, *, full: bool = False) -> SyncReport:
+        """Mirror the workspace to this host's root, sending only what changed."""
+        return Mirror.of(self).sync(full=full)
+
+    def plan(self, *, probe: bool = False) -> Plan:
+        """What ``sync()`` would send now (files, raw and wire bytes), without sending."""
+        return Mirror.of(self).plan(probe=probe)
 
 
 class AutoHandle:

@@ -2,7 +2,50 @@
 
 User errors (bad input) exit with code 2 and print one line; the CLI adds a
 traceback only under ``--debug``. Messages name the offending file, key or value
-and say what is valid.
+and say what is valid. Infrastructure that stayed down exits 3; anything else 1.
+Every class keeps a one-line docstring; ``first_line`` is the one way to show an
+error in one line (a table row, a receipt, a report).
+
+Error hierarchy (exit code in brackets; ``+ValueError``: also a ValueError, why at the class)::
+
+    MainboardError [1]
+     ├── UserError [2]
+     │    ├── ConfigError
+     │    │    ├── NotPositive
+     │    │    ├── ConfigNotFound
+     │    │    └── ExpressionError
+     │    ├── SpecError (+ValueError)
+     │    ├── UnknownHost, UnknownJob, AmbiguousJob, UnknownRun, UnknownBatch
+     │    ├── MissingDependency, InterpreterUnavailable, PinNotMet
+     │    ├── RunNotRunning, RunIsRunning, QueuePolicyError, NoHostFits, StudyError
+     │    ├── BatchError, MergeError
+     │    └── OfferNotFound, PriceLimitExceeded (also ProviderError)
+     ├── HostError
+     │    ├── JobCapReached, HostUnreachable, AuthFailed, HostKeyMismatch
+     │    └── MirrorError, FleetSyncError, TunnelError
+     ├── CommandFailed
+     │    └── CommandTimeout
+     ├── BrokerError
+     │    ├── SentinelsDown [3], BrokerLost [3]
+     │    └── BrokerRestarted [3]
+     ├── ProviderError
+     │    ├── ProviderAuthFailed, ProviderHttpError, SimulatedApiAnswer, SandboxError
+     │    └── OfferNotFound, PriceLimitExceeded (also UserError)
+     ├── ProcessError
+     │    ├── ProcessProtocolError, ProcessTimeout, ProcessCrashed, ProcessRemoteError
+     │    └── StreamClosed, DeadlineExceeded
+     ├── IntegrationFailed, LostBatch, TimeNeedUnmet, WaitTimedOut
+     ├── CodecError (+ValueError)
+     ├── FactsError, BuildError, ReceiptError
+     └── SupervisorError, FlowerError
+
+Not here, on purpose (``tests/test_architecture.py`` names them): control-flow signals that
+are never errors (``tasks/steering.Halt``, ``tasks/context.Skip``, ``supervisor/up._Interrupted``),
+a warning category (``integrators/gammaboard.IgnoredKeys``) and ``bridges/provision_driver``'s
+``Unavailable``, raised on a host by a stdlib-only script that never imports mainboard.
+
+Errors that cross processes (Celery results) keep their constructor arguments in ``args``
+so they are rebuilt as ``cls(*args)`` on the other side.
 """
 
 from __future__ import annotations
@@ -213,8 +256,178 @@ class StudyError(UserError):
     """A study file or study id that cannot be used as given."""
 
 
+# --------------------------------------------------------------------------- moved into
+# the one tree from the rooms that raise them (each room imports it from here)
+
+
+# Also a ValueError: raised inside pydantic validators, which turn only ValueError (and
+# AssertionError) into the ValidationError that names the field.
+class SpecError(UserError, ValueError):
+    """A run file's cross-field check failed; ``key`` is the dotted path to blame."""
+
+    def __init__(self, key: str, message: str, value: Any = None, valid: str | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.key, self.value, self.valid = key, value, valid
+
+
+class UnknownJob(UserError):
+    """No job (or more than one) matches the id or id suffix the user gave."""
+
+
+class AmbiguousJob(UserError):
+    """A scheduler's id that jobs on several hosts were given (two clusters number alike)."""
+
+
+class UnknownRun(UserError):
+    """No run (or more than one) matches the id, id prefix or name the user gave."""
+
+
+class UnknownBatch(UserError):
+    """No batch (or more than one) matches the id or id suffix the user gave."""
+
+
+class BatchError(UserError):
+    """A batch broke the domain contract at a named stage (materialize, transform, evaluate, ...)."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(stage, message)
+        self.stage = stage
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"batch invalid after stage {self.stage!r}: {self.message}"
+
+
+class MergeError(UserError):
+    """Batch results cannot be merged: mixed iterations, duplicate or missing batch indices."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BrokerRestarted(BrokerError):
+    """The broker answers as a new server (run_id changed): its last writes may be gone."""
+
+    exit_code = 3
+
+
+class ProviderHttpError(ProviderError):
+    """A provider's HTTP error answer; ``code`` tells "unknown offer" from an outage."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SimulatedApiAnswer(ProviderError):
+    """The simulated provider's error answer: HTTP code and vast's ``error``/``msg`` fields."""
+
+    def __init__(self, code: int, error: str, msg: str) -> None:
+        super().__init__(msg)
+        self.code, self.error, self.msg = code, error, msg
+
+
+class SandboxError(ProviderError):
+    """Building or tearing down a simulated machine (netns, veth, sshd) failed."""
+
+
+class ProcessError(MainboardError):
+    """An external process broke the protocol, a limit, or could not run: names the command."""
+
+    def __init__(self, message: str, command: str = "", stderr_tail: str = "") -> None:
+        super().__init__(message, command, stderr_tail)
+        self.message, self.command, self.stderr_tail = message, command, stderr_tail
+
+    def __str__(self) -> str:
+        text = f"process `{self.command}`: {self.message}" if self.command else self.message
+        if self.stderr_tail:
+            text += f"\n--- process stderr (last lines) ---\n{self.stderr_tail}"
+        return text
+
+
+class ProcessProtocolError(ProcessError):
+    """The process wrote something that is not a valid frame or response, or exceeded a limit."""
+
+
+class ProcessTimeout(ProcessError):
+    """The process did not answer within the per-request timeout and was killed."""
+
+
+class ProcessCrashed(ProcessError):
+    """The process exited (or closed its pipes) while the host waited for it."""
+
+    def __init__(self, message: str, command: str = "", stderr_tail: str = "",
+                 returncode: int | None = None) -> None:
+        MainboardError.__init__(self, message, command, stderr_tail, returncode)
+        self.message, self.command, self.stderr_tail = message, command, stderr_tail
+        self.returncode = returncode
+
+
+class ProcessRemoteError(ProcessError):
+    """The process answered with a JSON-RPC error (an exception in user code): carries its traceback."""
+
+
+class StreamClosed(ProcessError):
+    """A pipe's far end closed (usually: the process exited); ``where`` says at which point."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.args = (where,)
+        self.where = where
+
+
+class DeadlineExceeded(ProcessError):
+    """The request deadline passed while waiting on a pipe; ``where`` says at which point."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.args = (where,)
+        self.where = where
+
+
+class LostBatch(MainboardError):
+    """A batch was lost more often than MAX_ATTEMPTS allows (its workers keep dying)."""
+
+
+class TimeNeedUnmet(MainboardError):
+    """A task no worker had the time for, given up after its bounded wait."""
+
+
+# Also a ValueError: a value the wire cannot carry is a bad value to every caller that
+# encodes or decodes (kombu's serializer registry among them), as before it moved here.
+class CodecError(MainboardError, ValueError):
+    """A value cannot be encoded by (or a payload decoded with) the mainboard codec."""
+
+
+class BuildError(MainboardError):
+    """The project's wheel could not be made from its pyproject.toml."""
+
+
+class ReceiptError(MainboardError):
+    """A receipt line could not be written or does not match its topic's model."""
+
+
+class SupervisorError(MainboardError):
+    """`mainboard up` could not start or keep its services running."""
+
+
+class FlowerError(MainboardError):
+    """Flower could not be started or stopped."""
+
+
 def first_line(error: BaseException | str, limit: int = 300) -> str:
-    """The first line of an error (its type's name when it says nothing), at most ``limit``
-    characters: what a table row, a receipt or a one-line report shows of it."""
+    """An error in one line of at most ``limit`` characters: what a table row, a receipt or a
+    one-line report shows of it. A failed command is named with its exit code and the last
+    line it printed (its own first line says neither); anything else gives its first line,
+    or its type's name when it says nothing."""
+    if isinstance(error, CommandFailed):
+        last = (error.stderr.strip().splitlines() or error.stdout.strip().splitlines()
+                or ["-"])[-1]
+        command = error.command if len(error.command) <= 60 else error.command[:57] + "..."
+        text = (f"command `{command}` failed on {error.host} with exit code "
+                f"{error.returncode}: {last.strip()}")
+        return text[:limit]
     text = str(error).strip() or type(error).__name__
     return text.splitlines()[0][:limit]

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mainboard.errors import MainboardError
+from mainboard.errors import ReceiptError
 from mainboard.redact import MASK, looks_secret, redact_text
 
 REDACTED = MASK
@@ -40,10 +40,6 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
         else:
             out[name] = redact_text(value)
     return out
-
-
-class ReceiptError(MainboardError):
-    """A receipt line could not be written or does not match its topic's model."""
 
 
 class Payload(BaseModel):

@@ -8,6 +8,7 @@ spelled twice.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 FLEET = "fleet"  # keeper pid/log/tunnel status and the key for rented machines (0700)
 
@@ -32,3 +33,13 @@ RUN_ID_ENV = "MAINBOARD_RUN_ID"  # so its own job.submitted line tells the monit
 def study_ledger(state_dir: Path, study: str) -> Path:
     """The NDJSON ledger of study ``study`` (its id is checked by the study room)."""
     return Path(state_dir) / STUDIES / f"{study}.ndjson"
+
+
+MIRROR = "mirror"  # the workspace mirror's manifests: hosts/mirror writes, rentals reset them
+
+
+def manifest_path(state_dir: Path, host: str, machine: str | None = None) -> Path:
+    """``mirror/<host>.json``, the host name percent-encoded into one file name;
+    ``<host>@<machine>.json`` for one of several machines of a host (a fleet's rentals)."""
+    name = quote(host, safe="") + (f"@{quote(machine, safe='')}" if machine else "")
+    return Path(state_dir) / MIRROR / f"{name}.json"

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
+from mainboard.errors import ReceiptError
 from mainboard.ids import ID, IdForm
 from mainboard.locks import flocked
-from mainboard.receipts import Payload, ReceiptError, Receipts
+from mainboard.receipts import Payload, Receipts
 
 V = TypeVar("V")
 

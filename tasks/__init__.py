@@ -27,6 +27,7 @@ TASK_MODULES = ("mainboard.tasks.stages", "mainboard.tasks.raster", "mainboard.t
 STAGE_TASKS = ("sample", "materialize", "transform", "evaluate", "accumulate", "fused",
                "bundle", "raster")
 STAGE_PREFIX = "mainboard.stages."
+INTEGRATE_TASK = "mainboard.integrate"  # a whole run as one task (tasks/integrate.py)
 # Names kept working after a rename (see CHANGELOG.md): old attribute -> stage task.
 STAGE_ALIASES = {"materialise": "materialize"}
 # Fleet worker settings the launcher needs too, here so it need not import Celery for them.
@@ -44,7 +45,7 @@ def broker_url_of(conf: Any) -> str:
     split form): for mainboard's own Redis clients and for handing on to a coordinator."""
     return str(conf.get(BROKER_URL_CONF) or conf.broker_url)
 
-__all__ = ["BATCH_QUEUE", "COORDINATOR_QUEUE", "STAGE_TASKS", "TASK_MODULES", "task"]
+__all__ = ["BATCH_QUEUE", "COORDINATOR_QUEUE", "INTEGRATE_TASK", "STAGE_TASKS", "TASK_MODULES", "task"]
 
 
 def task(name: str) -> Any:

@@ -48,11 +48,11 @@ from mainboard.tasks import (
     BATCH_QUEUE,
     BROKER_URL_CONF,
     COORDINATOR_QUEUE,
+    INTEGRATE_TASK,
     STAGE_PREFIX,
     TASK_MODULES,
     codec,
 )
-from mainboard.tasks.integrate import TASK_NAME as INTEGRATE_TASK
 from mainboard.tasks.outage import BROKER_ERRORS as BROKER_LOSS
 
 VISIBILITY_TIMEOUT_ENV = "MAINBOARD_VISIBILITY_TIMEOUT"

@@ -34,7 +34,7 @@ import msgpack
 import numpy as np
 from kombu import serialization
 
-from mainboard.errors import MainboardError
+from mainboard.errors import CodecError
 
 SERIALIZER = "mainboard-msgpack"
 CONTENT_TYPE = "application/x-mainboard-msgpack"
@@ -56,10 +56,6 @@ _LITTLE = np.little_endian
 _LEAVES = (type(None), bool, int, float, str, bytes)
 _SUPPORTED = ("None, bool, int, float, complex, str, bytes, list, tuple, dict with str keys, "
               f"numpy arrays and scalars of kinds {ARRAY_KINDS}")
-
-
-class CodecError(MainboardError, ValueError):
-    """A value cannot be encoded by (or a payload decoded with) the mainboard codec."""
 
 
 # --------------------------------------------------------------------------- encode
@@ -240,4 +236,4 @@ def register() -> None:
 
 
 register()
-__all__ = ["CONTENT_TYPE", "SERIALIZER", "CodecError", "dumps", "loads", "register"]
+__all__ = ["CONTENT_TYPE", "SERIALIZER", "dumps", "loads", "register"]

@@ -37,12 +37,10 @@ import redis
 from celery import Celery
 
 from mainboard import keys
-from mainboard.errors import IntegrationFailed
+from mainboard.errors import BatchError, IntegrationFailed, LostBatch, MergeError, ProcessError
 from mainboard.integrators.driver import RunResult, RunState
-from mainboard.integrators.errors import BatchError, MergeError
 from mainboard.integrators.owner import owned
 from mainboard.integrators.plain import to_plain
-from mainboard.integrators.process.errors import ProcessError
 from mainboard.integrators.stages import (
     BatchResult,
     IterationResult,
@@ -57,7 +55,7 @@ from mainboard.tasks.bundles import parse_done, pop_done
 from mainboard.tasks.codec import dumps, loads
 from mainboard.tasks.dispatch import Dispatch
 from mainboard.tasks.lease import Lease
-from mainboard.tasks.liveness import Deaths, Liveness, LostBatch, Timing, observe
+from mainboard.tasks.liveness import Deaths, Liveness, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
 from mainboard.tasks.steering import Halt, Steering, relay_process_lines
 

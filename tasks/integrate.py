@@ -24,13 +24,11 @@ from typing import Any
 
 from celery import Task, shared_task
 
-from mainboard.tasks import broker_url_of
+from mainboard.tasks import INTEGRATE_TASK, broker_url_of
 from mainboard.tasks.routing import CoordinatorTask
 
-TASK_NAME = "mainboard.integrate"
 
-
-@shared_task(name=TASK_NAME, bind=True, base=CoordinatorTask, acks_late=True,
+@shared_task(name=INTEGRATE_TASK, bind=True, base=CoordinatorTask, acks_late=True,
              reject_on_worker_lost=True)
 def integrate_task(self: Task, run: Mapping[str, Any], workers: int | None = None,
                    resume: bool = True) -> dict[str, Any]:
@@ -48,7 +46,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(name)
     from mainboard.tasks.app import get_app
 
-    return getattr(get_app().tasks[TASK_NAME], name)
+    return getattr(get_app().tasks[INTEGRATE_TASK], name)
 
 
-__all__ = ["TASK_NAME", "integrate_task"]
+__all__ = ["integrate_task"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import redis
 
 from mainboard import keys
-from mainboard.errors import MainboardError
+from mainboard.errors import LostBatch
 
 QUEUE_FLOOR_S = 15.0  # never call a queued attempt lost sooner than this...
 DEATH_FLOOR_S = 3.0  # ...unless a worker died since it was queued: it may have held it
@@ -41,10 +41,6 @@ KILLED = "its worker stopped heartbeating"
 EWMA = 0.3
 
 AttemptKey = tuple[int, int]  # (batch index, attempt number)
-
-
-class LostBatch(MainboardError):
-    """A batch was lost more often than MAX_ATTEMPTS allows (its workers keep dying)."""
 
 
 @dataclass
@@ -276,4 +272,4 @@ def observe(r: redis.Redis, run_id: str, iteration: int, attempts: list[Attempt]
     return claimed, progress
 
 
-__all__ = ["Attempt", "Deaths", "Liveness", "LostBatch", "Timing", "observe"]
+__all__ = ["Attempt", "Deaths", "Liveness", "Timing", "observe"]

@@ -20,15 +20,8 @@ from typing import TypeVar
 import redis
 from kombu.exceptions import BatchPublishError, OperationalError
 
-from mainboard.errors import BrokerLost
+from mainboard.errors import BrokerLost, BrokerRestarted
 from mainboard.services.broker import address as where  # host:port for messages
-
-
-class BrokerRestarted(Exception):
-    """The broker answers, but as a new server (its run_id changed): a restart or failover
-    that redis-py's own retries hid; its last second of writes and queued messages may be
-    gone, so the step is redone as after any outage."""
-
 
 REDIS_DOWN: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 # BatchPublishError: a pipelined publish (tasks/dispatch) cut by the outage; what it held is
@@ -101,4 +94,4 @@ class Outage:
                       f"{self.clock() - began:.1f} s; re-sent what was in flight")
 
 
-__all__ = ["BROKER_ERRORS", "REDIS_DOWN", "DEFAULT_BUDGET_S", "BrokerRestarted", "Outage", "where"]
+__all__ = ["BROKER_ERRORS", "REDIS_DOWN", "DEFAULT_BUDGET_S", "Outage", "where"]

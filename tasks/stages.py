@@ -33,9 +33,9 @@ from celery.exceptions import Ignore
 from celery.signals import worker_process_shutdown, worker_shutdown
 
 from mainboard import keys
+from mainboard.errors import BatchError
 from mainboard.integrators import stages
 from mainboard.integrators.domain import Batch
-from mainboard.integrators.errors import BatchError
 from mainboard.integrators.owner import owned
 from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.seeding import LatentBatch

@@ -43,6 +43,7 @@ from celery import Task
 from celery.worker.strategy import default
 
 from mainboard import keys
+from mainboard.errors import TimeNeedUnmet
 from mainboard.tasks import POOL_ENV, WALLTIME_ENV, broker_url_of
 from mainboard.tasks.context import client
 
@@ -85,10 +86,6 @@ def need_of(headers: Mapping[str, Any] | None) -> float | None:
 def refuses(need: float | None, left: float | None) -> bool:
     """A task needing ``need`` s must not start with ``left`` s of allocation to go."""
     return need is not None and left is not None and need > left
-
-
-class TimeNeedUnmet(Exception):
-    """A task no worker had the time for, given up after its bounded wait."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +225,6 @@ class TimedTask(Task):
             check(self.request)
 
 
-__all__ = ["HEADER", "WAIT_HEADER", "PutBacks", "TimeNeedUnmet", "TimedTask", "bounds", "check",
+__all__ = ["HEADER", "WAIT_HEADER", "PutBacks", "TimedTask", "bounds", "check",
            "given_up", "need_of", "record_put_back", "refuses", "set_end", "strategy",
            "time_left", "unmet_line"]

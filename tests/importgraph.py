@@ -96,6 +96,22 @@ def unit_graph(repo: Path = REPO) -> dict[str, set[str]]:
     return graph
 
 
+def module_graph(repo: Path = REPO) -> dict[str, set[str]]:
+    """module -> the modules of its own unit that it imports (functions and ``TYPE_CHECKING``
+    included). A package's ``__init__`` is its room's door: its submodules may read its
+    constants, and what it hands out of them lazily (PEP 562 ``__getattr__``) is not an
+    edge, so ``pkg -> pkg.sub`` is left out."""
+    known = modules(repo)
+    graph: dict[str, set[str]] = {}
+    for module in known.values():
+        unit = unit_of(module.name)
+        graph[module.name] = {
+            name for name in imported(module, known)
+            if name in known and name != module.name and unit_of(name) == unit
+            and not (module.is_package and name.startswith(module.name + "."))}
+    return graph
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected groups of more than one unit (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -156,6 +172,8 @@ def main() -> None:
     graph = unit_graph()
     for group in cycles(graph):
         print("CYCLE:", " <-> ".join(group))
+    for group in cycles(module_graph()):
+        print("CYCLE inside a room:", " <-> ".join(group))
     for unit in layers(graph):
         inside = sorted(u for u in graph[unit] if u in graph)
         print(f"{unit:28} <- {', '.join(inside) or '(ground)'}")

@@ -192,8 +192,8 @@ def test_a_run_coordinated_inside_a_worker_needs_no_more_than_the_worker_user(
     INFO's run_id, fleet ping, batches) and gets the in-process numbers; nothing refused."""
     require("redis-server", "the embedded broker is a real redis-server")
     from mainboard.tasks import COORDINATOR_QUEUE
+    from mainboard.tasks import INTEGRATE_TASK as TASK_NAME
     from mainboard.tasks.app import make_app
-    from mainboard.tasks.integrate import TASK_NAME
     from mainboard.tasks.workers import LocalWorkers
 
     ws = tmp_path / "ws"

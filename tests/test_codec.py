@@ -20,9 +20,9 @@ import pytest
 from kombu import serialization
 from kombu.exceptions import ContentDisallowed
 
-from mainboard.errors import MainboardError
+from mainboard.errors import CodecError, MainboardError
 from mainboard.tasks import codec
-from mainboard.tasks.codec import CodecError, dumps, loads
+from mainboard.tasks.codec import dumps, loads
 
 
 def roundtrip(value: Any) -> Any:

@@ -23,7 +23,7 @@ import redis
 import mainboard
 from mainboard import keys
 from mainboard.config import Config
-from mainboard.errors import IntegrationFailed
+from mainboard.errors import IntegrationFailed, LostBatch
 from mainboard.tasks import bundles
 from mainboard.tasks.liveness import (
     DEATH_FLOOR_S,
@@ -31,7 +31,6 @@ from mainboard.tasks.liveness import (
     QUEUE_FLOOR_S,
     Deaths,
     Liveness,
-    LostBatch,
     Timing,
 )
 from mainboard.tasks.runner import load_spec

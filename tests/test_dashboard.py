@@ -32,8 +32,9 @@ import mainboard
 from mainboard.board import Board
 from mainboard.cli import cli
 from mainboard.config import Config
+from mainboard.errors import ReceiptError
 from mainboard.integrators.driver import RunResult
-from mainboard.receipts import IterationDone, ReceiptError, Receipts, RunCreated, RunPaused
+from mainboard.receipts import IterationDone, Receipts, RunCreated, RunPaused
 from mainboard.runs.lazy import LazyReceipts
 from mainboard.runs.logs import LogLine, append_logs
 from mainboard.runs.store import RECEIPTS_NAME, RunStore
@@ -77,13 +78,15 @@ class Dashboard:
             return json.load(reply)
 
 
-def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = None) -> Dashboard:
-    """`mainboard --config C dashboard --json ARGS`; returns once it printed its URL."""
+def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = None,
+                    python: str = sys.executable, cwd: Path | None = None) -> Dashboard:
+    """`mainboard --config C dashboard --json ARGS` (under ``python``, in ``cwd``); returns
+    once it printed its URL."""
     env = {**os.environ, **(env or {})}
     env.pop("MAINBOARD_CONFIG", None)
-    proc = subprocess.Popen([sys.executable, "-m", "mainboard", "--config", str(config.path),
+    proc = subprocess.Popen([python, "-m", "mainboard", "--config", str(config.path),
                              "dashboard", "--json", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     ready, _, _ = select.select([proc.stdout], [], [], 30)
     line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
     if not line:

@@ -152,8 +152,8 @@ def test_each_rental_of_a_provider_host_is_synced_with_a_manifest_of_its_own(
     each against what that machine holds (a shared manifest left all but one stale)."""
     from mainboard.config import load_config
     from mainboard.fleet.sync import machines
-    from mainboard.hosts.mirror import manifest_path
     from mainboard.receipts import WorkerStarted
+    from mainboard.statedir import manifest_path
 
     def worker(worker_id: str, host: str, rental: str | None) -> WorkerStarted:
         return WorkerStarted(
@@ -166,9 +166,10 @@ def test_each_rental_of_a_provider_host_is_synced_with_a_manifest_of_its_own(
     assert sorted(found) == [("gpu", "/r", "r1"), ("gpu", "/r", "r2"), ("lo", "/r", None)]
     (tmp_path / "mainboard.toml").write_text("")
     config = load_config(tmp_path / "mainboard.toml")
-    paths = {manifest_path(config, "gpu", "r1"), manifest_path(config, "gpu", "r2"),
-             manifest_path(config, "gpu")}
-    assert len(paths) == 3 and manifest_path(config, "a/b", "c d").name == "a%2Fb@c%20d.json"
+    state = config.state_dir
+    paths = {manifest_path(state, "gpu", "r1"), manifest_path(state, "gpu", "r2"),
+             manifest_path(state, "gpu")}
+    assert len(paths) == 3 and manifest_path(state, "a/b", "c d").name == "a%2Fb@c%20d.json"
 
 
 def test_a_pool_whose_walltime_may_be_chosen_asks_enough_for_the_time_needs_waiting() -> None:

@@ -23,8 +23,9 @@ from click.testing import CliRunner, Result
 
 from mainboard.cli import cli
 from mainboard.daemon import port_is_free
+from mainboard.errors import FlowerError
 from mainboard.services.broker import EmbeddedBroker
-from mainboard.services.flower import USER, Flower, FlowerError
+from mainboard.services.flower import USER, Flower
 from tests.chromium import render
 from tests.services import require
 

@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mainboard.errors import ConfigError
+from mainboard.errors import BatchError, ConfigError, MergeError
 from mainboard.integrators.domain import Batch, Domain, validate
-from mainboard.integrators.errors import BatchError, MergeError
 from mainboard.integrators.integrands import make_integrand
 from mainboard.integrators.seeding import LatentBatch, batch_rng
 from mainboard.integrators.spec import RunSpec, load_run_file, parse_run

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from mainboard.errors import BatchError
 from mainboard.integrators.domain import Batch, Domain
 from mainboard.integrators.driver import integrate_local
-from mainboard.integrators.errors import BatchError
 from mainboard.integrators.spec import AffineSpec, UnitBallSpec
 from mainboard.integrators.transforms import TransformChain, direction
 

@@ -22,9 +22,8 @@ from mainboard.board import Board
 from mainboard.bridges import ssh
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.cli import cli
-from mainboard.errors import QueuePolicyError, UserError, WaitTimedOut
+from mainboard.errors import QueuePolicyError, UnknownJob, UserError, WaitTimedOut
 from mainboard.jobs.job import Job
-from mainboard.jobs.store import UnknownJob
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.jobs_workspace import job_files, make_workspace, wait_running, wait_until
 from tests.services import SlurmCluster, SshServer

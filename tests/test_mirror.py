@@ -20,7 +20,8 @@ from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import LocalTransport, Output, Transport
 from mainboard.errors import MirrorError, UserError
 from mainboard.hosts.archive import PROBE
-from mainboard.hosts.mirror import Mirror, SyncReport, manifest_path, mirror_for, plan, sync
+from mainboard.hosts.mirror import Mirror, SyncReport, mirror_for, plan, sync
+from mainboard.statedir import manifest_path
 from tests.boards import ssh_host, write_config
 from tests.services import SshServer, require
 
@@ -84,7 +85,7 @@ class Setup:
 
     @property
     def manifest(self) -> Path:
-        return manifest_path(self.board.config, self.host)
+        return manifest_path(self.board.config.state_dir, self.host)
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:
@@ -281,7 +282,7 @@ def test_a_host_that_lost_zstd_is_asked_again_and_gets_gzip(tmp_path: Path) -> N
     write_tree(tmp_path, {"a.txt": "a"})
     with Board(tmp_path / "mainboard.toml") as board:
         assert sync(board, "box").codec == "gzip"
-        path = manifest_path(board.config, "box")
+        path = manifest_path(board.config.state_dir, "box")
         path.write_text(path.read_text().replace('"codec": "gzip"', '"codec": "zstd"'))
         (tmp_path / "a.txt").write_text("changed")
         assert plan(board, "box").codec == "zstd"  # what it believes, without asking
@@ -311,7 +312,7 @@ def test_local_host_in_the_workspace_is_not_copied_into_itself(tmp_path: Path) -
     with Board(tmp_path / "mainboard.toml") as board:
         same = sync(board, "here")
         assert same.in_place and same.files == [] and plan(board, "here").in_place
-        assert not manifest_path(board.config, "here").exists()
+        assert not manifest_path(board.config.state_dir, "here").exists()
         assert sync(board, "inside").files == ["a.txt", "mainboard.toml"]
         assert sync(board, "inside").files == []  # the copy did not become part of the source
         assert (tmp_path / "mirrors/inside/a.txt").read_text() == "a"
@@ -332,7 +333,7 @@ def test_a_moved_root_starts_a_fresh_mirror(setup: Setup, tmp_path: Path) -> Non
 def test_corrupt_manifest_is_reported_with_its_file(tmp_path: Path, content: str) -> None:
     write_config(tmp_path, {"box": {"kind": "local", "root": str(tmp_path / "r")}})
     with Board(tmp_path / "mainboard.toml") as board:
-        path = manifest_path(board.config, "box")
+        path = manifest_path(board.config.state_dir, "box")
         path.parent.mkdir(parents=True)
         path.write_text(content)
         with pytest.raises(UserError, match=f"{path}: not a valid mirror manifest.*delete it"):
@@ -356,7 +357,7 @@ def test_provider_host_plans_before_rental_and_bad_options_are_refused(tmp_path:
             Mirror.of(board.on("gpu"), inline_limit=-1)
         assert sync(board, "odd.name").files == ["a.txt", "mainboard.toml"]
         # host names are plain words; a manifest path stays one file whatever it is given
-        assert manifest_path(board.config, "odd/name").name == "odd%2Fname.json"
+        assert manifest_path(board.config.state_dir, "odd/name").name == "odd%2Fname.json"
 
 
 @pytest.mark.parametrize("setup", ["local"], indirect=True)

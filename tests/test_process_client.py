@@ -16,17 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mainboard.errors import ConfigError
-from mainboard.integrators.errors import BatchError
-from mainboard.integrators.process.adapters import ProcessEvaluator
-from mainboard.integrators.process.client import ProcessClient
-from mainboard.integrators.process.errors import (
+from mainboard.errors import (
+    BatchError,
+    ConfigError,
     ProcessCrashed,
     ProcessError,
     ProcessProtocolError,
     ProcessRemoteError,
     ProcessTimeout,
 )
+from mainboard.integrators.process.adapters import ProcessEvaluator
+from mainboard.integrators.process.client import ProcessClient
 from mainboard.integrators.process.pool import ProcessPool, ProcessSpec
 
 FIXTURE = Path(__file__).parent / "process_fixtures" / "misbehave.py"

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mainboard.errors import ProcessRemoteError
 from mainboard.integrators.process.client import ProcessClient
-from mainboard.integrators.process.errors import ProcessRemoteError
 from mainboard.integrators.process.wire import PROTOCOL
 from tests.services import require, unavailable
 

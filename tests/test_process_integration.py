@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mainboard.errors import ConfigError
+from mainboard.errors import BatchError, ConfigError
 from mainboard.integrators.accumulators import RunAccumulator
 from mainboard.integrators.domain import Domain
 from mainboard.integrators.driver import RunState, integrate_local
-from mainboard.integrators.errors import BatchError
 from mainboard.integrators.integrands import register_integrand
 from mainboard.integrators.process.adapters import (
     ProcessBatchTransform,

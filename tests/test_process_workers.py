@@ -27,9 +27,8 @@ from celery import Celery
 import mainboard
 from mainboard import keys
 from mainboard.config import Config
-from mainboard.errors import IntegrationFailed
+from mainboard.errors import BatchError, IntegrationFailed
 from mainboard.integrators.driver import integrate_local
-from mainboard.integrators.errors import BatchError
 from mainboard.integrators.process.pool import default_pool
 from mainboard.integrators.stages import build_run, prepare_sampler, release_processes
 from mainboard.receipts import RunFailed

@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import threading
-import tomllib
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from mainboard.board import Board
-from mainboard.bridges.project import BuildError, Project, local_project, write_wheel
+from mainboard.bridges.project import Project, local_project, package_names, write_wheel
 from mainboard.bridges.provision import (
     ProvisionedEnv,
     absolute_root,
@@ -30,7 +29,7 @@ from mainboard.bridges.provision import (
 )
 from mainboard.bridges.transport import Command, Completed, Output, Transport
 from mainboard.config import Config, ContainerConfig
-from mainboard.errors import CommandFailed, ConfigError, HostError, UserError
+from mainboard.errors import BuildError, CommandFailed, ConfigError, HostError, UserError
 from tests.container_image import build_python_image, podman_shim
 from tests.services import SshServer, require
 
@@ -251,9 +250,11 @@ def test_wheel_says_what_setuptools_says(site: Site) -> None:
     for point in installed.entry_points:
         assert f"{point.name} = {point.value}" in entry_points
     assert site.project.source is not None
-    pyproject = tomllib.loads((site.project.source / "pyproject.toml").read_text())
-    packages = pyproject["tool"]["setuptools"]["packages"]
-    assert {f"{p.replace('.', '/')}/__init__.py" for p in packages} <= names
+    packages = package_names(site.project.files)  # setup.py's discovery, as setuptools runs it
+    data = {"mainboard.dashboard.static", "mainboard.dashboard.templates"}  # data, no code
+    assert {f"{p.replace('.', '/')}/__init__.py" for p in packages if p not in data} <= names
+    assert {"mainboard/dashboard/static/app.js", "mainboard/dashboard/templates/page.html"} \
+        <= names
     assert {"mainboard/py.typed", "mainboard/bridges/provision_driver.py"} <= names
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
     assert len(record) == len(names) and all(",sha256=" in r for r in record[:-1])

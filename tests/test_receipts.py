@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from mainboard.errors import ReceiptError
 from mainboard.receipts import (
     REDACTED,
     IterationDone,
-    ReceiptError,
     Receipts,
     RunCreated,
     RunFinished,

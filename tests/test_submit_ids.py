@@ -17,8 +17,9 @@ import pytest
 
 from mainboard.board import Board
 from mainboard.bridges.jobstate import JobState
+from mainboard.errors import AmbiguousJob
 from mainboard.jobs.job import Job
-from mainboard.jobs.store import AmbiguousJob, JobStore
+from mainboard.jobs.store import JobStore
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.jobs_workspace import make_workspace, wait_running, wait_until
 from tests.services import SlurmCluster

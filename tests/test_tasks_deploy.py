@@ -47,11 +47,12 @@ import yaml
 from celery import Celery
 from celery.utils.nodenames import nodesplit
 
+import mainboard.tasks.integrate  # noqa: F401 - registers the task with the client's app
 from mainboard import keys
 from mainboard.config.brokerurl import redis_url_problem
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE, STAGE_PREFIX, STAGE_TASKS
+from mainboard.tasks import INTEGRATE_TASK as TASK_NAME
 from mainboard.tasks.app import BROKER_URL_ENV, TASK_ROUTES, make_app
-from mainboard.tasks.integrate import TASK_NAME
 from tests.services import RedisServer, free_port, require, start_redis, wait_port
 from tests.test_app import PICKLE, _TouchOnUnpickle
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mainboard.config import Config
-from mainboard.runs.store import RunStore, UnknownRun
+from mainboard.errors import UnknownRun
+from mainboard.runs.store import RunStore
 from mainboard.tasks.workers import LocalWorkers
 from tests.integration import write_workspace
 from tests.services import RedisServer, start_redis

@@ -22,14 +22,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mainboard.errors import ProviderError
+from mainboard.errors import SandboxError
 
 FIRST, LAST = ipaddress.ip_address("10.77.100.0"), ipaddress.ip_address("10.77.199.252")
 LOCK_FILE = Path("/run/lock/mainboard-simulated-net.lock")
-
-
-class SandboxError(ProviderError):
-    """Building or tearing down a simulated machine (netns, veth, sshd) failed."""
 
 
 @dataclass

@@ -31,6 +31,7 @@ from mainboard.errors import (
     OfferNotFound,
     ProviderAuthFailed,
     ProviderError,
+    ProviderHttpError,
     UserError,
 )
 
@@ -56,14 +57,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-class _HttpError(ProviderError):
-    """An HTTP error answer; ``code`` lets callers tell "unknown offer" from an outage."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def check_api_url(url: str, provider: str) -> str:
@@ -179,9 +172,9 @@ class RestProvider(ProviderAdapter):
         return detail if isinstance(detail, dict) else {}
 
     def _http_error(self, method: str, path: str, code: int, detail: dict[str, Any]
-                    ) -> _HttpError:
+                    ) -> ProviderHttpError:
         msg = self._scrub(str(detail.get("msg") or detail.get("error") or "no detail"))[:300]
-        return _HttpError(f"provider {self.name}: {method} {path} failed with HTTP {code}: {msg}",
+        return ProviderHttpError(f"provider {self.name}: {method} {path} failed with HTTP {code}: {msg}",
                           code)
 
     # -- adapter ------------------------------------------------------------------------------
@@ -239,7 +232,7 @@ class RestProvider(ProviderAdapter):
                 "label": label, "disk": 16, "runtype": "ssh_direct"}
         try:
             answer = self._request("PUT", f"/asks/{offer_id}/", body) or {}
-        except _HttpError as exc:
+        except ProviderHttpError as exc:
             if exc.code in (404, 410):
                 raise OfferNotFound(f"provider {self.name}: offer {offer_id} is not available "
                                     "(unknown or already rented); pick an id from offers()"

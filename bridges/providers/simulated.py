@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from mainboard.errors import UserError
+from mainboard.errors import SimulatedApiAnswer, UserError
 
 from . import netns
 from .base import check_public_key
@@ -60,24 +60,16 @@ _OPS = {"eq": lambda a, b: a == b, "neq": lambda a, b: a != b, "lt": lambda a, b
 _QUERY_OPTIONS = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
 
 
-class ApiError(Exception):
-    """An error answer: HTTP code plus the vast-style ``{"success": false, "error", "msg"}``."""
-
-    def __init__(self, code: int, error: str, msg: str) -> None:
-        super().__init__(msg)
-        self.code, self.error, self.msg = code, error, msg
-
-
 def _match(offer: _F, query: _F) -> bool:
     """Apply a vast search query (``{"field": {"op": value}}``) to one offer."""
     for field, condition in query.items():
         if field in _QUERY_OPTIONS:
             continue
         if not isinstance(condition, dict):
-            raise ApiError(400, "invalid_query", f"condition for {field!r} must be an object")
+            raise SimulatedApiAnswer(400, "invalid_query", f"condition for {field!r} must be an object")
         for op, operand in condition.items():
             if op not in _OPS:
-                raise ApiError(400, "invalid_query", f"unknown operator {op!r} for {field!r}; "
+                raise SimulatedApiAnswer(400, "invalid_query", f"unknown operator {op!r} for {field!r}; "
                                f"valid: {', '.join(_OPS)}")
             if field not in offer:
                 return False
@@ -85,7 +77,7 @@ def _match(offer: _F, query: _F) -> bool:
                 if not _OPS[op](offer[field], operand):
                     return False
             except TypeError as exc:
-                raise ApiError(400, "invalid_query", f"{field} {op} {operand!r}: {exc}") from None
+                raise SimulatedApiAnswer(400, "invalid_query", f"{field} {op} {operand!r}: {exc}") from None
     return True
 
 
@@ -190,14 +182,14 @@ class SimulatedProvider:
         """Record the rental (state "loading") first, then build its machine outside the lock."""
         offer = next((o for o in OFFERS if o["id"] == offer_id), None)
         if offer is None:
-            raise ApiError(404, "no_such_ask", f"Instance type by id {offer_id} is not available.")
+            raise SimulatedApiAnswer(404, "no_such_ask", f"Instance type by id {offer_id} is not available.")
         self.record_user_data(offer_id, body)
         with self.store.transaction() as state:
             if offer_id in _held(state):
-                raise ApiError(404, "no_such_ask",
+                raise SimulatedApiAnswer(404, "no_such_ask",
                                f"Instance type by id {offer_id} is not available.")
             if balance_of(state) < offer["dph_total"] / 60:
-                raise ApiError(402, "insufficient_credit", "not enough credit for a minute")
+                raise SimulatedApiAnswer(402, "insufficient_credit", "not enough credit for a minute")
             rental_id = state["next_id"]
             state["next_id"] += 1
             sandbox = netns.plan(self.store.dir / "rentals" / str(rental_id),
@@ -218,7 +210,7 @@ class SimulatedProvider:
             rental = state["rentals"].get(str(rental_id))
             if rental is None or rental["end"] is not None:  # destroyed while loading
                 netns.destroy(sandbox)
-                raise ApiError(409, "destroyed", f"Instance {rental_id} was destroyed while "
+                raise SimulatedApiAnswer(409, "destroyed", f"Instance {rental_id} was destroyed while "
                                "it was being created.")
             rental["sandbox"] = sandbox.to_dict()
         return {"success": True, "new_contract": rental_id}
@@ -226,14 +218,14 @@ class SimulatedProvider:
     def _live(self, state: _F, rental_id: int) -> _F:
         rental = state["rentals"].get(str(rental_id))
         if rental is None or rental["end"] is not None:
-            raise ApiError(404, "no_such_instance", f"Instance {rental_id} not found.")
+            raise SimulatedApiAnswer(404, "no_such_instance", f"Instance {rental_id} not found.")
         return rental
 
     def attach(self, rental_id: int, body: _F) -> _F:
         try:
             key = check_public_key(str(body.get("ssh_key") or ""))
         except UserError as exc:
-            raise ApiError(400, "invalid_ssh_key", str(exc)) from None
+            raise SimulatedApiAnswer(400, "invalid_ssh_key", str(exc)) from None
         with self.store.transaction() as state:
             netns.authorize(netns.Sandbox(**self._live(state, rental_id)["sandbox"]), key)
         return {"success": True, "msg": "ssh key attached"}
@@ -307,7 +299,7 @@ class _Handler(BaseHTTPRequestHandler):
         provider = self.server.provider
         try:
             if not provider.authorised(presented):
-                raise ApiError(401, "auth_error", "Invalid user key")
+                raise SimulatedApiAnswer(401, "auth_error", "Invalid user key")
             body = json.loads(raw) if raw.strip() else {}
             for method, pattern, op in _ROUTES:
                 found = pattern.match(path)
@@ -321,8 +313,8 @@ class _Handler(BaseHTTPRequestHandler):
                     else:
                         self._answer(200, getattr(provider, op)(*args))
                     return
-            raise ApiError(404, "not_found", f"no route {self.command} {path}")
-        except ApiError as exc:
+            raise SimulatedApiAnswer(404, "not_found", f"no route {self.command} {path}")
+        except SimulatedApiAnswer as exc:
             self._answer(exc.code, {"success": False, "error": exc.error, "msg": exc.msg})
         except (json.JSONDecodeError, ValueError) as exc:
             self._answer(400, {"success": False, "error": "bad_request", "msg": str(exc)})

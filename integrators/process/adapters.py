@@ -20,10 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.errors import ConfigError
+from mainboard.errors import BatchError, ConfigError, ProcessError
 from mainboard.integrators.domain import Batch, Domain, Region, validate
-from mainboard.integrators.errors import BatchError
-from mainboard.integrators.process.errors import ProcessError
 from mainboard.integrators.process.pool import (
     ManagedProcess,
     ProcessPool,

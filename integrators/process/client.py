@@ -22,20 +22,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from mainboard.integrators.process.errors import (
+from mainboard.errors import (
+    DeadlineExceeded,
     ProcessCrashed,
     ProcessError,
     ProcessProtocolError,
     ProcessRemoteError,
     ProcessTimeout,
-)
-from mainboard.integrators.process.framing import (
-    DeadlineExceeded,
-    FrameReader,
     StreamClosed,
-    tune_pipe,
-    write_parts,
 )
+from mainboard.integrators.process.framing import FrameReader, tune_pipe, write_parts
 from mainboard.integrators.process.wire import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mainboard.integrators.process.errors import ProcessProtocolError
+from mainboard.errors import DeadlineExceeded, ProcessProtocolError, StreamClosed
 from mainboard.integrators.process.wire import (
     BINARY_LENGTH,
     CONTENT_LENGTH,
@@ -32,22 +32,6 @@ from mainboard.integrators.process.wire import (
 _READ_CHUNK = 1 << 20
 _PIPE_SIZE = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-
-
-class StreamClosed(Exception):
-    """The child closed its end (usually: it exited); ``where`` says at which point."""
-
-    def __init__(self, where: str) -> None:
-        super().__init__(where)
-        self.where = where
-
-
-class DeadlineExceeded(Exception):
-    """The request deadline passed while waiting on a pipe; ``where`` says at which point."""
-
-    def __init__(self, where: str) -> None:
-        super().__init__(where)
-        self.where = where
 
 
 def tune_pipe(fd: int, *, nonblocking: bool) -> None:

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mainboard.errors import ConfigError
+from mainboard.errors import ConfigError, ProcessCrashed, ProcessError, ProcessRemoteError
 from mainboard.integrators.process.client import LOG, ProcessClient
-from mainboard.integrators.process.errors import ProcessCrashed, ProcessError, ProcessRemoteError
 from mainboard.integrators.process.wire import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE,

@@ -27,16 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.errors import ConfigError
+from mainboard.errors import BatchError, ConfigError, ProcessError
 from mainboard.integrators.domain import Batch, Domain, validate
-from mainboard.integrators.errors import BatchError
 from mainboard.integrators.process.adapters import (
     RUN_ID,
     ProcessMaterializer,
     domain_json,
     to_spec,
 )
-from mainboard.integrators.process.errors import ProcessError
 from mainboard.integrators.process.pool import ManagedProcess
 from mainboard.integrators.process.wire import row_offsets
 from mainboard.integrators.samplers import Sampler, Training

@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mainboard.batch.spec import BatchJob, BatchSpec, load_batch
-from mainboard.batch.store import BatchStore, BatchView, UnknownBatch
+from mainboard.batch.store import BatchStore, BatchView
 from mainboard.errors import (
     ConfigError,
     HostError,
     HostUnreachable,
     MainboardError,
+    UnknownBatch,
     UserError,
     first_line,
 )

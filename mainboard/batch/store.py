@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mainboard.batch.spec import BatchJob
-from mainboard.errors import UserError
+from mainboard.errors import ReceiptError, UnknownBatch
 from mainboard.ids import IdForm
 from mainboard.receipts import (
     BatchAnnounced,
@@ -24,16 +24,11 @@ from mainboard.receipts import (
     BatchDispatched,
     BatchDispatchFailed,
     BatchFinished,
-    ReceiptError,
     Receipts,
 )
 from mainboard.store import ReceiptStore
 
 RECEIPTS = "receipts.ndjson"
-
-
-class UnknownBatch(UserError):
-    """No batch (or more than one) matches the id or id suffix the user gave."""
 
 
 FORM = IdForm("batch", "batches", "20250101-120000-sweep-1a2b3c", "mainboard batch list",

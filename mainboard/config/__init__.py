@@ -23,7 +23,6 @@ from mainboard.config.base import JobDefaults, QueuePolicy
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.config.durations import (
     DURATION_FORMS,
-    NotPositive,
     parse_duration,
     positive_duration,
 )
@@ -56,7 +55,7 @@ from mainboard.redact import remember_secrets, url_secrets
 __all__ = [
     "AUTO", "RouterConfig",
     "CONFIG_NAME", "CONNECTION_KEYS", "DURATION_FORMS", "HOST_KINDS", "BrokerConfig", "Config", "ContainerConfig",
-    "FleetConfig", "HostConfig", "JobDefaults", "LocalHost", "NotPositive", "PbsHost", "PoolConfig",
+    "FleetConfig", "HostConfig", "JobDefaults", "LocalHost", "PbsHost", "PoolConfig",
     "ProviderConfig", "ProviderHost",
     "PythonConfig", "QueuePolicy", "SlurmHost", "SshHost", "SshParams", "WorkspaceConfig",
     "describe_keys", "find_config", "load_config", "loads_config", "parse_duration",

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mainboard.errors import MainboardError
+from mainboard.errors import MainboardError, UnknownRun
 from mainboard.runs.lazy import LazyReceipts
-from mainboard.runs.store import RECEIPTS_NAME, RunHistory, RunStore, UnknownRun
+from mainboard.runs.store import RECEIPTS_NAME, RunHistory, RunStore
 
 ID_FORM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 

@@ -8,19 +8,18 @@ is built from the run's receipts, so it is always there.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
 from mainboard import keys
+from mainboard.dashboard.live import Live
+from mainboard.dashboard.rundata import RunData
 from mainboard.errors import MainboardError, first_line
 from mainboard.runs.logs import LogLine, log_counts
+from mainboard.runs.store import RunHistory
 from mainboard.runs.timeline import timeline
 from mainboard.runs.workers import WorkerTally
-
-if TYPE_CHECKING:
-    from mainboard.dashboard.views import Views
-    from mainboard.runs.store import RunHistory
 
 LOG_LIMIT = 500
 
@@ -32,13 +31,38 @@ def plain(record: Any) -> dict[str, Any]:
     return dict(record)
 
 
-def extras(views: Views, h: RunHistory, broker_ok: bool) -> dict[str, Any]:
-    """``logs``, ``workers``, ``timeline`` of a run, each with a note when it is partial."""
-    client = views.live.client() if broker_ok else None
-    logs, logs_note = _logs(client, h.run_id)
-    workers, workers_note = _workers(client, views.tallies, h.run_id)
-    return {"logs": logs, "logs_note": logs_note, "workers": workers,
-            "workers_note": workers_note, "timeline": timeline_of(views, h)}
+class RunExtras:
+    """What the run page adds to a run's receipts, with what it keeps between requests: each
+    run's worker tally (spans summed so far) and its timeline (until its receipts change)."""
+
+    def __init__(self, runs: RunData, live: Live) -> None:
+        self.runs, self.live = runs, live
+        self.timelines: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # id -> (stamp, events)
+        self.tallies: dict[str, WorkerTally] = {}  # run id -> its spans summed so far
+
+    def of(self, h: RunHistory, broker_ok: bool) -> dict[str, Any]:
+        """``logs``, ``workers``, ``timeline`` of a run, each with a note when it is partial."""
+        client = self.live.client() if broker_ok else None
+        logs, logs_note = _logs(client, h.run_id)
+        workers, workers_note = _workers(client, self.tallies, h.run_id)
+        return {"logs": logs, "logs_note": logs_note, "workers": workers,
+                "workers_note": workers_note, "timeline": self.timeline(h)}
+
+    def timeline(self, h: RunHistory) -> list[dict[str, Any]]:
+        """Dispatch, completion, re-sends, adaptation, snapshots, pauses of the run, with
+        times; computed once per change of its receipts (it reads every line, snapshots
+        included)."""
+        stamp = self.runs.stamp(h.run_id)
+        cached = self.timelines.get(h.run_id)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            events = [plain(e) for e in timeline(self.runs.store, h.run_id)]
+        except MainboardError as exc:  # an unreadable line: say so where the events would be
+            events = [{"time": None, "kind": "unreadable", "iteration": None,
+                       "detail": first_line(exc)}]
+        self.timelines[h.run_id] = (stamp, events)
+        return events
 
 
 def _logs(client: redis.Redis | None, run_id: str) -> tuple[list[dict[str, Any]], str]:
@@ -73,20 +97,4 @@ def _workers(client: redis.Redis | None, tallies: dict[str, WorkerTally], run_id
     return rows, "" if rows else "no worker has run a batch of this run yet"
 
 
-def timeline_of(views: Views, h: RunHistory) -> list[dict[str, Any]]:
-    """Dispatch, completion, re-sends, adaptation, snapshots, pauses of the run, with times;
-    computed once per change of its receipts (it reads every line, snapshots included)."""
-    stamp = views.runs.stamp(h.run_id)
-    cached = views.timelines.get(h.run_id)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
-    try:
-        events = [plain(e) for e in timeline(views.runs.store, h.run_id)]
-    except MainboardError as exc:  # an unreadable line: say so where the events would be
-        events = [{"time": None, "kind": "unreadable", "iteration": None,
-                   "detail": first_line(exc)}]
-    views.timelines[h.run_id] = (stamp, events)
-    return events
-
-
-__all__ = ["extras", "plain", "timeline_of"]
+__all__ = ["RunExtras", "plain"]

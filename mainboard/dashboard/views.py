@@ -19,11 +19,11 @@ from typing import Any
 from mainboard.config import Config
 from mainboard.dashboard import rundata
 from mainboard.dashboard.live import Live
+from mainboard.dashboard.runextras import RunExtras
 from mainboard.errors import MainboardError, first_line
 from mainboard.hosts.access import Hosts
 from mainboard.jobs.live import SharedSweep, Sweep
 from mainboard.runs.store import RunHistory
-from mainboard.runs.workers import WorkerTally
 
 PAGE_SIZE = 1000
 FLEET_CACHE_S = 3.0
@@ -63,8 +63,7 @@ class Views:
         self.live = Live(config)
         self._fleet: tuple[float, dict[str, Any]] | None = None
         self._fleet_lock = threading.Lock()
-        self.timelines: dict[str, tuple[Any, list[dict[str, Any]]]] = {}  # run id -> (stamp, events)
-        self.tallies: dict[str, WorkerTally] = {}  # run id -> its spans summed so far
+        self.extras = RunExtras(self.runs, self.live)  # logs, workers, timeline of a run
         self.chi2: dict[str, rundata.Chi2Memo] = {}  # run id -> its chi2/dof series so far
         self._hosts: Hosts | None = None
         self._hosts_lock = threading.Lock()
@@ -112,7 +111,7 @@ class Views:
             "diagnostics": rundata.diagnostics(h),
             "observables": rundata.observables(h),
         }
-        out.update(self._run_extras(h, broker["ok"]))
+        out.update(self.extras.of(h, broker["ok"]))
         return out
 
     def _parent(self, h: RunHistory, broker: dict[str, Any]) -> dict[str, Any]:
@@ -141,12 +140,6 @@ class Views:
         ticking = str(int(time.time() // LOGS_EVERY_S)) if state.get("live") else ""
         return _digest([str(self.runs.stamp(h.run_id)), str(sorted(state.items())),
                         str(broker.ok), ticking])
-
-    def _run_extras(self, h: RunHistory, broker_ok: bool) -> dict[str, Any]:
-        """Logs, per-worker table and timeline of one run (see :mod:`runextras`)."""
-        from mainboard.dashboard.runextras import extras
-
-        return extras(self, h, broker_ok)
 
     # -- fleet and jobs --------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from functools import partial
 
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, ProviderHost
-from mainboard.errors import CommandFailed, MainboardError, UserError
+from mainboard.errors import MainboardError, UserError, first_line
 from mainboard.fleet.keeper import ensure_keeper, stop_keeper, wait_tunnel, wake_keeper
 from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions, plan
 from mainboard.fleet.pools import plan_pools
@@ -50,16 +50,6 @@ class UpReport:
     kept: dict[str, int] = field(default_factory=dict)  # pool -> allocations already live
     flower_url: str | None = None
     flower_error: str | None = None
-
-
-def one_line(exc: MainboardError) -> str:
-    """A failure as one line: a failed command is named with its exit code and last words."""
-    if isinstance(exc, CommandFailed):
-        last = (exc.stderr.strip().splitlines() or exc.stdout.strip().splitlines() or ["-"])[-1]
-        command = exc.command if len(exc.command) <= 60 else exc.command[:57] + "..."
-        return f"command `{command}` failed on {exc.host} with exit code {exc.returncode}: " \
-               f"{last.strip()}"
-    return " ".join(str(exc).split())
 
 
 def default_hosts(config: Config) -> list[str]:
@@ -129,7 +119,7 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
             try:
                 report.started.append(future.result())
             except MainboardError as exc:
-                text = one_line(exc)
+                text = first_line(exc)
                 report.failed[name] = text if text.startswith(f"host {name!r}") \
                     else f"host {name!r}: {text}"
                 if launcher.pool:  # counted like the keeper's (mainboard_allocations_failed)

@@ -34,8 +34,8 @@ from mainboard.bridges.jobspec import JobSpec, check_policy, format_walltime, re
 from mainboard.bridges.project import Project
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Transport
-from mainboard.config import Config, HostConfig, NotPositive, ProviderHost, positive_duration
-from mainboard.errors import ConfigError, HostError, UserError
+from mainboard.config import Config, HostConfig, ProviderHost, positive_duration
+from mainboard.errors import ConfigError, HostError, NotPositive, UserError
 from mainboard.fleet import warm
 from mainboard.fleet.records import (
     NODE_SUFFIX,
@@ -46,7 +46,7 @@ from mainboard.fleet.records import (
     owner_tag,
 )
 from mainboard.fleet.warm import Stamp, free_remote_port, remove_secret, write_secret
-from mainboard.hosts.access import ensure_root
+from mainboard.hosts.root import ensure_root
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerSubmitting, WorkerTunnel
 from mainboard.tasks import BATCH_QUEUE, GPU_ENV, POOL_ENV, RETIRE_ENV, TASK_MODULES, WALLTIME_ENV

@@ -19,9 +19,11 @@ from mainboard.config import Config, ProviderHost
 from mainboard.errors import ConfigError
 from mainboard.fleet.launch import Launcher, Target, new_worker_id, ssh_dict
 from mainboard.fleet.records import owner_tag
-from mainboard.hosts.access import ensure_root
+from mainboard.hosts.mirror import Mirror
 from mainboard.hosts.rentals import adapter, rent_cheapest, rental_key
+from mainboard.hosts.root import ensure_root
 from mainboard.receipts import WorkerStarted
+from mainboard.statedir import manifest_path
 from mainboard.tasks import BATCH_QUEUE
 
 DEFAULT_IDLE_TIMEOUT_S = 1800.0
@@ -49,9 +51,7 @@ def mirror_fresh(config: Config, name: str, transport: SshTransport, root: str,
     (a pool grown from zero mid-run: nothing was there to sync before the run). Each rental
     keeps its own manifest (``sync_fleet`` updates every one before a run); a fresh machine
     holds nothing."""
-    from mainboard.hosts.mirror import Mirror, manifest_path
-
-    manifest_path(config, name, rental_id).unlink(missing_ok=True)
+    manifest_path(config.state_dir, name, rental_id).unlink(missing_ok=True)
     Mirror(config, name, transport, root, env=config.host(name).env, machine=rental_id).sync()
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from mainboard.bridges.transport import Transport
 from mainboard.config import Config
 from mainboard.errors import HostError
-from mainboard.hosts.access import TAG, tagged
+from mainboard.hosts.root import TAG, tagged
 from mainboard.locks import flocked
 from mainboard.statedir import fleet_dir
 

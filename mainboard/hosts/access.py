@@ -5,8 +5,9 @@ host is remote; ssh connections are pooled per route across the process. An ssh 
 ``host`` may be an alias of ``~/.ssh/config`` (or ``$MAINBOARD_SSH_CONFIG``): keys written
 in mainboard.toml win, the ssh config fills the others (HostName, User, Port,
 IdentityFile, ProxyJump...), as ``ssh alias`` would.
-This is everything the :class:`mainboard.Board` facade does except submitting jobs, so
-the rooms below the facade (jobs, batch, fleet) can reach hosts without importing it.
+This is everything the :class:`mainboard.Board` facade does except submitting jobs and
+mirroring the workspace (``hosts/mirror.py`` builds on this module), so the rooms below the
+facade (jobs, batch, fleet) can reach hosts without importing it.
 """
 
 from __future__ import annotations
@@ -18,20 +19,14 @@ import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import Self
 
 from mainboard.bridges.envs import backend_for, env_declared, in_env
 from mainboard.bridges.provision import ProvisionedEnv
 from mainboard.bridges.ssh import SshTransport
-from mainboard.bridges.ssh_session import remote_word
 from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
 from mainboard.config import Config, HostConfig, ProviderHost, load_config
-from mainboard.errors import HostError
 
-if TYPE_CHECKING:
-    from mainboard.hosts.mirror import Plan, SyncReport
-
-TAG = "mb-tag:"  # marks the line a remote command prints for us among login banners
 
 class Host:
     """One declared host: run commands and copy files in its root directory."""
@@ -141,18 +136,6 @@ class Host:
         self.transport.get(self.path(remote), local)
         return Path(local)
 
-    def sync(self, *, full: bool = False) -> SyncReport:
-        """Mirror the workspace to this host's root, sending only what changed."""
-        from mainboard.hosts.mirror import Mirror
-
-        return Mirror.of(self).sync(full=full)
-
-    def plan(self, *, probe: bool = False) -> Plan:
-        """What ``sync()`` would send now (files, raw and wire bytes), without sending."""
-        from mainboard.hosts.mirror import Mirror
-
-        return Mirror.of(self).plan(probe=probe)
-
     def close(self) -> None:
         """Let go of this host's connection (the last user of a pooled one closes it)."""
         with self._lock:
@@ -223,22 +206,3 @@ def _progress_only(stream: bool | StreamSink) -> bool | StreamSink:
         return lambda name, text: print(text, end="", file=sys.stderr, flush=True) \
             if name == "stderr" else None
     return lambda name, text: stream(name, text) if name == "stderr" else None
-
-
-def ensure_root(transport: Transport, name: str, root: str) -> str:
-    """Create the host's root when missing (like ``git clone``) and return it absolute."""
-    word = remote_word(root)
-    done = transport.run(["/bin/sh", "-c", f"mkdir -p -- {word} && cd -- {word} && "
-                          f"printf '{TAG}%s\\n' \"$PWD\""], timeout=60)
-    found = tagged(done.stdout)
-    if not done.ok or not found:
-        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-        raise HostError(f"host {name!r}: root {root!r} does not exist and cannot be created "
-                        f"({why}); set `root` of [hosts.{name}] to a directory you may write")
-    return found
-
-
-def tagged(stdout: str) -> str | None:
-    """The value of the last ``TAG`` line a remote command printed (banners are skipped)."""
-    lines = [ln[len(TAG):] for ln in stdout.splitlines() if ln.startswith(TAG)]
-    return lines[-1] if lines else None

@@ -17,14 +17,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import quote
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from mainboard.bridges.transport import LocalTransport, Transport
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import CommandFailed, MirrorError, UserError
+from mainboard.hosts.access import Host, Hosts
 from mainboard.hosts.archive import (
     Codec,
     Packed,
@@ -37,9 +37,7 @@ from mainboard.hosts.archive import (
 )
 from mainboard.hosts.gitignore import Selection
 from mainboard.locks import flocked
-
-if TYPE_CHECKING:
-    from mainboard.hosts.access import Host, Hosts
+from mainboard.statedir import manifest_path
 
 INLINE_LIMIT = 16 * 1024 * 1024  # larger archives are uploaded (SFTP on ssh) instead of piped
 
@@ -131,13 +129,6 @@ def _check_name(workspace: Path, name: str) -> None:
                         "or .gitignore") from None
 
 
-def manifest_path(config: Config, host: str, machine: str | None = None) -> Path:
-    """``.mainboard/mirror/<host>.json``, the host name percent-encoded into one file name;
-    ``<host>@<machine>.json`` for one of several machines of a host (a fleet's rentals)."""
-    name = quote(host, safe="") + (f"@{quote(machine, safe='')}" if machine else "")
-    return config.state_dir / "mirror" / f"{name}.json"
-
-
 def load_manifest(path: Path, host: str, root: str) -> Manifest:
     """The host's manifest; an empty one when absent or made for another root (host moved)."""
     try:
@@ -173,7 +164,7 @@ class Mirror:
         self.config, self.host, self.transport, self.root = config, host, transport, root
         self.env = dict(env or {})  # the host's [hosts.X] env: its PATH finds tar and zstd
         self.inline_limit = inline_limit
-        self.manifest_file = manifest_path(config, host, machine)  # what that machine holds
+        self.manifest_file = manifest_path(config.state_dir, host, machine)  # what that machine holds
         self._local_root = (Path(root).expanduser().resolve()
                             if isinstance(transport, LocalTransport) else None)
 
@@ -326,8 +317,6 @@ def mirror_for(target: Hosts | Host | Config, host: str | None = None,
         if host is None or root is None:
             raise TypeError("mirror_for(Config, ...) needs the host name and its root")
         return Mirror(target, host, transport, root, **options)
-    from mainboard.hosts.access import Hosts
-
     handle = target.on(host or "local") if isinstance(target, Hosts) else target
     if transport is None and root is None:
         return Mirror.of(handle, **options)

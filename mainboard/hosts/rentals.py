@@ -23,12 +23,11 @@ from mainboard.bridges.providers.lifecycle import JOBS
 from mainboard.bridges.ssh import SshTransport
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import HostError, HostUnreachable, ProviderError
-from mainboard.hosts.access import ensure_root
 from mainboard.hosts.leases import rentals_locked
-from mainboard.hosts.mirror import manifest_path
+from mainboard.hosts.root import ensure_root
 from mainboard.ids import safe_word
 from mainboard.receipts import RentalCreated
-from mainboard.statedir import fleet_dir
+from mainboard.statedir import fleet_dir, manifest_path
 
 RENT_WAIT_S = 300.0
 
@@ -128,7 +127,7 @@ def provider_transport(config: Config, name: str, host: ProviderHost, root: str,
 
 def _marker(config: Config, name: str) -> Path:
     """The file naming the rental host ``name``'s mirror (and transport) were last on."""
-    return manifest_path(config, name).with_suffix(".rental")
+    return manifest_path(config.state_dir, name).with_suffix(".rental")
 
 
 def attached_rental(config: Config, name: str) -> RentalCreated | None:
@@ -147,7 +146,7 @@ def _attach(config: Config, name: str, host: ProviderHost, rental: Rental,
     marker = _marker(config, name)
     if not marker.exists() or marker.read_text() != rental.id:
         # A fresh machine holds none of what the manifest says the last one had.
-        manifest_path(config, name).unlink(missing_ok=True)
+        manifest_path(config.state_dir, name).unlink(missing_ok=True)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(rental.id)
     return rental_transport(rental, name=name, identity=identity,

@@ -21,10 +21,9 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mainboard.errors import MainboardError, first_line
+from mainboard.errors import MainboardError, ReceiptError, first_line
 from mainboard.jobs.job import bridge_of, store_of
 from mainboard.jobs.store import JobStore, JobView
-from mainboard.receipts import ReceiptError
 from mainboard.redact import redact_text
 
 if TYPE_CHECKING:

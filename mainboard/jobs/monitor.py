@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from mainboard.bridges.jobstate import JobState
 from mainboard.config import Config
-from mainboard.errors import HostError, MainboardError, first_line
+from mainboard.errors import HostError, MainboardError, ReceiptError, first_line
 from mainboard.hosts.leases import leased_hosts, rentals_locked
 from mainboard.jobs.costs import spend
 from mainboard.jobs.job import pull_view, store_of
@@ -38,13 +38,7 @@ from mainboard.jobs.live import groups_of, probe
 from mainboard.jobs.store import JobStore, JobView
 from mainboard.jobs.verdicts import record_verdicts
 from mainboard.locks import flocked
-from mainboard.receipts import (
-    MonitorPass,
-    ReceiptError,
-    Receipts,
-    RentalCreated,
-    RentalDestroyed,
-)
+from mainboard.receipts import MonitorPass, Receipts, RentalCreated, RentalDestroyed
 
 if TYPE_CHECKING:
     from mainboard.hosts.access import Hosts

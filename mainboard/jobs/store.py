@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mainboard.bridges.jobstate import JobState, JobStatus
-from mainboard.errors import UserError
+from mainboard.errors import AmbiguousJob, ReceiptError, UnknownJob
 from mainboard.ids import IdForm
 from mainboard.receipts import (
     JobCost,
@@ -25,7 +25,6 @@ from mainboard.receipts import (
     JobStateChanged,
     JobSubmitted,
     Payload,
-    ReceiptError,
     Receipts,
 )
 from mainboard.store import ReceiptStore
@@ -34,14 +33,6 @@ if TYPE_CHECKING:
     from mainboard.bridges.base import JobRecord
 
 SUFFIX = ".ndjson"
-
-
-class UnknownJob(UserError):
-    """No job (or more than one) matches the id or id suffix the user gave."""
-
-
-class AmbiguousJob(UserError):
-    """A scheduler's id that jobs on several hosts were given (two clusters number alike)."""
 
 
 FORM = IdForm("job", "jobs", "20250101-120000-name-1a2b3c", "mainboard jobs list", UnknownJob)

@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mainboard.bridges.jobstate import JobState
+from mainboard.errors import ReceiptError
 from mainboard.ids import ID
 from mainboard.jobs.store import JobView
-from mainboard.receipts import ReceiptError, Receipts, StudyVerdict
+from mainboard.receipts import Receipts, StudyVerdict
 from mainboard.statedir import RUN_ID_ENV, STUDY_ENV, study_ledger
 
 VERDICTS = {JobState.COMPLETED: "completed", JobState.FAILED: "failed",

@@ -16,7 +16,7 @@ from typing import Any
 
 from mainboard.errors import IntegrationFailed
 from mainboard.parents.children import Child, Children, Outcome
-from mainboard.parents.driver import Context
+from mainboard.parents.context import Context
 from mainboard.parents.spec import CampaignSpec, apply_point
 from mainboard.parents.table import total
 from mainboard.receipts import ChildStarted

@@ -10,16 +10,15 @@ continues from its own last snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mainboard.config import Config, load_config
 from mainboard.errors import IntegrationFailed, UserError
+from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.plain import to_plain
 from mainboard.parents import table
-from mainboard.parents.children import Outcome
+from mainboard.parents.context import Context, Report
 from mainboard.parents.spec import ParentSpec, parse_parent
 from mainboard.receipts import (
     ChildDone,
@@ -33,34 +32,10 @@ from mainboard.runs.store import RunHistory, RunStore
 from mainboard.tasks.paths import use_import_roots
 from mainboard.tasks.runner import Prepare, Session, session
 
-Report = Callable[[Outcome], None]
-CHILD_NAME_ROOM = 40  # characters of the parent's name kept in a child's name
-
-
-@dataclass
-class Context:
-    """What a kind's loop needs: the session, the parent, what ended before, the reporter."""
-
-    s: Session
-    spec: ParentSpec
-    parent_id: str
-    prior: list[ChildDone]
-    report: Report | None
-    file: str
-
-    def child_name(self, label: str) -> str:
-        """A child's run name: the parent's and the child's label."""
-        return f"{self.spec.name[:CHILD_NAME_ROOM]}.{label}"
-
-
-def _loop(kind: str) -> Callable[[Context], dict[str, Any]]:
-    if kind == "scan":
-        from mainboard.parents.scan import drive
-    elif kind == "tune":
-        from mainboard.parents.tune import drive
-    else:
-        from mainboard.parents.campaign import drive
-    return drive
+# Each kind's loop, by name (celery's ALIASES + symbol_by_name): the loops import the
+# context, never this module, and a new kind is one row here (and its table in spec.py).
+LOOPS = {"scan": "mainboard.parents.scan:drive", "tune": "mainboard.parents.tune:drive",
+         "campaign": "mainboard.parents.campaign:drive"}
 
 
 def _drive(s: Session, spec: ParentSpec, history: RunHistory | None, report: Report | None,
@@ -76,7 +51,7 @@ def _drive(s: Session, spec: ParentSpec, history: RunHistory | None, report: Rep
         prior = [c for c in history.children if isinstance(c, ChildDone) and c.status != "paused"]
     ctx = Context(s, spec, parent_id, prior, report, file)
     try:
-        result = _loop(spec.kind)(ctx)
+        result = symbol_by_name(LOOPS[spec.kind])(ctx)
     except IntegrationFailed as exc:
         s.store.record(RunFailed(run_id=parent_id, error=str(exc)))
         raise
@@ -128,4 +103,4 @@ def find(config: Config, what: str) -> RunHistory:
     return RunStore(config.state_dir).find(what)
 
 
-__all__ = ["Context", "find", "integrate_parent", "resume_parent"]
+__all__ = ["LOOPS", "find", "integrate_parent", "resume_parent"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mainboard.parents.children import Child, run_all
-from mainboard.parents.driver import Context
+from mainboard.parents.context import Context
 
 
 def drive(ctx: Context) -> dict[str, Any]:

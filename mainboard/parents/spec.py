@@ -19,11 +19,11 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mainboard.errors import ConfigError
+from mainboard.errors import ConfigError, SpecError
 from mainboard.integrators.spec import RunSpec, parse_run
-from mainboard.integrators.spec_checks import SpecError
 from mainboard.integrators.spec_types import Count, Int, NonNegativeInt, PositiveReal, Real, Text
 
 PARENT_KINDS = ("scan", "tune", "campaign")
@@ -44,6 +44,14 @@ class ScanParameter(_Model):
 
     name: Path_
     values: list[Any] = Field(min_length=1)
+
+    def grid_count(self, grid_points: int) -> int:
+        """Every value, whatever ``grid_points``."""
+        return len(self.values)
+
+    def grid_value(self, k: int, grid_points: int) -> Any:
+        """The k-th of ``values``."""
+        return self.values[k]
 
 
 class ScanSpec(_Model):
@@ -90,6 +98,15 @@ class FloatParameter(_Model):
                             [self.min, self.max], valid="min < max")
         return self
 
+    def grid_count(self, grid_points: int) -> int:
+        """How many values a grid visits: ``grid_points``."""
+        return grid_points
+
+    def grid_value(self, k: int, grid_points: int) -> float:
+        """The k-th of ``grid_points`` values, evenly spaced (geometrically when ``log``)."""
+        space = np.geomspace if self.log else np.linspace
+        return float(space(self.min, self.max, grid_points)[k])
+
 
 class IntegerParameter(_Model):
     """An integer parameter: min, min + step, ..., up to max."""
@@ -106,6 +123,14 @@ class IntegerParameter(_Model):
             raise SpecError("max", "needs min <= max", [self.min, self.max], valid="min <= max")
         return self
 
+    def grid_count(self, grid_points: int) -> int:
+        """Every value from min to max by step (integers by arithmetic: ranges may be huge)."""
+        return (int(self.max) - int(self.min)) // int(self.step) + 1
+
+    def grid_value(self, k: int, grid_points: int) -> int:
+        """The k-th value: min + k x step."""
+        return int(self.min) + k * int(self.step)
+
 
 class CategoricalParameter(_Model):
     """One of ``values``."""
@@ -113,6 +138,14 @@ class CategoricalParameter(_Model):
     kind: Literal["categorical"]
     name: Path_
     values: list[Any] = Field(min_length=1)
+
+    def grid_count(self, grid_points: int) -> int:
+        """Every value, whatever ``grid_points``."""
+        return len(self.values)
+
+    def grid_value(self, k: int, grid_points: int) -> Any:
+        """The k-th of ``values``."""
+        return self.values[k]
 
 
 TuneParameter = Annotated[FloatParameter | IntegerParameter | CategoricalParameter,
@@ -153,6 +186,17 @@ class TuneSpec(_Model):
             raise SpecError("parameters", "names a parameter twice", names,
                             valid="distinct dotted paths")
         return self
+
+    def corners(self) -> list[dict[str, Any]]:
+        """Points that reach every parameter's extremes and every category (one parameter
+        moved at a time from the lowest corner): enough to find a bound the child refuses."""
+        low = {p.name: p.grid_value(0, 2) for p in self.parameters}
+        out = [low]
+        for p in self.parameters:
+            last = p.grid_count(2) - 1
+            ks = range(1, last + 1) if isinstance(p, CategoricalParameter) else [last]
+            out += [{**low, p.name: p.grid_value(k, 2)} for k in ks if k > 0]
+        return out
 
 
 # ---------------------------------------------------------------- campaign
@@ -350,9 +394,7 @@ def check_children(spec: ParentSpec, file: str) -> None:
             raise ConfigError("trials need a fixed sample budget", file=file,
                               key="tune.samples_per_trial",
                               valid="tune.samples_per_trial, or [stop] max_samples in the child")
-        from mainboard.parents.tune import corners
-
-        for point in corners(spec.tune):
+        for point in spec.tune.corners():
             spec.child_spec(point, samples=spec.trial_samples(), file=file)
     elif spec.campaign is not None:
         for i, c in enumerate(spec.campaign.children):

@@ -18,7 +18,7 @@ import numpy as np
 
 from mainboard.errors import MissingDependency, UserError, first_line
 from mainboard.parents.children import Child, Children, Outcome, child_id
-from mainboard.parents.driver import Context
+from mainboard.parents.context import Context
 from mainboard.parents.spec import (
     CategoricalParameter,
     FloatParameter,
@@ -28,39 +28,6 @@ from mainboard.parents.spec import (
 from mainboard.parents.table import objective
 from mainboard.receipts import ChildStarted
 
-Param = FloatParameter | IntegerParameter | CategoricalParameter
-
-
-def _count(p: Param, grid_points: int) -> int:
-    """How many values a grid visits for one parameter."""
-    if isinstance(p, CategoricalParameter):
-        return len(p.values)
-    if isinstance(p, IntegerParameter):
-        return (int(p.max) - int(p.min)) // int(p.step) + 1
-    return grid_points
-
-
-def _value(p: Param, k: int, grid_points: int) -> Any:
-    """The k-th of the values a grid visits (integers by arithmetic: ranges may be huge)."""
-    if isinstance(p, CategoricalParameter):
-        return p.values[k]
-    if isinstance(p, IntegerParameter):
-        return int(p.min) + k * int(p.step)
-    space = np.geomspace if p.log else np.linspace
-    return float(space(p.min, p.max, grid_points)[k])
-
-
-def corners(tune: TuneSpec) -> list[dict[str, Any]]:
-    """Points that reach every parameter's extremes and every category (one parameter
-    moved at a time from the lowest corner): enough to find a bound the child refuses."""
-    low = {p.name: _value(p, 0, 2) for p in tune.parameters}
-    out = [low]
-    for p in tune.parameters:
-        last = _count(p, 2) - 1
-        ks = range(1, last + 1) if isinstance(p, CategoricalParameter) else [last]
-        out += [{**low, p.name: _value(p, k, 2)} for k in ks if k > 0]
-    return out
-
 
 class Optimizer:
     """random or grid: trial n's parameters depend on n alone."""
@@ -68,7 +35,7 @@ class Optimizer:
     def __init__(self, tune: TuneSpec) -> None:
         self.tune = tune
         self.points = tune.optimizer.grid_points
-        self.sizes = [_count(p, self.points) for p in tune.parameters]
+        self.sizes = [p.grid_count(self.points) for p in tune.parameters]
 
     @property
     def trials(self) -> int:
@@ -84,7 +51,7 @@ class Optimizer:
         if self.tune.optimizer.algorithm == "grid":
             for p, size in reversed(list(zip(self.tune.parameters, self.sizes, strict=True))):
                 number, k = divmod(number, size)
-                out[p.name] = _value(p, k, self.points)
+                out[p.name] = p.grid_value(k, self.points)
             return {p.name: out[p.name] for p in self.tune.parameters}
         rng = np.random.default_rng([self.tune.optimizer.seed, number])
         for p in self.tune.parameters:
@@ -94,7 +61,7 @@ class Optimizer:
                                                                       - math.log(p.min)))
                                     if p.log else p.min + u * (p.max - p.min))
             else:
-                out[p.name] = _value(p, int(rng.integers(_count(p, 2))), 2)
+                out[p.name] = p.grid_value(int(rng.integers(p.grid_count(2))), 2)
         return out
 
     def tell(self, number: int, params: dict[str, Any], value: float | None) -> None:
@@ -221,4 +188,4 @@ def _start(ctx: Context, pool: Children, label: str, params: dict[str, Any]
     return pool.start(Child(label, params, spec))
 
 
-__all__ = ["Optimizer", "TPE", "corners", "drive", "optimizer"]
+__all__ = ["Optimizer", "TPE", "drive", "optimizer"]

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mainboard.errors import UserError
+from mainboard.errors import ReceiptError, UnknownRun, UserError
 from mainboard.receipts import (
     ChildDone,
     ChildStarted,
     IterationDone,
     Payload,
-    ReceiptError,
     Receipts,
     RunCreated,
     RunFailed,
@@ -38,10 +37,6 @@ from mainboard.store import ReceiptStore
 
 RECEIPTS_NAME = "receipts.ndjson"
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-class UnknownRun(UserError):
-    """No run (or more than one) matches the id, id prefix or name the user gave."""
 
 
 def clone_id(spec_id: str, parent: str, from_iteration: int) -> str:

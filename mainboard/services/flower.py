@@ -40,16 +40,12 @@ from typing import Any
 
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.daemon import HOST, Daemon, fresh_port, port_is_free, write_private
-from mainboard.errors import MainboardError, UserError
+from mainboard.errors import FlowerError, UserError
 from mainboard.redact import install_log_redaction, url_secrets
 
 USER = "mainboard"
 START_TIMEOUT = 90.0  # importing celery+flower takes seconds on a loaded 2-core machine
 STOP_TIMEOUT = 15.0
-
-
-class FlowerError(MainboardError):
-    """Flower could not be started or stopped."""
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from mainboard.errors import StudyError
+from mainboard.errors import ReceiptError, StudyError
 from mainboard.ids import ID
-from mainboard.receipts import ReceiptError, Receipts, StudyJob, StudyVerdict
+from mainboard.receipts import Receipts, StudyJob, StudyVerdict
 from mainboard.statedir import STUDIES
 from mainboard.store import ReceiptStore
 

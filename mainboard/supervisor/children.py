@@ -25,15 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from mainboard.daemon import Daemon, die_with_parent, exit_reason, log_tail
-from mainboard.errors import MainboardError
+from mainboard.errors import SupervisorError
 from mainboard.tasks.workers import LocalWorkers
 
 DASHBOARD_START_S = 60.0  # a loaded 2-core machine imports tornado and folds receipts first
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL
-
-
-class SupervisorError(MainboardError):
-    """`mainboard up` could not start or keep its services running."""
 
 
 class Child:

@@ -36,18 +36,12 @@ from mainboard.daemon import (
     read_secret,
     write_private,
 )
-from mainboard.errors import MainboardError, UserError
+from mainboard.errors import MainboardError, SupervisorError, UserError
 from mainboard.locks import flocked
 from mainboard.redact import redact_url, url_secrets
 from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
 from mainboard.services.flower import Flower
-from mainboard.supervisor.children import (
-    Child,
-    DaemonChild,
-    DashboardChild,
-    SupervisorError,
-    WorkerChild,
-)
+from mainboard.supervisor.children import Child, DaemonChild, DashboardChild, WorkerChild
 from mainboard.tasks.workers import STOP_TIMEOUT_S, LocalWorkers
 
 POLL_S = 0.25  # how often children are looked at; a signal wakes the loop at once

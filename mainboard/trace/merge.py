@@ -28,14 +28,20 @@ from typing import Any
 
 import redis
 
-from mainboard.batch.store import BatchStore, UnknownBatch
-from mainboard.errors import BrokerError, StudyError, UserError
+from mainboard.batch.store import BatchStore
+from mainboard.errors import (
+    BrokerError,
+    StudyError,
+    UnknownBatch,
+    UnknownJob,
+    UnknownRun,
+    UserError,
+)
 from mainboard.hosts.access import Hosts
 from mainboard.jobs.job import Job, bridge_of
-from mainboard.jobs.store import UnknownJob
 from mainboard.jobs.trace import job_phases
 from mainboard.runs.spans import clock_offset
-from mainboard.runs.store import RunStore, UnknownRun
+from mainboard.runs.store import RunStore
 from mainboard.runs.trace import TraceSpan, chrome_trace, run_trace
 from mainboard.runs.userspans import JOB_SPANS
 from mainboard.study.ledger import StudyStore

@@ -23,12 +23,11 @@ from typing import Any
 import redis
 
 from mainboard.bridges.jobstate import JobState
-from mainboard.errors import BrokerError, UserError
+from mainboard.errors import BrokerError, UnknownJob, UnknownRun, UserError
 from mainboard.hosts.access import Hosts
 from mainboard.jobs.job import Job, bridge_of
-from mainboard.jobs.store import UnknownJob
 from mainboard.runs.spans import clock_offset, run_workers
-from mainboard.runs.store import RunStore, UnknownRun
+from mainboard.runs.store import RunStore
 from mainboard.runs.trace import COORDINATOR, TraceSpan, chrome_trace
 from mainboard.trace.spy import Sampler, Target
 
