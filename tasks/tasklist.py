@@ -31,6 +31,7 @@ from mainboard.integrators.spec import RunSpec, parse_run
 from mainboard.integrators.spec_tasks import Step, TaskSpec
 from mainboard.receipts import RunFinished, RunPaused, TaskDone, TaskStarted
 from mainboard.runs.store import RunHistory, RunStore, spec_of
+from mainboard.tasks.appends import Inbox
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.raster import Raster
@@ -48,6 +49,7 @@ class Driver(Protocol):
     r: redis.Redis
     lease: Lease
     places: dict[str, Any] | None
+    inbox: Inbox | None
 
     def coordinator(self, state: RunState, progress: Callable[[Progress], None] | None,
                     wall_before: float = 0.0, run_id: str | None = None,
@@ -118,17 +120,26 @@ class TaskList:
         """Every task not done, in order; the run's result is its last sample task's."""
         started = {t.index for t in (self.history.tasks if self.history else ())
                    if isinstance(t, TaskStarted)}
-        for step in self.steps:
-            if step.index in self.done:
-                continue
-            resuming = step.index in started
-            if not resuming:
-                self.s.store.record(TaskStarted(run_id=self.run_id, index=step.index,
-                                                name=step.name, kind=step.kind,
-                                                iteration=self.iteration))
-            halted = self._one(step, resuming)
-            if halted:
-                return halted
+        known = len(self.history.appended) if self.history else 0
+        while True:
+            for step in self.steps:
+                if step.index in self.done:
+                    continue
+                resuming = step.index in started
+                if not resuming:
+                    self.s.store.record(TaskStarted(run_id=self.run_id, index=step.index,
+                                                    name=step.name, kind=step.kind,
+                                                    iteration=self.iteration))
+                halted = self._one(step, resuming)
+                if halted:
+                    return halted
+            # Before finishing: tasks `runs append` recorded meanwhile follow (the inbox's
+            # lock makes an append either seen here or find the run ended).
+            more = self.s.inbox.take(known) if self.s.inbox is not None else None
+            if more is None:
+                break
+            self.history, known = more, len(more.appended)
+            self.steps = steps_of(self.spec, more.appended)
         result = self.result()
         self.s.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
         self.s.r.hset(keys.run_state(self.run_id), "status", "finished")
@@ -219,6 +230,42 @@ class TaskList:
         self.done[step.index] = done
 
 
+def _sampling(spec: RunSpec, history: RunHistory | None) -> bool:
+    """A run without tasks of its own whose implicit sample task has not ended (tasks
+    appended to it wait for it)."""
+    return not spec.tasks and not (history is not None and (
+        history.sampled or any(isinstance(t, TaskStarted) for t in history.tasks)))
+
+
+def drive(s: Driver, run_id: str, spec: RunSpec, history: RunHistory | None,
+          progress: Callable[[Progress], None] | None, state: RunState | None = None,
+          wall: float = 0.0, fresh: bool = False) -> RunResult:
+    """Drive a run to its end, a pause or a failure, taking tasks ``runs append`` records
+    meanwhile (the session's inbox open throughout). A run without tasks is one implicit
+    sample task (``state``, resumed from ``history`` when None); appended tasks follow it."""
+    inbox = s.inbox
+    if inbox is not None:
+        inbox.open()
+    try:
+        if not _sampling(spec, history):
+            return TaskList(s, run_id, spec, history, progress).run()
+        if state is None:
+            assert history is not None
+            state = restore_state(spec, history.last_snapshot[1], fresh_stop=False)
+        coordinator = s.coordinator(state, progress, wall, final=inbox is None)
+        result = coordinator.run(fresh=fresh)
+        if inbox is None or result.stop_reason in HALTED:
+            return result
+        more = inbox.take(0)  # appended while it sampled (or before, while it was paused)
+        if more is None:
+            coordinator.finish(result)
+            return result
+        return TaskList(s, run_id, spec, more, progress).run()
+    finally:
+        if inbox is not None:
+            inbox.close()
+
+
 def answer(run_id: str, base: Mapping[str, Any], steps: list[Step],
            done: Mapping[int, TaskDone]) -> RunResult:
     """The last done sample task's result, rebuilt from the state it left (no work)."""
@@ -271,4 +318,4 @@ def task_rows(history: RunHistory) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["Driver", "TaskList", "answer", "done_tasks", "finished_result", "has_tasks", "steps_of", "task_rows"]
+__all__ = ["Driver", "TaskList", "answer", "drive", "done_tasks", "finished_result", "has_tasks", "steps_of", "task_rows"]
