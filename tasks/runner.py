@@ -29,6 +29,7 @@ from mainboard.receipts import RunCreated, RunResumed, TasksAppended
 from mainboard.redisclient import redis_client
 from mainboard.runs.control import connect
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
+from mainboard.runs.tasktable import steps_of
 from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
 from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.coordinator import Coordinator, Progress
@@ -36,7 +37,7 @@ from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS, where
 from mainboard.tasks.paths import places, use_import_roots
 from mainboard.tasks.states import restore_state
-from mainboard.tasks.tasklist import drive, finished_result, has_tasks, steps_of
+from mainboard.tasks.tasklist import drive, finished_result, has_tasks
 from mainboard.tasks.workers import (
     LocalWorkers,
     fleet_size,

@@ -21,16 +21,16 @@ from typing import Any, Protocol
 
 import redis
 from celery import Celery
-from pydantic import TypeAdapter
 
 from mainboard import keys
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.plain import to_plain
 from mainboard.integrators.samplers import restore_sampler
 from mainboard.integrators.spec import RunSpec, parse_run
-from mainboard.integrators.spec_tasks import Step, TaskSpec
+from mainboard.integrators.spec_tasks import Step
 from mainboard.receipts import RunFinished, RunPaused, TaskDone, TaskStarted
 from mainboard.runs.store import RunHistory, RunStore, spec_of
+from mainboard.runs.tasktable import done_tasks, steps_of
 from mainboard.tasks.appends import Inbox
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
@@ -38,7 +38,6 @@ from mainboard.tasks.raster import Raster
 from mainboard.tasks.states import restore_state
 
 HALTED = ("paused", "stopped")
-_TASKS = TypeAdapter(list[TaskSpec])
 
 
 class Driver(Protocol):
@@ -60,21 +59,6 @@ class Driver(Protocol):
 def has_tasks(spec: RunSpec, history: RunHistory | None) -> bool:
     """Whether a run is driven by its task list (its own, or tasks appended to it)."""
     return bool(spec.tasks) or bool(history is not None and history.appended)
-
-
-def steps_of(spec: RunSpec, appended: list[dict[str, Any]]) -> list[Step]:
-    """The run's timeline: its own tasks, then those ``runs append`` added."""
-    steps = spec.task_steps()
-    if appended:
-        steps = spec.task_steps(steps, _TASKS.validate_python(appended))
-    return steps
-
-
-def done_tasks(history: RunHistory | None) -> dict[int, TaskDone]:
-    """Task index -> its done receipt."""
-    if history is None:
-        return {}
-    return {t.index: t for t in history.tasks if isinstance(t, TaskDone)}
 
 
 def _iterations(history: RunHistory | None) -> int:
@@ -285,37 +269,4 @@ def finished_result(history: RunHistory) -> RunResult:
                   steps_of(spec, history.appended), done_tasks(history))
 
 
-def task_rows(history: RunHistory) -> list[dict[str, Any]]:
-    """Every task of a run with its state (pending, running, done, failed, skipped), samples
-    and estimate +- error: ``runs tasks``, from receipts only."""
-    spec = parse_run(dict(spec_of(history)))
-    steps = steps_of(spec, history.appended)
-    done = done_tasks(history)
-    started = {t.index for t in history.tasks if isinstance(t, TaskStarted)}
-    ended = {"failed": "failed", "stopped": "skipped"}.get(history.status)
-    rows = []
-    for step in steps:
-        task = done.get(step.index)
-        row: dict[str, Any] = {
-            "index": step.index, "name": step.name, "kind": step.kind,
-            "from": steps[step.parent].name if step.parent is not None else None,
-            "frozen": bool(step.settings.get("frozen")) if step.kind == "sample" else None,
-            "samples": 0, "estimate": None, "error": None}
-        if task is not None:
-            row.update(state="done", samples=task.samples, estimate=task.estimate,
-                       error=task.error)
-            if task.values is not None:
-                row["points"] = len(task.values.get("t") or task.values.get("u") or [])
-        elif step.index in started:
-            row["state"] = ended or "running"
-            last = [i for i in history.iterations if i.snapshot.get("task") == step.name]
-            if last:
-                row.update(samples=last[-1].samples, estimate=last[-1].estimate,
-                           error=last[-1].error)
-        else:
-            row["state"] = "skipped" if ended else "pending"
-        rows.append(row)
-    return rows
-
-
-__all__ = ["Driver", "TaskList", "answer", "drive", "done_tasks", "finished_result", "has_tasks", "steps_of", "task_rows"]
+__all__ = ["Driver", "TaskList", "answer", "drive", "finished_result", "has_tasks"]

@@ -36,7 +36,7 @@ def _line(row: dict[str, Any]) -> str:
 def tasks(ctx: click.Context, run: str, as_json: bool) -> None:
     """A run's tasks in order: state, samples and estimate ± error of each."""
     from mainboard.runs.store import RunStore
-    from mainboard.tasks.tasklist import task_rows
+    from mainboard.runs.tasktable import task_rows
 
     config = common.load(ctx)
     history = RunStore(config.state_dir).find(run)
