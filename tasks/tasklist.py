@@ -16,6 +16,7 @@ resumed run skips done tasks and continues a started one from its last iteration
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -34,6 +35,7 @@ from mainboard.runs.tasktable import done_tasks, steps_of
 from mainboard.tasks.appends import Inbox
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
+from mainboard.tasks.outage import BROKER_ERRORS
 from mainboard.tasks.raster import Raster
 from mainboard.tasks.states import restore_state
 
@@ -246,8 +248,9 @@ def drive(s: Driver, run_id: str, spec: RunSpec, history: RunHistory | None,
             return result
         return TaskList(s, run_id, spec, more, progress).run()
     finally:
-        if inbox is not None:
-            inbox.close()
+        if inbox is not None:  # a broker gone is the run's own error, not this one
+            with suppress(*BROKER_ERRORS):
+                inbox.close()
 
 
 def answer(run_id: str, base: Mapping[str, Any], steps: list[Step],
