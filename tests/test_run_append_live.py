@@ -103,6 +103,12 @@ def test_a_live_run_takes_an_appended_task_and_ends_with_it_done(
     config = write_workspace(tmp_path_factory.mktemp("live"), redis_server)
     run_id, gate, runner = start_gated(config, "append-live", own)
     wait_for(lambda: inbox_state(r, run_id) == "open", r, runner)
+    bad = config.root / "bad.toml"  # bad input to a live run: one line, nothing stored
+    bad.write_text('[[tasks]]\nkind = "sample"\nfrom = "nope"\n')
+    refused = cli(config, "runs", "append", run_id, str(bad), "--json")
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "tasks[0].from" in refused.stderr
+    assert not any(isinstance(p, TasksAppended) for p in receipts(config, run_id))
     task = config.root / "more.toml"
     task.write_text(MORE)
     done = cli(config, "runs", "append", run_id, str(task), "--json")
