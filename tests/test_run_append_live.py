@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -76,7 +76,7 @@ def tasks_of(config: Config, run_id: str) -> tuple[str, list[tuple[str, str, int
 
 
 @pytest.fixture()
-def r(redis_server: RedisServer) -> redis.Redis:
+def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_server.url)
     yield client
     client.close()
