@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,8 @@ import mainboard
 from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import UserError
+from mainboard.fleet.sync import append as append_tasks
+from mainboard.integrators.driver import RunResult
 from mainboard.integrators.spec import load_run_file
 from mainboard.receipts import (
     ChildStarted,
@@ -34,9 +35,9 @@ from mainboard.receipts import (
     TasksAppended,
 )
 from mainboard.runs.store import RECEIPTS_NAME, RunStore
-from mainboard.tasks.appends import Inbox, offer
+from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.lease import Lease
-from tests.integration import subprocess_env, write_workspace
+from tests.integration import write_workspace
 from tests.services import RedisServer
 from tests.test_run_tasks import HEAD, cli, integrate_in_background, task_receipts
 
@@ -146,8 +147,9 @@ def test_a_live_run_takes_an_appended_task_and_ends_with_it_done(
 def test_an_append_racing_the_runs_end_is_done_exactly_once(
         tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer,
         r: redis.Redis) -> None:
-    """The run's last iteration is recorded while the test holds the append lock, so the
-    coordinator's end and the append both wait for it; released, either may win: the
+    """The append starts and the run's last iteration is recorded while the test holds the
+    append lock, so the coordinator's end and the append both wait for it; released
+    together, either may win: the
     live run takes the task, or the append finds it ended and continues it. Either way
     the task is recorded once and done once."""
     config = write_workspace(tmp_path_factory.mktemp("race"), redis_server)
@@ -155,24 +157,32 @@ def test_an_append_racing_the_runs_end_is_done_exactly_once(
     wait_for(lambda: inbox_state(r, run_id) == "open", r, runner)
     lock = keys.run_append_lock(run_id)
     assert r.set(lock, "the-test", nx=True, px=60_000)
+    task = config.root / "more.toml"
+    task.write_text(MORE)
+    got: list[object] = []
+
+    def append() -> None:  # in this process: it reaches the lock long before the run ends
+        try:
+            got.append(append_tasks(run_id, task, 1, config=config))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            got.append(exc)
+
+    appender = threading.Thread(target=append)
+    appender.start()
     gate.touch()
     wait_for(lambda: any(isinstance(p, IterationDone) and p.samples == 20000
                          for p in receipts(config, run_id)), r, runner)
-    task = config.root / "more.toml"
-    task.write_text(MORE)
-    appender = subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(config.path), "runs", "append",
-         run_id, str(task), "--workers", "1", "--json"], env=subprocess_env(),
-        cwd=config.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    r.delete(lock)
-    a_out, a_err = appender.communicate(timeout=180)
+    r.delete(lock)  # both wait for it now: either may take it first
+    appender.join(timeout=180)
     out, err = runner.communicate(timeout=180)
-    assert appender.returncode == 0 and runner.returncode == 0, a_err[-2000:] + err[-2000:]
-    got, result = json.loads(a_out), json.loads(out)
-    if got["live"]:
-        assert result["samples"] == 8000 and got["appended"] == 1
-    else:
-        assert result["samples"] == 20000 and got["samples"] == 8000
+    assert runner.returncode == 0, err[-3000:]
+    (taken,) = got
+    result = json.loads(out)
+    if isinstance(taken, Appended):  # the live run took it
+        assert taken.live and taken.tasks == 1 and result["samples"] == 8000
+    else:  # it found the run ended, and continued it
+        assert isinstance(taken, RunResult), taken
+        assert taken.samples == 8000 and result["samples"] == 20000
     status, rows = tasks_of(config, run_id)
     assert status == "finished" and rows == [("more", "done", 8000)]
     lines = receipts(config, run_id)
