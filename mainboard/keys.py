@@ -16,6 +16,8 @@ Layout (the Redis type of each key is in its builder's docstring)::
     mainboard:run:<run>:it:<k>:outstanding          zset   batch index -> deadline (unix s)
     mainboard:run:<run>:it:<k>:holders              hash   batch index -> worker hostname
     mainboard:run:<run>:lease                       string coordinator holding the run (TTL)
+    mainboard:run:<run>:inbox                       string JSON: the lease holder takes appends
+    mainboard:run:<run>:append-lock                 string `runs append` vs the run's end (TTL)
     mainboard:run:<run>:logs                        stream lines workers logged about the run
     mainboard:run:<run>:spans                       stream one entry per stage of each batch
     mainboard:run:<run>:workers                     hash   worker -> host, kind, job id, clock
@@ -173,6 +175,18 @@ def _index(name: str, value: int) -> int:
 def run_lease(run_id: str) -> str:
     """string with TTL: "host:pid:token" of the coordinator driving the run right now."""
     return f"{PREFIX}run:{_run(run_id)}:lease"
+
+
+def run_inbox(run_id: str) -> str:
+    """string JSON {token, host, store, open}: the coordinator holding the lease takes tasks
+    ``runs append`` records in ``store`` (``mainboard.tasks.appends``); gone when it ends."""
+    return f"{PREFIX}run:{_run(run_id)}:inbox"
+
+
+def run_append_lock(run_id: str) -> str:
+    """string with TTL: the holder of the lock an append and the run's end both take, so
+    an append is either seen by the live coordinator or finds the run ended."""
+    return f"{PREFIX}run:{_run(run_id)}:append-lock"
 
 
 def iteration_sampler(run_id: str, iteration: int) -> str:

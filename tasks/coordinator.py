@@ -347,10 +347,19 @@ class Coordinator:
         # coordinator before this one are refused by the store scripts, never merged.
         self.dispatch.gen = int(self.r.hget(keys.run_state(self.run_id), "generation") or 0) + 1
         if fresh:
-            clear_run(self.r, self.run_id, keep=(self.lease.key,))
+            clear_run(self.r, self.run_id, keep=(self.lease.key, keys.run_inbox(self.run_id),
+                                                 keys.run_append_lock(self.run_id)))
         elif owned(self.state.sampler) is not None:  # batches of a dead owner's process
             self.r.delete(*iteration_keys(self.run_id, self.state.iteration))
         self._publish()
+
+    def finish(self, result: RunResult) -> None:
+        """The run finished with ``result``: its receipt, log line and status (by ``run``
+        itself when ``final``; else by the caller, once no task was appended meanwhile)."""
+        self.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
+        self.steer.log("info", f"run finished: {result.estimate:.6g} +- "
+                       f"{result.error:.2g} from {result.samples:,} samples")
+        self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status", "finished"))
 
     def _run(self, *, fresh: bool) -> RunResult:
         if not self.lease.held:
@@ -384,12 +393,7 @@ class Coordinator:
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)
             if self.final:
-                self.store.record(RunFinished(run_id=self.run_id,
-                                              result=to_plain(result.to_dict())))
-                self.steer.log("info", f"run finished: {result.estimate:.6g} +- "
-                               f"{result.error:.2g} from {result.samples:,} samples")
-                self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), "status",
-                                                    "finished"))
+                self.finish(result)
             return result
         except Halt as halt:
             result = replace(self.state.result(

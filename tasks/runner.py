@@ -19,7 +19,6 @@ from typing import Any, Protocol
 import redis
 from celery import Celery
 
-from mainboard import keys
 from mainboard.bridges.envs import worker_python
 from mainboard.config import Config, load_config
 from mainboard.config.brokerurl import BROKER_URL_ENV
@@ -31,13 +30,15 @@ from mainboard.receipts import RunCreated, RunResumed, TasksAppended
 from mainboard.redisclient import redis_client
 from mainboard.runs.control import connect
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
+from mainboard.runs.tasktable import steps_of
 from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
+from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS, where
 from mainboard.tasks.paths import places, use_import_roots
 from mainboard.tasks.states import restore_state
-from mainboard.tasks.tasklist import TaskList, finished_result, has_tasks, steps_of
+from mainboard.tasks.tasklist import drive, finished_result, has_tasks
 from mainboard.tasks.workers import (
     LocalWorkers,
     fleet_size,
@@ -97,6 +98,7 @@ class Session:
     broker: str  # host:port, for messages
     outage_s: float
     places: dict[str, Any] | None = None  # where the run's files are (tasks.paths.places)
+    inbox: Inbox | None = None  # takes tasks `runs append` adds while the run is driven
 
     def coordinator(self, state: RunState, progress: ProgressFn | None,
                     wall_before: float = 0.0, run_id: str | None = None,
@@ -125,7 +127,7 @@ def _embedded_idle(cfg: Config, broker_url: str | None) -> bool:
 @contextmanager
 def session(run_id: str, config: Config | None = None, broker_url: str | None = None,
             workers: int | None = None, *, prepare: Prepare | None = None,
-            run_file: str | Path | None = None) -> Iterator[Session]:
+            run_file: str | Path | None = None, appends: bool = False) -> Iterator[Session]:
     """Broker, app, the run's lease and workers for one run; all let go on the way out.
 
     The broker must answer first (BrokerError in one line naming its host:port and the
@@ -138,7 +140,8 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     layer syncs the workspace to its hosts there (``run_file`` says where the run's own
     modules are, for the workers). Local workers known to be wanted (``workers=N``, or no
     client of the broker could answer a broadcast) start right after the lease, so they
-    boot meanwhile; a finished run does not wait for them to exit.
+    boot meanwhile; a finished run does not wait for them to exit. ``appends=True``: the
+    run takes tasks ``runs append`` adds while it is driven (``tasks.appends``).
     """
     from mainboard.tasks.app import make_app, resolve_url
 
@@ -153,11 +156,15 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     r = redis_client(url, socket_timeout=30, socket_connect_timeout=10,
                      health_check_interval=25)
     lease = Lease(r, run_id)
+    inbox = Inbox(r, RunStore(cfg.state_dir), lease) if appends else None
     local: LocalWorkers | None = None
     app: Celery | None = None
     finished = False
     try:
-        lease.acquire()
+        if inbox is not None:
+            inbox.acquire()
+        else:
+            lease.acquire()
         # Known without asking Celery (nobody could answer a broadcast): local workers
         # start now and boot while the app is built and the fleet (if any) is synced.
         count = workers if workers is not None else (
@@ -177,13 +184,15 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
                 local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers",
                                      python=worker_python(cfg)).start()
         yield Session(app, r, RunStore(cfg.state_dir), local, lease, where(url),
-                      float(cfg.broker.outage), places(run_file, cfg.root))
+                      float(cfg.broker.outage), places(run_file, cfg.root), inbox)
         finished = True
     finally:
         if local is not None:  # a finished run needs nothing they hold: not waited on
             local.stop(wait=not finished)
         with suppress(*BROKER_ERRORS):
             lease.release()
+            if inbox is not None:
+                inbox.shut()
         r.close()
         if app is not None:
             app.close()
@@ -203,13 +212,11 @@ def _resume(s: Session, history: RunHistory, progress: ProgressFn | None) -> Run
         return _finished_result(history)
     spec = parse_run(dict(spec_of(history)))
     done, snapshot = history.last_snapshot
-    if has_tasks(spec, history):
-        s.store.record(RunResumed(run_id=history.run_id, from_iteration=done))
-        return TaskList(s, history.run_id, spec, history, progress).run()
-    state = restore_state(spec, snapshot, fresh_stop=False)
+    state = None if has_tasks(spec, history) else \
+        restore_state(spec, snapshot, fresh_stop=False)
     s.store.record(RunResumed(run_id=history.run_id, from_iteration=done))
     wall = history.iterations[-1].wall_s if history.iterations else None
-    return s.coordinator(state, progress, wall or 0.0).run(fresh=False)
+    return drive(s, history.run_id, spec, history, progress, state, wall or 0.0)
 
 
 def integrate(run: RunLike, workers: int | None = None, *, config: Config | None = None,
@@ -229,16 +236,14 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
     # user error, refused while no broker, worker or receipt exists yet.
     fresh = None if resume else restore_state(spec, None, fresh_stop=False)
     with session(run_id, config, broker_url, workers, prepare=prepare,
-                 run_file=run_file) as s:
+                 run_file=run_file, appends=True) as s:
         history = s.store.history(run_id) if resume else None
         if history is not None:
             return _resume(s, history, progress)
         state = fresh or restore_state(spec, None, fresh_stop=False)
         s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json")))
-        if spec.tasks:
-            return TaskList(s, run_id, spec, None, progress).run()
-        return s.coordinator(state, progress).run(fresh=True)
+        return drive(s, run_id, spec, None, progress, state, fresh=True)
 
 
 def resume(what: str, workers: int | None = None, *, config: Config | None = None,
@@ -249,65 +254,62 @@ def resume(what: str, workers: int | None = None, *, config: Config | None = Non
     history = RunStore(cfg.state_dir).find(what)
     if history.status == "finished":
         return _finished_result(history)
-    with session(history.run_id, cfg, broker_url, workers, prepare=prepare) as s:
+    with session(history.run_id, cfg, broker_url, workers, prepare=prepare,
+                 appends=True) as s:
         # Re-read under the lease: a coordinator that held it a moment ago may have
         # finished the run or written more iterations since.
         current = s.store.history(history.run_id) or history
         return _resume(s, current, progress)
 
 
-def _refuse_live(r: redis.Redis, run_id: str) -> None:
-    """Appending is refused while another coordinator drives the run (it would not pick
-    the tasks up): the run's lease says who."""
-    holder = r.get(keys.run_lease(run_id))
-    if holder is not None:
-        host, _, rest = holder.decode().partition(":")
-        raise UserError(f"run {run_id} is being driven by pid {rest.partition(':')[0]} on "
-                        f"{host}; `mainboard runs pause {run_id}`, then append (`runs resume` "
-                        "continues with the appended tasks), or append once it has ended")
-
-
 def append(what: str, path: str | Path, workers: int | None = None, *,
            config: Config | None = None, broker_url: str | None = None,
            progress: ProgressFn | None = None, prepare: Prepare | None = None
-           ) -> RunResult | None:
-    """Add the tasks of ``path`` to run ``what``: a finished run goes on with them now
+           ) -> RunResult | Appended:
+    """Add the tasks of ``path`` to run ``what``: the coordinator driving it takes them
+    before it would finish (``Appended(live=True)``); a finished run goes on with them now
     (the result of its last sample task); a paused or interrupted one gets them for its
-    resume (None). Under the run's lease, so never beside a live coordinator."""
+    resume (``Appended(live=False)``). A run driven by a coordinator that cannot take them
+    is refused (``tasks.appends.offer``); the file is checked first, nothing stored."""
     cfg = config if config is not None else load_config()
-    history = RunStore(cfg.state_dir).find(what)
+    store = RunStore(cfg.state_dir)
+    history = store.find(what)
     if history.created.kind is not None:
         raise UserError(f"run {history.run_id} is a {history.created.kind}: tasks go on "
                         "plain runs")
     spec = parse_run(dict(spec_of(history)))
     load_task_file(path, spec, steps_of(spec, history.appended))  # bad input: nothing done
     run_id = history.run_id
-    if history.status != "finished":
-        r = connect(cfg)
-        lease = None if r is None else Lease(r, run_id)
-        if r is not None and lease is not None:
-            _refuse_live(r, run_id)
-            lease.acquire()
-        try:
-            _record_append(RunStore(cfg.state_dir), spec, history, path)
-        finally:
-            if lease is not None:
-                lease.release()
-        return None
     r = connect(cfg)
     if r is not None:
-        _refuse_live(r, run_id)
-    with session(run_id, cfg, broker_url, workers, prepare=prepare) as s:
-        current = _record_append(s.store, spec, s.store.history(run_id) or history, path)
-        return _resume(s, current, progress)
+        try:
+            taken = offer(r, store, run_id, partial(_record_append, store, spec, path))
+            if taken is not None:
+                return taken
+            history = store.history(run_id) or history  # it may have ended meanwhile
+            if history.status != "finished":
+                lease = Lease(r, run_id)
+                lease.acquire()  # a coordinator that started meanwhile: refused
+                try:
+                    return Appended(run_id, _record_append(store, spec, path, history), False)
+                finally:
+                    lease.release()
+        finally:
+            r.close()
+    elif history.status != "finished":  # no broker running: no coordinator either
+        return Appended(run_id, _record_append(store, spec, path, history), False)
+    with session(run_id, cfg, broker_url, workers, prepare=prepare, appends=True) as s:
+        _record_append(s.store, spec, path, s.store.history(run_id) or history)
+        return _resume(s, s.store.history(run_id) or history, progress)
 
 
-def _record_append(store: RunStore, spec: RunSpec, history: RunHistory,
-                   path: str | Path) -> RunHistory:
-    """Check the tasks against the run as it is now (the lease held), record them."""
+def _record_append(store: RunStore, spec: RunSpec, path: str | Path,
+                   history: RunHistory) -> int:
+    """Check the tasks against the run as it is now (its lease or append lock held),
+    record them; how many."""
     tasks = load_task_file(path, spec, steps_of(spec, history.appended))
     store.record(TasksAppended(run_id=history.run_id, tasks=tasks))
-    return store.history(history.run_id) or history
+    return len(tasks)
 
 
 def clone(what: str, from_iteration: int, workers: int | None = None, *,
@@ -333,5 +335,5 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
         return s.coordinator(state, progress).run(fresh=True)
 
 
-__all__ = ["Result", "append", "clone", "default_workers", "integrate", "load_spec", "restore_state",
+__all__ = ["Appended", "Result", "append", "clone", "default_workers", "integrate", "load_spec", "restore_state",
            "resume", "session"]

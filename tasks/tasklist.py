@@ -16,28 +16,30 @@ resumed run skips done tasks and continues a started one from its last iteration
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any, Protocol
 
 import redis
 from celery import Celery
-from pydantic import TypeAdapter
 
 from mainboard import keys
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.plain import to_plain
 from mainboard.integrators.samplers import restore_sampler
 from mainboard.integrators.spec import RunSpec, parse_run
-from mainboard.integrators.spec_tasks import Step, TaskSpec
+from mainboard.integrators.spec_tasks import Step
 from mainboard.receipts import RunFinished, RunPaused, TaskDone, TaskStarted
 from mainboard.runs.store import RunHistory, RunStore, spec_of
+from mainboard.runs.tasktable import done_tasks, steps_of
+from mainboard.tasks.appends import Inbox
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
+from mainboard.tasks.outage import BROKER_ERRORS
 from mainboard.tasks.raster import Raster
 from mainboard.tasks.states import restore_state
 
 HALTED = ("paused", "stopped")
-_TASKS = TypeAdapter(list[TaskSpec])
 
 
 class Driver(Protocol):
@@ -48,6 +50,7 @@ class Driver(Protocol):
     r: redis.Redis
     lease: Lease
     places: dict[str, Any] | None
+    inbox: Inbox | None
 
     def coordinator(self, state: RunState, progress: Callable[[Progress], None] | None,
                     wall_before: float = 0.0, run_id: str | None = None,
@@ -58,21 +61,6 @@ class Driver(Protocol):
 def has_tasks(spec: RunSpec, history: RunHistory | None) -> bool:
     """Whether a run is driven by its task list (its own, or tasks appended to it)."""
     return bool(spec.tasks) or bool(history is not None and history.appended)
-
-
-def steps_of(spec: RunSpec, appended: list[dict[str, Any]]) -> list[Step]:
-    """The run's timeline: its own tasks, then those ``runs append`` added."""
-    steps = spec.task_steps()
-    if appended:
-        steps = spec.task_steps(steps, _TASKS.validate_python(appended))
-    return steps
-
-
-def done_tasks(history: RunHistory | None) -> dict[int, TaskDone]:
-    """Task index -> its done receipt."""
-    if history is None:
-        return {}
-    return {t.index: t for t in history.tasks if isinstance(t, TaskDone)}
 
 
 def _iterations(history: RunHistory | None) -> int:
@@ -121,17 +109,26 @@ class TaskList:
         """Every task not done, in order; the run's result is its last sample task's."""
         started = {t.index for t in (self.history.tasks if self.history else ())
                    if isinstance(t, TaskStarted)}
-        for step in self.steps:
-            if step.index in self.done:
-                continue
-            resuming = step.index in started
-            if not resuming:
-                self.s.store.record(TaskStarted(run_id=self.run_id, index=step.index,
-                                                name=step.name, kind=step.kind,
-                                                iteration=self.iteration))
-            halted = self._one(step, resuming)
-            if halted:
-                return halted
+        known = len(self.history.appended) if self.history else 0
+        while True:
+            for step in self.steps:
+                if step.index in self.done:
+                    continue
+                resuming = step.index in started
+                if not resuming:
+                    self.s.store.record(TaskStarted(run_id=self.run_id, index=step.index,
+                                                    name=step.name, kind=step.kind,
+                                                    iteration=self.iteration))
+                halted = self._one(step, resuming)
+                if halted:
+                    return halted
+            # Before finishing: tasks `runs append` recorded meanwhile follow (the inbox's
+            # lock makes an append either seen here or find the run ended).
+            more = self.s.inbox.take(known) if self.s.inbox is not None else None
+            if more is None:
+                break
+            self.history, known = more, len(more.appended)
+            self.steps = steps_of(self.spec, more.appended)
         result = self.result()
         self.s.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
         self.s.r.hset(keys.run_state(self.run_id), "status", "finished")
@@ -225,6 +222,43 @@ class TaskList:
         self.done[step.index] = done
 
 
+def _sampling(spec: RunSpec, history: RunHistory | None) -> bool:
+    """A run without tasks of its own whose implicit sample task has not ended (tasks
+    appended to it wait for it)."""
+    return not spec.tasks and not (history is not None and (
+        history.sampled or any(isinstance(t, TaskStarted) for t in history.tasks)))
+
+
+def drive(s: Driver, run_id: str, spec: RunSpec, history: RunHistory | None,
+          progress: Callable[[Progress], None] | None, state: RunState | None = None,
+          wall: float = 0.0, fresh: bool = False) -> RunResult:
+    """Drive a run to its end, a pause or a failure, taking tasks ``runs append`` records
+    meanwhile (the session's inbox open throughout). A run without tasks is one implicit
+    sample task (``state``, resumed from ``history`` when None); appended tasks follow it."""
+    inbox = s.inbox
+    if inbox is not None:
+        inbox.open()
+    try:
+        if not _sampling(spec, history):
+            return TaskList(s, run_id, spec, history, progress).run()
+        if state is None:
+            assert history is not None
+            state = restore_state(spec, history.last_snapshot[1], fresh_stop=False)
+        coordinator = s.coordinator(state, progress, wall, final=inbox is None)
+        result = coordinator.run(fresh=fresh)
+        if inbox is None or result.stop_reason in HALTED:
+            return result
+        more = inbox.take(0)  # appended while it sampled (or before, while it was paused)
+        if more is None:
+            coordinator.finish(result)
+            return result
+        return TaskList(s, run_id, spec, more, progress).run()
+    finally:
+        if inbox is not None:  # a broker gone is the run's own error, not this one
+            with suppress(*BROKER_ERRORS):
+                inbox.close()
+
+
 def answer(run_id: str, base: Mapping[str, Any], steps: list[Step],
            done: Mapping[int, TaskDone]) -> RunResult:
     """The last done sample task's result, rebuilt from the state it left (no work)."""
@@ -244,37 +278,4 @@ def finished_result(history: RunHistory) -> RunResult:
                   steps_of(spec, history.appended), done_tasks(history))
 
 
-def task_rows(history: RunHistory) -> list[dict[str, Any]]:
-    """Every task of a run with its state (pending, running, done, failed, skipped), samples
-    and estimate +- error: ``runs tasks``, from receipts only."""
-    spec = parse_run(dict(spec_of(history)))
-    steps = steps_of(spec, history.appended)
-    done = done_tasks(history)
-    started = {t.index for t in history.tasks if isinstance(t, TaskStarted)}
-    ended = {"failed": "failed", "stopped": "skipped"}.get(history.status)
-    rows = []
-    for step in steps:
-        task = done.get(step.index)
-        row: dict[str, Any] = {
-            "index": step.index, "name": step.name, "kind": step.kind,
-            "from": steps[step.parent].name if step.parent is not None else None,
-            "frozen": bool(step.settings.get("frozen")) if step.kind == "sample" else None,
-            "samples": 0, "estimate": None, "error": None}
-        if task is not None:
-            row.update(state="done", samples=task.samples, estimate=task.estimate,
-                       error=task.error)
-            if task.values is not None:
-                row["points"] = len(task.values.get("t") or task.values.get("u") or [])
-        elif step.index in started:
-            row["state"] = ended or "running"
-            last = [i for i in history.iterations if i.snapshot.get("task") == step.name]
-            if last:
-                row.update(samples=last[-1].samples, estimate=last[-1].estimate,
-                           error=last[-1].error)
-        else:
-            row["state"] = "skipped" if ended else "pending"
-        rows.append(row)
-    return rows
-
-
-__all__ = ["Driver", "TaskList", "answer", "done_tasks", "finished_result", "has_tasks", "steps_of", "task_rows"]
+__all__ = ["Driver", "TaskList", "answer", "drive", "finished_result", "has_tasks"]

@@ -6,6 +6,7 @@ working directory on PYTHONPATH, exactly as a user's project module would).
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -17,6 +18,17 @@ def slow_gauss(x: np.ndarray, delay: float = 0.0, a: float = 5.0) -> np.ndarray:
     """exp(-a^2 |x - 1/2|^2) after sleeping ``delay`` seconds per batch (time to kill a worker)."""
     time.sleep(delay)
     return np.exp(-(a * a) * ((x - 0.5) ** 2).sum(axis=1))
+
+
+def gated_gauss(x: np.ndarray, gate: str, a: float = 5.0, budget: float = 120.0) -> np.ndarray:
+    """slow_gauss once the file ``gate`` exists: a run held live until a test opens it (an
+    event, not a delay); the budget only bounds a test that never opens it."""
+    deadline = time.monotonic() + budget
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gate {gate} never opened")
+        time.sleep(0.01)
+    return slow_gauss(x, 0.0, a)
 
 
 def spanned_gauss(x: np.ndarray, delay: float = 0.0, a: float = 5.0) -> np.ndarray:

@@ -138,7 +138,8 @@ def test_every_page_and_api_answers_401_without_the_token(dash: Dashboard,
                                                            finished: RunResult) -> None:
     paths = ["/", "/runs", f"/run/{finished.run_id}", f"/run/{RUN_NAME}", "/fleet", "/jobs",
              "/api/runs", "/api/runs-version", f"/api/run/{finished.run_id}",
-             f"/api/run/{finished.run_id}/version", "/api/fleet", "/api/jobs",
+             f"/api/run/{finished.run_id}/version", f"/api/run/{finished.run_id}/tasks",
+             "/api/fleet", "/api/jobs",
              "/api/jobs-version", "/api/broker",
              "/jobs/20250101-120000-x-1a2b3c/logs", "/static/app.js", "/static/uPlot.iife.min.js"]
     cookie = f"mainboard-dashboard-{dash.base.rsplit(':', 1)[1]}=forged"

@@ -24,7 +24,7 @@ from mainboard.config import Config
 from mainboard.errors import ConfigError
 from mainboard.integrators.spec import load_run_file, parse_run
 from mainboard.integrators.spec_taskfile import load_task_file
-from mainboard.receipts import IterationDone, Receipts, TaskDone, TasksAppended
+from mainboard.receipts import IterationDone, Receipts, TaskDone
 from mainboard.runs.store import RECEIPTS_NAME
 from tests.integration import subprocess_env, write_workspace
 from tests.services import RedisServer
@@ -342,40 +342,6 @@ def test_a_pause_task_pauses_and_resume_goes_on_with_the_configured_tables(
     # 32000 samples at 4 x 4000 per iteration, then 16000 and 8000 at the configured 2 x 4000
     assert [p.batches for p in lines] == [4, 4, 2, 2, 2]
     assert [p.iteration for p in lines] == [1, 2, 3, 4, 5]  # numbered across tasks
-
-
-@pytest.mark.live
-def test_append_to_a_run_a_live_coordinator_drives_is_refused(workspace: Config,
-                                                              redis_server: RedisServer
-                                                              ) -> None:
-    """While a coordinator holds the run's lease, `runs append` is refused in one line
-    (exit 2) and records nothing; the run is then stopped."""
-    path = workspace.root / "slow.toml"
-    path.write_text(slow_head("tasks-slow", 0.3)
-                    + '[[tasks]]\nkind = "sample"\nnr_samples = 400000\n')
-    run_id = load_run_file(path).run_id()
-    runner = integrate_in_background(workspace, path)
-    r = redis.Redis.from_url(redis_server.url)
-    try:
-        receipts = workspace.state_dir / "runs" / run_id / RECEIPTS_NAME
-        while not (receipts.exists() and any(isinstance(p, IterationDone)
-                                             for p in Receipts(receipts).read())):
-            assert runner.poll() is None, runner.communicate()
-            r.blpop(["mainboard-test:never"], timeout=0.2)  # a pause between looks
-        assert r.exists(keys.run_lease(run_id))
-        task = workspace.root / "one.toml"
-        task.write_text(APPENDED)
-        refused = cli(workspace, "runs", "append", run_id, str(task))
-        assert refused.returncode == 2, refused.stderr
-        lines = refused.stderr.strip().splitlines()
-        assert len(lines) == 1 and f"run {run_id} is being driven by pid" in lines[0]
-        assert "runs pause" in lines[0] and refused.stdout == ""
-        assert not any(isinstance(p, TasksAppended) for p in Receipts(receipts).read())
-    finally:
-        stopped = cli(workspace, "runs", "stop", run_id)
-        runner.communicate(timeout=120)
-        r.close()
-    assert stopped.returncode == 0, stopped.stderr
 
 
 @pytest.mark.live

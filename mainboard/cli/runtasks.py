@@ -6,6 +6,7 @@ and its own estimate) and its own write path (``append``, under the run's lease)
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -35,7 +36,7 @@ def _line(row: dict[str, Any]) -> str:
 def tasks(ctx: click.Context, run: str, as_json: bool) -> None:
     """A run's tasks in order: state, samples and estimate ± error of each."""
     from mainboard.runs.store import RunStore
-    from mainboard.tasks.tasklist import task_rows
+    from mainboard.runs.tasktable import task_rows
 
     config = common.load(ctx)
     history = RunStore(config.state_dir).find(run)
@@ -63,20 +64,31 @@ def tasks(ctx: click.Context, run: str, as_json: bool) -> None:
 @click.pass_context
 def append(ctx: click.Context, run: str, task_file: str, workers: int | None,
            as_json: bool) -> None:
-    """Add the [[tasks]] of TASK_FILE to RUN: a finished run goes on with them now; a
-    paused or interrupted one runs them on `runs resume`. Refused while another
-    coordinator drives RUN (pause it first)."""
-    from mainboard.cli.runview import emit
+    """Add the [[tasks]] of TASK_FILE to RUN: a live run takes them before it would
+    finish; a finished run goes on with them now; a paused or interrupted one runs them
+    on `runs resume`. Refused when RUN is driven by a coordinator that cannot take them
+    (a scan/tune/campaign child, or a run driven from another workspace)."""
+    from mainboard.cli.runview import result_json, result_text
     from mainboard.fleet.sync import append as append_tasks
+    from mainboard.tasks.appends import Appended
     from mainboard.tasks.paths import use_import_roots
 
     config = common.load(ctx)
     use_import_roots(workspace=config.root)
     result = append_tasks(run, task_file, workers, config=config)
-    if result is not None:
-        emit(result, as_json)
+    if not isinstance(result, Appended):  # a finished run went on with them
+        if as_json:
+            click.echo(json.dumps({**json.loads(result_json(result)), "live": False}))
+        else:
+            click.echo(result_text(result))
         return
     if as_json:
-        common.echo_json({"run": run, "appended": True, "continues": "runs resume"})
+        common.echo_json({"run_id": result.run_id, "appended": result.tasks,
+                          "live": result.live, "by": result.by,
+                          "continues": None if result.live else "runs resume"})
+    elif result.live:
+        click.echo(f"appended {result.tasks} task(s) to run {result.run_id}: the live run "
+                   f"({result.by}) takes them before it would finish")
     else:
-        click.echo(f"appended to run {run}; `mainboard runs resume {run}` runs the new tasks")
+        click.echo(f"appended {result.tasks} task(s) to run {result.run_id}; "
+                   f"`mainboard runs resume {result.run_id}` runs the new tasks")

@@ -133,6 +133,7 @@ class ApiHandler(_Base):
             return v.runs_list(max(offset, 0), max(1, min(limit, PAGE_SIZE)))
         loaders: dict[str, Callable[..., Any]] = {
             "runs-version": v.runs_version, "run": v.run, "run-version": v.run_version,
+            "run-tasks": v.run_tasks,
             "fleet": v.fleet, "jobs": v.jobs, "jobs-version": v.jobs_version,
             "broker": v.broker}
         data = loaders[what](ref) if ref else loaders[what]()
@@ -203,7 +204,8 @@ def make_app(views: Views, token: str, port: int, base: str = "/") -> tornado.we
         (rf"{at}(runs|fleet|jobs)", PageHandler, common),
         (rf"{at}(run)/{ref}", PageHandler, common),
         api("runs", "runs"), api("runs-version", "runs-version"), api(f"run/{ref}", "run"),
-        api(f"run/{ref}/version", "run-version"), api("fleet", "fleet"), api("jobs", "jobs"),
+        api(f"run/{ref}/version", "run-version"), api(f"run/{ref}/tasks", "run-tasks"),
+        api("fleet", "fleet"), api("jobs", "jobs"),
         api("jobs-version", "jobs-version"),
         api("broker", "broker"),
         (rf"{at}jobs/{ref}/logs", JobLogHandler, common),

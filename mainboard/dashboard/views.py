@@ -114,6 +114,18 @@ class Views:
         out.update(self.extras.of(h, broker["ok"]))
         return out
 
+    def run_tasks(self, ref: str) -> dict[str, Any]:
+        """A run's task table (as ``runs tasks`` lists it) and what its plot_line and image
+        tasks evaluated (a line plot, a heat map); empty for a run without tasks."""
+        from mainboard.runs.rasters import raster_views
+        from mainboard.runs.tasktable import task_rows
+
+        h, _ = self.runs.resolve(ref)
+        plain = h.created.kind is None
+        return {"run_id": h.run_id, "status": h.status,
+                "tasks": task_rows(h) if plain else [],
+                "rasters": raster_views(h) if plain else []}
+
     def _parent(self, h: RunHistory, broker: dict[str, Any]) -> dict[str, Any]:
         """A parent run's page: its table (parents.table, as `runs show` prints it)."""
         from mainboard.parents.table import view

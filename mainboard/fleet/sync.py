@@ -213,7 +213,7 @@ def resume(what: str, workers: int | None = None, **options: Any) -> runner.RunR
 
 
 def append(what: str, path: str | os.PathLike[str], workers: int | None = None,
-           **options: Any) -> runner.RunResult | None:
+           **options: Any) -> runner.RunResult | runner.Appended:
     """``runs append``: the runner's, with the fleet's hosts synced before a finished run
     goes on."""
     return runner.append(what, os.fspath(path), workers, prepare=PREPARE, **options)

@@ -1,4 +1,5 @@
-"""The values of a run's ``plot_line`` and ``image`` tasks, as CSV rows.
+"""The values of a run's ``plot_line`` and ``image`` tasks, as CSV rows and as the
+dashboard's line plots and heat maps.
 
 Why from receipts: a task's values are stored in its ``run.task_done`` line, so they are
 exported after the broker and the workers are gone, like every other run result.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import Any
 
 from mainboard.receipts import TaskDone
 from mainboard.runs.store import RunHistory
@@ -41,4 +43,33 @@ def csv_text(history: RunHistory) -> str:
     return out.getvalue()
 
 
-__all__ = ["csv_text", "raster_tasks"]
+def _distinct(xs: list[float]) -> list[float]:
+    """The values of one raster axis in first-seen order (an image: v outer, u inner)."""
+    return list(dict.fromkeys(xs))
+
+
+def raster_views(history: RunHistory) -> list[dict[str, Any]]:
+    """What the dashboard draws of each done plot_line (``x`` and one ``y`` list per value
+    column) and image (its ``u`` and ``v`` axes and ``z``, one row of the first value
+    column per v, u inner, with its ``zmin``/``zmax``), in task order."""
+    out = []
+    for task in raster_tasks(history):
+        values = task.values or {}
+        columns = list(values.get("columns") or [])
+        rows = values.get("values") or []
+        view: dict[str, Any] = {"index": task.index, "name": task.name, "kind": task.kind,
+                                "columns": columns}
+        if task.kind == "plot_line":
+            view.update(x=values.get("t") or [],
+                        y=[[float(r[j]) for r in rows] for j in range(len(columns))])
+        else:
+            us, vs = _distinct(values.get("u") or []), _distinct(values.get("v") or [])
+            flat = [float(r[0]) for r in rows]
+            z = [flat[i * len(us):(i + 1) * len(us)] for i in range(len(vs))]
+            view.update(u=us, v=vs, z=z, shown=columns[0] if columns else None,
+                        zmin=min(flat, default=None), zmax=max(flat, default=None))
+        out.append(view)
+    return out
+
+
+__all__ = ["csv_text", "raster_tasks", "raster_views"]

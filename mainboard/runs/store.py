@@ -70,6 +70,9 @@ class RunHistory:
     children: list[ChildStarted | ChildDone] = field(default_factory=list)  # a parent's
     appended: list[dict[str, Any]] = field(default_factory=list)  # tasks `runs append` added
     tasks: list[TaskStarted | TaskDone] = field(default_factory=list)  # task list progress
+    # a run without tasks of its own: its implicit sample task ended (it finished before
+    # tasks were appended); appended to it while it ran, they follow once it ends
+    sampled: bool = False
 
     @property
     def status(self) -> str:
@@ -162,6 +165,7 @@ class RunStore(ReceiptStore[RunHistory]):
                 current.finished = item
             elif isinstance(item, TasksAppended):
                 current.appended.extend(item.tasks)
+                current.sampled = current.sampled or current.finished is not None
                 current.finished = None  # a finished run continues with them
             elif isinstance(item, TaskStarted | TaskDone):
                 current.tasks.append(item)

@@ -196,6 +196,9 @@ function skeleton() {
     el("div", { class: "plots" },
       plotBox("plot-convergence", "convergence: cumulative estimate ± error, per-iteration estimates, exact value"),
       el("div", {}, plotBox("plot-chi2", "chi2/dof and Q"), plotBox("plot-rate", "samples/s per iteration"))),
+    el("section", { id: "tasks-section", hidden: "" }, el("h2", { text: "Tasks" }),
+      el("p", { class: "muted", id: "tasks-note" }), el("div", { id: "tasks" }),
+      el("div", { class: "plots", id: "task-plots" })),
     section("Iterations", el("div", { id: "iterations" })),
     el("div", { class: "two" },
       section("Workers", el("p", { class: "muted", id: "workers-note" }), el("div", { id: "workers" })),
@@ -251,6 +254,7 @@ function renderRun(run) {
   renderObservables(run.observables);
   renderLineage(run);
   document.getElementById("settings").textContent = JSON.stringify(run.settings, null, 2);
+  renderTasks(sum.run_id);  // tasks.js: the task table, line plots and heat maps
 }
 
 function renderDiagnostics(diag) {
