@@ -1,4 +1,4 @@
-"""The run page's logs, per-worker table and timeline, from the runs room.
+"""The run page's logs, per-worker table, timeline and forecast, from the runs room.
 
 Logs and the worker table live in Redis (the run's log stream, its spans and worker
 hash), so they are empty while the broker is down, and the page says why; the timeline
@@ -14,6 +14,7 @@ import redis
 
 from mainboard import keys
 from mainboard.errors import MainboardError, first_line
+from mainboard.runs.forecast import forecast_lines, read_forecast
 from mainboard.runs.logs import LogLine, log_counts
 from mainboard.runs.timeline import timeline
 from mainboard.runs.workers import WorkerTally
@@ -37,8 +38,21 @@ def extras(views: Views, h: RunHistory, broker_ok: bool) -> dict[str, Any]:
     client = views.live.client() if broker_ok else None
     logs, logs_note = _logs(client, h.run_id)
     workers, workers_note = _workers(client, views.tallies, h.run_id)
+    forecast = _forecast(client, h.run_id)
     return {"logs": logs, "logs_note": logs_note, "workers": workers,
-            "workers_note": workers_note, "timeline": timeline_of(views, h)}
+            "workers_note": workers_note, "timeline": timeline_of(views, h),
+            "forecast": forecast,
+            "forecast_lines": forecast_lines(forecast) if forecast else []}
+
+
+def _forecast(client: redis.Redis | None, run_id: str) -> dict[str, Any] | None:
+    """The run's live forecast (a run with an error target), None without the broker."""
+    if client is None:
+        return None
+    try:
+        return read_forecast(client, run_id)
+    except (redis.RedisError, MainboardError):
+        return None
 
 
 def _logs(client: redis.Redis | None, run_id: str) -> tuple[list[dict[str, Any]], str]:
