@@ -77,9 +77,18 @@ class Forecaster:
         return cls(r, run_id, spec, deadline)
 
     def begin(self, samples: int) -> None:
-        """The rate counts from here (a resumed run: from its resume)."""
+        """Published before the first batch goes out, so the keeper sizes the run's pools
+        for its goal from the start (one allocation until it is measured). The rate is
+        measured from the end of this coordinator's first iteration on: the first one
+        waits for workers to boot (a pool at zero), which later ones do not."""
         self.marks.clear()
-        self.marks.append((time.time(), samples))
+        self._write(self._doc(0, samples) | {"samples_to_target": None})
+
+    def _doc(self, iteration: int, samples: int) -> dict[str, Any]:
+        return {"iteration": iteration, "samples": samples, "deadline": self.deadline,
+                "budget_usd": self.stop.budget_usd,
+                "budget_core_hours": self.stop.budget_core_hours, "goal": self.stop.goal,
+                "queue": BATCH_QUEUE, "status": "running", "updated": time.time()}
 
     def after(self, iteration: int, samples: int, used: int, result: dict[str, Any]
               ) -> dict[str, Any] | None:
@@ -93,15 +102,11 @@ class Forecaster:
         (t0, s0), (t1, s1) = self.marks[0], self.marks[-1]
         rate = (s1 - s0) / (t1 - t0) if t1 > t0 and s1 > s0 else None
         todo = samples_to_target(used, ratio)
-        doc = {"iteration": iteration, "samples": samples, "samples_used": used,
-               "error_ratio": ratio, "samples_to_target": todo,
-               "samples_per_s": rate, "window": [t0, t1],
-               "time_to_target_s": todo / rate if rate else None,
-               "halving_samples": halving_samples(used), "deadline": self.deadline,
-               "budget_usd": self.stop.budget_usd,
-               "budget_core_hours": self.stop.budget_core_hours,
-               "goal": self.stop.goal, "queue": BATCH_QUEUE, "status": "running",
-               "updated": now}
+        doc = self._doc(iteration, samples) | {
+            "samples_used": used, "error_ratio": ratio, "samples_to_target": todo,
+            "samples_per_s": rate, "window": [t0, t1],
+            "time_to_target_s": todo / rate if rate else None,
+            "halving_samples": halving_samples(used)}
         self._write(doc)
         return doc
 

@@ -160,7 +160,7 @@ class Autoscaler:
                     log.warning("pool %s: %s", name, exc)
         try:  # runs with a deadline size the pools serving them (fleet/goal)
             Goals(self.config, route.url).apply(state, looks)
-        except (MainboardError, redis.RedisError) as exc:
+        except Exception as exc:  # noqa: BLE001 - the pools are still scaled on their queues
             log.warning("run goals: %s", exc)
         for name, look in looks.items():
             try:

@@ -26,7 +26,9 @@ from mainboard import keys
 from mainboard.config import Config, PoolConfig, ProviderHost
 from mainboard.fleet.demand import RECENT_RUNS, running_runs
 from mainboard.fleet.forecast import Plan, Supply, plan
+from mainboard.fleet.launch import BrokerRoute
 from mainboard.fleet.records import FleetState, node_names
+from mainboard.fleet.workers import registry
 from mainboard.redisclient import redis_client
 from mainboard.runs.logs import LogLine, append_logs
 from mainboard.runs.spans import FINAL_STAGES, Span
@@ -40,9 +42,8 @@ log = logging.getLogger("mainboard.fleet.goal")
 
 def goal_runs(client: redis.Redis) -> dict[str, dict[str, Any]]:
     """``{run id: the coordinator's forecast}`` of the recent runs with a goal; a run
-    whose coordinator is gone (no lease) counts as ended."""
-    ids = [i.decode() if isinstance(i, bytes) else i
-           for i in client.zrevrange(keys.runs_index(), 0, RECENT_RUNS - 1)]
+    whose coordinator is gone (no lease) counts as ended (``client`` decodes replies)."""
+    ids = client.zrevrange(keys.runs_index(), 0, RECENT_RUNS - 1)
     if not ids:
         return {}
     with client.pipeline(transaction=False) as pipe:
@@ -117,7 +118,8 @@ class Goals:
         """Size ``looks`` (name -> the pool's look) for the goal runs on their queues."""
         if not looks:
             return
-        with redis_client(self.url, socket_timeout=5, socket_connect_timeout=5) as client:
+        with registry(BrokerRoute(self.url)) as client, \
+                redis_client(self.url, socket_timeout=5, socket_connect_timeout=5) as raw:
             docs = goal_runs(client)
             if not docs:
                 return
@@ -134,7 +136,7 @@ class Goals:
                     release.update(serving)
                 if doc.get("status") != "running":
                     continue
-                rates = measured(client, run_id, doc, alloc_of)
+                rates = measured(raw, run_id, doc, alloc_of)
                 made = plan(doc, [_supply(self.config, n, looks[n], rates) for n in serving], now)
                 self._publish(client, run_id, made, now)
                 if made.jobs is not None:
@@ -144,7 +146,7 @@ class Goals:
             for name, look in looks.items():
                 if name in sized:
                     other = sum(v for k, v in running_runs(client, look.view.pool.queues).items()
-                                if (k.decode() if isinstance(k, bytes) else k) not in docs)
+                                if k not in docs)
                     look.view = replace(look.view, goal_jobs=jobs[name], other_outstanding=other)
                 elif name in release:
                     look.view = replace(look.view, release=True)

@@ -175,7 +175,9 @@ def decide(view: PoolView) -> list[Decision]:
     staying = [a for a in view.allocs if not view.retiring(a)]  # the retiring are replaced
     pending, current = view.count("pending"), len(staying)
     work = f"{view.queue_depth} task(s) queued, {sum(a.active for a in view.allocs)} in hand" \
-        + (f", {view.outstanding} batch(es) awaited by runs" if view.outstanding else "")
+        + (f", {view.outstanding} batch(es) awaited by runs" if view.outstanding else "") \
+        + (f", {view.goal_jobs} allocation(s) wanted for runs' deadlines"
+           if view.goal_jobs is not None else "")
     if goal > current:
         room = view.pool.backlog - pending
         wanted = min(goal - current, max(0, room))

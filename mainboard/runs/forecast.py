@@ -55,6 +55,8 @@ def forecast_lines(doc: dict[str, Any]) -> list[str]:
     status = doc.get("status", "running")
     if status != "running":
         return [f"forecast   target {'met' if status == 'met' else 'not met (run ended)'}"]
+    if doc.get("samples_to_target") is None:
+        return ["forecast   measuring: from the first iteration's error on"]
     tt = doc.get("time_to_target_s")
     first = (f"forecast   {doc.get('samples_to_target', 0):,} samples to target"
              + (f", {_span(tt)} at the current allocations" if tt is not None else "")
