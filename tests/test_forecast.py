@@ -129,6 +129,10 @@ def test_pools_are_filled_cheapest_first_within_max_jobs_and_price_limits() -> N
     assert made.unmet is not None and "by the deadline" in made.unmet
     assert "3 more allocation(s) of pool cheap" in made.unmet  # 3000/s short
     assert "60 s more time at 3 allocation(s)" in made.unmet  # 360k at 3000/s: 120 s, 60 left
+    # a better forecast never shrinks the pools of a running run (the same cost, sooner)
+    ahead = Supply("cheap", pool(max_jobs=2), current=2, usd_hr=1.0, rate=1000.0)
+    assert plan(doc(samples_to_target=1000), [ahead, dear], 1000.0).jobs == \
+        {"cheap": 2, "dear": 0}
     # the target is met: the allocations at work finish the iteration, nothing grows
     assert plan(doc(samples_to_target=0), [cheap, dear], 1000.0).jobs == {"cheap": 1, "dear": 0}
 

@@ -13,7 +13,8 @@ each rule is tested with made-up ones:
 - with N allocations the run costs N times as much per hour for 1/N of the time, so its
   cost to target does not depend on N, only on the pools' prices per sample: a budget
   too small is said with the dollars (or core-hours) missing, a deadline out of reach
-  with the allocations, or the time, missing;
+  with the allocations, or the time, missing; for the same reason a running goal run
+  never gives allocations back before its target is met (then all of them go at once);
 - until ``MIN_ITERATIONS`` iterations are measured (VEGAS is still adapting, the first
   errors overstate what is left) a goal run wants one allocation, of the cheapest pool.
 """
@@ -114,6 +115,9 @@ def plan(doc: dict[str, Any], supplies: list[Supply], now: float) -> Plan:
             n = min(s.cap, math.ceil(remaining / rates[s.name])) if remaining > 0 else 0
             jobs[s.name] = max(0, n)
             remaining -= jobs[s.name] * rates[s.name]
+        # never fewer than it has while the run goes on: they cost no more (see above),
+        # and a rate measured while one was booting would otherwise shrink and grow it
+        jobs = {name: max(n, current[name]) for name, n in jobs.items()}
     rate, usd, core = _mix(current, supplies, rates)
     if rate <= 0:  # nothing at work yet: priced at the mix it is about to get
         rate, usd, core = _mix(jobs or {order[0].name: 1}, supplies, rates)

@@ -157,7 +157,8 @@ class Goals:
         client.hset(key, "fleet", json.dumps(made.fleet))
         if made.unmet and client.hsetnx(key, "said", made.unmet):
             append_logs(client, run_id, [LogLine(now, "warn", "fleet-keeper",
-                                                 socket.gethostname(), made.unmet)])
+                                                 socket.gethostname(), made.unmet,
+                                                 source="keeper")])
             log.warning("run %s: %s", run_id, made.unmet)
 
 
