@@ -21,7 +21,7 @@ import pytest
 
 from mainboard.fleet.autoscale import SCALE_TICK_ENV
 from mainboard.fleet.records import read_fleet
-from tests.fleet_helpers import cli, table, tear_down, wait_until, workspace
+from tests.fleet_helpers import cli, config, table, tear_down, wait_until, workspace
 
 SLOW = '''import time
 
@@ -66,6 +66,17 @@ def forecast(ws: Path) -> dict[str, Any] | None:
     if shown.returncode != 0:  # not created yet
         return None
     return json.loads(shown.stdout).get("forecast")
+
+
+def dashboard_run(ws: Path) -> list[str]:
+    """The forecast lines of the dashboard's run page (its data, as its API serves it)."""
+    from mainboard.dashboard.views import Views
+
+    views = Views(config(ws))
+    try:
+        return views.run("goal")["forecast_lines"]
+    finally:
+        views.live.close()
 
 
 def events(ws: Path, action: str) -> list:
@@ -135,6 +146,9 @@ def test_a_budget_too_small_is_said_once_with_the_dollars_that_would_meet_it(
         assert "$" in line.split("it would take", 1)[1] and "more" in line
         later = forecast(ws)
         assert later is not None and later["unmet"] in line
+        page = dashboard_run(ws)  # the run page's few lines
+        assert page[0].startswith("forecast ") and "samples to target" in page[0]
+        assert any("halving the error: $" in x for x in page) and later["unmet"] in page[-1]
         wait_until(lambda: (f := forecast(ws)) and f["iteration"] >= later["iteration"] + 2,
                    120, "two more iterations")  # many keeper ticks later
         assert said() == [line]  # once
