@@ -376,7 +376,7 @@ class Coordinator:
             self.outage.run(lambda: self._start(fresh))
             self.forecast = Forecaster.of(self.r, self.store, self.run_id, self.state.run.spec)
             if self.forecast is not None:
-                self.forecast.begin(self.state.samples)
+                self.forecast.begin(self.state.iteration, self.state.samples)
             self.steer.log("info", self._opening(fresh))
             began, before = time.perf_counter(), self.state.samples
             while True:

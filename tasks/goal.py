@@ -76,13 +76,13 @@ class Forecaster:
             deadline = deadline_epoch(history.created.deadline if history else None)
         return cls(r, run_id, spec, deadline)
 
-    def begin(self, samples: int) -> None:
+    def begin(self, iteration: int, samples: int) -> None:
         """Published before the first batch goes out, so the keeper sizes the run's pools
         for its goal from the start (one allocation until it is measured). The rate is
         measured from the end of this coordinator's first iteration on: the first one
         waits for workers to boot (a pool at zero), which later ones do not."""
         self.marks.clear()
-        self._write(self._doc(0, samples) | {"samples_to_target": None})
+        self._write(self._doc(iteration, samples) | {"samples_to_target": None})
 
     def _doc(self, iteration: int, samples: int) -> dict[str, Any]:
         return {"iteration": iteration, "samples": samples, "deadline": self.deadline,
