@@ -33,6 +33,7 @@ from pydantic import (
 from mainboard.errors import ConfigError, SpecError
 from mainboard.integrators.domain import MAX_CHANNELS, too_many_channels
 from mainboard.integrators.gammaboard import is_gammaboard, translate_file
+from mainboard.integrators.goal import parse_deadline
 from mainboard.integrators.projection import check_training
 from mainboard.integrators.spec_checks import (
     check_integrand,
@@ -310,23 +311,46 @@ class AccumulatorSpec(_Model):
 
 
 class StopSpec(_Model):
-    """``[stop]``: at least one of max_samples, max_iterations, absolute_error, relative_error."""
+    """``[stop]``: at least one of max_samples, max_iterations, absolute_error, relative_error;
+    with an error target, a goal the fleet keeper sizes pools for (``deadline``: a duration
+    or a time of day, resolved once at run start; ``budget_usd``, ``budget_core_hours``).
+    Goal keys left unset stay out of dumps, so run ids do not change."""
 
     max_samples: Count | None = None
     max_iterations: Count | None = None
     absolute_error: PositiveReal | None = None
     relative_error: PositiveReal | None = None
     min_samples: NonNegativeInt = 0
+    deadline: Text | None = None
+    budget_usd: PositiveReal | None = None
+    budget_core_hours: PositiveReal | None = None
 
     @model_validator(mode="after")
     def _one_required(self) -> StopSpec:
         if all(getattr(self, k) is None for k in STOP_LIMITS):
             raise SpecError("", "needs at least one stop condition", None,
                             valid=", ".join(STOP_LIMITS) + " (min_samples only delays a stop)")
+        if self.deadline is not None:
+            parse_deadline(self.deadline)
+        goal = [k for k in GOAL_KEYS if getattr(self, k) is not None]
+        if goal and self.absolute_error is None and self.relative_error is None:
+            raise SpecError(goal[0], f"{goal[0]} is a goal for reaching an error target, "
+                            "and this run has none", getattr(self, goal[0]),
+                            valid="relative_error or absolute_error beside it")
         return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k not in GOAL_KEYS or v is not None}
+
+    @property
+    def goal(self) -> bool:
+        """A deadline or a budget: the keeper sizes the run's pools for it."""
+        return any(getattr(self, k) is not None for k in GOAL_KEYS)
 
 
 STOP_LIMITS = ("max_samples", "max_iterations", "absolute_error", "relative_error")
+GOAL_KEYS = ("deadline", "budget_usd", "budget_core_hours")
 
 
 class BatchingSpec(_Model):

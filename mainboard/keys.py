@@ -21,6 +21,7 @@ Layout (the Redis type of each key is in its builder's docstring)::
     mainboard:run:<run>:logs                        stream lines workers logged about the run
     mainboard:run:<run>:spans                       stream one entry per stage of each batch
     mainboard:run:<run>:workers                     hash   worker -> host, kind, job id, clock
+    mainboard:run:<run>:forecast                    hash   run / fleet parts of the forecast
     mainboard:run:<run>:it:<k>:sampler              string sampler snapshot batches of k use
     mainboard:run:<run>:it:<k>:errors               hash   batch index -> error record
     mainboard:run:<run>:it:<k>:progress             hash   "<batch>:<attempt>" -> stages done
@@ -105,6 +106,13 @@ def run_spans(run_id: str) -> str:
 def run_workers(run_id: str) -> str:
     """hash: worker name -> JSON {host, kind, job_id, offset}: who worked on the run."""
     return f"{PREFIX}run:{_run(run_id)}:workers"
+
+
+def run_forecast(run_id: str) -> str:
+    """hash: the run's forecast: ``run`` (JSON, the coordinator's: error, samples to target,
+    samples/s, deadline, budgets), ``fleet`` (JSON, the keeper's: per-pool rates and
+    allocations, time, USD and core-hours to target), ``said`` (the one "cannot meet" line)."""
+    return f"{PREFIX}run:{_run(run_id)}:forecast"
 
 
 def run_pattern(run_id: str) -> str:

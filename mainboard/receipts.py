@@ -61,6 +61,7 @@ class RunCreated(Payload):
     snapshot: dict[str, Any] | None = None  # a clone's starting state (sampler, accumulator)
     kind: str | None = None  # a parent run (scan, tune, campaign): its spec is the parent's
     point: dict[str, Any] | None = None  # a child of a parent run: its grid point, trial, name
+    deadline: str | None = None  # [stop] deadline resolved at run start: ISO 8601, UTC
 
 
 class RunResumed(Payload):

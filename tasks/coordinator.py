@@ -54,6 +54,7 @@ from mainboard.tasks import BATCH_QUEUE
 from mainboard.tasks.bundles import parse_done, pop_done
 from mainboard.tasks.codec import dumps, loads
 from mainboard.tasks.dispatch import Dispatch
+from mainboard.tasks.goal import Forecaster
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.liveness import Deaths, Liveness, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
@@ -134,6 +135,7 @@ class Coordinator:
         self._guarded = 0.0  # when the broker and the lease were last checked
         self.dispatch = Dispatch(app, run_id, state.run.spec, lambda: self.timing.batch_s)
         self.steer = Steering(r, store, run_id)
+        self.forecast: Forecaster | None = None  # runs with an error target (tasks/goal)
         self.outage.note = self.steer.log  # outages and warnings reach `runs logs` too
 
     # ----- one iteration ------------------------------------------------------------------
@@ -248,6 +250,12 @@ class Coordinator:
 
     # ----- the loop -----------------------------------------------------------------------
 
+    def _forecast_end(self, reason: str | None) -> None:
+        """The forecast says met (the keeper releases the run's allocations now) or ended."""
+        if self.forecast is not None:
+            with contextlib.suppress(*BROKER_ERRORS):
+                self.forecast.ended(reason)
+
     def _record(self, began: float, samples_before: int) -> RunResult | None:
         """Snapshot the state after an iteration to Redis and to a receipt line."""
         st, k = self.state, self.state.iteration
@@ -265,6 +273,9 @@ class Coordinator:
                                         stale_refused=stale))
         self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), mapping={
             "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()}))
+        if self.forecast is not None and result is not None:
+            self.outage.run(partial(self.forecast.after, k, st.samples,
+                                    st.samples - st.training_samples, plain))
         if self.progress is not None and result is not None:
             self.progress(Progress(self.run_id, k, st.samples, st.run.spec.stop.max_samples,
                                    result.estimate, result.error,
@@ -370,6 +381,9 @@ class Coordinator:
                                     "initialize"):
                 prepare_sampler(self.state.run, self.state.sampler)
             self.outage.run(lambda: self._start(fresh))
+            self.forecast = Forecaster.of(self.r, self.store, self.run_id, self.state.run.spec)
+            if self.forecast is not None:
+                self.forecast.begin(self.state.iteration, self.state.samples)
             self.steer.log("info", self._opening(fresh))
             began, before = time.perf_counter(), self.state.samples
             while True:
@@ -392,6 +406,7 @@ class Coordinator:
                 self.outage.run(partial(self.r.delete, *iteration_keys(self.run_id, k)))
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)
+            self._forecast_end(self.state.stop)
             if self.final:
                 self.finish(result)
             return result
@@ -399,6 +414,7 @@ class Coordinator:
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id,
                 stop_reason=halt.status)
+            self._forecast_end(None)
             self.steer.halted(halt, self.state.iteration, result)
             return result
         except IntegrationFailed as exc:
@@ -408,6 +424,7 @@ class Coordinator:
             with contextlib.suppress(*BROKER_ERRORS):
                 self.r.delete(*iteration_keys(self.run_id, k))
                 self.r.hset(keys.run_state(self.run_id), "status", "failed")
+            self._forecast_end(None)
             raise
         finally:
             if self.final:  # a task list releases it once the run ends

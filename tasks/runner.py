@@ -34,6 +34,7 @@ from mainboard.runs.tasktable import steps_of
 from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
 from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.coordinator import Coordinator, Progress
+from mainboard.tasks.goal import start_deadline
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS, where
 from mainboard.tasks.paths import places, use_import_roots
@@ -235,6 +236,7 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
     # Built before anything starts: an integrand that cannot be imported or built is a
     # user error, refused while no broker, worker or receipt exists yet.
     fresh = None if resume else restore_state(spec, None, fresh_stop=False)
+    deadline = start_deadline(spec, str(run_file) if run_file else None)  # in the past: refused
     with session(run_id, config, broker_url, workers, prepare=prepare,
                  run_file=run_file, appends=True) as s:
         history = s.store.history(run_id) if resume else None
@@ -242,7 +244,7 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
             return _resume(s, history, progress)
         state = fresh or restore_state(spec, None, fresh_stop=False)
         s.store.record(RunCreated(run_id=run_id, name=spec.name,
-                                  spec=spec.model_dump(mode="json")))
+                                  spec=spec.model_dump(mode="json"), deadline=deadline))
         return drive(s, run_id, spec, None, progress, state, fresh=True)
 
 
@@ -328,10 +330,12 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
     spec = parse_run(data, file=f"<clone of {parent.run_id}>")
     run_id = clone_id(spec.run_id(), parent.run_id, from_iteration)
     state = restore_state(spec, snapshot, fresh_stop=True)
+    deadline = start_deadline(spec, f"<clone of {parent.run_id}>")
     with session(run_id, cfg, broker_url, workers, prepare=prepare) as s:
         s.store.record(RunCreated(run_id=run_id, name=spec.name,
                                   spec=spec.model_dump(mode="json"), parent=parent.run_id,
-                                  from_iteration=from_iteration, snapshot=snapshot))
+                                  from_iteration=from_iteration, snapshot=snapshot,
+                                  deadline=deadline))
         return s.coordinator(state, progress).run(fresh=True)
 
 

@@ -219,7 +219,8 @@ def test_clone_branches_from_a_snapshot_with_a_new_id(workspace: Config,
 
 BAD_RUNS: dict[str, tuple[Callable[[dict[str, Any]], None], str, str]] = {
     "unknown key": (lambda d: d["stop"].update(max_sample=5), "stop.max_sample",
-                    "valid: absolute_error, max_iterations, max_samples"),
+                    "valid: absolute_error, budget_core_hours, budget_usd, deadline, max_iterations, "
+                    "max_samples"),
     "wrong type": (lambda d: d.update(seed="seven"), "seed", "(got 'seven')"),
     "no stop condition": (lambda d: d.update(stop={"min_samples": 5}), "stop",
                           "needs at least one stop condition; valid: max_samples, "

@@ -1,7 +1,8 @@
 """CLI verb `runs`: list, show, resume and clone integration runs from their receipts.
 
-Everything here reads ``.mainboard/runs/<id>/receipts.ndjson``, never Redis, so it works
-after the broker or the coordinator is gone. RUN is a run id, a unique id prefix, or a
+Everything here reads ``.mainboard/runs/<id>/receipts.ndjson``, so it works after the
+broker or the coordinator is gone; only `runs show` also asks the broker for the run's
+live forecast, when there is one. RUN is a run id, a unique id prefix, or a
 run name (its most recent run).
 """
 
@@ -85,6 +86,29 @@ def _detail(h: RunHistory) -> dict[str, Any]:
     return out
 
 
+def _forecast(config: Any, history: RunHistory) -> dict[str, Any] | None:
+    """The run's live forecast, from the broker (with the deadline of its receipts); None
+    for a run without an error target, or with the broker gone (the rest still shows)."""
+    stop = history.created.spec.get("stop") or {}
+    if stop.get("relative_error") is None and stop.get("absolute_error") is None:
+        return None
+    import redis
+
+    from mainboard.errors import MainboardError, first_line
+    from mainboard.runs.control import connect
+    from mainboard.runs.forecast import read_forecast
+
+    try:
+        r = connect(config)
+        doc = read_forecast(r, history.run_id) if r is not None else None
+    except (MainboardError, OSError, redis.RedisError) as exc:
+        common.echo(f"forecast: the broker did not answer ({first_line(exc)})", err=True)
+        return None
+    if doc is not None and history.created.deadline:
+        doc["deadline_utc"] = history.created.deadline
+    return doc
+
+
 @runs.command("show")
 @click.argument("run")
 @click.option("--timeline", "with_timeline", is_flag=True,
@@ -103,7 +127,7 @@ def show(ctx: click.Context, run: str, with_timeline: bool, with_histograms: boo
     from mainboard.runs import observables
     from mainboard.runs.timeline import timeline
 
-    store, _ = _store(ctx)
+    store, config = _store(ctx)
     history = store.find(run)
     if history.created.kind is not None:
         from mainboard.cli import parentview
@@ -114,6 +138,9 @@ def show(ctx: click.Context, run: str, with_timeline: bool, with_histograms: boo
         raise click.UsageError(f"--csv exports the table of a scan, tune or campaign; run "
                                f"{history.run_id} is a single run (use --json)")
     data = _detail(history)
+    forecast = _forecast(config, history)
+    if forecast is not None:
+        data["forecast"] = forecast
     events = timeline(store, history.run_id) if with_timeline else []
     if with_timeline:
         data["timeline"] = [e.to_dict() for e in events]
@@ -144,6 +171,11 @@ def show(ctx: click.Context, run: str, with_timeline: bool, with_histograms: boo
                       if row["diagnostics"] else ""))
     if "result" in data:
         common.echo(f"result     {fit_text(data['result'])}")
+    if forecast is not None:
+        from mainboard.runs.forecast import forecast_lines
+
+        for line in forecast_lines(forecast):
+            common.echo(line)
     if with_timeline:
         common.echo("timeline")
     origin = events[0].time if events else 0.0

@@ -1,4 +1,4 @@
-"""The run page's logs, per-worker table and timeline, from the runs room.
+"""The run page's logs, per-worker table, timeline and forecast, from the runs room.
 
 Logs and the worker table live in Redis (the run's log stream, its spans and worker
 hash), so they are empty while the broker is down, and the page says why; the timeline
@@ -16,6 +16,7 @@ from mainboard import keys
 from mainboard.dashboard.live import Live
 from mainboard.dashboard.rundata import RunData
 from mainboard.errors import MainboardError, first_line
+from mainboard.runs.forecast import forecast_lines, read_forecast
 from mainboard.runs.logs import LogLine, log_counts
 from mainboard.runs.store import RunHistory
 from mainboard.runs.timeline import timeline
@@ -45,8 +46,11 @@ class RunExtras:
         client = self.live.client() if broker_ok else None
         logs, logs_note = _logs(client, h.run_id)
         workers, workers_note = _workers(client, self.tallies, h.run_id)
+        forecast = _forecast(client, h.run_id)
         return {"logs": logs, "logs_note": logs_note, "workers": workers,
-                "workers_note": workers_note, "timeline": self.timeline(h)}
+                "workers_note": workers_note, "timeline": self.timeline(h),
+                "forecast": forecast,
+                "forecast_lines": forecast_lines(forecast) if forecast else []}
 
     def timeline(self, h: RunHistory) -> list[dict[str, Any]]:
         """Dispatch, completion, re-sends, adaptation, snapshots, pauses of the run, with
@@ -63,6 +67,16 @@ class RunExtras:
                        "detail": first_line(exc)}]
         self.timelines[h.run_id] = (stamp, events)
         return events
+
+
+def _forecast(client: redis.Redis | None, run_id: str) -> dict[str, Any] | None:
+    """The run's live forecast (a run with an error target), None without the broker."""
+    if client is None:
+        return None
+    try:
+        return read_forecast(client, run_id)
+    except (redis.RedisError, MainboardError):
+        return None
 
 
 def _logs(client: redis.Redis | None, run_id: str) -> tuple[list[dict[str, Any]], str]:

@@ -25,6 +25,7 @@ from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, PoolConfig, ProviderHost
 from mainboard.errors import JobCapReached, MainboardError, first_line
 from mainboard.fleet.demand import queue_depth, queue_need, run_demand, running_runs
+from mainboard.fleet.goal import Goals
 from mainboard.fleet.launch import DEFAULT_RETIRE_BEFORE_S, BrokerRoute, Launcher, UpOptions
 from mainboard.fleet.pools import pool_options
 from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
@@ -150,12 +151,22 @@ class Autoscaler:
         route = broker_route(self.config, start=False)
         if route is None:
             return
+        looks: dict[str, Look] = {}
         for name, pool in self.pools.items():
             if pool_active(state, name) and not pool_paused(state, name):
                 try:
-                    self.scale(name, pool, state, route.url)
+                    looks[name] = self.look(name, pool, state, route.url)
                 except (MainboardError, redis.RedisError) as exc:
                     log.warning("pool %s: %s", name, exc)
+        try:  # runs with a deadline size the pools serving them (fleet/goal)
+            Goals(self.config, route.url).apply(state, looks)
+        except Exception as exc:  # noqa: BLE001 - the pools are still scaled on their queues
+            log.warning("run goals: %s", exc)
+        for name, look in looks.items():
+            try:
+                self.carry(name, look)
+            except (MainboardError, redis.RedisError) as exc:
+                log.warning("pool %s: %s", name, exc)
 
     def look(self, name: str, pool: PoolConfig, state: FleetState, url: str, *,
              priced: bool = True) -> Look:
@@ -237,7 +248,12 @@ class Autoscaler:
         return rows
 
     def scale(self, name: str, pool: PoolConfig, state: FleetState, url: str) -> None:
-        look = self.look(name, pool, state, url)
+        """One pool's look and its decisions carried out."""
+        self.carry(name, self.look(name, pool, state, url))
+
+    def carry(self, name: str, look: Look) -> None:
+        """Record what the look found, then carry out the policy's decisions."""
+        pool = look.view.pool
         for worker, final in look.ended:
             record_ended(self.config, worker, final)  # lost unless it completed
         for worker, wait in look.began:  # the queue waits replacements are timed by

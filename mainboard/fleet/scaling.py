@@ -25,8 +25,10 @@ views. The rules, in order:
   largest time need waiting in its queues plus its ``retire_before``, rounded up to a
   minute, between ``walltime`` and ``max_walltime``;
 - above target: cancel allocations still pending (they hold nothing), then retire workers
-  idle past ``idle_timeout`` (warm shutdown). A worker with a task in hand is never
-  retired, whatever the target.
+  idle past ``idle_timeout`` (warm shutdown), or idle at all once a run's error target was
+  met (``release``). A worker with a task in hand is never retired, whatever the target;
+- a run with a deadline (``goal_jobs``, :mod:`~mainboard.fleet.goal`) sizes the pool for its
+  forecast instead of its queued batches.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ class PoolView:
     lead_s: float = DEFAULT_LEAD_S  # submission to running, learned from this pool
     need_s: float | None = None  # the largest time_request waiting in the pool's queues
     stall_after: float | None = None  # no task started for this long, with work: stalled
+    goal_jobs: int | None = None  # what runs with a deadline want of it (fleet/goal): sizes it
+    other_outstanding: int = 0  # with goal_jobs: batches the other runs wait for
+    release: bool = False  # a run's goal was just met: idle workers go now, not at idle_timeout
 
     def retiring(self, alloc: Alloc) -> bool:
         """Its replacement must be submitted now to be running before it drains."""
@@ -129,6 +134,8 @@ def target(view: PoolView) -> int:
     per = max(1, pool.workers * pool.nodes)
     work = max(view.queue_depth + sum(a.active for a in view.allocs), view.outstanding)
     want = math.ceil(work / per)
+    if view.goal_jobs is not None:  # the goal runs' own batches are sized by their deadline
+        want = max(view.goal_jobs, math.ceil(view.other_outstanding / per))
     upper = pool.max_jobs if pool.max_jobs is not None else want
     return max(pool.min_jobs, min(want, upper))
 
@@ -168,7 +175,9 @@ def decide(view: PoolView) -> list[Decision]:
     staying = [a for a in view.allocs if not view.retiring(a)]  # the retiring are replaced
     pending, current = view.count("pending"), len(staying)
     work = f"{view.queue_depth} task(s) queued, {sum(a.active for a in view.allocs)} in hand" \
-        + (f", {view.outstanding} batch(es) awaited by runs" if view.outstanding else "")
+        + (f", {view.outstanding} batch(es) awaited by runs" if view.outstanding else "") \
+        + (f", {view.goal_jobs} allocation(s) wanted for runs' deadlines"
+           if view.goal_jobs is not None else "")
     if goal > current:
         room = view.pool.backlog - pending
         wanted = min(goal - current, max(0, room))
@@ -191,13 +200,14 @@ def decide(view: PoolView) -> list[Decision]:
                             "allocation(s) no longer needed", count=len(waiting),
                             worker_ids=tuple(waiting), target=goal))
         surplus -= len(waiting)
-    timeout = view.pool.idle_timeout
+    timeout = 0 if view.release else view.pool.idle_timeout
     idle = [a.worker_id for a in staying if a.state == "running" and a.active == 0
             and a.idle_s is not None and a.idle_s >= timeout][:surplus]
     if idle:
-        out.append(Decision("retire", f"{work}: target {goal}, idle past idle_timeout "
-                            f"{timeout} s", count=len(idle), worker_ids=tuple(idle),
-                            target=goal))
+        why = "a run's error target met: released now" if view.release \
+            else f"idle past idle_timeout {timeout} s"
+        out.append(Decision("retire", f"{work}: target {goal}, {why}", count=len(idle),
+                            worker_ids=tuple(idle), target=goal))
     return out
 
 

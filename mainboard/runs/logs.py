@@ -24,9 +24,10 @@ MAX_LINES = 100_000
 TRACE = 5
 LEVELS = {"trace": TRACE, "debug": logging.DEBUG, "info": logging.INFO,
           "warn": logging.WARNING, "error": logging.ERROR}
-SOURCES = ("worker", "coordinator", "process")
-"""Who said it: mainboard's worker code, the run's coordinator, or an external process's
-own ``log()``/stderr (``@gblog`` lines, relayed by whichever side runs the process)."""
+SOURCES = ("worker", "coordinator", "process", "keeper")
+"""Who said it: mainboard's worker code, the run's coordinator, an external process's
+own ``log()``/stderr (``@gblog`` lines, relayed by whichever side runs the process), or
+the fleet keeper (a run's goal out of reach)."""
 _NAMES = {TRACE: "trace", logging.DEBUG: "debug", logging.INFO: "info",
           logging.WARNING: "warn", logging.ERROR: "error", logging.CRITICAL: "error"}
 

@@ -193,6 +193,7 @@ function skeleton() {
   main.replaceChildren(
     el("h1", { id: "run-title" }),
     el("div", { class: "cards", id: "run-cards" }),
+    el("div", { class: "muted", id: "run-forecast" }),
     el("div", { class: "plots" },
       plotBox("plot-convergence", "convergence: cumulative estimate ± error, per-iteration estimates, exact value"),
       el("div", {}, plotBox("plot-chi2", "chi2/dof and Q"), plotBox("plot-rate", "samples/s per iteration"))),
@@ -227,6 +228,7 @@ function renderRun(run) {
     card("samples", num(sum.samples)), card("iterations", num(sum.iterations)),
     card("samples/s (last)", num(last.samples_per_s, 3)),
     ...(run.failure ? [card("failure", run.failure.error)] : []));
+  document.getElementById("run-forecast").replaceChildren(...(run.forecast_lines || []).map((l) => el("div", { text: l.trim() })));
   drawConvergence(run);
   drawSmall("chi2", "chi2/dof", run, (p) => p.chi2_dof, "Q", (p) => p.q);
   drawSmall("rate", "samples/s", run, (p) => p.samples_per_s);
