@@ -17,7 +17,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mainboard.integrators.spec_checks import SpecError
+from mainboard.errors import SpecError
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(?:\d+(?:\.\d+)?\s*[smhd]\s*)+$")

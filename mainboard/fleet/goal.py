@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import redis
 
@@ -28,13 +28,18 @@ from mainboard.fleet.demand import RECENT_RUNS, running_runs
 from mainboard.fleet.forecast import Plan, Supply, plan
 from mainboard.fleet.launch import BrokerRoute
 from mainboard.fleet.records import FleetState, node_names
+from mainboard.fleet.scaling import PoolView
 from mainboard.fleet.workers import registry
 from mainboard.redisclient import redis_client
 from mainboard.runs.logs import LogLine, append_logs
 from mainboard.runs.spans import FINAL_STAGES, Span
 
-if TYPE_CHECKING:
-    from mainboard.fleet.autoscale import Look
+
+class Look(Protocol):
+    """What the goal reads and rewrites of the autoscaler's look at one pool (its view):
+    a protocol, so the autoscaler imports this module and not the other way round."""
+
+    view: PoolView
 
 RELEASE_WINDOW_S = 600.0  # a goal met this recently still releases its pools' idle workers
 log = logging.getLogger("mainboard.fleet.goal")
