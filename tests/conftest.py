@@ -45,21 +45,21 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderS
 
 
 # Test files that must share one xdist worker: each worker process that asks for SLURM
-# starts a cluster of its own (own ports and state; two run side by side here), so the
-# SLURM files are split in two groups of about equal length to keep the suite short and
-# the clusters few; one podman store; the simulated provider's tests count the machine's
-# mbsim-* namespaces.
+# starts a cluster of its own (own ports, state and munge socket: three run side by side
+# here), so the SLURM files are split in three groups of about equal length (about three
+# minutes each, measured alone with --durations=0): on four workers a group is one worker's
+# chain, and the longest chain bounds the whole run. One podman store; the simulated
+# provider's tests count the machine's mbsim-* namespaces.
 SHARED_WORKER = {
-    "slurm": {"tests/test_batch_watch.py", "tests/test_bridges_sched.py",
-              "tests/test_cli_streams.py", "tests/test_fleet_retire.py",
-              "tests/test_fleet_standby.py", "tests/test_jobs.py",
-              "tests/test_fleet_kill_scenario.py", "tests/test_router.py", "tests/test_study.py",
-              "tests/test_env_python.py", "tests/test_trace_merge.py",
-              "tests/test_submit_ids.py"},
-    "slurm-b": {"tests/test_fleet_live.py", "tests/test_fleet_tls.py", "tests/test_fleet_nodes.py",
-                "tests/test_fleet_faults.py", "tests/test_fleet_reconcile.py",
-                "tests/test_fleet_scenarios.py", "tests/test_fleet_timeneed.py",
-                "tests/test_job_env.py", "tests/test_sched_poll.py"},
+    "slurm": {"tests/test_fleet_retire.py", "tests/test_fleet_kill_scenario.py",
+              "tests/test_cli_streams.py", "tests/test_fleet_scenarios.py",
+              "tests/test_env_python.py", "tests/test_batch_watch.py", "tests/test_router.py",
+              "tests/test_bridges_sched.py", "tests/test_study.py", "tests/test_submit_ids.py"},
+    "slurm-b": {"tests/test_fleet_live.py", "tests/test_jobs.py", "tests/test_fleet_reconcile.py",
+                "tests/test_trace_merge.py", "tests/test_fleet_standby.py",
+                "tests/test_fleet_faults.py", "tests/test_job_env.py"},
+    "slurm-c": {"tests/test_fleet_nodes.py", "tests/test_fleet_timeneed.py",
+                "tests/test_fleet_tls.py", "tests/test_sched_poll.py"},
     "podman": {"tests/test_celery_containers.py", "tests/test_provision.py",
                "tests/test_tasks_deploy.py"},
     "sim": {"tests/test_batch.py", "tests/test_fleet_provider.py", "tests/test_jobs_provider.py",

@@ -3,7 +3,7 @@
 The cluster is a process-wide singleton even if several modules import this fixture
 (pytest then holds one fixture definition per module); the last user to finish stops it.
 Each xdist worker running SLURM files starts its own cluster (own ports, state and munge
-socket: two run side by side on this machine); the SHARED_WORKER groups in conftest.py
+socket: three run side by side on this machine); the SHARED_WORKER groups in conftest.py
 decide which files share one. conftest.py imports it, so
 every module can ask for ``slurm_cluster``.
 """

@@ -1,10 +1,10 @@
 """Live tier: a SLURM pool hands over before walltime (issue 19, scenario e).
 
 A pool of one 3-minute allocation (SLURM's time limit counts minutes) with retire-before
-2 minutes (the handover comes one minute in: the test takes about 2 minutes, not 3), fed
-20 s tasks without a pause. The worker reads its allocation's end from squeue and
-retires by its own clock 120 s before it (SLURM's ``--signal`` fires up to 60 s early,
-so it is only a backstop at 60 s); it writes that time into the registry, and the keeper's
+140 s (the handover comes 40 s in: the test does not wait out the allocation), fed 5 s
+tasks without a pause. The worker reads its allocation's end from squeue and retires by
+its own clock 140 s before it (SLURM's ``--signal`` fires up to 60 s early, so it is only
+a backstop at 80 s); it writes that time into the registry, and the keeper's
 autoscaler submits the replacement the pool's lead time earlier, so the replacement is
 RUNNING before its predecessor has drained. Checked from SLURM's own record (``sacct -c``,
 the jobcomp file): no fleet job ended TIMEOUT, the replacement started before its
@@ -46,7 +46,8 @@ from tests.services import SlurmCluster
 pytestmark = [pytest.mark.live, pytest.mark.timeout(420)]
 
 QUEUE = "t19.wall"
-TASK_S = 20.0
+TASK_S = 5.0
+RETIRE_BEFORE_S = 140  # of a 3 min walltime: retirement 40 s in (a booting worker has time)
 
 
 def _logs(job_dir: Path) -> str:
@@ -64,7 +65,7 @@ def _sacct(slurm: SlurmCluster, job_ids: list[str]) -> dict[str, dict[str, str]]
 
 
 class Feeder:
-    """Keeps one 20 s probe waiting in the pool's queue until stopped: work never pauses."""
+    """Keeps one TASK_S probe waiting in the pool's queue until stopped: work never pauses."""
 
     def __init__(self, ws: Path, release: Path) -> None:
         from mainboard.fleet.workers import broker_route
@@ -101,7 +102,8 @@ def test_a_pool_hands_over_before_walltime_without_timeout_or_a_task_run_twice(
         "hosts.cluster", kind="slurm", partition="debug", root=str(provisioned_root),
         python=HOST_PYTHON, env={"SLURM_CONF": str(slurm_cluster.conf)}), table(
         "fleet.pools.wall", host="cluster", queues=[QUEUE], walltime="3m",
-        **{"retire-before": "2m", "min-jobs": 1, "max-jobs": 1, "idle-timeout": "10m"}))
+        **{"retire-before": f"{RETIRE_BEFORE_S}s", "min-jobs": 1, "max-jobs": 1,
+           "idle-timeout": "10m"}))
     env = {SCALE_TICK_ENV: "1"}
     up_ok(ws, "--no-flower", env=env)
     release = tmp_path / "release"
@@ -131,14 +133,16 @@ def _handover(ws: Path, feeder: Feeder, slurm: SlurmCluster) -> None:
     state = ws / ".mainboard"
     (first,) = read_fleet(state).live()
     first_dir = Path(first.job["job_dir"])
-    assert "#SBATCH --signal=B:INT@60" in (first_dir / "job.sh").read_text()  # the backstop
+    backstop = RETIRE_BEFORE_S - 60
+    assert f"#SBATCH --signal=B:INT@{backstop}" in (first_dir / "job.sh").read_text()
     second = wait_until(lambda: [w for w in read_fleet(state).started.values()
                                  if w.worker_id != first.worker_id], 180,
                         "the replacement submitted")[0]
     assert "Warm shutdown" not in _logs(first_dir), "the replacement must come before retiring"
     wait_until(lambda: "Warm shutdown" in _logs(first_dir), 120, "the first worker retiring")
     said = re.search(r"retiring: allocation \S+ ends at \S+, (\d+) s from now", _logs(first_dir))
-    assert said and 110 <= int(said.group(1)) <= 120, _logs(first_dir)[-2000:]  # not early
+    assert said and RETIRE_BEFORE_S - 10 <= int(said.group(1)) <= RETIRE_BEFORE_S, \
+        _logs(first_dir)[-2000:]  # not early
     ids = [first.job["job_id"], second.job["job_id"]]
     done = wait_until(lambda: (s := _sacct(slurm, ids)).get(ids[0]) and s, 60,
                       "the first job in SLURM's completion record")
