@@ -28,6 +28,7 @@ from tests.fleet_helpers import (
     stop_broker,
     table,
     tear_down,
+    wait_keeper_looks,
     wait_until,
     workspace,
 )
@@ -146,7 +147,7 @@ def _keeper_killed_then_worker_killed(ws: Path) -> None:
     route = broker_route(config(ws), start=False)
     entry = wait_until(lambda: registry_entries(route, [first.node]).get(first.node), 60,
                        "the steady worker registered")
-    time.sleep(1.0)  # five ticks of the restarted keeper
+    wait_keeper_looks(ws, 5)  # nothing submitted over 5 looks of the restarted keeper
     assert [w.worker_id for w in read_fleet(state).live() if w.pool == "steady"] == \
         [first.worker_id]
     assert not [e for e in _events(ws, "steady") if e.action == "submit"]

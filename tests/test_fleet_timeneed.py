@@ -9,7 +9,6 @@ need, and one whose need fits, run on the short-lived worker meanwhile. About 20
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +111,22 @@ def _send(app, need: float | None, tag: str):  # -> AsyncResult
                          headers={HEADER: need} if need is not None else {})
 
 
+def _wait_put_backs(ws: Path, task_id: str, count: int) -> None:
+    """Wait until ``task_id`` has been put back ``count`` times (its count in Redis)."""
+    from mainboard import keys
+    from mainboard.fleet.workers import broker_route
+    from mainboard.redisclient import redis_client
+
+    route = broker_route(config(ws), start=False)
+    assert route is not None
+    r = redis_client(route.url)
+    try:
+        wait_until(lambda: int(r.hget(keys.time_need(task_id), "count") or 0) >= count, 120,
+                   f"{task_id} put back {count} times")
+    finally:
+        r.close()
+
+
 def _job_log(ws: Path, pool: str) -> str:
     from mainboard.fleet.records import read_fleet
 
@@ -157,7 +172,7 @@ def test_a_task_needing_more_time_than_the_allocation_has_left_runs_elsewhere(
         wait_until(lambda: "not starting mainboard.fleet.probe needs-600s here: it needs "
                    "600 s, this allocation ends in" in _job_log(ws, "short"), 30,
                    "the short-lived worker putting the 600 s task back")
-        time.sleep(3.0)  # a few more refusals: it is never run there
+        _wait_put_backs(ws, "needs-600s", 3)  # a few more refusals: it is never run there
         assert not long_task.ready()
         assert _job_log(ws, "short").count("not starting mainboard.fleet.probe needs-600s") == 1
         up_ok(ws, "--pool", "long", "--no-flower")
