@@ -66,11 +66,14 @@ def combine(data: Path) -> dict[str, dict[str, object]]:
     os.chdir(ROOT)
     cov = coverage.Coverage(data_file=str(data / "cov"), config_file=str(ROOT / "pyproject.toml"))
     parts = [p for p in data.iterdir() if p.name.startswith("cov.")]
-    if not parts:
+    if parts:
+        cov.combine([str(p) for p in parts], keep=False)
+        cov.save()
+    elif not (data / "cov").exists():  # nothing new, nothing combined before
         raise SystemExit(f"coverage_report: no coverage data in {data} (was the suite run "
                          "through scripts/bootstrap test with coverage on?)")
-    cov.combine([str(p) for p in parts], keep=False)
-    cov.save()
+    else:
+        cov.load()
     out = data / "coverage.json"
     cov.json_report(outfile=str(out), ignore_errors=True)
     files = json.loads(out.read_text())["files"]

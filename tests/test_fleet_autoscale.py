@@ -162,7 +162,9 @@ def _keeper_killed_then_worker_killed(ws: Path) -> None:
     wait_until(replacement, 60, "a replacement worker online")
     print(f"\nsteady worker SIGKILLed -> replacement online in {time.monotonic() - began:.1f} s")
     assert first.worker_id in read_fleet(state).stopped
-    (submit,) = [e for e in _events(ws, "steady") if e.action == "submit"]
+    # the submit receipt follows the replacement's start record: wait for it, not read it
+    (submit,) = wait_until(lambda: [e for e in _events(ws, "steady") if e.action == "submit"],
+                           60, "the replacement's submit receipt")
     assert "0 allocation(s), target 1" in submit.reason
 
 

@@ -351,7 +351,8 @@ def test_one_node_worker_killed_ends_the_whole_allocation_which_is_replaced_whol
         fresh = wait_until(lambda: (r := status(ws)) and len(r) == 2 and all(
             x["online"] and x["job_id"] != job_id for x in r) and r, 90, "the replacement")
         assert len({x["job_id"] for x in fresh}) == 1
-        fleet = read_fleet(ws / ".mainboard")
+        fleet = wait_until(lambda: (f := read_fleet(ws / ".mainboard")).stopped and f, 60,
+                           "the lost allocation's stop receipt")
         (gone,) = [w for w in fleet.started.values() if w.job["job_id"] == job_id]
         assert fleet.stopped[gone.worker_id].state == "failed"  # recorded as one loss
         assert not Path(gone.secret_path).exists()  # its broker URL file went with it
