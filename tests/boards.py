@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.services import SshServer
 
 TomlValue = str | int | float | bool
@@ -39,8 +41,9 @@ def ssh_host(server: SshServer, known_hosts: Path, **overrides: TomlValue) -> di
     return keys
 
 
-def process_gone(pid: int, patience: float = 10.0) -> bool:
-    """True once ``pid`` has exited (gone or a zombie); a SIGKILL lands asynchronously."""
+def process_gone(pid: int, patience: float = 120.0) -> bool:
+    """True once ``pid`` has exited (gone or a zombie); a SIGKILL lands asynchronously. The
+    callers' processes sleep 600 s, so ``patience`` only bounds how long a failure takes."""
     deadline = time.monotonic() + patience
     while True:
         try:
@@ -59,8 +62,12 @@ def interrupt_cli_run(args: list[str], pidfile: Path, cwd: Path) -> tuple[int, i
     press Ctrl-C (SIGINT) once it has, and return (exit code, that child's pid)."""
     proc = subprocess.Popen([sys.executable, "-m", "mainboard", *args], cwd=cwd,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"`mainboard {' '.join(args)}` wrote no pid to {pidfile} "
+                        f"(exit {proc.wait()}): {proc.stderr.read().decode()[-2000:]}")
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGINT)
     proc.wait(60)

@@ -94,6 +94,21 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float
         time.sleep(every)
 
 
+def wait_keeper_looks(ws: Path, looks: int, timeout: float = 120.0) -> None:
+    """Wait until the running keeper's autoscaler has finished ``looks`` more looks than it
+    had now (``autoscale.ticks_done``): "nothing was submitted over N looks", judged on the
+    looks themselves, not on a wall-clock sleep a loaded machine may not fill."""
+    from mainboard.fleet.autoscale import ticks_done
+    from mainboard.fleet.keeper import keeper_pid
+
+    state = ws / ".mainboard"
+    pid = wait_until(lambda: keeper_pid(state), 60, "a fleet keeper running")
+    seen = ticks_done(state)
+    start = seen[1] if seen is not None and seen[0] == pid else 0
+    wait_until(lambda: (t := ticks_done(state)) is not None and t[0] == pid
+               and t[1] >= start + looks, timeout, f"{looks} looks of the keeper's autoscaler")
+
+
 def send_probe(ws: Path, host: str, **kwargs: Any) -> Any:
     """Send ``mainboard.fleet.probe`` to ``host``'s own queue; the AsyncResult."""
     from mainboard.fleet.records import host_queue
@@ -158,7 +173,10 @@ def assert_nothing_left(ws: Path, nodes: list[str]) -> None:
     from mainboard.fleet.keeper import keeper_pid
     from mainboard.services.flower import Flower
 
-    wait_until(lambda: not processes_matching(*nodes), 30, "worker processes still running")
+    deadline = time.monotonic() + 120  # a loaded machine reaps an ended allocation slowly
+    while (left := processes_matching(*nodes)) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not left, "worker processes still running after 120 s:\n" + "\n".join(left)
     assert keeper_pid(ws / ".mainboard") is None, "the fleet keeper still runs"
     assert not Flower(ws / ".mainboard").status().running, "flower still runs"
 

@@ -133,6 +133,20 @@ def _keygen(path: Path) -> None:
                    check=True, stdout=subprocess.DEVNULL)
 
 
+COVERAGE_ENV = ("COVERAGE_PROCESS_START", "COVERAGE_FILE", "MAINBOARD_COVERAGE_ROOT",
+                "MAINBOARD_COVERAGE_SITE")
+
+
+def coverage_setenv() -> str:
+    """sshd's ``SetEnv`` line under ``scripts/bootstrap test``: commands run on the test hosts
+    are measured too (tests/covboot/ on their PYTHONPATH); empty when coverage is off."""
+    if not os.environ.get("COVERAGE_PROCESS_START"):
+        return ""
+    pairs = {name: os.environ[name] for name in COVERAGE_ENV if os.environ.get(name)}
+    pairs["PYTHONPATH"] = str(Path(__file__).parent / "covboot")
+    return "SetEnv " + " ".join(f'"{name}={value}"' for name, value in pairs.items()) + "\n"
+
+
 def start_sshd(directory: Path, user: str = "root", port: int | None = None, *,
                listen: str = "127.0.0.1", wrapper: Sequence[str] = (),
                unreachable: bool = False) -> SshServer:
@@ -164,7 +178,8 @@ def start_sshd(directory: Path, user: str = "root", port: int | None = None, *,
         f"PidFile {directory / 'sshd.pid'}\nAuthorizedKeysFile {auth}\n"
         "PubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "PermitRootLogin prohibit-password\nUsePAM no\nStrictModes no\n"
-        "MaxStartups 100:30:200\nMaxSessions 50\nSubsystem sftp internal-sftp\n")
+        "MaxStartups 100:30:200\nMaxSessions 50\nSubsystem sftp internal-sftp\n"
+        + coverage_setenv())
     log = directory / "sshd.log"
     seen = log.read_text(errors="replace").count("Server listening") if log.exists() else 0
     proc = subprocess.Popen([*wrapper, sshd, "-f", str(conf), "-D", "-E", str(log)])

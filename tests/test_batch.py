@@ -325,7 +325,12 @@ def test_fast_jobs_are_timed_from_the_scripts_own_stamp(plain: Path) -> None:
     stamp (carried by the verdict) times it all the same."""
     with Board(plain) as board:
         job = submit(board, "scratch", "true", name="quick")
-        time.sleep(0.5)  # over before the first poll
+        # over before the first poll: its script wrote its exit code (a local host: here)
+        done = Path(raw_receipts(job_store(board).file(job.id))[0]["payload"]["job_dir"])
+        deadline = time.monotonic() + 60
+        while not (done / "exit_code").exists():
+            assert time.monotonic() < deadline, f"{done}/exit_code not written after 60 s"
+            time.sleep(0.05)
         assert job.wait(timeout=30, poll=0.2) is JobState.COMPLETED
         lines = raw_receipts(job_store(board).file(job.id))
         assert [ln["topic"] for ln in lines] == ["job.submitted", "job.cost", "job.finished",

@@ -100,7 +100,7 @@ def test_missing_program_reports_127_like_a_shell(board: Board) -> None:
 def test_timeout_kills_the_whole_process_group(board: Board, tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     with pytest.raises(CommandTimeout) as caught:
-        board.run(f"sleep 60 & echo $! > '{pidfile}'; echo started; wait", timeout=0.5)
+        board.run(f"sleep 600 & echo $! > '{pidfile}'; echo started; wait", timeout=0.5)
     assert caught.value.returncode == 124 and "timed out after 0.5s" in str(caught.value)
     assert caught.value.stdout == "started\n"
     assert process_gone(int(pidfile.read_text()))
@@ -235,7 +235,7 @@ def test_cli_run_unknown_host_is_exit_2_one_line_listing_hosts(board: Board,
 def test_cli_run_ctrl_c_stops_the_command_and_exits_130(board: Board, tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     code, child = interrupt_cli_run(
-        ["run", "--", f"sleep 60 & echo $! > '{pidfile}'; wait"], pidfile, tmp_path)
+        ["run", "--", f"sleep 600 & echo $! > '{pidfile}'; wait"], pidfile, tmp_path)
     assert code == 130 and process_gone(child)
 
 

@@ -28,6 +28,7 @@ from tests.fleet_helpers import (
     stop_broker,
     table,
     tear_down,
+    wait_keeper_looks,
     wait_until,
     workspace,
 )
@@ -146,7 +147,7 @@ def _keeper_killed_then_worker_killed(ws: Path) -> None:
     route = broker_route(config(ws), start=False)
     entry = wait_until(lambda: registry_entries(route, [first.node]).get(first.node), 60,
                        "the steady worker registered")
-    time.sleep(1.0)  # five ticks of the restarted keeper
+    wait_keeper_looks(ws, 5)  # nothing submitted over 5 looks of the restarted keeper
     assert [w.worker_id for w in read_fleet(state).live() if w.pool == "steady"] == \
         [first.worker_id]
     assert not [e for e in _events(ws, "steady") if e.action == "submit"]
@@ -161,7 +162,9 @@ def _keeper_killed_then_worker_killed(ws: Path) -> None:
     wait_until(replacement, 60, "a replacement worker online")
     print(f"\nsteady worker SIGKILLed -> replacement online in {time.monotonic() - began:.1f} s")
     assert first.worker_id in read_fleet(state).stopped
-    (submit,) = [e for e in _events(ws, "steady") if e.action == "submit"]
+    # the submit receipt follows the replacement's start record: wait for it, not read it
+    (submit,) = wait_until(lambda: [e for e in _events(ws, "steady") if e.action == "submit"],
+                           60, "the replacement's submit receipt")
     assert "0 allocation(s), target 1" in submit.reason
 
 

@@ -86,9 +86,7 @@ def test_a_dead_ssh_host_is_marked_lost_not_dialled_and_leaves_with_force(
         dialled = log.read_text().count("reconnect attempt")
         time.sleep(1.5)  # the tunnel's back-off would have dialled again by now
         assert log.read_text().count("reconnect attempt") == dialled  # no longer dialled
-        began = time.monotonic()
         rows = status(ws)
-        assert time.monotonic() - began < 15
         assert [r["state"] for r in rows] == ["lost"], rows
         refused = cli(ws, "fleet", "down")
         assert refused.returncode == 1 and "--force" in refused.stderr, refused.stderr

@@ -282,6 +282,10 @@ def _both_online(ws: Path) -> list[dict]:
                       and all(x["online"] for x in r) and r, 90, "both nodes' workers online")
 
 
+_LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+         "RESIZING", "SIGNALING", "STAGE_OUT"}  # an allocation that has not ended
+
+
 def _squeue_state(slurm: SlurmCluster, job_id: str) -> str:
     return subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T", "-j", job_id],
                           env=slurm.env, capture_output=True, text=True).stdout.strip()
@@ -347,7 +351,8 @@ def test_one_node_worker_killed_ends_the_whole_allocation_which_is_replaced_whol
         fresh = wait_until(lambda: (r := status(ws)) and len(r) == 2 and all(
             x["online"] and x["job_id"] != job_id for x in r) and r, 90, "the replacement")
         assert len({x["job_id"] for x in fresh}) == 1
-        fleet = read_fleet(ws / ".mainboard")
+        fleet = wait_until(lambda: (f := read_fleet(ws / ".mainboard")).stopped and f, 60,
+                           "the lost allocation's stop receipt")
         (gone,) = [w for w in fleet.started.values() if w.job["job_id"] == job_id]
         assert fleet.stopped[gone.worker_id].state == "failed"  # recorded as one loss
         assert not Path(gone.secret_path).exists()  # its broker URL file went with it
@@ -365,15 +370,18 @@ def test_both_nodes_retire_together_before_walltime_and_the_job_completes(
     ws = workspace(tmp_path / "ws", table(
         "hosts.cluster", kind="slurm", partition=slurm_cluster.multi, root=str(provisioned_root),
         python=HOST_PYTHON, env={"SLURM_CONF": str(slurm_cluster.conf)}),
-        table("fleet.pools.pair", host="cluster", nodes=2, queues=["pairq"], walltime="1m",
-              **{"retire-before": "55s"}))  # retire as soon as they are up
+        # retire 10 s after the start, 9m50s before the walltime: however slowly a loaded
+        # machine boots the workers, the allocation ends by retirement, never by its walltime
+        table("fleet.pools.pair", host="cluster", nodes=2, queues=["pairq"], walltime="10m",
+              **{"retire-before": "9m50s"}))
     up_ok(ws, "--pool", "pair", "--no-flower")
     (worker,) = read_fleet(ws / ".mainboard").live()
     job_id, job_dir = worker.job["job_id"], Path(worker.job["job_dir"])
     rows = [{"node": f"{name}@?"} for name in node_names(worker)]
     try:
-        wait_until(lambda: _squeue_state(slurm_cluster, job_id) == "COMPLETED", 60,
-                   "the allocation to end on its own, before its walltime")
+        ended = wait_until(lambda: (s := _squeue_state(slurm_cluster, job_id)) not in _LIVE and s,
+                           200, "the allocation to end on its own")
+        assert ended == "COMPLETED", ended  # retired, not TIMEOUT at its walltime
         logs = "".join((job_dir / n).read_text() for n in ("stdout", "stderr"))
         # each node's worker decided to retire and shut down warm (a worker may announce its
         # warm shutdown twice: srun signals the step's other task when the first one ends)

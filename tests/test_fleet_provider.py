@@ -32,6 +32,7 @@ from tests.fleet_helpers import (
     table,
     tear_down,
     up_ok,
+    wait_keeper_looks,
     wait_until,
     workspace,
 )
@@ -209,7 +210,7 @@ def test_a_killed_controller_adopts_its_rental_and_destroys_an_unknown_one(
                                                         worker.rental["rental_id"])
         assert f"fleet: adopted worker {worker.worker_id}" in done.stderr, done.stderr
         assert f"cleaned sim: rental {stray.id} (its worker never started)" in done.stderr
-        time.sleep(2.0)  # ten ticks of the restarted keeper's autoscaler
+        wait_keeper_looks(ws, 10)  # nothing submitted over 10 looks of the restarted keeper
         state = read_fleet(ws / ".mainboard")
         assert [w.worker_id for w in state.live()] == [worker.worker_id]
         assert not [e for e in state.scale if e.action == "submit"]

@@ -100,8 +100,9 @@ def test_a_stalled_worker_is_shown_said_restarted_and_the_run_is_bit_identical(
         assert (got.estimate, got.error, got.chi2_dof, got.samples, got.iterations) == \
             (expected.estimate, expected.error, expected.chi2_dof, expected.samples,
              expected.iterations)
-        fleet = wait_until(lambda: (f := read_fleet(ws / ".mainboard")).stopped and f, 60,
-                           "the stalled worker recorded stopped")
+        # the stop and the replacement's start are two receipts, written one after the other
+        fleet = wait_until(lambda: (f := read_fleet(ws / ".mainboard")).stopped and f.live()
+                           and f, 60, "the stalled worker recorded stopped and replaced")
         stop = fleet.stopped[first.worker_id]
         assert stop.lost and stop.reason.startswith("stalled: no task started for 3 s")
         (second,) = fleet.live()  # the replacement, submitted by the same decision

@@ -111,20 +111,20 @@ def _send(app, need: float | None, tag: str):  # -> AsyncResult
                          headers={HEADER: need} if need is not None else {})
 
 
-def _put_backs(ws: Path, task_id: str) -> int:
-    """How often workers have put ``task_id`` back for its time need (their Redis record)."""
-    import redis
-
+def _wait_put_backs(ws: Path, task_id: str, count: int) -> None:
+    """Wait until ``task_id`` has been put back ``count`` times (its count in Redis)."""
     from mainboard import keys
     from mainboard.fleet.workers import broker_route
+    from mainboard.redisclient import redis_client
 
     route = broker_route(config(ws), start=False)
     assert route is not None
-    client = redis.Redis.from_url(route.url)
+    r = redis_client(route.url)
     try:
-        return int(client.hget(keys.time_need(task_id), "count") or 0)
+        wait_until(lambda: int(r.hget(keys.time_need(task_id), "count") or 0) >= count, 120,
+                   f"{task_id} put back {count} times")
     finally:
-        client.close()
+        r.close()
 
 
 def _job_log(ws: Path, pool: str) -> str:
@@ -172,8 +172,7 @@ def test_a_task_needing_more_time_than_the_allocation_has_left_runs_elsewhere(
         wait_until(lambda: "not starting mainboard.fleet.probe needs-600s here: it needs "
                    "600 s, this allocation ends in" in _job_log(ws, "short"), 30,
                    "the short-lived worker putting the 600 s task back")
-        wait_until(lambda: _put_backs(ws, "needs-600s") >= 3, 30,
-                   "the 600 s task put back twice more")  # refused each time, never run there
+        _wait_put_backs(ws, "needs-600s", 3)  # a few more refusals: it is never run there
         assert not long_task.ready()
         assert _job_log(ws, "short").count("not starting mainboard.fleet.probe needs-600s") == 1
         up_ok(ws, "--pool", "long", "--no-flower")

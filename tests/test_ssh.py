@@ -195,7 +195,7 @@ def test_stdin_env_and_streaming_over_ssh(board: Board, tmp_path: Path) -> None:
 def test_timeout_over_ssh_kills_the_remote_process_group(board: Board, tmp_path: Path) -> None:
     pidfile = tmp_path / "remote.pid"
     with pytest.raises(CommandTimeout) as caught:
-        board.on("box").run(f"sleep 60 & echo $! > '{pidfile}'; echo started; wait", timeout=1)
+        board.on("box").run(f"sleep 600 & echo $! > '{pidfile}'; echo started; wait", timeout=1)
     assert caught.value.host == "box" and caught.value.stdout == "started\n"
     assert "mainboard-pgid" not in caught.value.stderr
     assert process_gone(int(pidfile.read_text()))
@@ -378,5 +378,5 @@ def test_cli_run_ctrl_c_stops_the_remote_command(board: Board, tmp_path: Path) -
     pidfile = tmp_path / "remote.pid"
     code, child = interrupt_cli_run(
         ["--config", str(tmp_path / "mainboard.toml"), "run", "--on", "box", "--",
-         f"sleep 60 & echo $! > '{pidfile}'; wait"], pidfile, tmp_path)
+         f"sleep 600 & echo $! > '{pidfile}'; wait"], pidfile, tmp_path)
     assert code == 130 and process_gone(child)

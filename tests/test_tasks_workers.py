@@ -55,6 +55,7 @@ def test_hostile_run_names_are_refused(hostile: str, tmp_path: Path,
 
 
 @pytest.mark.live
+@pytest.mark.timeout(240)  # far below the 600 s broadcast: waiting it out fails the test
 def test_nobody_listens_until_a_worker_subscribes(tmp_path: Path) -> None:
     """A broker without a subscriber is answered at once (no broadcast waited out); a real
     worker's remote-control subscription, or any subscriber, makes it ask."""
@@ -69,9 +70,7 @@ def test_nobody_listens_until_a_worker_subscribes(tmp_path: Path) -> None:
     workers = LocalWorkers(1, server.url, tmp_path / "logs")
     try:
         assert nobody_listens(r)
-        start = time.monotonic()
-        assert fleet_size(app, timeout=5.0, r=r) == 0
-        assert time.monotonic() - start < 5.0  # not the broadcast's timeout
+        assert fleet_size(app, timeout=600.0, r=r) == 0  # not the broadcast's 600 s timeout
         pubsub = redis.Redis.from_url(server.url).pubsub()
         pubsub.subscribe("anything")
         pubsub.get_message(timeout=1.0)

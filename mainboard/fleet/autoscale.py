@@ -12,12 +12,15 @@ up the same allocations and the same failure count, and submits nothing twice.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
 
 import redis
 
@@ -43,10 +46,12 @@ from mainboard.fleet.workers import (
 )
 from mainboard.receipts import FleetScale, WorkerStalled, WorkerStarted
 from mainboard.runs.logs import LogLine, append_logs
+from mainboard.statedir import fleet_dir
 from mainboard.tasks import HEARTBEAT_S
 
 SCALE_TICK_ENV = "MAINBOARD_SCALE_TICK_S"  # tests shorten it
 SCALE_TICK_S = 5.0
+TICKS_FILE = "autoscale.ticks"  # in the fleet folder: {"pid": keeper, "ticks": looks done}
 LOST_AFTER_S = 3 * HEARTBEAT_S  # as `fleet status` says lost: replaced from then on
 STALL_DRAIN_S = 5.0  # a stalled worker's warm shutdown may never come: cancelled after this
 log = logging.getLogger("mainboard.fleet.autoscale")
@@ -377,12 +382,30 @@ class Autoscaler:
 
 
 def run_autoscaler(scaler: Autoscaler, stop: threading.Event, every: float) -> None:
-    """The keeper's thread: one look every ``every`` seconds until ``stop``."""
+    """The keeper's thread: one look every ``every`` seconds until ``stop``; each look done
+    is counted in ``TICKS_FILE`` (``ticks_done``: what "nothing happened for N looks" is
+    judged by, rather than by a wall-clock wait)."""
+    done = 0
     while not stop.wait(every):
         try:
             scaler.tick()
         except Exception as exc:  # noqa: BLE001 - the keeper must keep its tunnels
             log.warning("autoscale tick failed: %s", exc)
+        done += 1
+        with contextlib.suppress(OSError):
+            path = fleet_dir(scaler.config.state_dir) / TICKS_FILE
+            path.with_suffix(".tmp").write_text(json.dumps({"pid": os.getpid(), "ticks": done}))
+            path.with_suffix(".tmp").replace(path)
 
 
-__all__ = ["Autoscaler", "failures", "pool_active", "pool_paused", "run_autoscaler"]
+def ticks_done(state_dir: Path) -> tuple[int, int] | None:
+    """(keeper pid, looks it has finished) from ``TICKS_FILE``; None before its first."""
+    try:
+        data = json.loads((fleet_dir(state_dir) / TICKS_FILE).read_text())
+        return int(data["pid"]), int(data["ticks"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+__all__ = ["Autoscaler", "failures", "pool_active", "pool_paused", "run_autoscaler",
+           "ticks_done"]

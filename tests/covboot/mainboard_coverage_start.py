@@ -1,0 +1,108 @@
+"""Branch coverage in every Python process the suite starts (``scripts/bootstrap test``).
+
+Loaded at interpreter start by a ``.pth`` file in the checkout's venv and, for every other
+python (the hosts' ``/usr/bin/python3``, the uv environments built for ssh/SLURM/PBS hosts),
+by ``sitecustomize.py`` beside it, which ``PYTHONPATH`` and the test sshd's ``SetEnv`` put on
+their path. Does nothing unless ``COVERAGE_PROCESS_START`` names the coverage config.
+
+A python without coverage imports it from the checkout's venv (``MAINBOARD_COVERAGE_SITE``):
+same minor version, so the C tracer loads; any other version falls back to coverage's
+pure-Python core, and a python coverage cannot run on is left unmeasured, never broken.
+
+Programs shipped to a host on stdin (``python - ARGS``: the facts probe, the provisioning
+driver) would be measured as ``<stdin>``, which no report can map to a file: their text is
+read here, and when it is byte for byte one of ``SHIPPED`` it runs compiled under that
+file's path, so its lines count for the file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHIPPED = ("mainboard/hosts/facts_probe.py", "bridges/provision_driver.py")
+
+
+def _import_coverage() -> object | None:
+    """The coverage module, from this python's packages or else the checkout venv's."""
+    try:
+        import coverage
+        return coverage
+    except ImportError:
+        pass
+    site = os.environ.get("MAINBOARD_COVERAGE_SITE")
+    if not site:
+        return None
+    sys.path.append(site)
+    try:
+        import coverage
+        return coverage
+    except Exception:  # a python coverage cannot run on (too old, another ABI): unmeasured
+        return None
+    finally:
+        sys.path.remove(site)
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """What the interpreter would exit with for ``exc``."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _run_stdin_program() -> None:
+    """Run the program on stdin ourselves (under its file's path when it is a shipped one)
+    and exit as the interpreter would have: the interpreter cannot read stdin again."""
+    import atexit
+    import traceback
+
+    source = sys.stdin.buffer.read()
+    filename = "<stdin>"
+    for rel in SHIPPED:
+        path = os.path.join(ROOT, rel)
+        try:
+            with open(path, "rb") as file:
+                if file.read() == source:
+                    filename = path
+                    break
+        except OSError:
+            continue
+    main = sys.modules["__main__"]
+    main.__dict__["__file__"] = filename
+    code = 0
+    try:
+        exec(compile(source, filename, "exec"), main.__dict__)  # noqa: S102 - it is the program
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except BaseException:  # the interpreter's own report of an uncaught exception
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()  # saves the coverage data, then the program's own handlers
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+def start() -> None:
+    """Start coverage when asked; take over a shipped program read from stdin."""
+    if not os.environ.get("COVERAGE_PROCESS_START"):
+        return
+    coverage = _import_coverage()
+    if coverage is None:
+        return
+    try:
+        coverage.process_startup()  # type: ignore[attr-defined]
+    except Exception:
+        return
+    if sys.argv[:1] == ["-"] and not sys.stdin.isatty():
+        _run_stdin_program()
+
+
+start()
