@@ -4,6 +4,10 @@ The state dir comes from mainboard.toml (``<workspace>/.mainboard``); with no
 mainboard.toml the implicit default config puts it in the current directory.
 ``broker status`` exits 3 when the broker is not running (or not answering), as
 ``systemctl status`` does for an inactive unit; its output is printed either way.
+``broker up --replicas N`` starts a local Sentinel-managed set instead
+(:mod:`mainboard.services.sentinels`) and prints the ``[broker]`` lines that point the
+workspace at it (stdout: they can be appended to mainboard.toml); ``broker down`` stops
+whichever runs, ``broker status`` reports both.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from mainboard.cli import common
 
 if TYPE_CHECKING:  # imported lazily: redis-py costs every other verb ~0.2 s at startup
     from mainboard.services.broker import BrokerStatus, EmbeddedBroker
+    from mainboard.services.sentinels import LocalSentinelSet, SetStatus
 
 
 def _broker(ctx: click.Context) -> tuple[EmbeddedBroker, str | None]:
@@ -82,20 +87,92 @@ def _emit(status: BrokerStatus, as_json: bool, external: str | None) -> None:
 STATUS_DOWN = 3
 
 
-def _verb(name: str, doc: str) -> click.Command:
-    """One `broker` subcommand: call EmbeddedBroker.<name>() and print the status it returns."""
+def _local_set(ctx: click.Context) -> LocalSentinelSet:
+    from mainboard.services.sentinels import LocalSentinelSet
 
-    @click.command(name, help=doc)
-    @common.json_option("Print one JSON object.")
-    @click.pass_context
-    def command(ctx: click.Context, as_json: bool) -> None:
+    return LocalSentinelSet(common.load(ctx).state_dir)
+
+
+def _describe_set(shown: SetStatus) -> str:
+    """One line for people about the local sentinel set."""
+    if not shown.running:
+        return f"sentinel set {shown.action or 'stopped'}" + \
+            (f"; {shown.note}" if shown.note else "")
+    return (f"sentinel set {shown.action or 'running'}: master {shown.master_name} at "
+            f"{shown.master}, replicas {', '.join(shown.replicas) or 'none'}, sentinels "
+            f"{', '.join(shown.sentinels)} (data in {shown.state_dir}/sentinels)")
+
+
+@click.command("up")
+@click.option("--replicas", type=int, default=None, metavar="N",
+              help="Start a local master, N replicas and three sentinels instead, and print "
+                   "the [broker] lines that use them.")
+@common.json_option("Print one JSON object.")
+@click.pass_context
+def up(ctx: click.Context, replicas: int | None, as_json: bool) -> None:
+    """Start the embedded broker, or reuse the one already running."""
+    if replicas is None:
         broker, external = _broker(ctx)
-        shown = getattr(broker, name)()
-        _emit(shown, as_json, external)
-        if name == "status" and not (shown.running and shown.redis_version):
-            sys.exit(STATUS_DOWN)
+        _emit(broker.up(), as_json, external)
+        return
+    from mainboard.errors import UserError
+    from mainboard.services.broker import find_redis_server
 
-    return command
+    if replicas < 1:  # before anything is read or started
+        raise UserError(f"--replicas {replicas}: valid: an integer >= 1 (the replicas kept "
+                        "beside the master)")
+    shown = _local_set(ctx).up(replicas, find_redis_server())
+    if as_json:
+        common.echo(json.dumps({**shown.to_dict(), "toml": shown.toml()}))
+        return
+    common.echo(_describe_set(shown), err=True)
+    common.echo("# add to mainboard.toml (and remove any [broker] url):", err=True)
+    common.echo(shown.toml(), nl=False)
+
+
+@click.command("down")
+@common.json_option("Print one JSON object.")
+@click.pass_context
+def down(ctx: click.Context, as_json: bool) -> None:
+    """Stop the embedded broker (data is kept in .mainboard/redis) and the local sentinel
+    set if one runs (data kept in .mainboard/sentinels)."""
+    broker, external = _broker(ctx)
+    local = _local_set(ctx)
+    shown_set = local.down() if local.recorded() else None
+    stopped = broker.down()
+    if as_json:
+        extra = {"sentinel_set": shown_set.to_dict()} if shown_set else {}
+        common.echo(json.dumps({**stopped.to_dict(), "configured_url": external, **extra}))
+        return
+    if shown_set is not None:
+        common.echo(_describe_set(shown_set))
+    _emit(stopped, False, external)
+
+
+@click.command("status")
+@common.json_option("Print one JSON object.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show whether the embedded broker (or the local sentinel set) runs, with memory, uptime
+    and keys; exit 3 when neither is running or answering."""
+    broker, external = _broker(ctx)
+    shown = broker.status()
+    local = _local_set(ctx)
+    shown_set = local.status() if local.recorded() else None
+    if as_json:
+        extra = {}
+        if shown_set is not None:
+            extra = {"master": {"name": shown_set.master_name, "address": shown_set.master},
+                     "replicas": shown_set.replicas, "sentinels": shown_set.sentinels,
+                     "sentinel_set": shown_set.to_dict()}
+        common.echo(json.dumps({**shown.to_dict(), "configured_url": external, **extra}))
+    else:
+        if shown_set is not None:
+            common.echo(_describe_set(shown_set))
+        if shown_set is None or shown.running:
+            _emit(shown, False, external)
+    if not ((shown.running and shown.redis_version) or (shown_set and shown_set.running)):
+        sys.exit(STATUS_DOWN)
 
 
 @click.group("broker")
@@ -103,10 +180,5 @@ def broker() -> None:
     """The embedded Redis broker (loopback, password in .mainboard/broker.secret)."""
 
 
-for _name, _doc in (
-    ("up", "Start the embedded broker, or reuse the one already running."),
-    ("down", "Stop the embedded broker (data is kept in .mainboard/redis)."),
-    ("status", "Show whether the embedded broker runs, with memory, uptime and keys; "
-               "exit 3 when it is not running or not answering."),
-):
-    broker.add_command(_verb(_name, _doc))
+for _command in (up, down, status):
+    broker.add_command(_command)
