@@ -1,22 +1,20 @@
-"""A real Sentinel-managed Redis for tests: a master, replicas and three sentinels, all
-redis-server on loopback, with the settings /work/shared/SERVICES.md verified here
-(diskless sync without delay, 1 s down-after, ready only once every sentinel knows
-every replica: a master killed before that is never failed over)."""
+"""A real Sentinel-managed Redis for tests: the product's local set
+(:mod:`mainboard.services.sentinels`, what ``mainboard broker up --replicas N`` starts) under
+a test directory, with the handles the tests need (ports, the master now, SIGKILL a node)."""
 
 from __future__ import annotations
 
+import os
 import signal
-import subprocess
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
 from mainboard.redisclient import SentinelTarget, sentinel_url
-from tests.services import free_port, require, wait_port
-
-READY_S = 60.0
+from mainboard.services.broker import find_redis_server
+from mainboard.services.sentinels import LocalSentinelSet, Node
+from tests.services import require
 
 
 @dataclass
@@ -26,7 +24,8 @@ class SentinelSet:
     master: str
     data_ports: list[int]
     sentinel_ports: list[int]
-    procs: dict[int, subprocess.Popen] = field(repr=False)
+    local: LocalSentinelSet
+    nodes: dict[int, Node]  # port -> its node
 
     @property
     def url(self) -> str:
@@ -44,72 +43,27 @@ class SentinelSet:
         return int(port)
 
     def kill(self, port: int) -> None:
-        """SIGKILL the data node on ``port`` and reap it."""
-        self.procs[port].send_signal(signal.SIGKILL)
-        self.procs[port].wait(timeout=10)
+        """SIGKILL the data node on ``port`` and wait until it is gone."""
+        node = self.nodes[port]
+        pid = node.running_pid()
+        assert pid is not None, f"no node of the set runs on port {port}"
+        os.kill(pid, signal.SIGKILL)
+        assert node._wait_gone(pid, 10), f"pid {pid} outlived SIGKILL"
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        self.local.down()
 
 
-def _data_node(binary: str, directory: Path, port: int, master: int | None) -> subprocess.Popen:
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--dir", str(directory),
-            "--logfile", str(directory / f"redis-{port}.log")]
-    if master is not None:
-        args += ["--replicaof", "127.0.0.1", str(master)]
-    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _ready(s: SentinelSet, replicas: int) -> bool:
-    """Every sentinel sees the 2 others and every replica online (SERVICES.md)."""
-    try:
-        with redis.Redis(port=s.data_ports[0], socket_timeout=2) as m:
-            if m.info("replication").get("connected_slaves") != replicas:
-                return False
-        for port in s.sentinel_ports:
-            with redis.Redis(port=port, socket_timeout=2) as sentinel:
-                if len(sentinel.sentinel_sentinels(s.master)) != len(s.sentinel_ports) - 1:
-                    return False
-                if len(sentinel.sentinel_slaves(s.master)) != replicas:
-                    return False
-    except redis.RedisError:
-        return False
-    return True
-
-
-def start_sentinel_set(directory: Path, replicas: int = 1, master: str = "mbtest") -> SentinelSet:
+def start_sentinel_set(directory: Path, replicas: int = 1) -> SentinelSet:
     """Start the set and return once a failover would work."""
-    binary = require("redis-server", "Sentinel is redis-server --sentinel")
-    directory.mkdir(parents=True, exist_ok=True)
-    data = [free_port() for _ in range(replicas + 1)]
-    procs = {data[0]: _data_node(binary, directory, data[0], None)}
-    wait_port("127.0.0.1", data[0])
-    for port in data[1:]:
-        procs[port] = _data_node(binary, directory, port, data[0])
-    sentinels = [free_port() for _ in range(3)]
-    for port in sentinels:
-        conf = directory / f"sentinel-{port}.conf"  # Sentinel rewrites its own conf
-        conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {directory}\n"
-                        f"logfile {directory / f'sentinel-{port}.log'}\n"
-                        f"sentinel monitor {master} 127.0.0.1 {data[0]} 2\n"
-                        f"sentinel down-after-milliseconds {master} 1000\n"
-                        f"sentinel failover-timeout {master} 5000\n")
-        procs[port] = subprocess.Popen([binary, str(conf), "--sentinel"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    found = SentinelSet(master, data, sentinels, procs)
-    deadline = time.monotonic() + READY_S
-    while not _ready(found, replicas):
-        if time.monotonic() > deadline:
-            found.stop()
-            raise TimeoutError(f"sentinel set in {directory} not ready after {READY_S:.0f}s")
-        time.sleep(0.2)  # polling a state (INFO, SENTINEL replies), not waiting out a time
-    return found
-
+    require("redis-server", "Sentinel is redis-server --sentinel")
+    local = LocalSentinelSet(directory)
+    shown = local.up(replicas, find_redis_server())
+    nodes = {n.name: n for n in (Node(local.state_dir, name) for name in
+                                 ["master", *(f"replica-{i}" for i in range(1, replicas + 1)),
+                                  "sentinel-1", "sentinel-2", "sentinel-3"])}
+    by_port = {n.port: n for n in nodes.values() if n.port and n.running_pid()}
+    assert len(by_port) == len(nodes), f"not every node of the set runs: {sorted(by_port)}"
+    data = [port for port, n in by_port.items() if not n.name.startswith("sentinel-")]
+    return SentinelSet(shown.master_name, data,
+                       [int(e.rsplit(":", 1)[1]) for e in shown.sentinels], local, by_port)

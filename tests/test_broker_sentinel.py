@@ -135,7 +135,8 @@ def test_a_master_killed_mid_run_fails_over_and_the_run_ends_with_the_undisturbe
     ws.mkdir()
     (ws / "mainboard.toml").write_text(
         f'[workspace]\nname = "failover"\n\n[broker]\nsentinels = {sentinel_set.entries!r}\n'
-        'master = "mbtest"\nmin_replicas = 1\noutage = "60s"\n'.replace("'", '"'))
+        f'master = "{sentinel_set.master}"\nmin_replicas = 1\noutage = "60s"\n'
+        .replace("'", '"'))
     (ws / "run.toml").write_text(toml(RUN))
     expected = reference(RUN)
     started = time.monotonic()
@@ -177,3 +178,49 @@ def test_an_unanswering_sentinel_set_is_one_line_without_the_password(tmp_path: 
         check_broker(url, timeout=1)
     assert caught.value.exit_code == 3
     assert "s3cret" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def _pids(ws: Path) -> list[int]:
+    """The pids the local sentinel set recorded, one per node."""
+    return [json.loads(p.read_text())["pid"]
+            for p in (ws / ".mainboard" / "sentinels").glob("*-*.json")] + \
+        [json.loads((ws / ".mainboard" / "sentinels" / "master.json").read_text())["pid"]]
+
+
+def test_broker_up_replicas_starts_a_set_the_workspace_follows_and_down_stops_it(
+        tmp_path: Path) -> None:
+    from mainboard.daemon import process_cmdline
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "mainboard.toml").write_text('[workspace]\nname = "local-set"\n')
+    bad = _cli(ws, "broker", "up", "--replicas", "0")
+    assert bad.returncode == 2 and bad.stdout == "", bad.stderr
+    (line,) = bad.stderr.splitlines()
+    assert "--replicas 0" in line and "valid: an integer >= 1" in line, line
+    assert not (ws / ".mainboard" / "sentinels").exists()  # nothing started
+    up = _cli(ws, "broker", "up", "--replicas", "2")
+    try:
+        assert up.returncode == 0, up.stderr
+        assert up.stdout.startswith("[broker]\nsentinels = [") and 'master = "' in up.stdout
+        (ws / "mainboard.toml").write_text((ws / "mainboard.toml").read_text() + up.stdout)
+        shown = _cli(ws, "broker", "status", "--json")
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout)
+        assert len(status["replicas"]) == 2 and len(status["sentinels"]) == 3
+        assert status["master"]["address"] not in status["replicas"]
+        config = load_config(ws / "mainboard.toml")
+        assert [e for e in config.broker.sentinels or []] == status["sentinels"]
+        client = redis_client(config.broker.url or "", socket_timeout=5)
+        client.set("mb:local-set", "1")
+        assert wait_replicas(client, 2, 2000) == 2  # both replicas have the write
+        client.close()
+        again = _cli(ws, "broker", "up", "--replicas", "2", "--json")
+        assert json.loads(again.stdout)["action"] == "already running"
+        pids = _pids(ws)
+        assert len(pids) == 6 and all(process_cmdline(p) for p in pids)
+    finally:
+        down = _cli(ws, "broker", "down")
+    assert down.returncode == 0, down.stderr
+    assert not any(process_cmdline(p) for p in pids), "a node of the set outlived broker down"
+    assert _cli(ws, "broker", "status").returncode == 3
