@@ -362,4 +362,7 @@ def test_the_dashboard_under_a_base_path_works_through_nginx(
     assert all(path.startswith("/board/") for path in paths), paths
     for wanted in ("/board/api/runs", f"/board/api/run/{run_id}", "/board/static/app.js"):
         assert any(path.startswith(wanted) for path, _ in requests), (wanted, requests)
-    assert all(status < 400 for _, status in requests), requests
+    # 499: nginx's record of a request the browser gave up on (the list page's pending
+    # fetches when the tab navigates to the run page, which a loaded machine makes likely)
+    failed = [(path, status) for path, status in requests if status >= 400 and status != 499]
+    assert not failed, failed
