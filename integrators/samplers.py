@@ -72,6 +72,9 @@ class Sampler(ABC):
     """Base of every sampler: holds the domain, a version counter and pending training data."""
 
     kind: ClassVar[str]
+    # Whether adapt() can change how batches are drawn; False lets a coordinator send the
+    # next iteration's batches before this one's results are in (tasks/coordinator).
+    learns: ClassVar[bool] = True
 
     def __init__(self, domain: Domain) -> None:
         self.domain = domain
@@ -160,6 +163,7 @@ class NaiveSampler(Sampler):
     """Uniform points in the cube, uniform discrete indices: weight = number of channels."""
 
     kind = "naive"
+    learns = False
 
     def materialize(self, latent: LatentBatch) -> Batch:
         """Uniform draws."""

@@ -58,6 +58,7 @@ from mainboard.tasks.goal import Forecaster
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.liveness import Deaths, Liveness, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
+from mainboard.tasks.pipeline import Launch, ReceiptWriter
 from mainboard.tasks.steering import Halt, Steering, relay_process_lines
 
 POLL_S = 0.25
@@ -134,7 +135,10 @@ class Coordinator:
         self.workers = workers  # worker slots known to be there (local workers started)
         self._guarded = 0.0  # when the broker and the lease were last checked
         self.dispatch = Dispatch(app, run_id, state.run.spec, lambda: self.timing.batch_s)
-        self.steer = Steering(r, store, run_id)
+        self.receipts = ReceiptWriter(store)  # this coordinator's receipts, in order, behind it
+        self.steer = Steering(r, self.receipts, run_id)
+        self.pipelined = True  # next iterations go out early where the sampler allows it
+        self._ahead: Launch | None = None  # the iteration sent before the one in hand merged
         self.forecast: Forecaster | None = None  # runs with an error target (tasks/goal)
         self.outage.note = self.steer.log  # outages and warnings reach `runs logs` too
 
@@ -151,23 +155,55 @@ class Coordinator:
                                  f"at stage {rec['stage']!r} on worker {rec['worker']}: {cause}",
                                  batch=batch, stage=rec["stage"])
 
-    def _collect(self, k: int, sizes: list[int], stored: set[int]) -> IterationResult:
-        """Send what is not ``stored`` yet (a resumed iteration keeps its stored batches),
-        wait for it, merge the iteration."""
-        results_key, done_key = keys.iteration_results(self.run_id, k), \
-            keys.iteration_done(self.run_id, k)
-        pending = set(range(len(sizes))) - stored
-        live = Liveness(self.timing)
+    def _launch(self, k: int, sizes: list[int], sampler: bytes) -> Launch:
+        """Publish iteration ``k``'s sampler and send what is not stored yet (a resumed or
+        redone iteration keeps its stored batches), in one round trip to start."""
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.set(keys.iteration_sampler(self.run_id, k), sampler)
+            pipe.delete(keys.iteration_errors(self.run_id, k), keys.iteration_done(self.run_id, k))
+            pipe.hkeys(keys.iteration_results(self.run_id, k))
+            stored = pipe.execute()[-1]
+        pending = set(range(len(sizes))) - {int(f) for f in stored}
         base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
         units = self.dispatch.plan(pending, max(self.workers, self.deaths.alive))
         # One message per unit (bundle or chain), not a group: a group subscribes the result
         # backend to its id, and a dangling subscription raises at exit once the broker is
         # gone. All of them go out in one pipeline.
-        self.steer.mark("dispatch")
         with self.dispatch.sending():
             for unit in units:
-                live.sent(unit.lead, base)
                 self.dispatch.send(k, unit, sizes, base)
+        return Launch(k, sizes, sampler, pending, units, self.outage.count, self.dispatch.gen,
+                      base)
+
+    def _send_ahead(self, sizes: list[int]) -> None:
+        """Send the next iteration now when its batches do not depend on this one's results
+        (``RunState.lookahead``): the workers go on while this one is merged and recorded."""
+        if self.steer.halting or not self.pipelined:
+            return
+        nxt = self.state.lookahead(sizes)
+        if nxt is not None:
+            after, sampler = nxt
+            self._ahead = self._launch(self.state.iteration + 1, after,
+                                       dumps(sampler.snapshot()))
+
+    def _drop(self, launch: Launch) -> None:
+        """An iteration sent ahead that is not used: its keys go (late results are no-ops)
+        and, when the same iteration is sent again, a new owner generation refuses its
+        messages' results."""
+        self.r.delete(*iteration_keys(self.run_id, launch.k))
+        if launch.gen == self.dispatch.gen:
+            self.dispatch.gen += 1
+            self.r.hset(keys.run_state(self.run_id), "generation", self.dispatch.gen)
+
+    def _collect(self, launch: Launch) -> IterationResult:
+        """Wait for the batches of a launched iteration, merge it."""
+        k, sizes, pending, base = launch.k, launch.sizes, launch.pending, launch.base
+        results_key, done_key = keys.iteration_results(self.run_id, k), \
+            keys.iteration_done(self.run_id, k)
+        live = Liveness(self.timing)
+        for unit in launch.units:
+            live.sent(unit.lead, base)
+        self.dispatch.use(launch.units)
         self._demand(len(pending))
         started = time.monotonic()
         next_check = started + self.poll_s
@@ -180,7 +216,7 @@ class Coordinator:
                 self._watch(k, sizes, live, started, base)
                 self._demand(len(pending - self.steer.parked))
                 next_check = time.monotonic() + self.poll_s
-        self._demand(0)
+        self._demand(len(self._ahead.pending) if self._ahead is not None else 0)
         if pending:  # halted with batches never sampled: their stored siblings stay
             raise Halt(self.steer.halting or "pause", len(sizes) - len(pending))
         self.steer.mark("complete")
@@ -263,16 +299,26 @@ class Coordinator:
         result = st.result() if st.accumulator.iterations else None  # None while training
         plain = result.to_dict() if result is not None else {"estimate": None, "error": None}
         wall = time.perf_counter() - began
-        payload = dumps(to_plain(snap))
-        self.outage.run(lambda: self.r.set(keys.run_snapshot(self.run_id, k), payload))
-        stale = self.outage.run(partial(self.steer.stale, self.dispatch.gen))
-        self.store.record(IterationDone(run_id=self.run_id, iteration=k, samples=st.samples,
-                                        estimate=plain["estimate"], error=plain["error"],
-                                        snapshot=to_plain(snap), wall_s=self.wall_before + wall,
-                                        batches=self.steer.batches, times=self.steer.times(),
-                                        stale_refused=stale))
-        self.outage.run(lambda: self.r.hset(keys.run_state(self.run_id), mapping={
-            "status": "running", "iteration": k, "samples": st.samples, "updated": time.time()}))
+        snap_plain = to_plain(snap)
+        payload = dumps(snap_plain)
+
+        def write() -> int:  # the snapshot, the run's state, the merged iteration's keys go
+            with self.r.pipeline(transaction=False) as pipe:
+                pipe.set(keys.run_snapshot(self.run_id, k), payload)
+                pipe.hget(keys.run_state(self.run_id), "stale_refused")
+                pipe.hset(keys.run_state(self.run_id), mapping={
+                    "status": "running", "iteration": k, "samples": st.samples,
+                    "updated": time.time()})
+                pipe.delete(*iteration_keys(self.run_id, k - 1))
+                return int(pipe.execute()[1] or 0)
+
+        stale = self.steer.stale(self.dispatch.gen, self.outage.run(write))
+        # On the writer's thread: the next iteration is out already, its batches computed
+        # while this line is fsynced (a crash before it is written redoes the iteration).
+        self.receipts.record(IterationDone(
+            run_id=self.run_id, iteration=k, samples=st.samples, estimate=plain["estimate"],
+            error=plain["error"], snapshot=snap_plain, wall_s=self.wall_before + wall,
+            batches=self.steer.batches, times=self.steer.times(), stale_refused=stale))
         if self.forecast is not None and result is not None:
             self.outage.run(partial(self.forecast.after, k, st.samples,
                                     st.samples - st.training_samples, plain))
@@ -331,20 +377,25 @@ class Coordinator:
         self._published = self.outage.count
 
     def _iteration(self, k: int, sizes: list[int], sampler: bytes) -> IterationResult:
-        """Publish iteration ``k``'s sampler, send its batches, collect them; a broker outage
-        anywhere in here redoes it whole (what is stored already is kept)."""
+        """Send iteration ``k`` (unless it went out ahead, exactly so), send the next one
+        ahead where it can, collect ``k``; a broker outage anywhere in here redoes it whole
+        (what is stored already is kept)."""
         if time.monotonic() >= self._guarded + self.poll_s:  # else the watch does it in time
             self.outage.check()
             self.lease.refresh()
             self._guarded = time.monotonic()
         if self._published != self.outage.count:
             self._publish()
-        with self.r.pipeline(transaction=False) as pipe:  # one round trip to start
-            pipe.set(keys.iteration_sampler(self.run_id, k), sampler)
-            pipe.delete(keys.iteration_errors(self.run_id, k), keys.iteration_done(self.run_id, k))
-            pipe.hkeys(keys.iteration_results(self.run_id, k))
-            stored = pipe.execute()[-1]
-        return self._collect(k, sizes, {int(f) for f in stored})
+        launch, self._ahead = self._ahead, None
+        if launch is not None and not launch.matches(k, sizes, sampler, launch.outages,
+                                                     self.dispatch.gen):
+            self._drop(launch)
+            launch = None
+        if launch is None or launch.outages != self.outage.count:  # sent before an outage:
+            launch = self._launch(k, sizes, sampler)  # again, what is stored is kept
+        self.steer.mark("dispatch", launch.sent_at)
+        self._send_ahead(sizes)
+        return self._collect(launch)
 
     def _opening(self, fresh: bool) -> str:
         """The run log's first line of this coordinator (a task list has one per task)."""
@@ -367,6 +418,7 @@ class Coordinator:
     def finish(self, result: RunResult) -> None:
         """The run finished with ``result``: its receipt, log line and status (by ``run``
         itself when ``final``; else by the caller, once no task was appended meanwhile)."""
+        self.receipts.flush()  # after every iteration's line
         self.store.record(RunFinished(run_id=self.run_id, result=to_plain(result.to_dict())))
         self.steer.log("info", f"run finished: {result.estimate:.6g} +- "
                        f"{result.error:.2g} from {result.samples:,} samples")
@@ -403,7 +455,6 @@ class Coordinator:
                     self.state.apply(merged)
                     self.steer.mark("adapt")
                     self._record(began, before)
-                self.outage.run(partial(self.r.delete, *iteration_keys(self.run_id, k)))
             result = replace(self.state.result(
                 wall_s=self.wall_before + time.perf_counter() - began), run_id=self.run_id)
             self._forecast_end(self.state.stop)
@@ -419,6 +470,7 @@ class Coordinator:
             return result
         except IntegrationFailed as exc:
             self.steer.log("error", str(exc), k + 1, exc.batch)
+            self.receipts.flush()
             self.store.record(RunFailed(run_id=self.run_id, error=str(exc), iteration=k,
                                         batch=exc.batch, stage=exc.stage))
             with contextlib.suppress(*BROKER_ERRORS):
@@ -427,6 +479,11 @@ class Coordinator:
             self._forecast_end(None)
             raise
         finally:
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None:  # sent ahead, never used: late results become no-ops
+                with contextlib.suppress(*BROKER_ERRORS):
+                    self.r.delete(*iteration_keys(self.run_id, ahead.k))
+            self.receipts.close()  # every line written before anyone else may write
             if self.final:  # a task list releases it once the run ends
                 with contextlib.suppress(*BROKER_ERRORS):
                     self.lease.release()

@@ -57,16 +57,20 @@ class Dispatch:
 
     def plan(self, pending: Iterable[int], workers: int = 0) -> list[Bundle]:
         """Cut the batches still to compute into units (bundles of a fused run, single
-        batches of a chained one); ``workers``: worker slots known to be there."""
+        batches of a chained one); ``workers``: worker slots known to be there. They are
+        the iteration in hand once :meth:`use` says so (the next one may be planned and
+        sent while this one is collected)."""
         todo = sorted(pending)
         size = 1
         if self.fused:
             self.sizer.next_iteration()
             size = self.sizer.size(len(todo), self.batch_size, workers)
-        units = plan_bundles(todo, size)
+        return plan_bundles(todo, size)
+
+    def use(self, units: list[Bundle]) -> None:
+        """Make ``units`` those of the iteration in hand (completions, re-sends)."""
         self.units = {u.lead: u for u in units}
         self.unit_of = {b: u.lead for u in units for b in u.members}
-        return units
 
     def completed(self, done: Done, pending: set[int]) -> list[int]:
         """Fold one done entry in: the leads of units now complete (none of their members

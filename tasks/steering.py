@@ -34,6 +34,7 @@ from mainboard.runs.logs import LogLine, append_logs, level_name
 from mainboard.runs.spans import clock_offset, register_worker
 from mainboard.runs.store import RunStore
 from mainboard.tasks.outage import BROKER_ERRORS
+from mainboard.tasks.pipeline import ReceiptWriter
 
 COORDINATOR = "coordinator"
 PROCESS_LOGGER = "mainboard.process"  # where the process client logs (integrators/process)
@@ -57,7 +58,7 @@ class Halt(Exception):  # noqa: N818 - a control-flow signal, not an error
 class Steering:
     """Control requests, parked batches and phase times of one coordinator's run."""
 
-    def __init__(self, r: redis.Redis, store: RunStore, run_id: str) -> None:
+    def __init__(self, r: redis.Redis, store: RunStore | ReceiptWriter, run_id: str) -> None:
         self.r, self.store, self.run_id = r, store, run_id
         self.halting: str | None = None
         self.parked: set[int] = set()
@@ -67,10 +68,12 @@ class Steering:
         self.host = socket.gethostname()
         self.stale_said = 0  # stale result writes already told in the run's log
 
-    def stale(self, gen: int) -> int:
+    def stale(self, gen: int, count: int | None = None) -> int:
         """Result writes of older owner generations refused so far (``stale_refused`` of the
-        run's state); each new one is said once in the run's log."""
-        count = int(self.r.hget(keys.run_state(self.run_id), "stale_refused") or 0)
+        run's state, read here unless the caller read it as ``count``); each new one is
+        said once in the run's log."""
+        if count is None:
+            count = int(self.r.hget(keys.run_state(self.run_id), "stale_refused") or 0)
         if count > self.stale_said:
             self.log("warn", f"{count - self.stale_said} result write(s) sent by an earlier "
                      f"coordinator of this run refused, not merged (owner generation now {gen})")
@@ -88,9 +91,10 @@ class Steering:
                     "host": self.host, "kind": COORDINATOR, "pid": os.getpid(), "job_id": "",
                     "offset": self._offset})
 
-    def mark(self, phase: str) -> None:
-        """The time ``phase`` (dispatch, complete, adapt) first happened this iteration."""
-        self._times.setdefault(phase, time.time())
+    def mark(self, phase: str, at: float | None = None) -> None:
+        """The time ``phase`` (dispatch, complete, adapt) first happened this iteration
+        (``at``: when it did, for batches sent before the iteration began here)."""
+        self._times.setdefault(phase, time.time() if at is None else at)
 
     def times(self) -> dict[str, float]:
         """The phase times of the iteration in hand (for its receipt line)."""
