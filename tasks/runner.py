@@ -176,7 +176,7 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
         app = make_app(cfg, broker_url=url)
         if workers == 0:
             require_fleet(app, where(url), standby=None if prepare is None
-                          else partial(prepare.standby, cfg))
+                          else partial(prepare.standby, cfg), r=r)
         if prepare is not None:
             prepare.sync(cfg)
         if count is None:

@@ -152,27 +152,38 @@ def _reap(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
             proc.wait(5)
 
 
-def nobody_listens(r: redis.Redis) -> bool:
-    """True when no other client of the broker holds a pub/sub subscription, so no Celery
-    worker could answer a broadcast (remote control rides on one): asking would only wait
-    out its timeout. False when unsure (CLIENT LIST refused by an ACL, say)."""
+def listeners(r: redis.Redis) -> int | None:
+    """How many other clients of the broker hold a pub/sub subscription: at most that many
+    Celery workers can answer a broadcast (remote control rides on one); None when unsure
+    (CLIENT LIST refused by an ACL, say)."""
     import redis as redis_lib
 
     try:
         me, clients = r.client_id(), r.client_list()
     except redis_lib.RedisError:
-        return False
-    return not any(int(c.get("sub") or 0) + int(c.get("psub") or 0) + int(c.get("ssub") or 0)
-                   for c in clients if str(c.get("id")) != str(me))
+        return None
+    return sum(1 for c in clients if str(c.get("id")) != str(me) and
+               int(c.get("sub") or 0) + int(c.get("psub") or 0) + int(c.get("ssub") or 0))
+
+
+def nobody_listens(r: redis.Redis) -> bool:
+    """True when no other client of the broker holds a pub/sub subscription, so no Celery
+    worker could answer a broadcast: asking would only wait out its timeout. False when
+    unsure."""
+    return listeners(r) == 0
 
 
 def fleet_size(app: Celery, queue: str = BATCH_QUEUE, timeout: float = 1.0,
                r: redis.Redis | None = None) -> int:
-    """How many running workers consume ``queue`` (asks them over the broker); with the
-    broker's client ``r``, 0 at once when no worker could be listening (``nobody_listens``)."""
-    if r is not None and nobody_listens(r):
+    """How many running workers consume ``queue`` (asks them over the broker). With the
+    broker's client ``r``: 0 at once when no worker could be listening, and the broadcast
+    ends once every listener answered (a broadcast otherwise always waits out ``timeout``:
+    1 s of every run's start); a listener that is no worker (Flower, say) or does not
+    answer costs the timeout, as before."""
+    heard = listeners(r) if r is not None else None
+    if heard == 0:
         return 0
-    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    replies = app.control.inspect(timeout=timeout, limit=heard).active_queues() or {}
     return sum(any(q.get("name") == queue for q in queues) for queues in replies.values())
 
 
@@ -184,12 +195,13 @@ def no_fleet(why: str) -> UserError:
 
 def require_fleet(app: Celery, broker: str, queue: str = BATCH_QUEUE,
                   wait_s: float = FLEET_WAIT_S,
-                  standby: Callable[[], str | None] | None = None) -> int:
+                  standby: Callable[[], str | None] | None = None,
+                  r: redis.Redis | None = None) -> int:
     """How many fleet workers consume ``queue``, asked until one answers within ``wait_s``
     (a worker busy starting may miss one broadcast); :func:`no_fleet` when none does,
     unless ``standby()`` names what will start one (an autoscaled pool at zero): 0 then."""
     deadline = time.monotonic() + wait_s
-    while not (count := fleet_size(app, queue)):
+    while not (count := fleet_size(app, queue, r=r)):
         if time.monotonic() >= deadline:
             pool = standby() if standby is not None else None
             if pool is None:
@@ -197,8 +209,10 @@ def require_fleet(app: Celery, broker: str, queue: str = BATCH_QUEUE,
             log.warning("no worker consumes %s yet: %s starts one for this run's batches",
                         queue, pool)
             return 0
+        if r is not None:  # no broadcast waited: a pause before asking again
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
     return count
 
 
-__all__ = ["LocalWorkers", "fleet_size", "no_fleet", "require_fleet", "worker_command",
+__all__ = ["LocalWorkers", "fleet_size", "listeners", "no_fleet", "require_fleet", "worker_command",
            "worker_env"]
