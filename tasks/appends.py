@@ -113,9 +113,11 @@ class Inbox:
         (the inbox stays open); else None and the inbox is closed, so a later append waits
         for the run to end and continues it then."""
         with append_lock(self.r, self.lease.run_id):
-            history = self.store.history(self.lease.run_id)
-            if history is not None and len(history.appended) > known:
-                return history
+            # snapshot-free first: at every run's end, a read of all its snapshots cost more
+            # than a short run's iterations
+            light = self.store.history(self.lease.run_id, snapshots=False)
+            if light is not None and len(light.appended) > known:
+                return self.store.history(self.lease.run_id)
             self._set(CLOSED)
             return None
 

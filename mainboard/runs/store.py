@@ -177,9 +177,10 @@ class RunStore(ReceiptStore[RunHistory]):
             current.updated = receipts.path.stat().st_mtime
         return current
 
-    def history(self, run_id: str) -> RunHistory | None:
-        """The latest execution of ``run_id`` (None when it has no receipts)."""
-        return self.view(run_id)
+    def history(self, run_id: str, snapshots: bool = True) -> RunHistory | None:
+        """The latest execution of ``run_id`` (None when it has no receipts);
+        ``snapshots=False``: iteration snapshots left unread, as in :meth:`all`."""
+        return self.view(run_id) if snapshots else self._fold(run_id, False)
 
     def all(self, snapshots: bool = True) -> Iterator[RunHistory]:
         """Every run with receipts, most recently updated first; ``snapshots=False`` leaves
