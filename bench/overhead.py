@@ -12,10 +12,14 @@ Prints one table (nothing is asserted):
 - bare Celery: sequential round trips (``delay().get()``) and the throughput of a burst of
   no-op tasks on two workers: the floor any Celery-based dispatch pays per task.
 
-Targets of issue 13 (2k-sample batches >= 1,000 batches/s on 2 workers and >= 0.5x the
-samples/s of 200k-sample batches) are printed as ratios next to the figures.
+Each row runs with the next iteration sent ahead (the coordinator's default) and without
+(``MAINBOARD_PIPELINE=0``), alternating, best of ``--repeat``. Targets of issue 30
+(2k-sample batches >= 2,000 batches/s for the whole call on 2 workers and >= 0.75x the
+samples/s of 200k-sample batches) are printed as ratios next to the figures, with the load
+at the start and the end.
 
     .venv/bin/python bench/overhead.py [--samples 4000000] [--sizes 1000,2000,10000,50000,200000]
+        [--forms fused,chained] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -50,18 +54,27 @@ def spec(size: int, total: int, *, fuse: bool) -> dict[str, Any]:
             "batching": {"batch_size": size, "batches_per_iteration": per_it, "fuse": fuse}}
 
 
-def run_once(size: int, total: int, fuse: bool, config: Any
-             ) -> tuple[float, float, int, int]:
-    """(wall s of the whole call, wall s of the run's iterations, samples, batches), each the
-    best of two runs; the second leaves out the call's set-up (broker check, fleet query)."""
-    best, loop = float("inf"), float("inf")
+def run_pair(size: int, total: int, fuse: bool, config: Any, repeat: int
+             ) -> dict[bool, tuple[float, float, int, int]]:
+    """Per pipeline setting (``MAINBOARD_PIPELINE``: the next iteration sent ahead, or not):
+    (wall s of the whole call, wall s of the run's iterations, samples, batches), each the
+    best of ``repeat`` runs, the two settings alternating so that load hits both alike."""
+    best: dict[bool, list[float]] = {True: [float("inf")] * 2, False: [float("inf")] * 2}
+    counts: dict[bool, tuple[int, int]] = {}
     run = spec(size, total, fuse=fuse)
-    for _ in range(2):
-        began = time.perf_counter()
-        res = mainboard.integrate(run, workers=0, config=config)
-        best = min(best, time.perf_counter() - began)
-        loop = min(loop, res.wall_s)
-    return best, loop, res.samples, res.samples // size
+    try:
+        for _ in range(repeat):
+            for pipelined in (True, False):
+                os.environ["MAINBOARD_PIPELINE"] = "1" if pipelined else "0"
+                began = time.perf_counter()
+                res = mainboard.integrate(run, workers=0, config=config)
+                wall = time.perf_counter() - began
+                best[pipelined] = [min(best[pipelined][0], wall),
+                                   min(best[pipelined][1], res.wall_s)]
+                counts[pipelined] = (res.samples, res.samples // size)
+    finally:
+        os.environ.pop("MAINBOARD_PIPELINE", None)
+    return {p: (best[p][0], best[p][1], *counts[p]) for p in (True, False)}
 
 
 def peer(url: str, logs: Path) -> tuple[float, float]:
@@ -104,44 +117,63 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=4_000_000)
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--forms", default="fused,chained")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per row and setting (best)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    forms = [f == "fused" for f in args.forms.split(",")]
     with bench_workspace("overhead") as (config, url, root):
-        report(sizes, args.samples, config, url, root)
+        report(sizes, forms, args.samples, args.repeat, config, url, root)
 
 
-def report(sizes: list[int], samples: int, config: Any, url: str, root: Path) -> None:
-    print(f"cores: {len(os.sched_getaffinity(0))}, load average {os.getloadavg()[0]:.1f}; "
+def load() -> str:
+    """The 1-minute load average, for the figures printed beside it."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def report(sizes: list[int], forms: list[bool], samples: int, repeat: int, config: Any,
+           url: str, root: Path) -> None:
+    print(f"cores: {len(os.sched_getaffinity(0))}, load average {load()}; "
           f"4-d gaussian, naive sampler, 2 local workers, up to {samples:,} samples per row")
     rtt, burst = peer(url, root / "peer-logs")
     print(f"bare Celery on the same Redis: round trip {1e3 * rtt:.2f} ms (sequential), "
           f"burst of no-op tasks on 2 workers {burst:,.0f} tasks/s")
     fleet = start_fleet(2, url, root / "logs")
-    rows: dict[tuple[int, bool], tuple[float, float]] = {}
+    rows: dict[tuple[int, bool, bool], tuple[float, float, float, float]] = {}
     try:
         mainboard.integrate(spec(10_000, 400_000, fuse=True), workers=0, config=config)
-        print(f"{'batch':>8} {'form':>8} {'samples/s':>12} {'batches/s':>10} {'ms/batch':>9}"
-              f" {'run batches/s':>13}  (run: the iterations only, without the call's set-up)")
+        print(f"{'batch':>8} {'form':>8} {'ahead':>6} {'samples/s':>12} {'batches/s':>10} "
+              f"{'ms/batch':>9} {'run batches/s':>13}  (ahead: the next iteration sent "
+              "before this one is merged; run: the iterations only, without the call's "
+              "set-up)")
         for size in sizes:
-            for fuse in (True, False):
+            for fuse in forms:
                 # Enough batches to measure the per-batch cost: at least 400, at most `samples`.
                 total = min(samples, max(400 * size, 40 * size))
-                wall, loop, n, batches = run_once(size, total, fuse, config)
-                rows[size, fuse] = (n / wall, batches / wall, n / loop, batches / loop)
-                print(f"{size:>8,} {'fused' if fuse else 'chained':>8} {n / wall:>12,.0f} "
-                      f"{batches / wall:>10,.0f} {1e3 * wall / batches:>9.2f} "
-                      f"{batches / loop:>13,.0f}")
+                for pipelined, (wall, loop, n, batches) in run_pair(
+                        size, total, fuse, config, repeat).items():
+                    rows[size, fuse, pipelined] = (n / wall, batches / wall, n / loop,
+                                                   batches / loop)
+                    print(f"{size:>8,} {'fused' if fuse else 'chained':>8} "
+                          f"{'yes' if pipelined else 'no':>6} {n / wall:>12,.0f} "
+                          f"{batches / wall:>10,.0f} {1e3 * wall / batches:>9.2f} "
+                          f"{batches / loop:>13,.0f}")
     finally:
         fleet.stop()
-    if (2_000, True) in rows and (200_000, True) in rows:
-        small, big = rows[2_000, True], rows[200_000, True]
-        print(f"2k batches: {small[1]:,.0f} batches/s (target >= 1,000: ratio "
-              f"{small[1] / 1000:.2f}); samples/s vs 200k batches {small[0] / big[0]:.2f} "
-              "(target >= 0.5)")
-        print(f"  the iterations only: {small[3]:,.0f} batches/s (ratio {small[3] / 1000:.2f});"
-              f" samples/s vs 200k batches {small[2] / big[2]:.2f}")
-        print(f"2k batches per bare Celery burst task: {small[1] / burst:.2f} "
-              "(1.0 = one batch costs what one no-op Celery task costs)")
+    print(f"load average at the end {load()}")
+    for pipelined in (True, False):
+        if (2_000, True, pipelined) not in rows or (200_000, True, pipelined) not in rows:
+            continue
+        small, big = rows[2_000, True, pipelined], rows[200_000, True, pipelined]
+        print(f"{'ahead' if pipelined else 'not ahead'}: 2k batches {small[1]:,.0f} batches/s "
+              f"whole call (target >= 2,000: ratio {small[1] / 2000:.2f}); samples/s vs 200k "
+              f"batches {small[0] / big[0]:.2f} (target >= 0.75); the iterations only: "
+              f"{small[3]:,.0f} batches/s, vs 200k {small[2] / big[2]:.2f}; per bare Celery "
+              f"burst task {small[1] / burst:.2f} (1.0 = one batch costs one no-op task)")
+    if (2_000, True, True) in rows:
+        on, off = rows[2_000, True, True], rows[2_000, True, False]
+        print(f"2k batches, ahead / not ahead: whole call {on[1] / off[1]:.2f}x, iterations "
+              f"{on[3] / off[3]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -58,11 +58,10 @@ from mainboard.tasks.goal import Forecaster
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.liveness import Deaths, Liveness, Timing, observe
 from mainboard.tasks.outage import BROKER_ERRORS, DEFAULT_BUDGET_S, Outage
-from mainboard.tasks.pipeline import Launch, ReceiptWriter
+from mainboard.tasks.pipeline import Launch, Launcher, ReceiptWriter, iteration_keys
 from mainboard.tasks.steering import Halt, Steering, relay_process_lines
 
 POLL_S = 0.25
-OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
 IDLE_WARNING_S = 30.0
 log = logging.getLogger(__name__)
 @dataclass(frozen=True)
@@ -102,13 +101,6 @@ def clear_run(r: redis.Redis, run_id: str, keep: tuple[str, ...] = ()) -> None:
         r.delete(*doomed)
 
 
-def iteration_keys(run_id: str, k: int) -> list[str]:
-    """The keys one iteration uses, sampler first (deleting it makes late writes no-ops)."""
-    return [keys.iteration_sampler(run_id, k), keys.iteration_results(run_id, k),
-            keys.iteration_errors(run_id, k), keys.iteration_done(run_id, k),
-            keys.iteration_progress(run_id, k)]
-
-
 class Coordinator:
     """Drives one run from its current state to a stop condition."""
 
@@ -137,8 +129,9 @@ class Coordinator:
         self.dispatch = Dispatch(app, run_id, state.run.spec, lambda: self.timing.batch_s)
         self.receipts = ReceiptWriter(store)  # this coordinator's receipts, in order, behind it
         self.steer = Steering(r, self.receipts, run_id)
-        self.pipelined = True  # next iterations go out early where the sampler allows it
-        self._ahead: Launch | None = None  # the iteration sent before the one in hand merged
+        self.launcher = Launcher(r, run_id, self.dispatch, self.outage,
+                                 lambda: max(self.workers, self.deaths.alive))
+        self._control_read = False  # a pause/stop request was read since the last boundary
         self.forecast: Forecaster | None = None  # runs with an error target (tasks/goal)
         self.outage.note = self.steer.log  # outages and warnings reach `runs logs` too
 
@@ -155,46 +148,6 @@ class Coordinator:
                                  f"at stage {rec['stage']!r} on worker {rec['worker']}: {cause}",
                                  batch=batch, stage=rec["stage"])
 
-    def _launch(self, k: int, sizes: list[int], sampler: bytes) -> Launch:
-        """Publish iteration ``k``'s sampler and send what is not stored yet (a resumed or
-        redone iteration keeps its stored batches), in one round trip to start."""
-        with self.r.pipeline(transaction=False) as pipe:
-            pipe.set(keys.iteration_sampler(self.run_id, k), sampler)
-            pipe.delete(keys.iteration_errors(self.run_id, k), keys.iteration_done(self.run_id, k))
-            pipe.hkeys(keys.iteration_results(self.run_id, k))
-            stored = pipe.execute()[-1]
-        pending = set(range(len(sizes))) - {int(f) for f in stored}
-        base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
-        units = self.dispatch.plan(pending, max(self.workers, self.deaths.alive))
-        # One message per unit (bundle or chain), not a group: a group subscribes the result
-        # backend to its id, and a dangling subscription raises at exit once the broker is
-        # gone. All of them go out in one pipeline.
-        with self.dispatch.sending():
-            for unit in units:
-                self.dispatch.send(k, unit, sizes, base)
-        return Launch(k, sizes, sampler, pending, units, self.outage.count, self.dispatch.gen,
-                      base)
-
-    def _send_ahead(self, sizes: list[int]) -> None:
-        """Send the next iteration now when its batches do not depend on this one's results
-        (``RunState.lookahead``): the workers go on while this one is merged and recorded."""
-        if self.steer.halting or not self.pipelined:
-            return
-        nxt = self.state.lookahead(sizes)
-        if nxt is not None:
-            after, sampler = nxt
-            self._ahead = self._launch(self.state.iteration + 1, after,
-                                       dumps(sampler.snapshot()))
-
-    def _drop(self, launch: Launch) -> None:
-        """An iteration sent ahead that is not used: its keys go (late results are no-ops)
-        and, when the same iteration is sent again, a new owner generation refuses its
-        messages' results."""
-        self.r.delete(*iteration_keys(self.run_id, launch.k))
-        if launch.gen == self.dispatch.gen:
-            self.dispatch.gen += 1
-            self.r.hset(keys.run_state(self.run_id), "generation", self.dispatch.gen)
-
     def _collect(self, launch: Launch) -> IterationResult:
         """Wait for the batches of a launched iteration, merge it."""
         k, sizes, pending, base = launch.k, launch.sizes, launch.pending, launch.base
@@ -204,7 +157,9 @@ class Coordinator:
         for unit in launch.units:
             live.sent(unit.lead, base)
         self.dispatch.use(launch.units)
-        self._demand(len(pending))
+        ahead = self.launcher.ahead
+        if not launch.ahead:  # else said as the iteration before it ended
+            self._demand(len(pending))
         started = time.monotonic()
         next_check = started + self.poll_s
         while pending - self.steer.parked or (pending and not self.steer.halting):
@@ -216,22 +171,27 @@ class Coordinator:
                 self._watch(k, sizes, live, started, base)
                 self._demand(len(pending - self.steer.parked))
                 next_check = time.monotonic() + self.poll_s
-        self._demand(len(self._ahead.pending) if self._ahead is not None else 0)
         if pending:  # halted with batches never sampled: their stored siblings stay
+            self._demand(0)
             raise Halt(self.steer.halting or "pause", len(sizes) - len(pending))
         self.steer.mark("complete")
-        raw = self.r.hmget(results_key, [str(i) for i in range(len(sizes))])
+        with self.r.pipeline(transaction=False) as pipe:  # one round trip: the results, and
+            self._demand(len(ahead.pending) if ahead is not None else 0, pipe)  # what is out
+            pipe.hmget(results_key, [str(i) for i in range(len(sizes))])
+            raw = pipe.execute()[-1]
         try:
             return merge_results([BatchResult.from_dict(loads(x)) for x in raw if x is not None],
                                  expected=len(sizes))
         except MergeError as exc:
             raise IntegrationFailed(f"run {self.run_id}: {exc}") from exc
 
-    def _demand(self, outstanding: int) -> None:
+    def _demand(self, outstanding: int, pipe: Any = None) -> None:
         """What this run still waits for, where the fleet's autoscaler reads it (the
-        batches a worker holds or that travel between stages are in no queue)."""
-        self.r.hset(keys.run_state(self.run_id), mapping={"outstanding": outstanding,
-                                                          "queue": BATCH_QUEUE})
+        batches a worker holds or that travel between stages are in no queue); ``pipe``:
+        said in that pipeline."""
+        (pipe if pipe is not None else self.r).hset(
+            keys.run_state(self.run_id), mapping={"outstanding": outstanding,
+                                                  "queue": BATCH_QUEUE})
 
     def _drain(self, k: int, entries: list[bytes], pending: set[int], live: Liveness) -> None:
         """Fold done-list entries in: stored batches (a unit complete once all its members
@@ -310,9 +270,13 @@ class Coordinator:
                     "status": "running", "iteration": k, "samples": st.samples,
                     "updated": time.time()})
                 pipe.delete(*iteration_keys(self.run_id, k - 1))
-                return int(pipe.execute()[1] or 0)
+                pipe.hget(keys.run_state(self.run_id), "control")  # for the next boundary
+                done = pipe.execute()
+            self.steer.seen(done[-1])
+            return int(done[1] or 0)
 
         stale = self.steer.stale(self.dispatch.gen, self.outage.run(write))
+        self._control_read = True
         # On the writer's thread: the next iteration is out already, its batches computed
         # while this line is fsynced (a crash before it is written redoes the iteration).
         self.receipts.record(IterationDone(
@@ -386,15 +350,10 @@ class Coordinator:
             self._guarded = time.monotonic()
         if self._published != self.outage.count:
             self._publish()
-        launch, self._ahead = self._ahead, None
-        if launch is not None and not launch.matches(k, sizes, sampler, launch.outages,
-                                                     self.dispatch.gen):
-            self._drop(launch)
-            launch = None
-        if launch is None or launch.outages != self.outage.count:  # sent before an outage:
-            launch = self._launch(k, sizes, sampler)  # again, what is stored is kept
+        launch = self.launcher.take(k, sizes, sampler)
         self.steer.mark("dispatch", launch.sent_at)
-        self._send_ahead(sizes)
+        if not self.steer.halting:
+            self.launcher.send_ahead(self.state, sizes)
         return self._collect(launch)
 
     def _opening(self, fresh: bool) -> str:
@@ -446,7 +405,8 @@ class Coordinator:
                     break
                 self.dispatch.latents = None if self.state.latents is None else \
                     [latent.to_dict() for latent in self.state.latents]
-                self.outage.run(self.steer.boundary)
+                self.outage.run(partial(self.steer.boundary, not self._control_read))
+                self._control_read = False
                 with self._sampler_work(f"the sampler before iteration {k}", "snapshot"):
                     sampler = dumps(self.state.sampler.snapshot())
                 self.steer.begin(len(sizes))
@@ -479,10 +439,8 @@ class Coordinator:
             self._forecast_end(None)
             raise
         finally:
-            ahead, self._ahead = self._ahead, None
-            if ahead is not None:  # sent ahead, never used: late results become no-ops
-                with contextlib.suppress(*BROKER_ERRORS):
-                    self.r.delete(*iteration_keys(self.run_id, ahead.k))
+            with contextlib.suppress(*BROKER_ERRORS):
+                self.launcher.discard()  # sent ahead, never used: late results are no-ops
             self.receipts.close()  # every line written before anyone else may write
             if self.final:  # a task list releases it once the run ends
                 with contextlib.suppress(*BROKER_ERRORS):

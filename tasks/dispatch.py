@@ -52,6 +52,7 @@ class Dispatch:
         self._producer: Producer | None = None
         self._batch = contextlib.ExitStack()  # the publish batch open while sending
         self._count = 0  # messages sent in this sending()
+        self._early = True  # flushed after the 1st, 2nd, 4th... message
 
     # ----- planning -------------------------------------------------------------------------
 
@@ -83,16 +84,18 @@ class Dispatch:
     # ----- sending --------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def sending(self) -> Iterator[None]:
+    def sending(self, early: bool = True) -> Iterator[None]:
         """One producer for the messages sent inside, published in pipelines (kombu's
-        publish batch) instead of a Redis client and a round trip per message. The batch is
-        flushed after the 1st, 2nd, 4th, 8th... message: the first units reach the workers
-        at once, the rest in a few round trips."""
+        publish batch) instead of a Redis client and a round trip per message. ``early``:
+        the batch is flushed after the 1st, 2nd, 4th, 8th... message, so the first units
+        reach idle workers at once, the rest in a few round trips; else once, at the end
+        (an iteration sent ahead: the workers are busy with the one before)."""
         if self._producer is not None:  # nested: the outer one flushes
             yield
             return
         with self.app.producer_or_acquire() as producer, contextlib.ExitStack() as batch:
             self._producer, self._batch, self._count = producer, batch, 0
+            self._early = early
             batch.enter_context(producer.batch())
             try:
                 yield
@@ -101,7 +104,7 @@ class Dispatch:
 
     def _sent(self) -> None:
         self._count += 1
-        if self._count & (self._count - 1) == 0:  # a power of two: flush, start a new batch
+        if self._early and self._count & (self._count - 1) == 0:  # a power of two: flush, start a new batch
             self._batch.close()
             self._batch.enter_context(self._producer.batch())  # type: ignore[union-attr]
 

@@ -19,14 +19,33 @@ run identical:
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import redis
+
+from mainboard import keys
+from mainboard.integrators.driver import RunState
 from mainboard.receipts import Payload
 from mainboard.runs.store import RunStore
 from mainboard.tasks.bundles import Bundle
+from mainboard.tasks.codec import dumps
+from mainboard.tasks.dispatch import Dispatch
+from mainboard.tasks.outage import Outage
+
+OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
+PIPELINE_ENV = "MAINBOARD_PIPELINE"  # "0": no iteration is sent ahead (bench/overhead.py)
+
+
+def iteration_keys(run_id: str, k: int) -> list[str]:
+    """The keys one iteration uses, sampler first (deleting it makes late writes no-ops)."""
+    return [keys.iteration_sampler(run_id, k), keys.iteration_results(run_id, k),
+            keys.iteration_errors(run_id, k), keys.iteration_done(run_id, k),
+            keys.iteration_progress(run_id, k)]
 
 
 @dataclass
@@ -43,6 +62,7 @@ class Launch:
     outages: int
     gen: int
     base: int  # attempt numbers of this sending start here
+    ahead: bool = False  # sent before the iteration before it was merged
     sent_at: float = field(default_factory=time.time)
 
     def matches(self, k: int, sizes: list[int], sampler: bytes, outages: int,
@@ -50,6 +70,79 @@ class Launch:
         """Whether this launch is iteration ``k`` exactly as it is to be sent now."""
         return (self.k, self.sizes, self.sampler, self.outages, self.gen) == \
             (k, sizes, sampler, outages, gen)
+
+
+class Launcher:
+    """Sends a run's iterations: the one in hand, and the next one ahead where the run's
+    state says its batches do not depend on this one's results."""
+
+    def __init__(self, r: redis.Redis, run_id: str, dispatch: Dispatch, outage: Outage,
+                 slots: Callable[[], int]) -> None:
+        self.r, self.run_id, self.dispatch, self.outage = r, run_id, dispatch, outage
+        self.slots = slots  # worker slots known to be there
+        self.enabled = os.environ.get(PIPELINE_ENV, "1") != "0"
+        self.ahead: Launch | None = None  # sent before the iteration before it was merged
+
+    def launch(self, k: int, sizes: list[int], sampler: bytes, ahead: bool = False) -> Launch:
+        """Publish iteration ``k``'s sampler and send what is not stored yet (a resumed or
+        redone iteration keeps its stored batches), in one round trip to start."""
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.set(keys.iteration_sampler(self.run_id, k), sampler)
+            pipe.delete(keys.iteration_errors(self.run_id, k), keys.iteration_done(self.run_id, k))
+            pipe.hkeys(keys.iteration_results(self.run_id, k))
+            stored = pipe.execute()[-1]
+        pending = set(range(len(sizes))) - {int(f) for f in stored}
+        base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
+        units = self.dispatch.plan(pending, self.slots())
+        # One message per unit (bundle or chain), not a group: a group subscribes the result
+        # backend to its id, and a dangling subscription raises at exit once the broker is
+        # gone. All of them go out in one pipeline.
+        with self.dispatch.sending(early=not ahead):
+            for unit in units:
+                self.dispatch.send(k, unit, sizes, base)
+        return Launch(k, sizes, sampler, pending, units, self.outage.count, self.dispatch.gen,
+                      base, ahead)
+
+    def take(self, k: int, sizes: list[int], sampler: bytes) -> Launch:
+        """Iteration ``k`` sent: the launch sent ahead when it is exactly this one, again
+        after an outage (what is stored is kept), else now."""
+        launch = self.ahead if self.ahead is not None and self.ahead.k == k else None
+        if launch is not None:  # else none, or k+1 sent before an outage made this a redo
+            self.ahead = None
+            if not launch.matches(k, sizes, sampler, launch.outages, self.dispatch.gen):
+                self.drop(launch)
+                launch = None
+        if launch is None or launch.outages != self.outage.count:
+            launch = self.launch(k, sizes, sampler)
+        return launch
+
+    def send_ahead(self, state: RunState, sizes: list[int]) -> None:
+        """Send the iteration after the one in hand (of ``sizes``) now, when its batches do
+        not depend on that one's results (``RunState.lookahead``): the workers go on while
+        it is merged and recorded."""
+        if self.ahead is not None or not self.enabled:  # sent already (before an outage)
+            return
+        nxt = state.lookahead(sizes)
+        if nxt is not None:
+            after, sampler = nxt
+            self.ahead = self.launch(state.iteration + 1, after, dumps(sampler.snapshot()),
+                                     ahead=True)
+
+    def drop(self, launch: Launch) -> None:
+        """An iteration sent ahead that is not used: its keys go (late results are no-ops)
+        and, as the same iteration is sent again, a new owner generation refuses its
+        messages' results."""
+        self.r.delete(*iteration_keys(self.run_id, launch.k))
+        if launch.gen == self.dispatch.gen:
+            self.dispatch.gen += 1
+            self.r.hset(keys.run_state(self.run_id), "generation", self.dispatch.gen)
+
+    def discard(self) -> None:
+        """The run ends: an iteration sent ahead goes (its late results are no-ops; a
+        resume runs under a new owner generation)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            self.r.delete(*iteration_keys(self.run_id, ahead.k))
 
 
 class ReceiptWriter:
@@ -100,4 +193,5 @@ class ReceiptWriter:
         self._raise()
 
 
-__all__ = ["Launch", "ReceiptWriter"]
+__all__ = ["OUTAGE_ATTEMPTS", "PIPELINE_ENV", "Launch", "Launcher", "ReceiptWriter",
+           "iteration_keys"]

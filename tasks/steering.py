@@ -22,22 +22,28 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
 from mainboard import keys
 from mainboard.integrators.plain import to_plain
-from mainboard.receipts import BatchResent, RunPaused, RunStopped
+from mainboard.receipts import BatchResent, Payload, RunPaused, RunStopped
 from mainboard.redact import redact_text
 from mainboard.runs.logs import LogLine, append_logs, level_name
 from mainboard.runs.spans import clock_offset, register_worker
-from mainboard.runs.store import RunStore
 from mainboard.tasks.outage import BROKER_ERRORS
-from mainboard.tasks.pipeline import ReceiptWriter
 
 COORDINATOR = "coordinator"
 PROCESS_LOGGER = "mainboard.process"  # where the process client logs (integrators/process)
+
+
+class Recorder(Protocol):
+    """Where the coordinator's receipts go: a run store, or its ordered writer
+    (``tasks.pipeline.ReceiptWriter``)."""
+
+    def record(self, payload: Payload) -> Any:
+        """Write (or queue) one receipt line."""
 
 
 def shadow_name(stage: str, run_name: str, iteration: int, batch: int) -> str:
@@ -58,7 +64,7 @@ class Halt(Exception):  # noqa: N818 - a control-flow signal, not an error
 class Steering:
     """Control requests, parked batches and phase times of one coordinator's run."""
 
-    def __init__(self, r: redis.Redis, store: RunStore | ReceiptWriter, run_id: str) -> None:
+    def __init__(self, r: redis.Redis, store: Recorder, run_id: str) -> None:
         self.r, self.store, self.run_id = r, store, run_id
         self.halting: str | None = None
         self.parked: set[int] = set()
@@ -102,18 +108,24 @@ class Steering:
 
     def poll(self) -> None:
         """Read a pause or stop request (once seen, it holds for the rest of this run)."""
+        if not self.halting:
+            self.seen(self.r.hget(keys.run_state(self.run_id), "control"))
+
+    def seen(self, raw: bytes | None) -> None:
+        """The run state's ``control`` as read (by :meth:`poll` or in a caller's pipeline)."""
         if self.halting:
             return
-        raw = self.r.hget(keys.run_state(self.run_id), "control")
         control = raw.decode() if raw else None
         if control in keys.RUN_CONTROLS:
             self.halting = control
             self.log("info", f"{control} requested: no new batch is sampled; waiting for "
                              "the batches in flight")
 
-    def boundary(self) -> None:
-        """Between iterations: halt now when asked to."""
-        self.poll()
+    def boundary(self, read: bool = True) -> None:
+        """Between iterations: halt now when asked to (``read=False``: the request was read
+        just before, with the iteration's record)."""
+        if read:
+            self.poll()
         if self.halting:
             raise Halt(self.halting, 0)
 
@@ -196,5 +208,5 @@ def relay_process_lines(steer: Steering) -> Iterator[None]:
                 logger.setLevel(_level_before.pop())
 
 
-__all__ = ["COORDINATOR", "Halt", "ProcessLines", "Steering", "relay_process_lines",
+__all__ = ["COORDINATOR", "Halt", "ProcessLines", "Recorder", "Steering", "relay_process_lines",
            "shadow_name"]
