@@ -225,3 +225,43 @@ def test_discrete_sampler_learns_channel_weights() -> None:
     assert learned.error < uniform.error
     for r in (learned, uniform):
         assert abs(r.estimate - r.exact) < 4 * r.error
+
+
+def _walk_with_lookahead(state: RunState) -> int:
+    """Step ``state`` to its end; at each iteration compare its lookahead with what the
+    next iteration really is. Returns how many iterations had one."""
+    seen = 0
+    while sizes := state.next_batches():
+        nxt = state.lookahead(sizes)
+        results = [process_batch(state.run, state.sampler, state.iteration, i, n)
+                   for i, n in enumerate(sizes)]
+        state.apply(merge_results(results, expected=len(sizes)))
+        if nxt is None:
+            continue
+        seen += 1
+        after, sampler = nxt
+        assert state.next_batches() == after  # planned again below: plan() is idempotent
+        assert json.dumps(to_plain(sampler.snapshot()), sort_keys=True) == \
+            json.dumps(to_plain(state.sampler.snapshot()), sort_keys=True)
+    return seen
+
+
+@pytest.mark.parametrize("stop", [{"max_samples": 37_000}, {"max_iterations": 4},
+                                  {"relative_error": 1e-9, "max_samples": 30_000}])
+def test_the_lookahead_of_a_sampler_that_does_not_learn_is_the_next_iteration(stop: dict
+                                                                            ) -> None:
+    state = RunState.start(build_run(spec(sampler={"kind": "naive"}, stop=stop)))
+    assert _walk_with_lookahead(state) >= 1
+    # the last iteration has none: no stop rule but an error target may end the run after it
+    assert state.lookahead([3000]) is None
+
+
+def test_a_frozen_vegas_grid_looks_ahead_and_a_learning_one_does_not() -> None:
+    learning = RunState.start(build_run(spec()))
+    assert _walk_with_lookahead(learning) == 0
+    trained = RunState.start(build_run(spec(stop={"max_iterations": 2})))
+    while step(trained) is not None:
+        pass
+    frozen = RunState.start(build_run(spec(stop={"max_iterations": 4})))
+    frozen.sampler, frozen.frozen = trained.sampler, True
+    assert _walk_with_lookahead(frozen) == 3

@@ -1,0 +1,108 @@
+"""Iterations sent ahead: the next iteration of a sampler that does not learn goes out before
+the one in hand is merged, the numbers stay the local driver's, an unused one leaves no key.
+
+Live tests: a real redis-server and two real `celery worker` subprocesses; which iterations
+went out ahead is read from the coordinator's own launches (a spy on ``Launcher.launch``).
+The receipt writer's order and its errors are checked without services. (A coordinator
+killed while an iteration is out ahead: tests/test_coordinator_runs.py, whose slow run has
+a naive sampler.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mainboard
+from mainboard import keys
+from mainboard.config import Config
+from mainboard.integrators.driver import integrate_local
+from mainboard.receipts import RunPaused
+from mainboard.redisclient import redis_client
+from mainboard.runs.store import RunStore
+from mainboard.tasks import pipeline
+from tests.integration import GAUSS_4D, module_fixtures, spec
+from tests.test_coordinator_determinism import same_numbers
+
+workspace, fleet = module_fixtures(2)
+NAIVE = spec(GAUSS_4D, name="ahead", sampler={"kind": "naive"},
+             stop={"max_samples": 50_000},
+             batching={"batch_size": 2_000, "batches_per_iteration": 5})
+
+
+def spied(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+    """(iteration, sent ahead) of every launch the coordinator makes from now on."""
+    launches: list[tuple[int, bool]] = []
+    original = pipeline.Launcher.launch
+
+    def spy(self: Any, k: int, sizes: list[int], sampler: bytes, ahead: bool = False) -> Any:
+        launches.append((k, ahead))
+        return original(self, k, sizes, sampler, ahead)
+
+    monkeypatch.setattr(pipeline.Launcher, "launch", spy)
+    return launches
+
+
+@pytest.mark.live
+def test_a_naive_run_sends_each_next_iteration_ahead_with_the_local_numbers(
+        workspace: Config, fleet: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    launches = spied(monkeypatch)
+    result = mainboard.integrate(NAIVE, workers=0, config=workspace)
+    same_numbers(result, integrate_local(NAIVE))
+    assert result.iterations == 5
+    # the first iteration is sent when due, each later one ahead, once (none after the last)
+    assert launches == [(0, False), (1, True), (2, True), (3, True), (4, True)]
+
+
+@pytest.mark.live
+def test_without_pipelining_or_with_a_learning_sampler_nothing_goes_ahead(
+        workspace: Config, fleet: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    launches = spied(monkeypatch)
+    monkeypatch.setenv(pipeline.PIPELINE_ENV, "0")
+    off = spec(NAIVE, name="not-ahead")
+    same_numbers(mainboard.integrate(off, workers=0, config=workspace), integrate_local(off))
+    assert launches == [(k, False) for k in range(5)]
+    monkeypatch.delenv(pipeline.PIPELINE_ENV)
+    launches.clear()
+    vegas = spec(NAIVE, name="learning", sampler={"kind": "vegas", "bins": 16})
+    same_numbers(mainboard.integrate(vegas, workers=0, config=workspace),
+                 integrate_local(vegas))
+    assert launches == [(k, False) for k in range(5)]
+
+
+@pytest.mark.live
+def test_an_error_target_met_leaves_the_iteration_sent_ahead_unused_and_gone(
+        workspace: Config, fleet: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    launches = spied(monkeypatch)
+    run = spec(NAIVE, name="target", stop={"max_samples": 400_000, "relative_error": 0.02})
+    result = mainboard.integrate(run, workers=0, config=workspace)
+    same_numbers(result, integrate_local(run))
+    assert result.stop_reason == "relative_error" and result.iterations < 40
+    assert launches[-1] == (result.iterations, True)  # sent ahead, never merged
+    assert workspace.broker.url is not None
+    r = redis_client(workspace.broker.url)
+    left = [k for k in r.scan_iter(match=keys.run_pattern(result.run_id)) if b":it:" in k]
+    assert left == [], left  # every iteration's keys went, the unused one's too
+
+
+# ----- the receipt writer, without services ------------------------------------------------
+
+def test_the_receipt_writer_keeps_the_order_and_raises_what_writing_raised(
+        tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    writer = pipeline.ReceiptWriter(store)
+    for i in range(50):
+        writer.record(RunPaused(run_id="r1", iteration=i))
+    writer.flush()
+    assert [p.iteration for p in store.receipts("r1").read()] == list(range(50))
+
+    class Broken:
+        def record(self, payload: Any) -> None:
+            raise OSError("disk full")
+
+    broken = pipeline.ReceiptWriter(Broken())  # type: ignore[arg-type]
+    broken.record(RunPaused(run_id="r1", iteration=0))
+    with pytest.raises(OSError, match="disk full"):
+        broken.close()
