@@ -74,7 +74,9 @@ class Launch:
 
 class Launcher:
     """Sends a run's iterations: the one in hand, and the next one ahead where the run's
-    state says its batches do not depend on this one's results."""
+    state says its batches do not depend on this one's results, the run is fused (a
+    chained run's later stages share the queue) and its bundles were sized from a measured
+    batch (the first iteration's)."""
 
     def __init__(self, r: redis.Redis, run_id: str, dispatch: Dispatch, outage: Outage,
                  slots: Callable[[], int]) -> None:
@@ -122,6 +124,10 @@ class Launcher:
         it is merged and recorded."""
         if self.ahead is not None or not self.enabled:  # sent already (before an outage)
             return
+        if not self.dispatch.fused:  # a chain's later stages would queue behind the next
+            return  # iteration's first ones: this iteration would end later, not earlier
+        if self.dispatch.sizer.per_batch_s is None:
+            return  # bundles not sized from a measured batch yet: one per batch, far too many
         nxt = state.lookahead(sizes)
         if nxt is not None:
             after, sampler = nxt

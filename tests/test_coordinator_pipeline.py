@@ -10,6 +10,11 @@ a naive sampler.)
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +24,13 @@ import mainboard
 from mainboard import keys
 from mainboard.config import Config
 from mainboard.integrators.driver import integrate_local
-from mainboard.receipts import RunPaused
+from mainboard.receipts import IterationDone, Receipts, RunPaused
 from mainboard.redisclient import redis_client
 from mainboard.runs.store import RunStore
 from mainboard.tasks import pipeline
-from tests.integration import GAUSS_4D, module_fixtures, spec
+from tests.integration import GAUSS_4D, module_fixtures, slow_spec, spec, subprocess_env
 from tests.test_coordinator_determinism import same_numbers
+from tests.test_coordinator_runs import cli, spec_id, write_run
 
 workspace, fleet = module_fixtures(2)
 NAIVE = spec(GAUSS_4D, name="ahead", sampler={"kind": "naive"},
@@ -52,12 +58,13 @@ def test_a_naive_run_sends_each_next_iteration_ahead_with_the_local_numbers(
     result = mainboard.integrate(NAIVE, workers=0, config=workspace)
     same_numbers(result, integrate_local(NAIVE))
     assert result.iterations == 5
-    # the first iteration is sent when due, each later one ahead, once (none after the last)
-    assert launches == [(0, False), (1, True), (2, True), (3, True), (4, True)]
+    # the first two iterations are sent when due (bundles are sized from the batches the
+    # first one measured), each later one ahead, once (none after the last)
+    assert launches == [(0, False), (1, False), (2, True), (3, True), (4, True)]
 
 
 @pytest.mark.live
-def test_without_pipelining_or_with_a_learning_sampler_nothing_goes_ahead(
+def test_without_pipelining_with_a_learning_sampler_or_chained_nothing_goes_ahead(
         workspace: Config, fleet: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     launches = spied(monkeypatch)
     monkeypatch.setenv(pipeline.PIPELINE_ENV, "0")
@@ -65,11 +72,12 @@ def test_without_pipelining_or_with_a_learning_sampler_nothing_goes_ahead(
     same_numbers(mainboard.integrate(off, workers=0, config=workspace), integrate_local(off))
     assert launches == [(k, False) for k in range(5)]
     monkeypatch.delenv(pipeline.PIPELINE_ENV)
-    launches.clear()
-    vegas = spec(NAIVE, name="learning", sampler={"kind": "vegas", "bins": 16})
-    same_numbers(mainboard.integrate(vegas, workers=0, config=workspace),
-                 integrate_local(vegas))
-    assert launches == [(k, False) for k in range(5)]
+    for run in (spec(NAIVE, name="learning", sampler={"kind": "vegas", "bins": 16}),
+                spec(NAIVE, name="chained", batching={"fuse": False})):
+        launches.clear()
+        same_numbers(mainboard.integrate(run, workers=0, config=workspace),
+                     integrate_local(run))
+        assert launches == [(k, False) for k in range(5)], run["name"]
 
 
 @pytest.mark.live
@@ -84,7 +92,40 @@ def test_an_error_target_met_leaves_the_iteration_sent_ahead_unused_and_gone(
     assert workspace.broker.url is not None
     r = redis_client(workspace.broker.url)
     left = [k for k in r.scan_iter(match=keys.run_pattern(result.run_id)) if b":it:" in k]
-    assert left == [], left  # every iteration's keys went, the unused one's too
+    claims = [k for k in left if b":claim:" in k]  # a worker's claim on a batch it started
+    assert all(r.ttl(k) > 0 for k in claims)  # expires by itself (its store was a no-op)
+    assert [k for k in left if k not in claims] == [], left  # the unused one's keys went
+
+
+@pytest.mark.live
+def test_a_coordinator_killed_with_an_iteration_out_ahead_resumes_to_the_same_numbers(
+        workspace: Config) -> None:
+    """SIGKILL once two iterations are recorded (the fourth is then out ahead, the third
+    being computed, and a receipt line may still be queued): the resume ends with the
+    uninterrupted run's numbers."""
+    run = slow_spec(0.25, name="ahead-killed", sampler={"kind": "naive"},
+                    stop={"max_samples": 200_000})
+    path = write_run(workspace, "ahead-killed", run)
+    reference = integrate_local({**run, "integrand": {**run["integrand"], "params": {
+        "delay": 0.0, "a": 4.0}}})  # same values without the sleeping
+    assert workspace.path is not None
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+         str(path), "--workers", "2"], env=subprocess_env(), cwd=workspace.root,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    receipts = Receipts(workspace.state_dir / "runs" / spec_id(run) / "receipts.ndjson")
+    deadline = time.monotonic() + 90
+    while not any(isinstance(p, IterationDone) and p.iteration == 2 for p in receipts.read()):
+        assert time.monotonic() < deadline and coordinator.poll() is None, "no iteration 2"
+        time.sleep(0.02)
+    coordinator.send_signal(signal.SIGKILL)
+    assert coordinator.wait(10) == -signal.SIGKILL
+
+    resumed = cli(workspace, "runs", "resume", "ahead-killed", "--workers", "2", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    got = json.loads(resumed.stdout)
+    assert (got["estimate"], got["error"], got["chi2_dof"], got["samples"], got["iterations"]) == \
+        (reference.estimate, reference.error, reference.chi2_dof, 200_000, 5)
 
 
 # ----- the receipt writer, without services ------------------------------------------------
