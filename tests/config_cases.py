@@ -303,3 +303,24 @@ mem-ceiling-gb = 100
 queue = "debug-g"
 mem-gb = "min(100, attempt * 50)"
 '''
+
+
+# Issue 27: the product page's files as it now writes them ([deps] python at a version this
+# machine lacks; its fleet.toml's `fetch` as one path and as a list).
+PAGE_CONFIG = ISSUE_EXAMPLE.replace('python = ">=3.11"', 'python = ">=3.14"')
+PAGE_FLEET = """\
+[defaults]
+walltime = "02:00:00"
+
+[[jobs]]
+name = "sweep-a"
+target = "miyabi-g"
+command = "python train.py --sweep a"
+fetch = "results/sweep-a"
+
+[[jobs]]
+name = "sweep-b"
+target = "gold"
+command = "python train.py --sweep b"
+fetch = ["results/sweep-b"]
+"""

@@ -6,6 +6,8 @@ input with file, line, key and fix), ``prepare`` against the workspace mirror pl
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from mainboard.jobs.timing import EnvBuild, Setup, with_env
 from mainboard.receipts import EnvProvisioned, JobSubmitted
 from tests.batch_helpers import HOSTILE, fleet_file, invoke, plain_workspace, raw_receipts
 from tests.boards import write_config
+from tests.config_cases import PAGE_CONFIG, PAGE_FLEET
 from tests.sim_provider import start_simulated_provider
 from tests.workspace import toml_tables
 
@@ -211,7 +214,7 @@ walltime = "2h"
         assert shown["edge-2"]["files"] == len(mirror.plan(board, "edge").files) > 0
     agent = invoke(plain, "batch", "prepare", str(path), "--agent")
     assert agent.output.split("\n", 1)[0].split() == ["job", "target", "files", "raw_bytes",
-                                                       "wire_bytes", "since"]
+                                                       "wire_bytes", "since", "access"]
     cols = {line["job"]: line for line in read_columns(agent.output.splitlines())}
     assert list(cols) == [HOSTILE, "edge-2", "scratch-3", "local-4", "hpc-5", "total"]
     mirror_scratch = (len(mirror.plan(board, "scratch").files), 0)  # synced above: nothing
@@ -219,6 +222,9 @@ walltime = "2h"
     assert int(cols[HOSTILE]["raw_bytes"]) == rows[HOSTILE].extra_raw_bytes
     assert cols[HOSTILE]["since"] == report.synced_at.isoformat(timespec="seconds")
     assert cols["local-4"]["since"] == "in-place" and cols["edge-2"]["since"] == "never"
+    assert cols["local-4"]["access"] == "here" and cols[HOSTILE]["access"] == "here"
+    assert cols["edge-2"]["access"].startswith("unreachable: cannot reach 127.0.0.1:")
+    assert cols["total"]["access"] is None
     edge = shown["edge-2"]
     assert cols["total"]["target"] == "4-targets" and cols["total"]["since"] is None
     assert int(cols["total"]["wire_bytes"]) == (  # each target's mirror once, extra data per job
@@ -229,6 +235,31 @@ walltime = "2h"
     refused = invoke(plain, "batch", "run", str(path))  # the policy refusal stops the batch
     assert refused.exit_code == 2 and "job 'hpc-5' would be refused by hpc" in refused.output
     assert not (ws / ".mainboard" / "batches").exists()
+
+
+def test_the_product_pages_files_pass_config_check_and_batch_prepare_agent(
+        tmp_path: Path) -> None:
+    """The page's mainboard.toml and fleet.toml as written, run as a new user would: both
+    verbs exit 0 and each unreachable or unprovisioned target is a row that says so."""
+    (tmp_path / "mainboard.toml").write_text(PAGE_CONFIG)
+    (tmp_path / "fleet.toml").write_text(PAGE_FLEET)
+    (tmp_path / "train.py").write_text("print('train')\n")
+    mainboard = [sys.executable, "-m", "mainboard"]
+    checked = subprocess.run([*mainboard, "config", "check"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+    assert (checked.returncode, checked.stderr) == (0, ""), checked.stderr
+    assert "gold      ssh" in checked.stdout and "miyabi-g  pbs" in checked.stdout
+    agent = subprocess.run([*mainboard, "batch", "prepare", "fleet.toml", "--agent"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (agent.returncode, agent.stderr) == (0, ""), agent.stderr
+    rows = {line["job"]: line for line in read_columns(agent.stdout.splitlines())}
+    assert list(rows) == ["sweep-a", "sweep-b", "total"]
+    assert rows["sweep-b"]["target"] == "gold"
+    assert rows["sweep-b"]["access"].startswith("unreachable: cannot reach gold:22")
+    assert rows["sweep-a"]["access"].startswith(  # no python 3.14 here: says how to get one
+        'not-set-up: python 3.11') and "mainboard env build --on miyabi-g" in rows["sweep-a"][
+        "access"]
+    assert not (tmp_path / ".mainboard" / "batches").exists()  # a plan: nothing started
 
 
 # -- estimate --------------------------------------------------------------------------------
