@@ -298,3 +298,34 @@ def test_an_inbox_of_another_workspace_refuses_and_a_starting_one_is_waited_for(
         inbox.shut()
     assert not r.exists(keys.run_inbox(run_id))
     assert offer(r, store_b, run_id, record) is None  # no coordinator: the caller's turn
+
+
+@pytest.mark.live
+def test_an_open_inbox_lost_with_the_brokers_data_is_put_back_with_the_lease(
+        tmp_path: Path, r: redis.Redis) -> None:
+    """A broker that lost its data (a restart without persistence) lost the lease and the
+    inbox: the coordinator's next refresh retakes the lease and puts its inbox back as it
+    was, so an append is taken live again instead of refused as if a parent drove the run."""
+    run_id = "inboxlost01"
+    store = RunStore(tmp_path / "s")
+    store.record(RunCreated(run_id=run_id, name="n", spec={}))
+    inbox = Inbox(r, store, Lease(r, run_id))
+    inbox.acquire()
+    inbox.open()
+    try:
+        r.delete(keys.run_lease(run_id), keys.run_inbox(run_id))  # what a data loss leaves
+        inbox.lease.refresh()
+        assert r.get(keys.run_lease(run_id)).decode() == inbox.lease.token
+        assert inbox_state(r, run_id) == "open"
+
+        def record(history: object) -> int:
+            store.record(TasksAppended(run_id=run_id, tasks=[{"kind": "pause"}]))
+            return 1
+
+        taken = offer(r, store, run_id, record)
+        assert taken is not None and taken.live and taken.tasks == 1
+        inbox.lease.refresh()  # held all along: nothing to put back, the state is kept
+        assert inbox_state(r, run_id) == "open"
+    finally:
+        inbox.lease.release()
+        inbox.shut()
