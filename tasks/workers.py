@@ -110,9 +110,7 @@ class LocalWorkers:
         parent-death signal is SIGTERM again), so the command's exit does not wait on theirs.
         """
         for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
+            warm_stop(proc)
         if not wait:
             procs, self.procs = self.procs, []
             threading.Thread(target=_reap, args=(procs, timeout), name="reap-local-workers",
@@ -138,6 +136,15 @@ class LocalWorkers:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def warm_stop(proc: subprocess.Popen[bytes]) -> None:
+    """Celery's warm shutdown of one worker: TERM to its main process only, which lets the
+    task in hand end and then stops its pool children itself (a TERM to the whole process
+    group killed the child holding the task: ``WorkerLostError`` in the worker's log)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
 
 
 def _reap(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
@@ -201,4 +208,4 @@ def require_fleet(app: Celery, broker: str, queue: str = BATCH_QUEUE,
 
 
 __all__ = ["LocalWorkers", "fleet_size", "no_fleet", "require_fleet", "worker_command",
-           "worker_env"]
+           "worker_env", "warm_stop"]

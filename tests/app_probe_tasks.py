@@ -29,3 +29,20 @@ def scale(x: np.ndarray, factor: float) -> dict[str, Any]:
         "writeable": bool(x.flags.writeable),
         "contiguous": bool(x.flags.c_contiguous),
     }
+
+
+@shared_task(name="probe.gated")
+def gated(started: str, gate: str, budget: float = 120.0) -> str:
+    """Say it started (a file), then hold until the file ``gate`` exists: a task in hand for
+    as long as a test wants (an event, not a delay; the budget bounds a test that never
+    opens it)."""
+    import os
+    import time
+
+    open(started, "w").close()
+    deadline = time.monotonic() + budget
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gate {gate} never opened")
+        time.sleep(0.01)
+    return "done"
