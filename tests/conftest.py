@@ -49,7 +49,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderS
 # here), so the SLURM files are split in three groups of about equal length (about three
 # minutes each, measured alone with --durations=0): on four workers a group is one worker's
 # chain, and the longest chain bounds the whole run. One podman store; the simulated
-# provider's tests count the machine's mbsim-* namespaces.
+# provider's tests compare the machine's mbsim-* namespaces before and after.
 SHARED_WORKER = {
     "slurm": {"tests/test_fleet_retire.py", "tests/test_fleet_kill_scenario.py",
               "tests/test_cli_streams.py", "tests/test_fleet_scenarios.py",

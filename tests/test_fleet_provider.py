@@ -64,6 +64,12 @@ def _namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
+def _sim_namespaces() -> set[str]:
+    """The simulated provider's sandboxes on this machine now (``mbsim-<token>``)."""
+    return {line.split()[0] for line in _namespaces().splitlines()
+            if line.startswith("mbsim-")}
+
+
 def test_rented_worker_runs_a_task_and_down_destroys_the_rental(
         tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
     env = {KEY_ENV: sim.api_key}
@@ -99,6 +105,7 @@ def test_a_failure_in_the_middle_of_up_leaves_no_rental(
         tmp_path: Path, sim: SimulatedProviderServer, provisioned_root: Path) -> None:  # noqa: F811
     env = {KEY_ENV: sim.api_key}
     ws = _workspace(tmp_path / "ws", sim, provisioned_root, python="/nonexistent/python3")
+    before = _sim_namespaces()  # another run's on this machine are not this test's
     done = cli(ws, "fleet", "up", "--on", "gpu", "--no-flower", env=env)
     stop_broker(ws)
     assert done.returncode == 1
@@ -108,7 +115,7 @@ def test_a_failure_in_the_middle_of_up_leaves_no_rental(
     assert owned_rentals(ws / ".mainboard") == [] and _listed(sim) == []
     receipts = (ws / ".mainboard" / "rentals.ndjson").read_text()
     assert '"rental.created"' in receipts and '"rental.destroyed"' in receipts
-    assert "setup failed" in receipts and not _namespaces().count("mbsim-")
+    assert "setup failed" in receipts and _sim_namespaces() <= before
     assert read_fleet(ws / ".mainboard").live() == []
 
 
