@@ -1,0 +1,159 @@
+"""Issue 29 item 4, done when: the Sentinel-managed master SIGKILLed mid-run while the run
+goes on 2 local workers AND a fleet worker on an ssh host, with the fleet keeper holding
+that worker's pool and Flower up. The run ends with the undisturbed numbers to the last
+bit and no traceback in any log; the ssh worker sampled batches before the failover and
+after it; Flower answers; the keeper lives on and its next looks succeed.
+
+Real processes throughout: a master, a replica and three sentinels (redis-server,
+``tests/sentinels.py``), the session's sshd on loopback as the ssh host, ``mainboard fleet
+up`` (worker, keeper, Flower) and ``mainboard integrate`` in subprocesses. The ssh worker
+is given the sentinels' addresses, never a tunnel (a tunnel holds one port; the master
+moves): it follows the failover itself, as every other client does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mainboard.fleet.autoscale import SCALE_TICK_ENV
+from mainboard.fleet.keeper import keeper_pid
+from mainboard.fleet.records import read_fleet
+from mainboard.fleet.sentinel_route import VIA
+from mainboard.receipts import WorkerStarted
+from mainboard.redisclient import redis_client
+from mainboard.runs.spans import read_spans
+from mainboard.services.flower import USER, Flower
+from mainboard.statedir import fleet_dir
+from tests.broker_runs import (
+    numbers,
+    reference,
+    run_id_of,
+    sentinel_broker,
+    start,
+    wait_iteration,
+    workspace_run,
+)
+from tests.fleet_helpers import (
+    batch_consumers,
+    provisioned_root,  # noqa: F401 - session fixture
+    ssh_host,
+    table,
+    tear_down,
+    up_ok,
+    wait_keeper_looks,
+    wait_until,
+    workspace,
+)
+from tests.integration import toml
+from tests.scrape import fetch
+from tests.sentinels import SentinelSet, start_sentinel_set
+from tests.services import SshServer
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
+ENV = {SCALE_TICK_ENV: "0.5"}  # the keeper's looks come often enough to wait on two
+# 8 iterations of 6 batches: the ssh worker gets a share of several after the failover
+RUN_TABLES = {"batching": {"batch_size": 5_000, "batches_per_iteration": 6},
+              "stop": {"max_samples": 240_000}}
+
+
+@dataclass
+class Fleet:
+    ws: Path
+    found: SentinelSet
+    worker: WorkerStarted
+    up_lines: list[str]
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, sshd_server: SshServer,
+          provisioned_root: Path) -> Iterator[Fleet]:  # noqa: F811
+    """A Sentinel-managed set, and a workspace on it whose one pool is an ssh host."""
+    found = start_sentinel_set(tmp_path / "sentinel")
+    ws = workspace(tmp_path / "ws", sentinel_broker(found.entries, found.master),
+                   ssh_host("box", sshd_server, provisioned_root),
+                   table("fleet.pools.remote", host="box", jobs=1, min_jobs=1, max_jobs=1))
+    try:
+        lines = up_ok(ws, env=ENV)
+        (worker,) = read_fleet(ws / ".mainboard").live()
+        yield Fleet(ws, found, worker, lines)
+    finally:
+        try:
+            tear_down(ws, "--timeout", "20")
+        finally:
+            found.stop()
+
+
+def _tracebacks(path: Path, *, until: str | None = None) -> bool:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "Traceback" in (text.split(until)[0] if until else text)
+
+
+def test_a_master_killed_mid_run_on_local_and_ssh_workers_changes_nothing(fleet: Fleet) -> None:
+    ws, found, worker = fleet.ws, fleet.found, fleet.worker
+    state = ws / ".mainboard"
+    assert worker.broker_via == VIA and worker.tunnel_port is None, worker
+    assert any(line.startswith("box: worker ") and f"broker via {VIA}" in line
+               for line in fleet.up_lines), fleet.up_lines
+    wait_until(lambda: batch_consumers(ws) > 0, 90, "the ssh worker online")
+    keeper = keeper_pid(state)
+    assert keeper, "fleet up started no keeper for the pool"
+
+    run = workspace_run(ws, **RUN_TABLES)
+    (ws / "run.toml").write_text(toml(run))
+    expected, run_id = reference(run), run_id_of(run)
+    began = time.monotonic()
+    proc = start(ws, "integrate", "run.toml", "--workers", "2", "--json")
+    try:
+        wait_iteration(state, run_id, proc)
+        killed_at = time.time()
+        found.kill(found.master_port())
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - began
+    assert proc.returncode == 0, err
+    assert numbers(json.loads(out)) == (expected.estimate, expected.error, 240_000, 8)
+    assert "Traceback" not in err
+
+    # the ssh worker sampled batches before the master's SIGKILL and after the failover
+    node = f"{worker.node}@"
+    client = redis_client(found.url, socket_timeout=5)
+    try:
+        mine = [s for s in read_spans(client, run_id) if s.worker.startswith(node)]
+    finally:
+        client.close()
+    assert any(s.start < killed_at for s in mine), f"no span of {node} before the failover"
+    assert any(s.start > killed_at for s in mine), f"no span of {node} after the failover"
+
+    # Flower answers after the failover, and lists the ssh worker
+    shown = Flower(state).status()
+    assert shown.running and shown.url, shown
+    password = Path(shown.secret_file).read_text().strip()
+    wait_until(lambda: (r := fetch(f"{shown.url}api/workers?refresh=1", (USER, password)))[0]
+               == 200 and node in r[1], 60, "Flower's API answering with the ssh worker")
+
+    # the keeper is the same process, and its looks after the failover succeed
+    log = fleet_dir(state) / "keeper.log"
+    seen = log.stat().st_size if log.exists() else 0
+    wait_keeper_looks(ws, 2)
+    assert keeper_pid(state) == keeper, "the keeper was replaced"
+    after = log.read_text(errors="replace")[seen:] if log.exists() else ""
+    assert "tick failed" not in after, after
+
+    # no traceback anywhere: coordinator (above), local workers, keeper, Flower, ssh worker
+    logs = list(state.rglob("*.log"))
+    assert any(p.name == "flower.log" for p in logs), logs
+    for path in logs:  # a local worker's: up to its own shutdown after the run
+        assert not _tracebacks(path, until="Warm shutdown"), path
+    job_dir = Path(worker.job["job_dir"])
+    assert (job_dir / "stdout").exists() or (job_dir / "stderr").exists(), job_dir
+    for name in ("stdout", "stderr"):
+        assert not _tracebacks(job_dir / name), job_dir / name
+    print(f"failover with an ssh worker: run {took:.1f} s", flush=True)
