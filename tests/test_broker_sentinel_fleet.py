@@ -23,9 +23,9 @@ import pytest
 
 from mainboard.fleet.autoscale import SCALE_TICK_ENV
 from mainboard.fleet.keeper import keeper_pid
-from mainboard.fleet.records import read_fleet
+from mainboard.fleet.records import fleet_receipts, read_fleet
 from mainboard.fleet.sentinel_route import VIA
-from mainboard.receipts import WorkerStarted
+from mainboard.receipts import WorkerStarted, WorkerTunnel
 from mainboard.redisclient import redis_client
 from mainboard.runs.spans import read_spans
 from mainboard.services.flower import USER, Flower
@@ -41,6 +41,7 @@ from tests.broker_runs import (
 )
 from tests.fleet_helpers import (
     batch_consumers,
+    cli,
     provisioned_root,  # noqa: F401 - session fixture
     ssh_host,
     table,
@@ -51,6 +52,7 @@ from tests.fleet_helpers import (
     workspace,
 )
 from tests.integration import toml
+from tests.netns import free_subnet_index, make_netns_host
 from tests.scrape import fetch
 from tests.sentinels import SentinelSet, start_sentinel_set
 from tests.services import SshServer
@@ -157,3 +159,31 @@ def test_a_master_killed_mid_run_on_local_and_ssh_workers_changes_nothing(fleet:
     for name in ("stdout", "stderr"):
         assert not _tracebacks(job_dir / name), job_dir / name
     print(f"failover with an ssh worker: run {took:.1f} s", flush=True)
+
+
+def test_an_ssh_host_that_cannot_reach_the_sentinels_is_refused_in_one_line(
+        tmp_path: Path, provisioned_root: Path) -> None:  # noqa: F811
+    """A host in its own network namespace does not reach this machine's loopback: its
+    worker would be refused by the sentinels' addresses, and a tunnel is no answer."""
+    found = start_sentinel_set(tmp_path / "sentinel")
+    ns = make_netns_host("sentinel", free_subnet_index(), tmp_path / "ns")
+    assert ns.ssh is not None
+    ws = workspace(tmp_path / "ws", sentinel_broker(found.entries, found.master),
+                   ssh_host("ns", ns.ssh, provisioned_root, env={"UV_OFFLINE": "1"}))
+    try:
+        done = cli(ws, "fleet", "up", "--on", "ns", "--no-flower")
+        assert done.returncode != 0, done.stdout
+        assert "Traceback" not in done.stderr
+        (line,) = [ln for ln in (done.stdout + done.stderr).splitlines() if "ns" in ln]
+        assert all(entry in line for entry in found.entries), line
+        assert "never tunnelled" in line and "[broker] sentinels" in line, line
+        fleet = read_fleet(ws / ".mainboard")
+        assert not fleet.live(), "a worker was recorded as started"
+        assert not any(isinstance(p, WorkerTunnel) for p in fleet_receipts(ws / ".mainboard").read()), \
+            "a tunnel was asked for a Sentinel-managed broker"
+    finally:
+        try:
+            tear_down(ws, "--timeout", "20")
+        finally:
+            ns.cleanup()
+            found.stop()
