@@ -24,6 +24,11 @@ RUN = slow_spec(DELAY, name="outage", stop={"max_samples": 200_000})
 # tests.run_integrands, so the numbers are those of the same run with that target.
 WORKSPACE_MODULE = "failover_integrands"
 SOURCE = Path(__file__).with_name("run_integrands.py")
+# The failover runs with a fleet worker: 8 iterations of 6 batches, so the ssh worker gets a
+# share of several iterations after the failover.
+FLEET_TABLES: dict[str, Any] = {"batching": {"batch_size": 5_000, "batches_per_iteration": 6},
+                                "stop": {"max_samples": 240_000}}
+FLEET_SHAPE = (240_000, 8)  # samples, iterations
 
 
 def reference(run: dict[str, Any]) -> RunResult:

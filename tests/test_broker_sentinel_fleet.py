@@ -31,6 +31,8 @@ from mainboard.runs.spans import read_spans
 from mainboard.services.flower import USER, Flower
 from mainboard.statedir import fleet_dir
 from tests.broker_runs import (
+    FLEET_SHAPE,
+    FLEET_TABLES,
     numbers,
     reference,
     run_id_of,
@@ -59,9 +61,6 @@ from tests.services import SshServer
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 ENV = {SCALE_TICK_ENV: "0.5"}  # the keeper's looks come often enough to wait on two
-# 8 iterations of 6 batches: the ssh worker gets a share of several after the failover
-RUN_TABLES = {"batching": {"batch_size": 5_000, "batches_per_iteration": 6},
-              "stop": {"max_samples": 240_000}}
 
 
 @dataclass
@@ -106,7 +105,7 @@ def test_a_master_killed_mid_run_on_local_and_ssh_workers_changes_nothing(fleet:
     keeper = keeper_pid(state)
     assert keeper, "fleet up started no keeper for the pool"
 
-    run = workspace_run(ws, **RUN_TABLES)
+    run = workspace_run(ws, **FLEET_TABLES)
     (ws / "run.toml").write_text(toml(run))
     expected, run_id = reference(run), run_id_of(run)
     began = time.monotonic()
@@ -121,16 +120,18 @@ def test_a_master_killed_mid_run_on_local_and_ssh_workers_changes_nothing(fleet:
             proc.kill()
     took = time.monotonic() - began
     assert proc.returncode == 0, err
-    assert numbers(json.loads(out)) == (expected.estimate, expected.error, 240_000, 8)
+    assert numbers(json.loads(out)) == (expected.estimate, expected.error, *FLEET_SHAPE)
     assert "Traceback" not in err
 
     # the ssh worker sampled batches before the master's SIGKILL and after the failover
     node = f"{worker.node}@"
     client = redis_client(found.url, socket_timeout=5)
     try:
-        mine = [s for s in read_spans(client, run_id) if s.worker.startswith(node)]
+        spans = read_spans(client, run_id)
     finally:
         client.close()
+    mine = [s for s in spans if s.worker.startswith(node)]
+    assert any(not s.worker.startswith(node) for s in spans), "no local worker took part"
     assert any(s.start < killed_at for s in mine), f"no span of {node} before the failover"
     assert any(s.start > killed_at for s in mine), f"no span of {node} after the failover"
 
