@@ -389,9 +389,9 @@ class Launcher:
     def route(self, target: Target, worker_id: str, python: str) -> tuple[str, str, int | None]:
         """(url, "direct"|"tunnel"|"sentinels", remote port): a tunnel when a remote host
         cannot reach a loopback-only broker, never for a Sentinel-managed one (its master
-        moves: the worker asks the sentinels itself). A tunnel is asked of the keeper (recorded, the keeper woken)
-        but not waited for: ``start`` submits the worker first, so it boots while the
-        keeper dials (``await_tunnel``)."""
+        moves: the worker asks the sentinels itself). A tunnel is asked of the keeper
+        (recorded, the keeper woken) but not waited for: ``start`` submits the worker
+        first, so it boots while the keeper dials (``await_tunnel``)."""
         if not (self.broker.loopback and target.ssh is not None):
             return self.broker.worker_url, self._sentinels(target, python) or "direct", None
         port = free_remote_port(target.transport, python)
