@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from mainboard.fleet.autoscale import SCALE_TICK_ENV
+from mainboard.fleet.control import fleet_up
 from mainboard.fleet.keeper import keeper_pid
+from mainboard.fleet.launch import BrokerRoute, UpOptions
 from mainboard.fleet.records import fleet_receipts, read_fleet
 from mainboard.fleet.sentinel_route import VIA
 from mainboard.receipts import WorkerStarted, WorkerTunnel
@@ -44,6 +46,8 @@ from tests.broker_runs import (
 from tests.fleet_helpers import (
     batch_consumers,
     cli,
+    config,
+    probe,
     provisioned_root,  # noqa: F401 - session fixture
     ssh_host,
     table,
@@ -160,6 +164,21 @@ def test_a_master_killed_mid_run_on_local_and_ssh_workers_changes_nothing(fleet:
     for name in ("stdout", "stderr"):
         assert not _tracebacks(job_dir / name), job_dir / name
     print(f"failover with an ssh worker: run {took:.1f} s", flush=True)
+
+    # a warm start on the same host after the failover: the sentinels, no tunnel either
+    timings: dict[str, dict[str, float]] = {}
+    report = fleet_up(config(ws), ["box"], UpOptions(), flower=False, timings=timings)
+    assert not report.failed, report.failed
+    assert "connect" not in timings["box"] and "route" not in timings["box"], timings
+    assert [w.broker_via for w in report.started] == [VIA]
+    assert probe(ws, "box")["host"]  # a worker on the host answers on its own queue
+
+
+def test_a_sentinel_route_is_never_a_loopback_one_to_tunnel() -> None:
+    url = "sentinel://127.0.0.1:26379,127.0.0.1:26380/0?master=mainboard"
+    assert BrokerRoute(url).sentinel and not BrokerRoute(url).loopback
+    assert BrokerRoute("redis://127.0.0.1:6379/0").loopback
+    assert not BrokerRoute("redis://127.0.0.1:6379/0").sentinel
 
 
 def test_an_ssh_host_that_cannot_reach_the_sentinels_is_refused_in_one_line(
