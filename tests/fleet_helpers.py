@@ -213,18 +213,23 @@ def nodes_of(rows: list[dict[str, Any]]) -> list[str]:
 _ROOT: dict[str, Path] = {}
 
 
-@pytest.fixture(scope="session")
-def provisioned_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One host root for every fleet test host, its environment built once per process."""
+def provision_root(root: Path) -> Path:
+    """``root`` with mainboard's environment built in it for ``HOST_PYTHON`` (what a fleet
+    host gets; a benchmark outside pytest calls this directly)."""
     from mainboard.bridges.project import local_project
     from mainboard.bridges.provision import provision
     from mainboard.bridges.transport import LocalTransport
 
+    provision(LocalTransport("provision"), root=str(root), python=HOST_PYTHON,
+              project=local_project(root / ".wheels"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def provisioned_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One host root for every fleet test host, its environment built once per process."""
     if "root" not in _ROOT:
-        root = tmp_path_factory.mktemp("fleet-root")
-        provision(LocalTransport("provision"), root=str(root), python=HOST_PYTHON,
-                  project=local_project(root / ".wheels"))
-        _ROOT["root"] = root
+        _ROOT["root"] = provision_root(tmp_path_factory.mktemp("fleet-root"))
     return _ROOT["root"]
 
 

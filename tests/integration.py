@@ -8,6 +8,7 @@ batch workers are real ``celery worker`` subprocesses (:class:`mainboard.tasks.w
 from __future__ import annotations
 
 import copy
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -49,6 +50,24 @@ def slow_spec(delay: float, **tables: Any) -> dict[str, Any]:
                            "params": {"delay": delay, "a": 4.0}},
                 domain={"continuous": 3}, name="slow-3d")
     return spec(base, **tables)
+
+
+def toml(data: dict[str, Any]) -> str:
+    """A RUN.toml for a run dict (tables of scalars and lists; enough for these specs)."""
+    def value(v: Any) -> str:
+        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+
+    lines = [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict | list)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines.append(f"[{name}]")
+            for k, v in table.items():
+                if isinstance(v, dict):
+                    inline = ", ".join(f"{ik} = {value(iv)}" for ik, iv in v.items())
+                    lines.append(f"{k} = {{ {inline} }}")
+                else:
+                    lines.append(f"{k} = {value(v)}")
+    return "\n".join(lines) + "\n"
 
 
 def write_workspace(directory: Path, server: RedisServer) -> Config:

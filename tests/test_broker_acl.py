@@ -19,9 +19,8 @@ import redis
 from mainboard.integrators.driver import integrate_local
 from mainboard.services.acl import COORDINATOR, WORKER
 from mainboard.services.broker import EmbeddedBroker
-from tests.integration import GAUSS_4D, spec, subprocess_env
+from tests.integration import GAUSS_4D, spec, subprocess_env, toml
 from tests.services import require
-from tests.test_coordinator_runs import toml
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(180)]
 RUN = spec(GAUSS_4D, name="acl", stop={"max_samples": 80_000})

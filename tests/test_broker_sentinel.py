@@ -30,11 +30,18 @@ from mainboard.redisclient import (
     wait_replicas,
 )
 from mainboard.services.broker import check_broker
-from tests.integration import slow_spec, subprocess_env
+from tests.broker_runs import (
+    RUN,
+    numbers,
+    reference,
+    run_id_of,
+    sentinel_broker,
+    start,
+    wait_iteration,
+)
+from tests.integration import slow_spec, subprocess_env, toml
 from tests.sentinels import SentinelSet, start_sentinel_set
 from tests.services import free_port
-from tests.test_coordinator_broker import RUN, numbers, reference, run_id_of, start, wait_iteration
-from tests.test_coordinator_runs import toml
 
 pytestmark = pytest.mark.live
 
@@ -133,10 +140,8 @@ def test_a_master_killed_mid_run_fails_over_and_the_run_ends_with_the_undisturbe
         tmp_path: Path, sentinel_set: SentinelSet) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "mainboard.toml").write_text(
-        f'[workspace]\nname = "failover"\n\n[broker]\nsentinels = {sentinel_set.entries!r}\n'
-        f'master = "{sentinel_set.master}"\nmin_replicas = 1\noutage = "60s"\n'
-        .replace("'", '"'))
+    (ws / "mainboard.toml").write_text('[workspace]\nname = "failover"\n\n' + sentinel_broker(
+        sentinel_set.entries, sentinel_set.master))
     (ws / "run.toml").write_text(toml(RUN))
     expected = reference(RUN)
     started = time.monotonic()
