@@ -119,7 +119,7 @@ def test_switched_off_kernels_and_a_missing_numba_keep_to_numpy(
     monkeypatch.setenv(kernels.ENV, "1")
     monkeypatch.setattr(kernels, "_LOADED", {})
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba -> ImportError
-    monkeypatch.delitem(sys.modules, "mainboard.integrators.stratified_kernel",
+    monkeypatch.delitem(sys.modules, "mainboard.integrators.grid_kernel",
                         raising=False)
     assert kernels.stratified_kernel(10 ** 6) is None and not kernels.preload()
     monkeypatch.setattr(kernels, "KERNEL_ROWS", 1)
