@@ -72,16 +72,18 @@ def stratified_slice(u: np.ndarray, step: np.ndarray, corners: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def training_sums(bins: np.ndarray, f2: np.ndarray, mask: np.ndarray, use_mask: bool,
-                  slice_rows: int, sums: np.ndarray, counts: np.ndarray
-                  ) -> None:  # pragma: no cover
+def training_sums(bins: np.ndarray, f2: np.ndarray, scale: np.ndarray, use_scale: bool,
+                  mask: np.ndarray, use_mask: bool, slice_rows: int, sums: np.ndarray,
+                  counts: np.ndarray) -> None:  # pragma: no cover
     """Per-axis per-bin sums of ``f2`` and counts of one grid (``GridTables.training`` for
     G = 1) into ``sums`` (d, N) and ``counts`` (d, N), from bins (d, n).
 
     As the numpy path adds them: each slice of ``slice_rows`` rows sums its rows in row
     order into zeros (one bincount per axis), then the slice's sums are added to the
     totals in slice order; rows with a false ``mask`` (when ``use_mask``) are left out of
-    both. All axes of a row are done together: d independent chains of additions."""
+    both. All axes of a row are done together: d independent chains of additions. With
+    ``use_scale`` each f2 is first divided by its stratum factor squared (what
+    ``VegasSampler.training`` does before: f2 / (s * s))."""
     d, n = bins.shape
     part = np.zeros(sums.shape)
     for lo in range(0, n, slice_rows):
@@ -91,6 +93,8 @@ def training_sums(bins: np.ndarray, f2: np.ndarray, mask: np.ndarray, use_mask: 
             if use_mask and not mask[r]:
                 continue
             f = f2[r]
+            if use_scale:
+                f = f / (scale[r] * scale[r])
             for j in range(d):
                 k = bins[j, r]
                 part[j, k] += f

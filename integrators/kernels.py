@@ -115,12 +115,15 @@ def classic_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,
 
 
 def grid_training(kernel: Callable[..., None], tables: GridTables, bins: np.ndarray,
-                  f2: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """``tables.training(bins, None, f2, mask)`` of a one-grid table, compiled: per-bin sums
-    of f2 and counts, shape (1, d, N), the same numbers in the same order."""
+                  f2: np.ndarray, mask: np.ndarray | None, scale: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``tables.training(bins, None, f2 / scale ** 2, mask)`` of a one-grid table, compiled
+    (``scale`` None: f2 as it is): per-bin sums and counts, shape (1, d, N), the same
+    numbers in the same order."""
     d, nbins = tables.dim, tables.bins
     sums, counts = np.zeros((d, nbins)), np.zeros((d, nbins), dtype=np.int64)
     keep = np.ones(0, dtype=bool) if mask is None else np.ascontiguousarray(mask)
-    kernel(np.ascontiguousarray(bins), np.ascontiguousarray(f2), keep, mask is not None,
-           SLICE_ROWS, sums, counts)
+    factors = np.ones(0) if scale is None else np.ascontiguousarray(scale)
+    kernel(np.ascontiguousarray(bins), np.ascontiguousarray(f2), factors, scale is not None,
+           keep, mask is not None, SLICE_ROWS, sums, counts)
     return sums[None], counts.astype(np.float64)[None]

@@ -269,14 +269,16 @@ class VegasSampler(Sampler):
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
         """Per-dimension per-bin sums of |w f|^2 and counts (stratified: |w f|^2 without
         the stratum factor, i.e. (J f)^2 up to a constant, as the grid wants)."""
-        if "stratum_factor" in batch.aux:  # the factor per sample, from materialize
-            unscale = np.square(batch.aux["stratum_factor"])
-            np.divide(wf2, unscale, out=unscale)
-            wf2 = unscale
+        scale = batch.aux.get("stratum_factor")  # the factor per sample, from materialize
         kernel = training_kernel(batch.n) if self.tables.groups == 1 else None
         if kernel is not None:  # the same sums, in one compiled pass
-            sums, counts = grid_training(kernel, self.tables, batch.aux["bins"].T, wf2, finite)
+            sums, counts = grid_training(kernel, self.tables, batch.aux["bins"].T, wf2,
+                                         finite, scale)
         else:
+            if scale is not None:
+                unscale = np.square(scale)
+                np.divide(wf2, unscale, out=unscale)
+                wf2 = unscale
             sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
         return {"grid_sum": sums, "grid_count": counts}
 

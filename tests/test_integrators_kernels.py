@@ -163,10 +163,12 @@ def test_classic_draw_and_training_match_numpy_to_the_last_bit(
         assert got.dtype == want.dtype and np.array_equal(got, want)
     f2 = np.random.default_rng(seed + 10).random(n) ** 4 * 1e3
     mask = np.random.default_rng(seed + 20).random(n) > 0.01
-    for keep in (None, mask):
-        want_sums, want_counts = tables.training(got_bins, None, f2, keep)
+    scale = np.random.default_rng(seed + 30).random(n) * 3.0 + 0.1  # stratum factors
+    for keep, factors in ((None, None), (mask, None), (None, scale), (mask, scale)):
+        unscaled = f2 if factors is None else f2 / np.square(factors)  # the sampler's way
+        want_sums, want_counts = tables.training(got_bins, None, unscaled, keep)
         sums, counts = kernels.grid_training(kernels._LOADED["training"], tables, got_bins,
-                                             f2, keep)
+                                             f2, keep, factors)
         assert sums.shape == want_sums.shape and counts.dtype == want_counts.dtype
         assert np.array_equal(sums, want_sums) and np.array_equal(counts, want_counts)
 
