@@ -3,8 +3,9 @@
 Issue 30, item 3 ("profile first"). Runs ``integrate_local`` on bench_integrate's 8-d
 gaussian (VEGAS+, 10 iterations of 10 batches) under cProfile, once with
 ``MAINBOARD_KERNELS=0`` and once with the kernels loaded, and prints per part its
-seconds and share of the run: drawing the uniforms (numpy's generator), the VEGAS map
-(the rest of materialize: strata, grid lookup, Jacobian), the batch's validation, the
+CPU seconds and share of the run: drawing the uniforms (numpy's generator, timed apart:
+cProfile does not see it), the VEGAS map (the rest of materialize: strata, grid lookup,
+Jacobian), the batch's validation, the
 integrand, the grid's training sums, the rest of evaluate (weights, partial sums,
 per-stratum sums) and everything else (merge, adapt, plan). The floor is the first part
 plus the integrand. Profiled times are inflated alike on both sides; read the shares.
@@ -19,38 +20,50 @@ import cProfile
 import os
 import pstats
 import sys
+import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_integrate import gauss_spec  # noqa: E402
 
 from mainboard.integrators import kernels  # noqa: E402
+from mainboard.integrators.chunking import SLICE_ROWS  # noqa: E402
 from mainboard.integrators.driver import integrate_local  # noqa: E402
 
 
-def _cum(stats: pstats.Stats, file_end: str, name: str, own: bool = False) -> float:
-    """Cumulative (own: self) seconds of the functions ``name`` in files ending so."""
+def _cum(stats: pstats.Stats, file_end: str, name: str) -> float:
+    """Cumulative seconds of the functions ``name`` in files ending so."""
     total = 0.0
-    for (path, _line, func), (_cc, _nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+    for (path, _line, func), (_cc, _nc, _tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         if func == name and path.endswith(file_end):
-            total += tt if own else ct
+            total += ct
     return total
+
+
+def rng_seconds(budget: int, dim: int = 8) -> float:
+    """CPU seconds numpy's generator takes for the run's uniforms, in the driver's slices."""
+    rng, part = np.random.default_rng(1), np.empty((dim, SLICE_ROWS))
+    began = time.process_time()
+    for _ in range(budget // SLICE_ROWS):
+        rng.random(out=part)
+    return time.process_time() - began
 
 
 def profile(budget: int, switch: str) -> dict[str, float]:
     """Seconds per part of one profiled run with ``MAINBOARD_KERNELS=switch``."""
     os.environ[kernels.ENV] = switch
     spec = gauss_spec(budget, name="profile")
-    integrate_local(gauss_spec(budget // 10, name="warm"))
-    prof = cProfile.Profile()
+    integrate_local(gauss_spec(budget // 10, name="warm", batches=1))  # same batch size: compiled
+    prof = cProfile.Profile(time.process_time)  # CPU seconds: the machine is shared
     prof.enable()
     integrate_local(spec)
     prof.disable()
     st = pstats.Stats(prof)
     total = st.total_tt  # type: ignore[attr-defined]
-    rng = _cum(st, "", "<method 'random' of 'numpy.random._generator.Generator' objects>",
-               own=True)
+    rng = rng_seconds(budget)  # a Cython method: cProfile does not see it, timed apart
     materialize = _cum(st, "samplers.py", "materialize")
     validate = _cum(st, "domain.py", "validate")
     evaluate = _cum(st, "integrators/stages.py", "evaluate")
