@@ -34,13 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import vegas
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from bench_integrate import bench_workspace, gauss_spec, start_fleet  # noqa: E402
+from capacity import cpu_of  # noqa: E402
 
 import mainboard  # noqa: E402
 from mainboard.integrators import genz, kernels  # noqa: E402
@@ -103,17 +103,6 @@ def local(budget: int, repeat: int) -> tuple[float, float, Any]:
     return best, cpu, result
 
 
-def workers_cpu(fleet: Any) -> float:
-    """CPU seconds the fleet's processes (and their children) have used."""
-    total = 0.0
-    for proc in fleet.procs:
-        with_children = psutil.Process(proc.pid)
-        for q in [with_children, *with_children.children(recursive=True)]:
-            t = q.cpu_times()
-            total += t.user + t.system
-    return total
-
-
 def distributed(budget: int, repeat: int, switch: str, config: Any, url: str, root: Path
                 ) -> tuple[float, float, Any]:
     """(best wall s, the workers' CPU s in it, result) of integrate on 2 warm workers with
@@ -125,12 +114,12 @@ def distributed(budget: int, repeat: int, switch: str, config: Any, url: str, ro
         mainboard.integrate(gauss_spec(warm, name=f"warm-{switch}"), workers=0, config=config)
         best, cpu, result = float("inf"), 0.0, None
         for _ in range(repeat):
-            c0, began = workers_cpu(fleet), time.perf_counter()
+            c0, began = cpu_of(fleet.procs), time.perf_counter()
             result = mainboard.integrate(gauss_spec(budget, name="floor-workers"), workers=0,
                                          config=config)
             wall = time.perf_counter() - began
             if wall < best:
-                best, cpu = wall, workers_cpu(fleet) - c0
+                best, cpu = wall, cpu_of(fleet.procs) - c0
         return best, cpu, result
     finally:
         fleet.stop()
