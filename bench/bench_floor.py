@@ -91,8 +91,10 @@ def floor(budget: int, processes: int) -> dict[str, float]:
 
 
 def local(budget: int, repeat: int) -> tuple[float, float, Any]:
-    """(best wall s, its CPU s, result) of the local driver in this process."""
+    """(best wall s, its CPU s, result) of the local driver in this process, after a
+    warm-up at the same batch size (the kernels' first calls load their machine code)."""
     spec = gauss_spec(budget, name="floor-local")
+    integrate_local(gauss_spec(budget // 10, name="floor-warm", batches=1))
     best, cpu, result = float("inf"), 0.0, None
     for _ in range(repeat):
         c0, began = time.process_time(), time.perf_counter()
