@@ -12,7 +12,7 @@ fast-math), so which one ran is invisible in every result: a fleet may mix hosts
 without numba, and a process may switch from one to the other mid-run, and stay
 bit-identical. Loading numba and the cached machine code costs about 0.3 s once per
 process, as much as numpy's extra passes over some 5 million rows; so a process draws its
-first :data:`LOAD_AFTER_ROWS` stratified rows with numpy and loads the kernel only then
+first :data:`LOAD_AFTER_ROWS` rows (VEGAS, stratified or not) with numpy and loads the kernels then
 (rent until renting has cost what buying does: never more than twice the better choice,
 and nothing for the short runs and small workers that never get there). Batches under
 :data:`KERNEL_ROWS` rows always keep to numpy; ``MAINBOARD_KERNELS=0`` keeps every batch
@@ -33,7 +33,7 @@ from mainboard.integrators.grid import GridTables
 
 #: Batches of fewer rows keep to numpy.
 KERNEL_ROWS = 16384
-#: Stratified rows a process draws with numpy before it loads the kernel.
+#: VEGAS rows a process draws with numpy before it loads the kernels.
 LOAD_AFTER_ROWS = 1 << 22
 #: ``MAINBOARD_KERNELS=0`` keeps every batch on numpy (to compare, or to rule kernels out).
 ENV = "MAINBOARD_KERNELS"
