@@ -19,7 +19,9 @@ in this process, on the real embedded Redis. Prints per fleet size (nothing is a
 docstring), so the 2 cores hold the coordinator and Redis rather than 256 workers' Celery
 overhead; the coordinator is told the fleet is there (``runner.require_fleet`` answers W:
 the simulated slots do not answer Celery's control broadcast). It prints the same columns,
-the simulated fleet's CPU in the worker column, and the model's prediction beside the rate.
+the simulated fleet's CPU in the worker column, and the model's prediction beside the rate
+(``cap/model``: the measured ceiling 1 / c over the model's; ``rate/model``: the wall rate
+over the model's batches/s for that fleet, min(W / cost, 1 / c)).
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ def spec(workers: int, batches: int, cost_ms: float) -> dict[str, Any]:
                           "params": {"ms": cost_ms}},
             "sampler": {"kind": "naive"}, "stop": {"max_samples": batches * 64},
             "batching": {"batch_size": 64, "batches_per_iteration": per_it, "fuse": True}}
+
+
+def predicted(workers: int, cost_ms: float) -> float:
+    """The model's batches/s for ``workers`` of batch cost ``cost_ms``: what they ask for,
+    held to one coordinator's 1 / c."""
+    return min(workers / (cost_ms / 1000), 1e3 / MODEL_COORD_MS)
 
 
 def simulated_spec(workers: int, batches: int) -> dict[str, Any]:
@@ -200,13 +208,15 @@ def main() -> None:
               f"per coordinator (c = {MODEL_COORD_MS} ms)")
         print(f"{'workers':>7} {'batches':>8} {'batches/s':>10} {'ideal':>8} {'ratio':>6} "
               f"{'coord ms/b':>10} {'redis ms/b':>10} {'worker ms/b':>11} "
-              f"{'1-coord cap b/s':>15}")
+              f"{'1-coord cap b/s':>15} {'cap/model':>9} {'model b/s':>9} {'rate/model':>10}")
         for n in (int(s) for s in args.sizes.split(",")):
             m = measure(n, args.cost_ms, args.seconds, config, url, root, args.simulate)
             print(f"{n:>7} {m['batches']:>8,.0f} {m['rate']:>10,.0f} {m['ideal']:>8,.0f} "
                   f"{m['rate'] / m['ideal']:>6.2f} {m['coord_ms']:>10.3f} "
                   f"{m['redis_ms']:>10.3f} {m['worker_ms']:>11.3f} "
-                  f"{1e3 / m['coord_ms']:>15,.0f}")
+                  f"{1e3 / m['coord_ms']:>15,.0f} {MODEL_COORD_MS / m['coord_ms']:>9.2f} "
+                  f"{predicted(n, args.cost_ms):>9,.0f} "
+                  f"{m['rate'] / predicted(n, args.cost_ms):>10.2f}")
 
 
 if __name__ == "__main__":
