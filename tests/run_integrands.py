@@ -37,6 +37,14 @@ def spanned_gauss(x: np.ndarray, delay: float = 0.0, a: float = 5.0) -> np.ndarr
         return slow_gauss(x, delay, a)
 
 
+def holed_gauss(x: np.ndarray, a: float = 5.0) -> np.ndarray:
+    """slow_gauss with NaN where x_0 < 0.02: non-finite values the run leaves out of its
+    sums and its training (the training mask)."""
+    out = slow_gauss(x, 0.0, a)
+    out[x[:, 0] < 0.02] = np.nan
+    return out
+
+
 def wrong_shape(x: np.ndarray) -> np.ndarray:
     """Two columns where one value per point is expected."""
     return np.ones((x.shape[0], 2))
