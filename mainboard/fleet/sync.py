@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import FleetSyncError, MainboardError, UserError, first_line
-from mainboard.fleet.records import read_fleet
+from mainboard.fleet.records import pool_active, pool_paused, read_fleet
 from mainboard.receipts import WorkerStarted
 from mainboard.tasks import BATCH_QUEUE, runner
 
@@ -114,8 +114,7 @@ def _sync_one(host: str, root: str, mirror: Callable[[], Mirror], fix: str) -> H
 def standby_pools(config: Config) -> list[str]:
     """Declared, autoscaled pools consuming the batch queue that the running keeper will
     grow from zero for a run's batches (none without a keeper)."""
-    from mainboard.fleet.autoscale import pool_active, pool_paused
-    from mainboard.fleet.keeper import keeper_pid
+    from mainboard.fleet.keeperclient import keeper_pid
 
     if not config.fleet.pools or keeper_pid(config.state_dir) is None:
         return []
