@@ -5,6 +5,10 @@ Call it from any process that sees the mainboard.toml::
     import mainboard.tasks
     result = mainboard.tasks.integrate.delay(run_dict).get()   # RunResult.to_dict()
 
+A parent file's dict (scan, tune, campaign) gives the parent's table instead. The task
+calls ``mainboard.tasks.runner.integrate``, the one way into a run, so the fleet's hosts are
+synced first as for ``mainboard integrate``.
+
 The task is routed to the ``mainboard.coordinator`` queue so a coordinator, which waits
 for a whole run, never takes the slot of a batch worker. Serve that queue with::
 
