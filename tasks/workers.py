@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -40,16 +40,24 @@ STOP_TIMEOUT_S = 15.0
 FLEET_WAIT_S = 5.0  # how long `workers=0` asks for a fleet worker before giving up
 
 
+def worker_argv(python: str, queues: Sequence[str], concurrency: int,
+                include: Sequence[str] = ()) -> list[str]:
+    """The ``celery worker`` command line every worker of ours runs, local or on the fleet,
+    before its node name (no secrets in it: the broker URL comes in the environment).
+
+    Without ``include`` no ``-I``: the app includes mainboard's task modules itself, so a
+    local worker runs exactly the command a user, the systemd unit or compose runs.
+    """
+    argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
+            "-Q", ",".join(queues), "-c", str(concurrency), "--pool=prefork",
+            "--without-mingle", "--without-gossip", "--loglevel=INFO"]
+    return argv + ["-I", ",".join(include)] if include else argv
+
+
 def worker_command(node: str, queue: str = BATCH_QUEUE, concurrency: int = 1,
                    python: str = sys.executable) -> list[str]:
-    """The ``celery worker`` command line of one local worker (no secrets in it).
-
-    No ``-I``: the app includes mainboard's task modules itself, so this is exactly the
-    command a user, the systemd unit or compose runs.
-    """
-    return [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
-            f"--concurrency={concurrency}", "-Q", queue, "-n", node, "--pool=prefork",
-            "--without-mingle", "--without-gossip", "--loglevel=INFO"]
+    """The command line of one local worker, named ``node``."""
+    return [*worker_argv(python, [queue], concurrency), "-n", node]
 
 
 def worker_env(broker_url: str) -> dict[str, str]:
@@ -207,5 +215,5 @@ def require_fleet(app: Celery, broker: str, queue: str = BATCH_QUEUE,
     return count
 
 
-__all__ = ["LocalWorkers", "fleet_size", "no_fleet", "require_fleet", "worker_command",
-           "worker_env", "warm_stop"]
+__all__ = ["LocalWorkers", "fleet_size", "no_fleet", "require_fleet", "warm_stop", "worker_argv",
+           "worker_command", "worker_env"]

@@ -99,7 +99,7 @@ def wait_keeper_looks(ws: Path, looks: int, timeout: float = 120.0) -> None:
     had now (``autoscale.ticks_done``): "nothing was submitted over N looks", judged on the
     looks themselves, not on a wall-clock sleep a loaded machine may not fill."""
     from mainboard.fleet.autoscale import ticks_done
-    from mainboard.fleet.keeper import keeper_pid
+    from mainboard.fleet.keeperclient import keeper_pid
 
     state = ws / ".mainboard"
     pid = wait_until(lambda: keeper_pid(state), 60, "a fleet keeper running")
@@ -170,7 +170,7 @@ def broker_password(ws: Path) -> str:
 
 def assert_nothing_left(ws: Path, nodes: list[str]) -> None:
     """No worker process, keeper or Flower of this workspace is running any more."""
-    from mainboard.fleet.keeper import keeper_pid
+    from mainboard.fleet.keeperclient import keeper_pid
     from mainboard.services.flower import Flower
 
     deadline = time.monotonic() + 120  # a loaded machine reaps an ended allocation slowly
@@ -239,7 +239,7 @@ def kill_keeper_and_lose_starts(ws: Path) -> list[str]:
     recording the answer leaves. The ids of the workers whose record was dropped."""
     import signal
 
-    from mainboard.fleet.keeper import keeper_pid
+    from mainboard.fleet.keeperclient import keeper_pid
 
     state = ws / ".mainboard"
     pid = keeper_pid(state)

@@ -156,19 +156,10 @@ def test_every_host_kind_has_its_bridge_and_agrees_on_nodes() -> None:
         assert row.multi_node == (bridge.node_fanout is not None), kind
 
 
-# Intra-room cycles still standing, each with the step that removes it. Only this one:
-# the keeper's daemon (keeper.py) runs the autoscaler thread, the autoscaler starts workers
-# through control.py, and control.py starts and wakes the keeper through keeper.py; the
-# keeper's client API moves apart from its daemon in a later step of issue 25.
-ALLOWED_ROOM_CYCLES = [
-    ["mainboard.fleet.autoscale", "mainboard.fleet.control", "mainboard.fleet.keeper"],
-]
-
-
 def test_no_import_cycle_inside_a_room() -> None:
     """Between the files of one room too, counting lazy imports: a function-local import
     that only hides a cycle still makes each file need the other to be understood."""
-    found = [c for c in cycles(module_graph()) if c not in ALLOWED_ROOM_CYCLES]
+    found = cycles(module_graph())
     assert not found, "import cycles inside a room: " + "; ".join(" <-> ".join(c) for c in found)
 
 

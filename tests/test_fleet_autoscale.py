@@ -130,7 +130,7 @@ def _keeper_killed_then_worker_killed(ws: Path) -> None:
     SIGKILLed is started again by `fleet status`, finds the same allocation and submits
     nothing; its worker
     SIGKILLed is replaced (the new one online: the recovery time is printed)."""
-    from mainboard.fleet.keeper import keeper_pid
+    from mainboard.fleet.keeperclient import keeper_pid
     from mainboard.fleet.workers import broker_route, registry_entries
 
     state = ws / ".mainboard"

@@ -27,10 +27,10 @@ import pytest
 from mainboard.config import Config
 from mainboard.errors import ConfigError
 from mainboard.integrators.driver import integrate_local
-from mainboard.parents.driver import integrate_parent
-from mainboard.parents.spec import apply_point, parse_parent
+from mainboard.integrators.spec_parents import apply_point, parse_parent
 from mainboard.receipts import ChildDone, ChildStarted, Receipts, RunCreated, RunResumed
 from mainboard.runs.store import RECEIPTS_NAME, RunStore
+from mainboard.tasks.runner import integrate as integrate_parent
 from mainboard.tasks.workers import LocalWorkers
 from tests.integration import module_fixtures, subprocess_env
 from tests.workspace import run_cli
@@ -478,7 +478,7 @@ def test_bad_parent_files_name_the_key_and_what_is_valid(case: str, tmp_path: Pa
     (tmp_path / "child.toml").write_text(CHILD_TOML)
     (tmp_path / "timeline.toml").write_text(CHILD_TOML + TIMELINE)
     (tmp_path / "p.toml").write_text(text)
-    from mainboard.parents.spec import load_parent
+    from mainboard.integrators.spec_parents import load_parent
 
     with pytest.raises(ConfigError) as caught:
         load_parent(tmp_path / "p.toml")
@@ -502,7 +502,7 @@ def test_a_bad_parent_file_exits_2_with_one_line_and_starts_nothing(workspace: C
 
 @pytest.mark.parametrize("name", ["alpha-scan", "tune-vegas", "campaign"])
 def test_the_example_parent_files_are_valid(name: str) -> None:
-    from mainboard.parents.spec import load_parent
+    from mainboard.integrators.spec_parents import load_parent
     from tests.integration import REPO
 
     spec = load_parent(REPO / "examples" / f"{name}.toml")

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from mainboard.fleet.sync import PREPARE
-from mainboard.parents.driver import integrate_parent
-from mainboard.parents.spec import parse_parent
+from mainboard.integrators.spec_parents import parse_parent
+from mainboard.tasks.runner import integrate as integrate_parent
 from tests.fleet_helpers import (
     batch_consumers,
     cli,

@@ -22,7 +22,6 @@ import mainboard
 from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import UserError
-from mainboard.fleet.sync import append as append_tasks
 from mainboard.integrators.driver import RunResult
 from mainboard.integrators.spec import load_run_file
 from mainboard.receipts import (
@@ -37,6 +36,7 @@ from mainboard.receipts import (
 from mainboard.runs.store import RECEIPTS_NAME, RunStore
 from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.lease import Lease
+from mainboard.tasks.runner import append as append_tasks
 from tests.integration import write_workspace
 from tests.services import RedisServer
 from tests.test_run_tasks import HEAD, cli, integrate_in_background, task_receipts

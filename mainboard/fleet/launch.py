@@ -54,6 +54,7 @@ from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerSubmitting, W
 from mainboard.redisclient import is_sentinel
 from mainboard.tasks import BATCH_QUEUE, GPU_ENV, POOL_ENV, RETIRE_ENV, TASK_MODULES, WALLTIME_ENV
 from mainboard.tasks.paths import WORKSPACE_ENV
+from mainboard.tasks.workers import worker_argv
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
 DEFAULT_RETIRE_BEFORE_S = 300
@@ -119,9 +120,7 @@ def worker_command(python: str, node: str, queues: Sequence[str], concurrency: i
     whatever the host's modules put there, so a run's ``kind = "python"`` integrand module
     in the workspace is found on every worker.
     """
-    argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker", "-Q", ",".join(queues),
-            "-c", str(concurrency), "--pool=prefork", "--without-mingle",
-            "--without-gossip", "--loglevel=INFO", "-I", ",".join(WORKER_MODULES)]
+    argv = worker_argv(python, queues, concurrency, include=WORKER_MODULES)
     index = f'{NODE_SUFFIX}"${NODE_INDEX_ENV}"' if per_node else ""
     name = (f'{shlex.quote(node)}-"$MAINBOARD_JOB_ID"{index}@%h' if job_suffix
             else shlex.quote(f"{node}@%h"))

@@ -15,7 +15,6 @@ import copy
 import hashlib
 import itertools
 import json
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,7 +22,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mainboard.errors import ConfigError, SpecError
-from mainboard.integrators.spec import RunSpec, parse_run
+from mainboard.integrators.spec import RunSpec, parse_run, read_toml
 from mainboard.integrators.spec_types import Count, Int, NonNegativeInt, PositiveReal, Real, Text
 
 PARENT_KINDS = ("scan", "tune", "campaign")
@@ -322,29 +321,9 @@ def apply_point(child: dict[str, Any], point: dict[str, Any], *, samples: int | 
     return parse_run(data, file=f"{file} (child{' at ' + where if where else ''})")
 
 
-def _read_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{what} not found", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {what}: {exc}", file=str(path)) from None
-    try:
-        return tomllib.loads(text), text
-    except tomllib.TOMLDecodeError as exc:
-        from mainboard.integrators.spec_errors import toml_error
-
-        raise toml_error(exc, str(path)) from None
-
-
 def is_parent(data: dict[str, Any]) -> bool:
     """True for a parent run file's data (it has a scan, tune or campaign table)."""
     return any(k in data for k in PARENT_KINDS)
-
-
-def read_run_data(path: str | Path) -> dict[str, Any]:
-    """A run or parent file's TOML data (errors as for a run file)."""
-    return _read_toml(Path(path), "run file")[0]
 
 
 def _resolve_run(value: str | dict[str, Any], base: Path, key: str, file: str) -> dict[str, Any]:
@@ -352,7 +331,7 @@ def _resolve_run(value: str | dict[str, Any], base: Path, key: str, file: str) -
     if isinstance(value, dict):
         data = value
     else:
-        data, _ = _read_toml(base / value, f"child run file (from {file} {key})")
+        data, _ = read_toml(base / value, f"child run file (from {file} {key})")
     if is_parent(data):
         raise ConfigError("a child run cannot itself be a scan, tune or campaign", file=file,
                           key=key, value=value if isinstance(value, str) else None,
@@ -421,9 +400,9 @@ def _no_timeline(run: RunSpec, why: str, file: str, key: str) -> None:
 def load_parent(path: str | Path) -> ParentSpec:
     """Read and validate a parent run file; child paths are relative to its folder."""
     p = Path(path)
-    data, text = _read_toml(p, "run file")
+    data, text = read_toml(p, "run file")
     return parse_parent(data, file=str(p), text=text, base=p.parent)
 
 
 __all__ = ["PARENT_KINDS", "ParentSpec", "apply_point", "is_parent", "load_parent",
-           "parse_parent", "read_run_data", "set_path"]
+           "parse_parent", "set_path"]
