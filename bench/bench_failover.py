@@ -23,15 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
+from tests.integration import toml  # noqa: E402
 from tests.sentinels import SentinelSet, start_sentinel_set  # noqa: E402
-from tests.test_coordinator_broker import (  # noqa: E402
-    RUN,
-    numbers,
-    run_id_of,
-    start,
-    wait_iteration,
-)
-from tests.test_coordinator_runs import toml  # noqa: E402
+from tests.support.outage import RUN, numbers, run_id_of, start, wait_iteration  # noqa: E402
 
 GOAL_S = 20.0
 

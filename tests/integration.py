@@ -8,6 +8,7 @@ batch workers are real ``celery worker`` subprocesses (:class:`mainboard.tasks.w
 from __future__ import annotations
 
 import copy
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from mainboard.config import Config, load_config
+from mainboard.integrators.driver import RunResult
 from mainboard.tasks.workers import LocalWorkers
 from tests.services import RedisServer
 
@@ -113,3 +115,28 @@ def module_fixtures(workers: int) -> tuple[Any, Any]:
         yield from fleet_iter(workers, redis_server, tmp_path_factory.mktemp("fleet"))
 
     return workspace_fixture, fleet_fixture
+
+
+def toml(data: dict[str, Any]) -> str:
+    """A RUN.toml for a run dict (tables of scalars and lists; enough for these specs)."""
+    def value(v: Any) -> str:
+        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+
+    lines = [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict | list)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines.append(f"[{name}]")
+            for k, v in table.items():
+                if isinstance(v, dict):
+                    inline = ", ".join(f"{ik} = {value(iv)}" for ik, iv in v.items())
+                    lines.append(f"{k} = {{ {inline} }}")
+                else:
+                    lines.append(f"{k} = {value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def same_numbers(a: RunResult, b: RunResult) -> None:
+    """Every number of two results equal to the last bit (wall time aside)."""
+    assert (a.estimate, a.error, a.chi2_dof, a.samples, a.iterations, a.nan_count) == \
+           (b.estimate, b.error, b.chi2_dof, b.samples, b.iterations, b.nan_count)
+    assert a.q == b.q or (a.q != a.q and b.q != b.q)  # NaN with a single iteration

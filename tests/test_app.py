@@ -11,13 +11,12 @@ import json
 import os
 import pickle
 import secrets
-import shlex
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,9 +36,9 @@ from mainboard.tasks.app import (
     make_app,
 )
 from tests.services import RedisServer, require, start_redis
+from tests.support.pickles import PICKLE, TouchOnUnpickle
 
 ROOT = Path(__file__).resolve().parents[1]
-PICKLE = "application/x-python-serialize"
 
 
 @pytest.fixture(autouse=True)
@@ -283,27 +282,17 @@ def test_every_supported_type_survives_the_worker(worker: Worker) -> None:
     assert out["nested"] == [[1, "two", 3.0]] and out["empty"].shape == (0, 4)
 
 
-class _TouchOnUnpickle:
-    """Unpickling this runs ``touch MARKER``: what an attacker with queue access would send."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[Callable[[str], int], tuple[str]]:
-        return os.system, (f"touch {shlex.quote(str(self.marker))}",)
-
-
 def test_a_pickled_message_is_refused_logged_and_not_executed(worker: Worker,
                                                                tmp_path: Path) -> None:
     control, marker = tmp_path / "control", tmp_path / "marker"
-    pickle.loads(pickle.dumps(_TouchOnUnpickle(control)))
+    pickle.loads(pickle.dumps(TouchOnUnpickle(control)))
     assert control.exists(), "the payload must be live for this test to mean anything"
     task_id = str(uuid.uuid4())
     headers = {"lang": "py", "task": "probe.echo", "id": task_id, "root_id": task_id,
                "parent_id": None, "group": None, "retries": 0, "eta": None, "expires": None,
                "timelimit": [None, None], "argsrepr": "(...)", "kwargsrepr": "{}",
                "origin": "attacker"}
-    body = pickle.dumps(((_TouchOnUnpickle(marker),), {}, {}))
+    body = pickle.dumps(((TouchOnUnpickle(marker),), {}, {}))
     with worker.client.connection_for_write() as conn:
         conn.Producer().publish(body, exchange="", routing_key=worker.queue, headers=headers,
                                 content_type=PICKLE, content_encoding="binary")

@@ -261,3 +261,45 @@ def test_error_classes_are_imported_from_errors_py_only() -> None:
         and node.module.startswith("mainboard")
         for alias in node.names if alias.name in tree)
     assert not found, "\n".join(found)
+
+
+def imports_of_test_modules(path: Path, rel: str) -> list[str]:
+    """``rel:line module`` for each import of a test module (``test_*``) in ``path``, lazy
+    ones too: what files share lives in tests/support/, so a test file can move alone."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [f"{rel}:{node.lineno} {n}" for n in names
+                  if n.split(".")[0] == "tests" and n.split(".")[-1].startswith("test_")]
+    return found
+
+
+def imports_of_test_modules_in(repo: Path = REPO) -> list[str]:
+    """Every import of a test module by a file of tests/ or bench/."""
+    return [hit for folder in ("tests", "bench") for path in sorted((repo / folder).rglob("*.py"))
+            for hit in imports_of_test_modules(path, str(path.relative_to(repo)))]
+
+
+
+def test_no_test_module_imports_another_and_bench_imports_none() -> None:
+    found = imports_of_test_modules_in()
+    assert not found, "import shared helpers from tests/support/, not from a test module: " + \
+        "; ".join(found)
+
+
+def test_the_test_import_check_sees_planted_imports(tmp_path: Path) -> None:
+    """Top-level, lazy and ``from tests import test_x`` forms; support modules are fine."""
+    (tmp_path / "tests" / "room").mkdir(parents=True)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "tests" / "room" / "test_a.py").write_text(
+        "from tests.support.dashboard import INK\nfrom tests.room.test_b import helper\n"
+        "def f():\n    import tests.test_c\n")
+    (tmp_path / "bench" / "bench_x.py").write_text("from tests import test_d\n")
+    assert imports_of_test_modules_in(tmp_path) == [
+        "tests/room/test_a.py:2 tests.room.test_b", "tests/room/test_a.py:4 tests.test_c",
+        "bench/bench_x.py:1 tests.test_d"]

@@ -19,24 +19,12 @@ import redis
 from mainboard.integrators.driver import integrate_local
 from mainboard.services.acl import COORDINATOR, WORKER
 from mainboard.services.broker import EmbeddedBroker
-from tests.integration import GAUSS_4D, spec, subprocess_env
+from tests.integration import GAUSS_4D, spec, subprocess_env, toml
 from tests.services import require
-from tests.test_coordinator_runs import toml
+from tests.support.brokers import acl_denials, passwords
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(180)]
 RUN = spec(GAUSS_4D, name="acl", stop={"max_samples": 80_000})
-
-
-def passwords(state: Path) -> list[str]:
-    """The coordinator's and the worker's passwords of a workspace's embedded broker."""
-    return [(state / name).read_text().strip()
-            for name in ("broker.secret", "broker-worker.secret")]
-
-
-def acl_denials(broker: EmbeddedBroker) -> list[str]:
-    """``ACL LOG`` as ``user reason object`` lines (empty: nobody was refused anything)."""
-    with redis.Redis.from_url(broker.url(), decode_responses=True) as admin:
-        return [f"{e['username']} {e['reason']} {e['object']}" for e in admin.acl_log()]
 
 
 @pytest.fixture
@@ -156,8 +144,6 @@ def watch_argv(proc: subprocess.Popen[str], state: Path) -> list[str]:
         time.sleep(0.3)
     assert seen or (state / "workers").exists()
     return seen
-
-
 
 
 def test_broker_worker_url_and_tls_are_checked_and_never_shown(tmp_path: Path) -> None:

@@ -30,11 +30,10 @@ from mainboard.redisclient import (
     wait_replicas,
 )
 from mainboard.services.broker import check_broker
-from tests.integration import slow_spec, subprocess_env
+from tests.integration import slow_spec, subprocess_env, toml
 from tests.sentinels import SentinelSet, start_sentinel_set
 from tests.services import free_port
-from tests.test_coordinator_broker import RUN, numbers, reference, run_id_of, start, wait_iteration
-from tests.test_coordinator_runs import toml
+from tests.support.outage import RUN, numbers, reference, run_id_of, start, wait_iteration
 
 pytestmark = pytest.mark.live
 

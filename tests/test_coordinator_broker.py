@@ -11,35 +11,22 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from mainboard.config import Config, load_config
-from mainboard.integrators.driver import RunResult, integrate_local
-from mainboard.receipts import IterationDone, Receipts, RunResumed
+from mainboard.receipts import Receipts, RunResumed
 from mainboard.services.broker import EmbeddedBroker
-from mainboard.tasks.runner import load_spec
-from tests.integration import module_fixtures, slow_spec, spec, subprocess_env
+from tests.integration import module_fixtures, slow_spec, spec, subprocess_env, toml
 from tests.services import require
-from tests.test_coordinator_runs import toml
+from tests.support.outage import DELAY, RUN, numbers, reference, run_id_of, start, wait_iteration
 from tests.workspace import run_cli
 
 pytestmark = pytest.mark.live
 workspace_fixture, fleet_fixture = module_fixtures(1)
-DELAY = 0.15
-RUN = slow_spec(DELAY, name="outage", stop={"max_samples": 200_000})
-
-
-def reference(run: dict[str, Any]) -> RunResult:
-    """The run's numbers, in-process, without the sleep (the delay changes no value)."""
-    params = {**run["integrand"]["params"], "delay": 0.0}
-    return integrate_local({**run, "integrand": {**run["integrand"], "params": params}})
 
 
 @pytest.fixture
@@ -53,27 +40,6 @@ def embedded(tmp_path: Path) -> Iterator[Path]:
     run_cli(tmp_path / "mainboard.toml", "broker", "down", env=subprocess_env())
 
 
-def start(ws: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "mainboard", "--config",
-                             str(ws / "mainboard.toml"), *args], cwd=ws, env=subprocess_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def run_id_of(run: dict[str, Any]) -> str:
-    return load_spec(run).run_id()
-
-
-def wait_iteration(state_dir: Path, run_id: str, proc: subprocess.Popen[str],
-                   iteration: int = 1) -> None:
-    receipts = Receipts(state_dir / "runs" / run_id / "receipts.ndjson")
-    deadline = time.monotonic() + 120
-    while not any(isinstance(p, IterationDone) and p.iteration == iteration
-                  for p in receipts.read()):
-        assert proc.poll() is None, proc.communicate()[1]
-        assert time.monotonic() < deadline, f"no iteration {iteration} within 120 s"
-        time.sleep(0.05)
-
-
 def kill_broker(state_dir: Path) -> None:
     """SIGKILL the embedded redis-server, as a crash or an operator's kill -9 would."""
     pid = EmbeddedBroker(state_dir).status().pid
@@ -83,10 +49,6 @@ def kill_broker(state_dir: Path) -> None:
     while EmbeddedBroker(state_dir).status().running:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-
-
-def numbers(out: dict[str, Any]) -> tuple[Any, ...]:
-    return out["estimate"], out["error"], out["samples"], out["iterations"]
 
 
 def test_a_broker_killed_and_restarted_mid_run_ends_with_the_undisturbed_numbers(

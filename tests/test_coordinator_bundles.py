@@ -23,9 +23,8 @@ from mainboard.integrators.stop import plan_iteration
 from mainboard.tasks import bundles, dispatch
 from mainboard.tasks.bundles import Bundle, Done, Sizer, parse_done, plan_bundles
 from mainboard.tasks.workers import LocalWorkers
-from tests.integration import GAUSS_4D, fleet_iter, spec, write_workspace
+from tests.integration import GAUSS_4D, fleet_iter, same_numbers, spec, write_workspace
 from tests.services import RedisServer
-from tests.test_coordinator_determinism import same_numbers
 
 # 3 iterations of 6 batches of 2,000: small batches, so the coordinator bundles them.
 SMALL = spec(GAUSS_4D, name="bundled", stop={"max_samples": 36_000},

@@ -16,10 +16,17 @@ import pytest
 
 import mainboard
 from mainboard.config import Config
-from mainboard.integrators.driver import RunResult, integrate_local
+from mainboard.integrators.driver import integrate_local
 from mainboard.tasks import COORDINATOR_QUEUE
 from mainboard.tasks.workers import LocalWorkers, worker_command
-from tests.integration import GAUSS_4D, fleet_iter, spec, subprocess_env, write_workspace
+from tests.integration import (
+    GAUSS_4D,
+    fleet_iter,
+    same_numbers,
+    spec,
+    subprocess_env,
+    write_workspace,
+)
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.live
@@ -28,13 +35,6 @@ pytestmark = pytest.mark.live
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
     return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
-
-
-def same_numbers(a: RunResult, b: RunResult) -> None:
-    """Every number of two results equal to the last bit (wall time aside)."""
-    assert (a.estimate, a.error, a.chi2_dof, a.samples, a.iterations, a.nan_count) == \
-           (b.estimate, b.error, b.chi2_dof, b.samples, b.iterations, b.nan_count)
-    assert a.q == b.q or (a.q != a.q and b.q != b.q)  # NaN with a single iteration
 
 
 @pytest.mark.parametrize(("workers", "beta"), [(1, 0.75), (2, 0.0), (4, 0.75)],

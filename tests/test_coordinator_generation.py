@@ -27,9 +27,8 @@ from mainboard.tasks import dispatch
 from mainboard.tasks.bundles import Bundle, store_bundle
 from mainboard.tasks.codec import dumps
 from mainboard.tasks.workers import LocalWorkers
-from tests.integration import GAUSS_4D, module_fixtures, spec
+from tests.integration import GAUSS_4D, module_fixtures, same_numbers, spec
 from tests.services import RedisServer
-from tests.test_coordinator_determinism import same_numbers
 
 RUN = spec(GAUSS_4D, name="generations", stop={"max_samples": 36_000},
            batching={"batch_size": 2_000, "batches_per_iteration": 6, "max_bundle": 3})

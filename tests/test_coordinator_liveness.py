@@ -35,9 +35,8 @@ from mainboard.tasks.liveness import (
 )
 from mainboard.tasks.runner import load_spec
 from mainboard.tasks.workers import LocalWorkers
-from tests.integration import fleet_iter, slow_spec, write_workspace
+from tests.integration import fleet_iter, same_numbers, slow_spec, write_workspace
 from tests.services import RedisServer
-from tests.test_coordinator_determinism import same_numbers
 
 SLOW = slow_spec(0.3, stop={"max_samples": 160_000})  # 4 iterations of 4 batches of 0.3 s
 

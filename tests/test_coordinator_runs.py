@@ -29,30 +29,12 @@ from mainboard.receipts import IterationDone, Receipts
 from mainboard.runs.store import RECEIPTS_NAME
 from mainboard.tasks.codec import loads
 from mainboard.tasks.workers import LocalWorkers
-from tests.integration import GAUSS_4D, module_fixtures, slow_spec, spec, subprocess_env
+from tests.integration import GAUSS_4D, module_fixtures, slow_spec, spec, subprocess_env, toml
 from tests.services import RedisServer, require
 from tests.workspace import run_cli
 
 REQUIRED_KEYS = {"run_id", "estimate", "error", "chi2_dof", "q", "samples", "iterations",
                  "nan_count", "wall_s", "exact"}
-
-
-def toml(data: dict[str, Any]) -> str:
-    """A RUN.toml for a run dict (tables of scalars and lists; enough for these specs)."""
-    def value(v: Any) -> str:
-        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
-
-    lines = [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict | list)]
-    for name, table in data.items():
-        if isinstance(table, dict):
-            lines.append(f"[{name}]")
-            for k, v in table.items():
-                if isinstance(v, dict):
-                    inline = ", ".join(f"{ik} = {value(iv)}" for ik, iv in v.items())
-                    lines.append(f"{k} = {{ {inline} }}")
-                else:
-                    lines.append(f"{k} = {value(v)}")
-    return "\n".join(lines) + "\n"
 
 
 workspace_fixture, fleet_fixture = module_fixtures(2)

@@ -27,7 +27,7 @@ from mainboard.runs.store import RECEIPTS_NAME
 from tests.chromium import Tab, drive, png_size
 from tests.integration import spec, write_workspace
 from tests.services import RedisServer
-from tests.test_dashboard import Dashboard, start_dashboard, stop_dashboard
+from tests.support.dashboard import MEASURE, Dashboard, start_dashboard, stop_dashboard
 
 WIDTHS = (1280, 1920)
 README_SHOT = Path(__file__).resolve().parent.parent / "docs" / "dashboard-run.png"
@@ -35,12 +35,6 @@ LONG_NAME = "gauss-4d-with-a-long-name-that-has-to-wrap-somewhere"
 JOB_NAME = "calibrate-the-detector-response-for-every-channel-of-run-2026"
 HOST = "workstation-under-the-desk-in-building-7"  # this machine, by a long name
 LOG_LINE = "channel" * 60  # one 420-character word in the job's log
-# what a person sees: the page wider than the window, and each box that sticks out of it
-MEASURE = """JSON.stringify((() => { const root = document.documentElement;
-  const out = [...document.querySelectorAll('table, .uplot, .plot, pre, .card, h1, p')]
-    .filter((n) => n.getBoundingClientRect().right > root.clientWidth + 0.5)
-    .map((n) => n.id || n.className || n.tagName);
-  return { scroll: root.scrollWidth, client: root.clientWidth, out }; })())"""
 PLOT_WIDTH = "(p => p ? p.getBoundingClientRect().width : 0)" \
     "(document.querySelector('#plot-convergence .uplot canvas'))"
 

@@ -25,8 +25,8 @@ from mainboard.integrators.driver import RunResult
 from tests.chromium import Tab, drive
 from tests.integration import write_workspace
 from tests.services import RedisServer
-from tests.test_dashboard import Dashboard, start_dashboard, stop_dashboard
-from tests.test_run_tasks import HEAD, cli, gauss
+from tests.support.dashboard import Dashboard, start_dashboard, stop_dashboard
+from tests.support.run_tasks import HEAD, cli, gauss
 
 pytestmark = pytest.mark.live
 

@@ -39,7 +39,7 @@ from tests.fleet_helpers import (
 )
 from tests.netns import NetnsHost, free_subnet_index, make_netns_host
 from tests.services import SlurmCluster, SshServer
-from tests.test_broker_acl import passwords
+from tests.support.brokers import passwords
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(600)]
 HOSTS = ("local", "lo", "ns", "cluster", "pbs")

@@ -37,7 +37,7 @@ from tests.fleet_helpers import (
     workspace,
 )
 from tests.sim_provider import SimulatedProviderServer
-from tests.test_broker_acl import passwords
+from tests.support.brokers import passwords
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 KEY_ENV = "MB_FLEET_SIM_KEY"

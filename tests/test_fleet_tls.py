@@ -33,10 +33,9 @@ from tests.fleet_helpers import (
     wait_until,
     workspace,
 )
-from tests.integration import GAUSS_4D, spec, subprocess_env
+from tests.integration import GAUSS_4D, spec, subprocess_env, toml
 from tests.services import SlurmCluster, SshServer
-from tests.test_broker_acl import acl_denials, passwords
-from tests.test_coordinator_runs import toml
+from tests.support.brokers import acl_denials, passwords
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(600)]
 RUN = spec(GAUSS_4D, name="tls-fleet", stop={"max_samples": 80_000})

@@ -31,7 +31,7 @@ from mainboard.jobs.store import JobStore
 from tests.chromium import Tab, drive
 from tests.jobs_workspace import make_workspace, wait_running, wait_until
 from tests.services import SshServer, free_port, start_sshd
-from tests.test_dashboard import start_dashboard, stop_dashboard
+from tests.support.dashboard import start_dashboard, stop_dashboard
 from tests.workspace import run_cli
 
 pytestmark = pytest.mark.live

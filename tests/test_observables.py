@@ -42,7 +42,7 @@ from mainboard.tasks.workers import LocalWorkers
 from tests.batch_helpers import invoke
 from tests.chromium import Tab, drive
 from tests.integration import module_fixtures
-from tests.test_dashboard import INK, start_dashboard, stop_dashboard
+from tests.support.dashboard import INK, start_dashboard, stop_dashboard
 
 X2: dict[str, Any] = {
     "name": "x-squared", "seed": 5, "domain": {"continuous": 1},

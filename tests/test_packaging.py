@@ -22,7 +22,7 @@ from pathlib import Path
 from mainboard.bridges.project import snapshot, write_wheel
 from mainboard.config import load_config
 from tests.importgraph import REPO
-from tests.test_dashboard import start_dashboard, stop_dashboard
+from tests.support.dashboard import start_dashboard, stop_dashboard
 
 SOURCES = ("mainboard", "bridges", "tasks", "integrators", "gammaboard-process",
            "pyproject.toml", "setup.py", "README.md", "LICENSE")

@@ -181,8 +181,7 @@ def test_a_scan_of_6_points_is_6_child_runs_shown_as_a_table(
 def test_the_dashboard_plots_a_scan_estimate_against_its_parameter(
         workspace: Config, scan: subprocess.CompletedProcess[str]) -> None:
     from tests.chromium import Tab, drive
-    from tests.test_dashboard import INK, start_dashboard, stop_dashboard
-    from tests.test_dashboard_fit import MEASURE
+    from tests.support.dashboard import INK, MEASURE, start_dashboard, stop_dashboard
 
     got = json.loads(scan.stdout)
     dash = start_dashboard(workspace)

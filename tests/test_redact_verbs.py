@@ -25,7 +25,7 @@ from mainboard.config import load_config
 from tests.jobs_workspace import make_workspace
 from tests.services import RedisServer, free_port, require, start_redis
 from tests.sim_provider import SimulatedProviderServer
-from tests.test_dashboard import start_dashboard, stop_dashboard
+from tests.support.dashboard import start_dashboard, stop_dashboard
 from tests.workspace import run_cli, toml_tables
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]

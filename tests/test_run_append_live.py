@@ -39,7 +39,7 @@ from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.lease import Lease
 from tests.integration import write_workspace
 from tests.services import RedisServer
-from tests.test_run_tasks import HEAD, cli, integrate_in_background, task_receipts
+from tests.support.run_tasks import HEAD, cli, integrate_in_background, task_receipts
 
 MORE = '[[tasks]]\nname = "more"\nkind = "sample"\nfrozen = true\nnr_samples = 8000\n'
 OWN = '[[tasks]]\nname = "first"\nkind = "sample"\nnr_samples = 20000\n'

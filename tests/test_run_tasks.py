@@ -9,8 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,31 +22,11 @@ from mainboard.config import Config
 from mainboard.errors import ConfigError
 from mainboard.integrators.spec import load_run_file, parse_run
 from mainboard.integrators.spec_taskfile import load_task_file
-from mainboard.receipts import IterationDone, Receipts, TaskDone
+from mainboard.receipts import IterationDone, Receipts
 from mainboard.runs.store import RECEIPTS_NAME
-from tests.integration import subprocess_env, write_workspace
+from tests.integration import write_workspace
 from tests.services import RedisServer
-from tests.workspace import run_cli
-
-HEAD = """\
-name = "tasks-gauss"
-seed = 7
-[domain]
-continuous = 3
-[integrand]
-kind = "genz.gaussian"
-a = [3.0, 3.0, 3.0]
-u = [0.4, 0.5, 0.6]
-[sampler]
-kind = "vegas"
-bins = 32
-[stop]
-max_samples = 20000
-[batching]
-batch_size = 4000
-batches_per_iteration = 4
-fuse = true
-"""
+from tests.support.run_tasks import HEAD, cli, gauss, integrate_in_background, task_receipts
 
 TASKS = """
 [[tasks]]
@@ -92,16 +70,6 @@ kind = "sample"
 frozen = true
 nr_samples = 16000
 """
-
-
-def cli(config: Config, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    assert config.path is not None
-    return run_cli(config.path, *args, env=subprocess_env(), timeout=timeout)
-
-
-def task_receipts(config: Config, run_id: str) -> list[TaskDone]:
-    path = config.state_dir / "runs" / run_id / RECEIPTS_NAME
-    return [p for p in Receipts(path).read() if isinstance(p, TaskDone)]
 
 
 @pytest.fixture(scope="module")
@@ -202,14 +170,6 @@ def slow_head(name: str, delay: float) -> str:
         f'params = {{ delay = {delay}, a = 3.0 }}')
 
 
-def integrate_in_background(workspace: Config, path: Path) -> subprocess.Popen[str]:
-    """`mainboard integrate PATH --workers 1 --json` started, not waited for."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
-         str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 # ---------------------------------------------------------------- a run of tasks
 @pytest.mark.live
 def test_tasks_run_to_the_end_then_an_appended_task(workspace: Config) -> None:
@@ -261,12 +221,6 @@ def test_tasks_run_to_the_end_then_an_appended_task(workspace: Config) -> None:
     assert [float(r["v"]) for r in image[:5]] == pytest.approx([0.2, 0.2, 0.2, 0.2, 0.5])
     assert [float(r["value"]) for r in image] == pytest.approx(
         [gauss([float(r["u"]), float(r["v"]), 0.6]) for r in image], rel=1e-12)
-
-
-def gauss(x: list[float]) -> float:
-    """The run's Genz Gaussian at one point, as numpy computes it."""
-    a, u = np.array([3.0, 3.0, 3.0]), np.array([0.4, 0.5, 0.6])
-    return float(np.exp(-np.sum(a * a * (np.asarray(x) - u) ** 2)))
 
 
 @pytest.mark.live

@@ -54,7 +54,7 @@ from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE, STAGE_PREFIX, STAGE_
 from mainboard.tasks import INTEGRATE_TASK as TASK_NAME
 from mainboard.tasks.app import BROKER_URL_ENV, TASK_ROUTES, make_app
 from tests.services import RedisServer, free_port, require, start_redis, wait_port
-from tests.test_app import PICKLE, _TouchOnUnpickle
+from tests.support.pickles import PICKLE, TouchOnUnpickle
 
 live = pytest.mark.live
 REPO = Path(__file__).resolve().parent.parent
@@ -724,7 +724,7 @@ def test_a_pickled_message_on_the_batch_queue_is_refused(
                "parent_id": None, "group": None, "retries": 0, "eta": None, "expires": None,
                "timelimit": [None, None], "argsrepr": "(...)", "kwargsrepr": "{}",
                "origin": "attacker"}
-    body = pickle.dumps(((_TouchOnUnpickle(marker),), {}, {}))
+    body = pickle.dumps(((TouchOnUnpickle(marker),), {}, {}))
     with client.connection_for_write() as conn:
         conn.Producer().publish(body, exchange="", routing_key=BATCH_QUEUE, headers=headers,
                                 content_type=PICKLE, content_encoding="binary")
