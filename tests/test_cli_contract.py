@@ -26,10 +26,8 @@ from tests.workspace import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "Zq9contract"
-# issue 17: `integrate --workers 0` without a fleet fails at once (~1 s idle) rather than waiting
-# 30 s for a worker; the bound is a hang guard with room for a loaded CI machine, not a timing
-NO_FLEET_S = 25.0
-BROKER_DOWN_S = 30.0  # issue 17: a command that needs a broker that is down fails within 30 s
+# issue 17: `integrate --workers 0` without a fleet, and a command that needs a broker that is
+# down, fail in one line rather than waiting; how long they take is bench/bench_fail_fast.py's
 RUN = """name = "contract"
 seed = 3
 [domain]
@@ -63,11 +61,9 @@ def workspace(directory: Path, broker_url: str | None = None) -> Path:
     return directory / "mainboard.toml"
 
 
-def mb(config: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """The real `mainboard` in the workspace of ``config``, and the seconds it took."""
-    began = time.monotonic()
-    done = run_cli(config, *args, timeout=120)
-    return done, time.monotonic() - began
+def mb(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real `mainboard` in the workspace of ``config`` (its timeout a hang guard)."""
+    return run_cli(config, *args, timeout=120)
 
 
 def lines(text: str) -> list[str]:
@@ -106,10 +102,10 @@ def embedded(tmp_path: Path) -> Iterator[Path]:
 def test_submit_wait_exits_with_the_jobs_own_code(tmp_path: Path) -> None:
     config = workspace(tmp_path / "jobs")
     for command, expected in (("exit 7", 7), ("true", 0), ("kill -9 $$", 137)):
-        done, _ = mb(config, "submit", "--wait", "--", command)
+        done = mb(config, "submit", "--wait", "--", command)
         assert done.returncode == expected, (command, done.stderr)
         assert len(lines(done.stdout)) == 1  # the id; progress went to stderr
-    late, _ = mb(config, "submit", "--walltime", "1", "--wait", "--", "sleep 30")
+    late = mb(config, "submit", "--walltime", "1", "--wait", "--", "sleep 30")
     assert late.returncode == 124, late.stderr  # timeout: no exit code of its own
     waiting = subprocess.Popen(
         [sys.executable, "-m", "mainboard", "--config", str(config), "submit", "--wait", "--",
@@ -117,19 +113,18 @@ def test_submit_wait_exits_with_the_jobs_own_code(tmp_path: Path) -> None:
         text=True)
     assert waiting.stdout is not None
     job_id = waiting.stdout.readline().strip()
-    cancelled, _ = mb(config, "jobs", "cancel", job_id)
+    cancelled = mb(config, "jobs", "cancel", job_id)
     assert cancelled.returncode == 0, cancelled.stderr
     assert waiting.wait(30) == 143  # cancelled: 128 + SIGTERM
-    help_text, _ = mb(config, "submit", "--help")
+    help_text = mb(config, "submit", "--help")
     assert "124 timeout" in help_text.stdout and "143 cancelled" in help_text.stdout
 
 
 # ----- 2. integrate --workers 0 without a fleet -----------------------------------------------
 
-def _assert_no_fleet(done: subprocess.CompletedProcess[str], seconds: float) -> None:
+def _assert_no_fleet(done: subprocess.CompletedProcess[str]) -> None:
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
     assert len(lines(done.stderr)) == 1 and "`mainboard fleet up`" in done.stderr, done.stderr
-    assert seconds < NO_FLEET_S
 
 
 def test_integrate_workers_0_without_a_fleet_fails_fast(embedded: Path,
@@ -138,17 +133,15 @@ def test_integrate_workers_0_without_a_fleet_fails_fast(embedded: Path,
     from mainboard.config import load_config
     from mainboard.services.broker import EmbeddedBroker
 
-    _assert_no_fleet(*mb(embedded, "integrate", "run.toml", "--workers", "0"))
+    _assert_no_fleet(mb(embedded, "integrate", "run.toml", "--workers", "0"))
     assert not EmbeddedBroker(embedded.parent / ".mainboard").status().running  # none started
     answering = mb(live, "integrate", "run.toml", "--workers", "0")
-    _assert_no_fleet(*answering)
-    assert "no worker consumes mainboard.batches" in answering[0].stderr
+    _assert_no_fleet(answering)
+    assert "no worker consumes mainboard.batches" in answering.stderr
     for config in (embedded, live):
-        began = time.monotonic()
         with pytest.raises(UserError, match="start one with `mainboard fleet up`"):
             mainboard.integrate(config.parent / "run.toml", workers=0,
                                 config=load_config(config))
-        assert time.monotonic() - began < NO_FLEET_S
 
 
 # ----- 3. a broker that is down: one line, host:port, the fix ---------------------------------
@@ -172,12 +165,11 @@ def test_every_command_that_needs_the_broker_fails_in_one_line(down: tuple[Path,
     RunStore(config.parent / ".mainboard").record(RunCreated(
         run_id=spec.run_id(), name=spec.name, spec=spec.model_dump(mode="json")))
     for args in NEEDS_BROKER:
-        done, seconds = mb(config, *args)
+        done = mb(config, *args)
         assert done.returncode == 1 and done.stdout == "", (args, done.stdout, done.stderr)
         assert len(lines(done.stderr)) == 1, (args, done.stderr)
         assert f"127.0.0.1:{port} ([broker] url of {config})" in done.stderr, done.stderr
         assert "start that Redis" in done.stderr and PASSWORD not in done.stderr
-        assert seconds < BROKER_DOWN_S
     assert not (config.parent / ".mainboard" / "flower" / "flower.json").exists()
     # The embedded broker the fleet's workers use, started once and then gone.
     state = embedded.parent / ".mainboard"
@@ -189,10 +181,10 @@ def test_every_command_that_needs_the_broker_fails_in_one_line(down: tuple[Path,
         queues=["mainboard.batches"], concurrency=1, job={"job_id": "gone"}, root=str(state),
         python=sys.executable, broker_via="direct", secret_path=str(state / "none")))
     for args in (["fleet", "status"], ["fleet", "down"]):
-        done, seconds = mb(embedded, *args)
+        done = mb(embedded, *args)
         assert done.returncode == 1 and len(lines(done.stderr)) == 1, (args, done.stderr)
         assert f"127.0.0.1:{embedded_port} (the embedded broker) is not running" in done.stderr
-        assert "`mainboard broker up`" in done.stderr and seconds < BROKER_DOWN_S
+        assert "`mainboard broker up`" in done.stderr
 
 
 # ----- 4. status commands exit 3 when what they report is down --------------------------------
@@ -215,7 +207,7 @@ def _fleet_status(config: Path, wanted: int, timeout: float = 30.0
                   ) -> subprocess.CompletedProcess[str]:
     """``fleet status`` once it exits ``wanted``."""
     deadline = time.monotonic() + timeout
-    while (done := mb(config, "fleet", "status")[0]).returncode != wanted:
+    while (done := mb(config, "fleet", "status")).returncode != wanted:
         assert time.monotonic() < deadline, (wanted, done.returncode, done.stderr)
         time.sleep(0.5)
     return done
@@ -223,28 +215,28 @@ def _fleet_status(config: Path, wanted: int, timeout: float = 30.0
 
 def test_status_commands_exit_3_when_what_they_report_is_down(embedded: Path,
                                                               live: Path) -> None:
-    stopped, _ = mb(embedded, "broker", "status", "--json")
+    stopped = mb(embedded, "broker", "status", "--json")
     assert stopped.returncode == 3 and json.loads(stopped.stdout)["state"] == "stopped"
-    assert mb(embedded, "broker", "status")[0].returncode == 3
-    assert mb(embedded, "broker", "up")[0].returncode == 0
-    assert mb(embedded, "broker", "status")[0].returncode == 0
-    nothing, _ = mb(embedded, "fleet", "status", "--json")  # no worker is expected: fine
+    assert mb(embedded, "broker", "status").returncode == 3
+    assert mb(embedded, "broker", "up").returncode == 0
+    assert mb(embedded, "broker", "status").returncode == 0
+    nothing = mb(embedded, "fleet", "status", "--json")  # no worker is expected: fine
     assert nothing.returncode == 0 and json.loads(nothing.stdout) == []
 
-    up, _ = mb(live, "fleet", "up", "--on", "local", "--no-flower", "--json")
+    up = mb(live, "fleet", "up", "--on", "local", "--no-flower", "--json")
     assert up.returncode == 0, up.stderr
     _fleet_status(live, 0)  # starting or online
     _kill_worker(json.loads(up.stdout)["started"][0]["node"])
     table = _fleet_status(live, 3)
     assert "HEARTBEAT" in table.stdout and table.stderr == ""
-    listed, _ = mb(live, "fleet", "status", "--json")
+    listed = mb(live, "fleet", "status", "--json")
     assert listed.returncode == 3 and json.loads(listed.stdout)[0]["online"] is False
 
 
 # ----- 5. --json on fleet up, fleet down and submit -------------------------------------------
 
 def test_json_of_fleet_up_fleet_down_and_submit(live: Path) -> None:
-    up, _ = mb(live, "fleet", "up", "--on", "local", "--no-flower", "--json")
+    up = mb(live, "fleet", "up", "--on", "local", "--no-flower", "--json")
     assert up.returncode == 0, up.stderr
     started = json.loads(up.stdout)
     assert set(started) == {"started", "failed", "kept", "flower_url", "flower_error"}
@@ -253,33 +245,33 @@ def test_json_of_fleet_up_fleet_down_and_submit(live: Path) -> None:
     assert set(worker) == {"host", "worker_id", "node", "job_id", "queues", "concurrency",
                            "broker_via", "rental_id", "nodes"} and worker["host"] == "local"
     assert worker["nodes"] == 1
-    down_, _ = mb(live, "fleet", "down", "--timeout", "3", "--json")
+    down_ = mb(live, "fleet", "down", "--timeout", "3", "--json")
     assert down_.returncode == 0, down_.stderr
     stopped = json.loads(down_.stdout)
     assert set(stopped) == {"workers", "rentals_destroyed"}
     (gone,) = stopped["workers"]  # drained, or cancelled if it was not listening yet
     assert gone["worker_id"] == worker["worker_id"] and gone["outcome"] in {"completed",
                                                                             "cancelled"}
-    nothing = json.loads(mb(live, "fleet", "down", "--json")[0].stdout)
+    nothing = json.loads(mb(live, "fleet", "down", "--json").stdout)
     assert nothing == {"workers": [], "rentals_destroyed": []}
-    queued = json.loads(mb(live, "submit", "--json", "--", "true")[0].stdout)
+    queued = json.loads(mb(live, "submit", "--json", "--", "true").stdout)
     assert queued["host"] == "local" and queued["final"] is False and queued["id"]
-    waited, _ = mb(live, "submit", "--json", "--wait", "--", "exit 5")
+    waited = mb(live, "submit", "--json", "--wait", "--", "exit 5")
     assert waited.returncode == 5
     outcome = json.loads(waited.stdout)
     assert (outcome["state"], outcome["final"], outcome["exit_code"]) == ("failed", True, 5)
     for verb in (["fleet", "up"], ["fleet", "down"], ["submit"]):
-        assert "--json" in mb(live, *verb, "--help")[0].stdout
+        assert "--json" in mb(live, *verb, "--help").stdout
 
 
 # ----- 6. every message ends with a newline ---------------------------------------------------
 
 def test_every_message_ends_with_a_newline(embedded: Path, down: tuple[Path, int]) -> None:
-    outputs = [mb(embedded, *args)[0] for args in (
+    outputs = [mb(embedded, *args) for args in (
         ["broker", "down"], ["broker", "status"], ["broker", "status", "--json"],
         ["flower", "status"], ["flower", "stop"], ["fleet", "status"], ["fleet", "down"],
         ["fleet", "down", "--json"], ["runs", "list"], ["submit", "--", "true"])]
-    outputs += [mb(down[0], "fleet", "status")[0]]
+    outputs += [mb(down[0], "fleet", "status")]
     assert outputs[0].stdout == "broker was not running\n"
     for done in outputs:
         for text in (done.stdout, done.stderr):
@@ -313,7 +305,7 @@ def test_a_usage_error_is_one_line_naming_the_option_and_value(tmp_path: Path,
                                                                args: tuple[str, ...],
                                                                names: tuple[str, ...]) -> None:
     config = workspace(tmp_path / "usage")
-    done, _ = mb(config, *args)
+    done = mb(config, *args)
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
     assert len(lines(done.stderr)) == 1, done.stderr  # not click's usage block
     assert all(name in done.stderr for name in names), done.stderr

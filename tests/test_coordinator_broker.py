@@ -22,7 +22,16 @@ from mainboard.receipts import Receipts, RunResumed
 from mainboard.services.broker import EmbeddedBroker
 from tests.integration import module_fixtures, slow_spec, spec, subprocess_env, toml
 from tests.services import require
-from tests.support.outage import DELAY, RUN, numbers, reference, run_id_of, start, wait_iteration
+from tests.support.outage import (
+    DELAY,
+    RUN,
+    numbers,
+    reference,
+    run_id_of,
+    start,
+    stderr_until,
+    wait_iteration,
+)
 from tests.workspace import run_cli
 
 pytestmark = pytest.mark.live
@@ -59,10 +68,11 @@ def test_a_broker_killed_and_restarted_mid_run_ends_with_the_undisturbed_numbers
     try:
         wait_iteration(state_dir, run_id_of(RUN), proc)
         kill_broker(state_dir)
-        time.sleep(2.0)
+        seen = stderr_until(proc, "went away")  # the coordinator noticed: now bring it back
         up = run_cli(ws / "mainboard.toml", "broker", "up", env=subprocess_env())
         assert up.returncode == 0, up.stderr
         out, err = proc.communicate(timeout=180)
+        err = seen + err
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -92,13 +102,11 @@ def test_a_broker_gone_past_the_budget_exits_3_with_the_resume_command_and_loses
     try:
         wait_iteration(state_dir, run_id, proc)
         kill_broker(state_dir)
-        began = time.monotonic()
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=120)  # a hang guard: bench/bench_fail_fast.py times it
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 3, err
-    assert time.monotonic() - began < 30
     last = err.strip().splitlines()[-1]
     assert last.startswith("mainboard: error: run ") and "is unreachable" in last, err
     assert f"`mainboard runs resume {run_id}`" in last and "Traceback" not in err
@@ -126,10 +134,8 @@ def test_resume_is_refused_at_once_while_a_live_coordinator_drives_the_run(
         wait_iteration(workspace.state_dir, run_id, proc)
         receipts = workspace.state_dir / "runs" / run_id / "receipts.ndjson"
         before = receipts.read_bytes()
-        began = time.monotonic()
         refused = run_cli(workspace.path, "runs", "resume", run_id[:8], "--workers", "0",
                           env=subprocess_env())
-        assert time.monotonic() - began < 15
         assert refused.returncode == 2, refused.stderr
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1 and "is being coordinated by pid" in lines[0], refused.stderr

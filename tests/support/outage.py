@@ -48,3 +48,15 @@ def wait_iteration(state_dir: Path, run_id: str, proc: subprocess.Popen[str],
 
 def numbers(out: dict[str, Any]) -> tuple[Any, ...]:
     return out["estimate"], out["error"], out["samples"], out["iterations"]
+
+
+def stderr_until(proc: subprocess.Popen[str], text: str) -> str:
+    """``proc``'s stderr up to and including the first line holding ``text``: the event a
+    test waits for (ended by the process's exit when it never comes)."""
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    raise AssertionError(f"{text!r} never on stderr (exit {proc.wait()}): {''.join(seen)[-2000:]}")
