@@ -17,6 +17,7 @@ from mainboard.bridges.jobstate import JobState
 from mainboard.jobs.job import Job
 from tests.boards import TomlValue, ssh_host, write_config
 from tests.services import SlurmCluster, SshServer
+from tests.sim_provider import SimulatedProviderServer
 from tests.workspace import toml_tables
 
 SCRATCH_MEM = "min(100, attempt * 50)"
@@ -47,6 +48,18 @@ def make_workspace(tmp: Path, *, sshd: SshServer | None = None,
         tables["hosts.hpc.queues.short"] = {"max-walltime": "10m", "mem-ceiling-gb": 1.2}
     hosts.update(extra_hosts or {})
     return write_config(ws, hosts, toml_tables(tables) + extra)
+
+
+def provider_workspace(tmp: Path, sim: SimulatedProviderServer, key_env: str,
+                       tables: dict[str, dict[str, TomlValue]] | None = None,
+                       **gpu: TomlValue) -> Path:
+    """:func:`make_workspace` plus a ``gpu`` host rented from the simulated provider ``sim``
+    (its API key read from ``$key_env``): a 1 USD/h ceiling unless ``gpu`` says otherwise."""
+    host: dict[str, TomlValue] = {"kind": "provider", "provider": "sim", "gpu": "SIM RTX 4090",
+                                  "max_usd_hr": 1.0, **gpu}
+    return make_workspace(tmp, extra_hosts={"gpu": host}, extra=toml_tables({
+        "providers.sim": {"kind": "simulated", "api_url": sim.url, "api_key_env": key_env},
+        **(tables or {})}))
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

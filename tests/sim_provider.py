@@ -13,10 +13,13 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mainboard.bridges.providers import RestProvider
 from mainboard.bridges.providers.simulated import balance_of, cleanup_all
 from tests.services import free_port, require, unavailable, wait_port
 
@@ -43,6 +46,22 @@ class SimulatedProviderServer:
     @property
     def api_key(self) -> str:
         return self.key_file.read_text().strip()
+
+    def market(self, key_env: str) -> RestProvider:
+        """Its REST adapter with the key handed in (read from ``$key_env`` when not)."""
+        return RestProvider("sim", api_url=self.url, api_key_env=key_env,
+                            env={key_env: self.api_key})
+
+    @contextmanager
+    def renting(self, key_env: str) -> Iterator[RestProvider]:
+        """:meth:`market`, and every rental on it destroyed on the way out, whatever the test
+        did: the next test of the module starts with an empty market."""
+        market = self.market(key_env)
+        try:
+            yield market
+        finally:
+            for rental in market.list_rentals():
+                market.destroy(rental.id)
 
     def sandbox(self, rental_id: str) -> dict[str, Any]:
         """The simulation's record of a rental's namespace, veth and sshd pid."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import queue
 import signal
 import subprocess
@@ -39,6 +38,7 @@ from tests.batch_helpers import (
 from tests.boards import ssh_host
 from tests.jobs_workspace import make_workspace, wait_until
 from tests.services import SlurmCluster, SshServer, free_port
+from tests.support.terminal import on_terminal
 from tests.workspace import run_cli
 
 pytestmark = pytest.mark.live
@@ -300,24 +300,10 @@ def test_watch_on_a_terminal_draws_a_live_table(plain: Path) -> None:
     with Board(plain) as board:
         batch_id = start(board, path)
         assert store_of(board).load(batch_id).undispatched  # watch dispatches what run did not
-    controller, terminal = pty.openpty()
-    proc = subprocess.Popen(
+    code, screen = on_terminal(
         [sys.executable, "-m", "mainboard", "--config", str(plain), "batch", "watch", batch_id,
-         "--interval", "0.2"], stdin=terminal, stdout=terminal, stderr=terminal,
-        env={**os.environ, "COLUMNS": "120", "TERM": "xterm"})
-    os.close(terminal)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(controller, 4096)
-        except OSError:  # the terminal closed: the watch exited
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    assert proc.wait(30) == 0
-    os.close(controller)
-    screen = b"".join(chunks).decode(errors="replace")
+         "--interval", "0.2"], {**os.environ, "COLUMNS": "120", "TERM": "xterm"}, timeout=30)
+    assert code == 0
     assert "JOB" in screen and "TARGET" in screen and "STATE" in screen  # the table
     assert "running" in screen  # drawn while a job ran (announcements never say "running")
     assert "completed: quick on scratch (exit 0)" in screen

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from tests.batch_helpers import fleet_file, invoke, plain_workspace
 from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.jobs_workspace import make_workspace, wait_running
 from tests.services import RedisServer, SlurmCluster, SshServer
+from tests.support.terminal import on_terminal
 from tests.workspace import run_cli
 
 pytestmark = pytest.mark.live
@@ -45,22 +45,7 @@ def _mainboard(config: Path, *args: str) -> list[str]:
 
 def _on_terminal(argv: Sequence[str], cwd: Path, timeout: float = 60) -> tuple[int, str]:
     """Run ``argv`` with stdin, stdout and stderr on a new pseudo-terminal; (exit code, screen)."""
-    controller, terminal = pty.openpty()
-    proc = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, cwd=cwd,
-                            env=_env(TERM="xterm"))
-    os.close(terminal)
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the terminal closed: the process exited
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    code = proc.wait(timeout)
-    os.close(controller)
-    return code, b"".join(chunks).decode(errors="replace")
+    return on_terminal(argv, _env(TERM="xterm"), cwd, timeout)
 
 
 # -- batch run and jobs cancel: the result on stdout, the rest on stderr ----------------------

@@ -18,14 +18,14 @@ import pytest
 
 from mainboard.board import Board
 from mainboard.bridges.jobstate import JobState
-from mainboard.bridges.providers import RestProvider, owned_rentals
+from mainboard.bridges.providers import owned_rentals
 from mainboard.jobs.job import Job
 from mainboard.jobs.monitor import monitor_pass
 from tests.batch_helpers import batch_receipts, fleet_file, raw_receipts
 from tests.boards import write_config
-from tests.jobs_workspace import make_workspace, wait_running
+from tests.jobs_workspace import provider_workspace, wait_running
 from tests.sim_provider import SimulatedProviderServer
-from tests.workspace import run_cli, toml_tables
+from tests.workspace import run_cli
 
 pytestmark = pytest.mark.live
 RATE = 3.6  # USD per hour: a dollar-thousandth per second
@@ -124,15 +124,8 @@ def test_batch_watch_records_and_shows_the_batch_spend(tmp_path: Path) -> None:
 def test_a_rented_jobs_spend_is_the_providers_billed_price_times_its_seconds(
         tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, sim.api_key)
-    config = make_workspace(
-        tmp_path,
-        extra_hosts={"gpu": {"kind": "provider", "provider": "sim", "gpu": "SIM RTX 4090",
-                             "max_usd_hr": 1.0, "root": str(tmp_path / "rented-root")}},
-        extra=toml_tables({"providers.sim": {"kind": "simulated", "api_url": sim.url,
-                                             "api_key_env": KEY_ENV}}))
-    market = RestProvider("sim", api_url=sim.url, api_key_env=KEY_ENV,
-                          env={KEY_ENV: sim.api_key})
-    try:
+    config = provider_workspace(tmp_path, sim, KEY_ENV, root=str(tmp_path / "rented-root"))
+    with sim.renting(KEY_ENV):
         with Board(config) as board:
             job = board.on("gpu").submit("sleep 60", name="rented")
             (owned,) = owned_rentals(board.config.state_dir)
@@ -152,6 +145,3 @@ def test_a_rented_jobs_spend_is_the_providers_billed_price_times_its_seconds(
             # The provider billed the rental from before the job to now: never less.
             charged = 25.0 - sim.credit()
             assert 0 < lines[-1]["usd"] <= charged
-    finally:
-        for rental in market.list_rentals():
-            market.destroy(rental.id)

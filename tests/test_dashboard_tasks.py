@@ -26,34 +26,14 @@ from tests.chromium import Tab, drive
 from tests.integration import write_workspace
 from tests.services import RedisServer
 from tests.support.dashboard import Dashboard, start_dashboard, stop_dashboard
-from tests.support.run_tasks import HEAD, cli, gauss
+from tests.support.run_tasks import HEAD, cli, gauss, line_along_x, linspace, task, xy_plane
 
 pytestmark = pytest.mark.live
 
-TASKS = """
-[[tasks]]
-name = "train"
-kind = "sample"
-nr_samples = 16000
-
-[[tasks]]
-name = "along-x"
-kind = "plot_line"
-[tasks.geometry]
-offset = [0.0, 0.5, 0.5]
-direction = [1.0, 0.0, 0.0]
-linspace = { start = 0.0, stop = 1.0, count = 11 }
-
-[[tasks]]
-name = "plane"
-kind = "image"
-[tasks.geometry]
-offset = [0.0, 0.0, 0.6]
-u_vector = [1.0, 0.0, 0.0]
-v_vector = [0.0, 1.0, 0.0]
-u_linspace = { start = 0.0, stop = 1.0, count = 5 }
-v_linspace = { start = 0.1, stop = 0.7, count = 4 }
-"""
+TASKS = "\n".join([
+    task("sample", "train", nr_samples=16000),
+    task("plot_line", "along-x", geometry=line_along_x([0.0, 0.5, 0.5], 11)),
+    task("image", "plane", geometry=xy_plane(0.6, linspace(0.0, 1.0, 5), linspace(0.1, 0.7, 4)))])
 BASE = "/board/"
 ROWS = """JSON.stringify([...document.querySelectorAll('#tasks tbody tr')]
   .map((tr) => [...tr.cells].map((c) => c.textContent)))"""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,27 @@ def start_run(ws: Path) -> subprocess.Popen[str]:
                             env={**os.environ, SCALE_TICK_ENV: "0.2"})
 
 
+@contextmanager
+def goal_run(tmp_path: Path, max_jobs: int, **stop: Any
+             ) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """A goal workspace with its fleet up (no allocation yet: the pool autoscales from zero,
+    ticking every 0.2 s) and its run started; after, the run killed if it still goes and the
+    fleet torn down, which must succeed."""
+    ws = goal_workspace(tmp_path, max_jobs, **stop)
+    run = None
+    try:
+        up = cli(ws, "fleet", "up", "--no-flower", "--json", env={SCALE_TICK_ENV: "0.2"})
+        assert up.returncode == 0 and json.loads(up.stdout)["started"] == [], up.stderr
+        run = start_run(ws)
+        yield ws, run
+    finally:
+        if run is not None and run.poll() is None:
+            run.kill()
+            run.communicate()
+        down = tear_down(ws, "--timeout", "10")
+    assert down.returncode == 0, down.stderr
+
+
 def forecast(ws: Path) -> dict[str, Any] | None:
     shown = cli(ws, "runs", "show", "goal", "--json")
     if shown.returncode != 0:  # not created yet
@@ -90,13 +113,8 @@ pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 def test_a_goal_run_grows_its_pool_for_the_deadline_and_releases_it_once_met(
         tmp_path: Path) -> None:
     # ~170k samples to 0.42%: about a minute on one allocation, the deadline is 50 s away
-    ws = goal_workspace(tmp_path, 3, relative_error=0.0042, deadline="50s",
-                        max_iterations=200)
-    run = None
-    try:
-        up = cli(ws, "fleet", "up", "--no-flower", "--json", env={SCALE_TICK_ENV: "0.2"})
-        assert up.returncode == 0 and json.loads(up.stdout)["started"] == [], up.stderr
-        run = start_run(ws)
+    with goal_run(tmp_path, 3, relative_error=0.0042, deadline="50s",
+                  max_iterations=200) as (ws, run):
         seen = wait_until(lambda: (f := forecast(ws)) and f.get("iteration", 0) >= 3
                           and f.get("usd_to_target") is not None and f, 180,
                           "the forecast after the third iteration, priced by the keeper")
@@ -119,24 +137,12 @@ def test_a_goal_run_grows_its_pool_for_the_deadline_and_releases_it_once_met(
                                for e in events(ws, "retire")), retired
         done = forecast(ws)
         assert done is not None and done["status"] == "met" and done["samples_to_target"] == 0
-    finally:
-        if run is not None and run.poll() is None:
-            run.kill()
-            run.communicate()
-        down = tear_down(ws, "--timeout", "10")
-    assert down.returncode == 0, down.stderr
 
 
 def test_a_budget_too_small_is_said_once_with_the_dollars_that_would_meet_it(
         tmp_path: Path) -> None:
-    ws = goal_workspace(tmp_path, 1, relative_error=0.0042, budget_usd=0.05,
-                        max_iterations=200)
-    run = None
-    try:
-        up = cli(ws, "fleet", "up", "--no-flower", env={SCALE_TICK_ENV: "0.2"})
-        assert up.returncode == 0, up.stderr
-        run = start_run(ws)
-
+    with goal_run(tmp_path, 1, relative_error=0.0042, budget_usd=0.05,
+                  max_iterations=200) as (ws, run):
         def said() -> list[str]:
             logs = cli(ws, "runs", "logs", "goal")
             return [x for x in logs.stdout.splitlines() if "cannot be met" in x]
@@ -155,12 +161,6 @@ def test_a_budget_too_small_is_said_once_with_the_dollars_that_would_meet_it(
         stopped = cli(ws, "runs", "stop", "goal")
         assert stopped.returncode == 0, stopped.stderr
         run.communicate(timeout=120)
-    finally:
-        if run is not None and run.poll() is None:
-            run.kill()
-            run.communicate()
-        down = tear_down(ws, "--timeout", "10")
-    assert down.returncode == 0, down.stderr
 
 
 @pytest.mark.parametrize(("stop", "words"), [

@@ -53,11 +53,7 @@ def _workspace(base: Path, sim: SimulatedProviderServer, root: Path, **host: obj
 
 
 def _listed(sim: SimulatedProviderServer) -> list[str]:
-    from mainboard.bridges.providers import RestProvider
-
-    market = RestProvider("sim", api_url=sim.url, api_key_env=KEY_ENV,
-                          env={KEY_ENV: sim.api_key})
-    return [r.id for r in market.list_rentals()]
+    return [r.id for r in sim.market(KEY_ENV).list_rentals()]
 
 
 def _namespaces() -> str:
@@ -186,7 +182,6 @@ def test_a_killed_controller_adopts_its_rental_and_destroys_an_unknown_one(
     worker's start receipt lost; `fleet status` finds the rental by its label's owner tag
     and adopts it (same worker id, same rental), destroys a rental carrying the tag that
     no receipt knows, and the restarted keeper rents nothing more."""
-    from mainboard.bridges.providers import RestProvider
     from mainboard.fleet.autoscale import SCALE_TICK_ENV
     from mainboard.fleet.records import owner_prefix
 
@@ -199,8 +194,7 @@ def test_a_killed_controller_adopts_its_rental_and_destroys_an_unknown_one(
         prefix = owner_prefix(ws / ".mainboard")
         (worker,) = read_fleet(ws / ".mainboard").live()
         assert kill_keeper_and_lose_starts(ws) == [worker.worker_id]
-        market = RestProvider("sim", api_url=sim.url, api_key_env=KEY_ENV,
-                              env={KEY_ENV: sim.api_key})
+        market = sim.market(KEY_ENV)
         stray = market.rent(market.cheapest().id, ssh_public_key=_public_key(tmp_path),
                             label=f"mainboard-gpu-{prefix}beef00")
         done = cli(ws, "fleet", "status", "--json", env=env)

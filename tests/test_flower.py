@@ -3,7 +3,6 @@ headless Chromium looking at the page with (and without) the basic-auth password
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import secrets
@@ -12,8 +11,6 @@ import stat
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +24,7 @@ from mainboard.errors import FlowerError
 from mainboard.services.broker import EmbeddedBroker
 from mainboard.services.flower import USER, Flower
 from tests.chromium import render
+from tests.scrape import get
 from tests.services import require
 
 pytestmark = pytest.mark.live
@@ -50,20 +48,6 @@ def run_cli(site_dir: Path, env: dict[str, str], *args: str) -> subprocess.Compl
     """Run the real `mainboard` command in ``site_dir``."""
     return subprocess.run([sys.executable, "-m", "mainboard", *args], cwd=site_dir, env=env,
                           capture_output=True, text=True, timeout=120)
-
-
-def get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, dict[str, str], str]:
-    """Status, headers (lower-case names) and body of a GET, without raising on 4xx."""
-    request = urllib.request.Request(url)
-    if auth:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            return reply.status, {k.lower(): v for k, v in reply.headers.items()}, \
-                reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read().decode()
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import pytest
 
 from mainboard.board import Board
 from mainboard.bridges.jobstate import JobState
-from mainboard.bridges.providers import RestProvider, owned_rentals
+from mainboard.bridges.providers import owned_rentals
 from mainboard.bridges.providers.bridge import known_hosts_for, rental_transport
 from mainboard.bridges.providers.lifecycle import rental_receipts
 from mainboard.bridges.provision import env_receipts, provision
@@ -44,16 +44,12 @@ from mainboard.receipts import (
     RentalCreated,
     RentalDestroyed,
 )
-from tests.jobs_workspace import make_workspace
+from tests.jobs_workspace import provider_workspace
 from tests.sim_provider import SimulatedProviderServer
-from tests.workspace import run_cli, toml_tables
+from tests.workspace import run_cli
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
 KEY_ENV = "MB_JOBS_SIM_KEY"
-
-
-def _market(sim: SimulatedProviderServer) -> RestProvider:
-    return RestProvider("sim", api_url=sim.url, api_key_env=KEY_ENV, env={KEY_ENV: sim.api_key})
 
 
 def _namespaces() -> str:
@@ -61,20 +57,14 @@ def _namespaces() -> str:
 
 
 def _config(tmp_path: Path, sim: SimulatedProviderServer) -> Path:
-    return make_workspace(
-        tmp_path,
-        extra_hosts={"gpu": {"kind": "provider", "provider": "sim", "gpu": "SIM RTX 4090",
-                             "max_usd_hr": 1.0, "root": str(tmp_path / "rented root")}},
-        extra=toml_tables({"providers.sim": {"kind": "simulated", "api_url": sim.url,
-                                             "api_key_env": KEY_ENV}}))
+    return provider_workspace(tmp_path, sim, KEY_ENV, root=str(tmp_path / "rented root"))
 
 
 def test_jobs_on_a_rented_machine_then_the_monitor_releases_it(
         tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, sim.api_key)
     config = _config(tmp_path, sim)
-    market = _market(sim)
-    try:
+    with sim.renting(KEY_ENV) as market:
         with Board(config) as board:
             job = board.on("gpu").submit(
                 "hostname; cat in/d.txt; mkdir -p out; hostname > out/where.txt",
@@ -103,16 +93,13 @@ def test_jobs_on_a_rented_machine_then_the_monitor_releases_it(
             with pytest.raises(HostError, match="no live rental"):
                 Job(board, job.id).logs()
         assert market.list_rentals() == [] and owned_rentals(config.parent / ".mainboard") == []
-    finally:
-        for rental in market.list_rentals():
-            market.destroy(rental.id)
 
 
 def test_a_monitor_pass_never_releases_the_rental_a_submit_is_still_recording_on(
         tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, sim.api_key)
     config = _config(tmp_path, sim)
-    state, market = config.parent / ".mainboard", _market(sim)
+    state, market = config.parent / ".mainboard", sim.market(KEY_ENV)
     chosen, go = threading.Event(), threading.Event()
     outcome: dict[str, object] = {}
 
@@ -160,14 +147,8 @@ def test_a_monitor_pass_never_releases_the_rental_a_submit_is_still_recording_on
 def test_a_rental_that_cannot_be_used_is_destroyed_and_nothing_is_submitted(
         tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, sim.api_key)
-    config = make_workspace(
-        tmp_path,
-        extra_hosts={"gpu": {"kind": "provider", "provider": "sim", "gpu": "SIM RTX 4090",
-                             "max_usd_hr": 1.0, "root": "/proc/no-such/root"}},
-        extra=toml_tables({"providers.sim": {"kind": "simulated", "api_url": sim.url,
-                                             "api_key_env": KEY_ENV}}))
-    market = _market(sim)
-    try:
+    config = provider_workspace(tmp_path, sim, KEY_ENV, root="/proc/no-such/root")
+    with sim.renting(KEY_ENV) as market:
         with Board(config) as board:
             with pytest.raises(HostError, match="cannot be created"):
                 board.on("gpu").submit("echo never", name="never")
@@ -176,32 +157,23 @@ def test_a_rental_that_cannot_be_used_is_destroyed_and_nothing_is_submitted(
             assert '"rental.destroyed"' in receipts and "setup failed" in receipts
             assert not (board.config.state_dir / "jobs").exists() or not list(
                 (board.config.state_dir / "jobs").glob("*.ndjson"))
-    finally:
-        for rental in market.list_rentals():
-            market.destroy(rental.id)
 
 
 def test_a_price_ceiling_below_every_offer_rents_nothing(
         tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, sim.api_key)
-    config = make_workspace(
-        tmp_path,
-        extra_hosts={"gpu": {"kind": "provider", "provider": "sim", "gpu": "SIM RTX 4090",
-                             "max_usd_hr": 0.0001}},
-        extra=toml_tables({"providers.sim": {"kind": "simulated", "api_url": sim.url,
-                                             "api_key_env": KEY_ENV}}))
+    config = provider_workspace(tmp_path, sim, KEY_ENV, max_usd_hr=0.0001)
     with Board(config) as board:
         with pytest.raises(ProviderError, match="no offer for gpu=SIM RTX 4090"):
             board.on("gpu").submit("echo never")
-        assert owned_rentals(board.config.state_dir) == [] and _market(sim).list_rentals() == []
+        assert owned_rentals(board.config.state_dir) == [] and sim.market(KEY_ENV).list_rentals() == []
 
 
 def test_a_fleet_rental_on_the_same_host_is_never_used_nor_released_by_jobs(
         tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, sim.api_key)
     config = _config(tmp_path, sim)
-    market = _market(sim)
-    try:
+    with sim.renting(KEY_ENV) as market:
         with Board(config) as board:
             cfg, host = board.config, board.config.host("gpu")
             assert isinstance(host, ProviderHost)
@@ -245,9 +217,6 @@ def test_a_fleet_rental_on_the_same_host_is_never_used_nor_released_by_jobs(
             assert monitor_pass(board)["released"] == []  # and stays so on later passes
         assert market.status(fleet.id).state == "running"
         fleet_box.close()
-    finally:
-        for rental in market.list_rentals():
-            market.destroy(rental.id)
 
 
 def test_a_rental_recorded_without_an_owner_is_not_released_by_the_monitor(
@@ -255,8 +224,7 @@ def test_a_rental_recorded_without_an_owner_is_not_released_by_the_monitor(
     """An old receipt (no ``owner`` key) still loads; the monitor names it, never ends it."""
     monkeypatch.setenv(KEY_ENV, sim.api_key)
     config = _config(tmp_path, sim)
-    market = _market(sim)
-    try:
+    with sim.renting(KEY_ENV) as market:
         with Board(config) as board:
             job = board.on("gpu").submit("true", name="quick")
             assert job.wait(timeout=60, poll=0.5) is JobState.COMPLETED
@@ -272,9 +240,6 @@ def test_a_rental_recorded_without_an_owner_is_not_released_by_the_monitor(
             assert report["released"] == []
             assert any(old.rental_id in e and "fleet down" in e for e in report["errors"])
         assert market.status(old.rental_id).state == "running"
-    finally:
-        for rental in market.list_rentals():
-            market.destroy(rental.id)
 
 
 def test_a_job_on_a_rental_runs_in_the_workspace_env_built_there(
@@ -291,16 +256,10 @@ def test_a_job_on_a_rental_runs_in_the_workspace_env_built_there(
     shutil.copy2(os.path.realpath(uv), tools / "uv")
     # Another python's env in the same root fills uv's cache from the index (this side).
     provision(LocalTransport("warm"), root=str(root), python=sys.executable, deps=["six==1.16.0"])
-    config = make_workspace(
-        tmp_path,
-        extra_hosts={"gpu": {"kind": "provider", "provider": "sim", "gpu": "SIM RTX 4090",
-                             "max_usd_hr": 1.0, "root": str(root), "python": "/usr/bin/python3"}},
-        extra=toml_tables({"providers.sim": {"kind": "simulated", "api_url": sim.url,
-                                             "api_key_env": KEY_ENV},
-                           "python.deps": {"six": "1.16.0"},
-                           "hosts.gpu.env": {"UV_OFFLINE": "1"}}))
-    market = _market(sim)
-    try:
+    config = provider_workspace(tmp_path, sim, KEY_ENV, {"python.deps": {"six": "1.16.0"},
+                                                         "hosts.gpu.env": {"UV_OFFLINE": "1"}},
+                                root=str(root), python="/usr/bin/python3")
+    with sim.renting(KEY_ENV):
         with Board(config) as board:
             job = board.on("gpu").submit('hostname; python -c "import six, sys; '
                                          'print(six.__version__, sys.prefix)"', name="env")
@@ -315,6 +274,3 @@ def test_a_job_on_a_rental_runs_in_the_workspace_env_built_there(
             assert [(b.host, b.kind, b.key, b.purpose) for b in built] == [
                 ("gpu", "provider", key, "job")] and built[0].seconds > 0
             assert monitor_pass(board)["errors"] == []
-    finally:
-        for rental in market.list_rentals():
-            market.destroy(rental.id)

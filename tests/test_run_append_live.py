@@ -39,10 +39,10 @@ from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.lease import Lease
 from tests.integration import write_workspace
 from tests.services import RedisServer
-from tests.support.run_tasks import HEAD, cli, integrate_in_background, task_receipts
+from tests.support.run_tasks import HEAD, cli, integrate_in_background, task, task_receipts
 
-MORE = '[[tasks]]\nname = "more"\nkind = "sample"\nfrozen = true\nnr_samples = 8000\n'
-OWN = '[[tasks]]\nname = "first"\nkind = "sample"\nnr_samples = 20000\n'
+MORE = task("sample", "more", frozen=True, nr_samples=8000)
+OWN = task("sample", "first", nr_samples=20000)
 
 
 def gated_head(name: str, gate: Path) -> str:

@@ -26,50 +26,27 @@ from mainboard.receipts import IterationDone, Receipts
 from mainboard.runs.store import RECEIPTS_NAME
 from tests.integration import write_workspace
 from tests.services import RedisServer
-from tests.support.run_tasks import HEAD, cli, gauss, integrate_in_background, task_receipts
+from tests.support.run_tasks import (
+    HEAD,
+    cli,
+    gauss,
+    integrate_in_background,
+    line_along_x,
+    linspace,
+    task_receipts,
+    xy_plane,
+)
+from tests.support.run_tasks import task as new_task
 
-TASKS = """
-[[tasks]]
-name = "train"
-kind = "sample"
-nr_samples = 64000
+TASKS = "\n".join([
+    new_task("sample", "train", nr_samples=64000),
+    new_task("sample", "infer", frozen=True, nr_samples=48000),
+    new_task("plot_line", geometry=line_along_x([0.0, 0.5, 0.5], 11)),
+    new_task("sample", "again", from_="train", nr_samples=32000)])
 
-[[tasks]]
-name = "infer"
-kind = "sample"
-frozen = true
-nr_samples = 48000
-
-[[tasks]]
-kind = "plot_line"
-[tasks.geometry]
-offset = [0.0, 0.5, 0.5]
-direction = [1.0, 0.0, 0.0]
-linspace = { start = 0.0, stop = 1.0, count = 11 }
-
-[[tasks]]
-name = "again"
-kind = "sample"
-from = "train"
-nr_samples = 32000
-"""
-
-APPENDED = """
-[[tasks]]
-kind = "image"
-[tasks.geometry]
-offset = [0.0, 0.0, 0.6]
-u_vector = [1.0, 0.0, 0.0]
-v_vector = [0.0, 1.0, 0.0]
-u_linspace = { start = 0.0, stop = 1.0, count = 4 }
-v_linspace = { start = 0.2, stop = 0.8, count = 3 }
-
-[[tasks]]
-name = "more"
-kind = "sample"
-frozen = true
-nr_samples = 16000
-"""
+APPENDED = "\n".join([
+    new_task("image", geometry=xy_plane(0.6, linspace(0.0, 1.0, 4), linspace(0.2, 0.8, 3))),
+    new_task("sample", "more", frozen=True, nr_samples=16000)])
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +256,7 @@ def test_a_pause_task_pauses_and_resume_goes_on_with_the_configured_tables(
         ("train", "done"), ("configure-1", "done"), ("pause-1", "done"), ("after", "pending")]
 
     task = workspace.root / "later.toml"  # appended to the paused run: run on its resume
-    task.write_text('[[tasks]]\nname = "later"\nkind = "sample"\nnr_samples = 8000\n')
+    task.write_text(new_task("sample", "later", nr_samples=8000))
     appended = cli(workspace, "runs", "append", run_id, str(task))
     assert appended.returncode == 0, appended.stderr
     assert f"`mainboard runs resume {run_id}` runs the new tasks" in appended.stdout
@@ -305,8 +282,7 @@ def test_a_task_paused_midway_resumes_to_the_uninterrupted_numbers(
     """`runs pause` inside a sample task, then `runs resume`: the task goes on from its
     last snapshot and every task ends with the numbers of an uninterrupted run."""
     text = slow_head("tasks-midway", 0.2) + (
-        '[[tasks]]\nname = "train"\nkind = "sample"\nnr_samples = 64000\n'
-        '[[tasks]]\nkind = "sample"\nfrozen = true\nnr_samples = 32000\n')
+        new_task("sample", "train", nr_samples=64000) + new_task("sample", frozen=True, nr_samples=32000))
     path = workspace.root / "midway.toml"
     path.write_text(text)
     run_id = load_run_file(path).run_id()
