@@ -34,9 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
-from tests.integration import slow_spec, subprocess_env, toml  # noqa: E402
-from tests.services import free_port, start_redis  # noqa: E402
+from tests.support.integration import slow_spec, subprocess_env, toml  # noqa: E402
 from tests.support.outage import run_id_of, start, wait_iteration  # noqa: E402
+from tests.support.services import free_port, start_redis  # noqa: E402
 
 BOUNDS = {"no fleet (embedded)": 25.0, "no fleet (answering)": 25.0,
           "broker down: fleet status": 30.0, "broker down: integrate": 30.0,

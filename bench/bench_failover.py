@@ -5,7 +5,7 @@ Run from the repository root:
 
     .venv/bin/python bench/bench_failover.py [--repeat N] [--json]
 
-A master, one replica and three sentinels (redis-server, tests/sentinels.py), a workspace
+A master, one replica and three sentinels (redis-server, tests/support/sentinels.py), a workspace
 with ``[broker] sentinels``, ``master`` and ``min_replicas = 1``, ``mainboard integrate
 run.toml --workers 2 --json``. The disturbed run SIGKILLs the master once iteration 1 is
 recorded; it must end with the undisturbed numbers bit for bit. Goal: extra <= 20 s.
@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
-from tests.integration import toml  # noqa: E402
-from tests.sentinels import SentinelSet, start_sentinel_set  # noqa: E402
+from tests.support.integration import toml  # noqa: E402
 from tests.support.outage import RUN, numbers, run_id_of, start, wait_iteration  # noqa: E402
+from tests.support.sentinels import SentinelSet, start_sentinel_set  # noqa: E402
 
 GOAL_S = 20.0
 

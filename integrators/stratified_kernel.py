@@ -7,7 +7,7 @@ and with the same roundings: u * step, plus the stratum's corner, floor, positio
 bin, the bin (the last one when the sum rounds up to N), lower edge + position * width,
 capped below 1, and the Jacobian as the product of width * N over the axes in axis order,
 times the stratum factor. No fast-math: every result is the numpy path's to the last bit,
-on any CPU (tests/test_integrators_kernels.py holds them side by side).
+on any CPU (tests/integrators/test_integrators_kernels.py holds them side by side).
 """
 
 from __future__ import annotations

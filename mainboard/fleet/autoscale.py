@@ -347,7 +347,7 @@ class Autoscaler:
 
     def submit(self, name: str, pool: PoolConfig, view: PoolView, decision: Decision) -> None:
         # control and keeper import this module back: the keeper cycle, allowed by name in
-        # tests/test_architecture.py until the keeper's client API leaves its daemon
+        # tests/repo/test_architecture.py until the keeper's client API leaves its daemon
         from mainboard.fleet.control import start_one
         from mainboard.fleet.keeper import ensure_keeper, wait_tunnel
 

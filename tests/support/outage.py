@@ -11,7 +11,7 @@ from typing import Any
 from mainboard.integrators.driver import RunResult, integrate_local
 from mainboard.receipts import IterationDone, Receipts
 from mainboard.tasks.runner import load_spec
-from tests.integration import slow_spec, subprocess_env
+from tests.support.integration import slow_spec, subprocess_env
 
 DELAY = 0.15
 

@@ -14,8 +14,8 @@ import numpy as np
 from mainboard.config import Config
 from mainboard.receipts import Receipts, TaskDone
 from mainboard.runs.store import RECEIPTS_NAME
-from tests.integration import subprocess_env
-from tests.workspace import run_cli
+from tests.support.integration import subprocess_env
+from tests.support.workspace import run_cli
 
 HEAD = """\
 name = "tasks-gauss"
