@@ -243,9 +243,12 @@ def test_batches_per_second_counts_final_stages_over_the_window(
             r.xadd(keys.run_spans(run_id), {"s": "accumulate", "w": "w1"}, id=f"{at}-1")
         r.xadd(keys.run_spans(idle_run), {"s": "fused"})
         rates = gather.run_rates(r)
+        seconds, micros = r.time()  # the read's own clock falls between the two looks
+        later_ms = seconds * 1000 + micros // 1000
         assert set(rates) == {run_id}
         rate = rates[run_id]
-        assert 2.9 <= rate.batches_per_s <= 3.05, rate  # 30 / (10 s + the read's latency)
+        # 30 batches over the window from the first span to the read, the Redis clock's
+        assert 30 / ((later_ms - now_ms + 10_000) / 1000) <= rate.batches_per_s <= 3.0, rate
         assert (rate.samples, rate.iteration) == (4000, 2)
         monkeypatch.setattr(gather, "MAX_SPANS_READ", 20)  # a fast run: the window shrinks
         capped = gather.run_rates(r)[run_id].batches_per_s

@@ -68,7 +68,7 @@ def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = Non
 def stop_dashboard(dash: Dashboard) -> None:
     dash.proc.send_signal(signal.SIGINT)
     try:
-        assert dash.proc.wait(10) == 130  # Ctrl-C: the conventional exit, no traceback
+        assert dash.proc.wait(60) == 130  # Ctrl-C: the conventional exit (60 s: a hang guard)
     finally:
         if dash.proc.poll() is None:
             dash.proc.kill()
