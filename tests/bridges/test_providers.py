@@ -166,8 +166,10 @@ def test_simulated_balance_decreases_while_rented_only(provider: RestProvider,
     before = provider.balance()
     started = time.time()
     rental = provider.rent("9003", ssh_public_key=keypair[1], label="mb-test-billing")
-    time.sleep(0.3)
-    during = provider.balance()
+    deadline = time.monotonic() + 30  # a hang guard: the event is the books moving
+    while (during := provider.balance()) >= before:
+        assert time.monotonic() < deadline, "the balance never moved while rented"
+        time.sleep(0.05)
     assert during < before
     provider.destroy(rental.id)
     elapsed = time.time() - started

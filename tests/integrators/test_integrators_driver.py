@@ -173,7 +173,7 @@ def test_precision_targets_stop_early_but_not_before_min_samples() -> None:
 
 
 def test_nan_and_inf_are_counted_and_excluded() -> None:
-    target = "tests.integrators.test_integrators_driver:half_nan"
+    target = f"{__name__}:half_nan"
     run = build_run(spec(integrand={"kind": "python", "target": target},
                          sampler={"kind": "naive"}, stop={"max_iterations": 2}))
     result = integrate_local(run)

@@ -127,8 +127,8 @@ def test_toml_syntax_and_missing_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("target", "needle"), [
     ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz': ModuleNotFoundError"),
-    ("tests.integrators.test_integrators_errors:missing", "has no attribute 'missing'"),
-    ("tests.integrators.test_integrators_errors:EXAMPLE", "is not callable"),
+    (f"{__name__}:missing", "has no attribute 'missing'"),
+    (f"{__name__}:EXAMPLE", "is not callable"),
 ])
 def test_bad_python_targets(target: str, needle: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -139,7 +139,7 @@ def test_bad_python_targets(target: str, needle: str) -> None:
 def _python_run(target: str) -> object:
     return build_run({"name": "bad", "seed": 1, "domain": {"continuous": 2},
                       "integrand": {"kind": "python",
-                                    "target": f"tests.integrators.test_integrators_errors:{target}"},
+                                    "target": f"{__name__}:{target}"},
                       "stop": {"max_iterations": 1}})
 
 

@@ -44,7 +44,7 @@ def _run(d: int, transforms: list[dict], integrand: dict, n: int = 20_000) -> ob
 def test_unit_ball_volume_and_second_moment(d: int) -> None:
     volume = _run(d, [{"kind": "unit_ball", "radius": 1.5}], {"kind": "constant"})
     assert abs(volume.estimate - ball_volume(d, 1.5)) < 4 * volume.error + 1e-12
-    target = "tests.integrators.test_integrators_transforms:radius_squared"
+    target = f"{__name__}:radius_squared"
     moment = _run(d, [{"kind": "unit_ball", "radius": 1.5}],
                   {"kind": "python", "target": target})
     want = ball_volume(d, 1.5) * 1.5 ** 2 * d / (d + 2)
@@ -62,7 +62,7 @@ def test_unit_ball_radial_jacobian_is_constant() -> None:
 def test_sphere_area_and_moment(d: int) -> None:
     area = _run(d - 1, [{"kind": "spherical", "radius": 2.0}], {"kind": "constant"})
     assert abs(area.estimate - sphere_area(d, 2.0)) < 4 * area.error + 1e-9
-    target = "tests.integrators.test_integrators_transforms:first_squared"
+    target = f"{__name__}:first_squared"
     moment = _run(d - 1, [{"kind": "spherical", "radius": 2.0}],
                   {"kind": "python", "target": target})
     want = sphere_area(d, 2.0) * 4.0 / d

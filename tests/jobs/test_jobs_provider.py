@@ -56,13 +56,18 @@ def _namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
+@pytest.fixture(autouse=True)
+def _key(sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provider's API key where the workspace's ``api_key_env`` names it."""
+    monkeypatch.setenv(KEY_ENV, sim.api_key)
+
+
 def _config(tmp_path: Path, sim: SimulatedProviderServer) -> Path:
     return provider_workspace(tmp_path, sim, KEY_ENV, root=str(tmp_path / "rented root"))
 
 
 def test_jobs_on_a_rented_machine_then_the_monitor_releases_it(
-        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, sim.api_key)
+        tmp_path: Path, sim: SimulatedProviderServer) -> None:
     config = _config(tmp_path, sim)
     with sim.renting(KEY_ENV) as market:
         with Board(config) as board:
@@ -96,8 +101,7 @@ def test_jobs_on_a_rented_machine_then_the_monitor_releases_it(
 
 
 def test_a_monitor_pass_never_releases_the_rental_a_submit_is_still_recording_on(
-        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, sim.api_key)
+        tmp_path: Path, sim: SimulatedProviderServer) -> None:
     config = _config(tmp_path, sim)
     state, market = config.parent / ".mainboard", sim.market(KEY_ENV)
     chosen, go = threading.Event(), threading.Event()
@@ -145,8 +149,7 @@ def test_a_monitor_pass_never_releases_the_rental_a_submit_is_still_recording_on
 
 
 def test_a_rental_that_cannot_be_used_is_destroyed_and_nothing_is_submitted(
-        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, sim.api_key)
+        tmp_path: Path, sim: SimulatedProviderServer) -> None:
     config = provider_workspace(tmp_path, sim, KEY_ENV, root="/proc/no-such/root")
     with sim.renting(KEY_ENV) as market:
         with Board(config) as board:
@@ -160,8 +163,7 @@ def test_a_rental_that_cannot_be_used_is_destroyed_and_nothing_is_submitted(
 
 
 def test_a_price_ceiling_below_every_offer_rents_nothing(
-        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, sim.api_key)
+        tmp_path: Path, sim: SimulatedProviderServer) -> None:
     config = provider_workspace(tmp_path, sim, KEY_ENV, max_usd_hr=0.0001)
     with Board(config) as board:
         with pytest.raises(ProviderError, match="no offer for gpu=SIM RTX 4090"):
@@ -171,7 +173,6 @@ def test_a_price_ceiling_below_every_offer_rents_nothing(
 
 def test_a_fleet_rental_on_the_same_host_is_never_used_nor_released_by_jobs(
         tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, sim.api_key)
     config = _config(tmp_path, sim)
     with sim.renting(KEY_ENV) as market:
         with Board(config) as board:
@@ -220,9 +221,8 @@ def test_a_fleet_rental_on_the_same_host_is_never_used_nor_released_by_jobs(
 
 
 def test_a_rental_recorded_without_an_owner_is_not_released_by_the_monitor(
-        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, sim: SimulatedProviderServer) -> None:
     """An old receipt (no ``owner`` key) still loads; the monitor names it, never ends it."""
-    monkeypatch.setenv(KEY_ENV, sim.api_key)
     config = _config(tmp_path, sim)
     with sim.renting(KEY_ENV) as market:
         with Board(config) as board:
@@ -243,11 +243,10 @@ def test_a_rental_recorded_without_an_owner_is_not_released_by_the_monitor(
 
 
 def test_a_job_on_a_rental_runs_in_the_workspace_env_built_there(
-        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, sim: SimulatedProviderServer) -> None:
     """[python.deps] on a provider host: the rental (no route to an index: uv offline, its
     cache warmed here first) gets the env built by the job's submit, timed, and the job runs
     in it on the rented machine."""
-    monkeypatch.setenv(KEY_ENV, sim.api_key)
     root = tmp_path / "rented root"
     tools = Path(tools_dir(str(root))) / "pkgs" / "bin"  # the root's own uv, as installed
     tools.mkdir(parents=True)
