@@ -14,10 +14,12 @@ Each round, in fresh workspaces, times as a new `python -m mainboard` process:
 - broker down: `fleet status` and `integrate run.toml` with ``[broker] url`` on a port
   nobody listens on (exit 1, one line);
 - resume refused: `runs resume` of a run another coordinator drives (exit 2, "is being
-  coordinated by pid"), the coordinator a slow local run.
+  coordinated by pid"), the coordinator a slow local run;
+- up: Ctrl-C to exit: `mainboard up --workers 1` (embedded broker, Flower, dashboard, one
+  worker) from SIGINT to its whole group until it exits 0, once it printed its URLs.
 
 Prints each median, its ratio to the peer's, and issue 17's bounds (no fleet < 25 s,
-broker down < 30 s, resume refused < 15 s: hang guards for a loaded machine, not targets).
+broker down < 30 s, resume refused < 15 s; `up` stops within 10 s of Ctrl-C).
 Exits 1 when a command does not exit with the code the CLI contract gives it.
 """
 
@@ -25,6 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,7 +45,7 @@ from tests.support.services import free_port, start_redis  # noqa: E402
 
 BOUNDS = {"no fleet (embedded)": 25.0, "no fleet (answering)": 25.0,
           "broker down: fleet status": 30.0, "broker down: integrate": 30.0,
-          "resume refused": 15.0}
+          "resume refused": 15.0, "up: Ctrl-C to exit": 10.0}
 RUN = toml(slow_spec(0.0, name="contract", stop={"max_samples": 20_000},
                      batching={"batch_size": 10_000, "batches_per_iteration": 1}))
 DRIVEN = slow_spec(0.15, name="driven", stop={"max_samples": 600_000})
@@ -82,6 +87,29 @@ def resume_refused(root: Path, url: str) -> float:
         proc.communicate()
 
 
+def up_stop(root: Path) -> float:
+    """Seconds from Ctrl-C (SIGINT to the group, as a terminal sends it) until `mainboard up`
+    exits 0, in a fresh workspace on the embedded broker."""
+    config = workspace(root, None)
+    proc = subprocess.Popen([sys.executable, "-m", "mainboard", "up", "--json", "--workers", "1"],
+                            cwd=config.parent, env=subprocess_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 300)
+        if not (ready and proc.stdout and proc.stdout.readline()):
+            raise SystemExit("`mainboard up` printed no URLs within 300 s")
+        began = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(300)
+        took = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    if code != 0:
+        raise SystemExit(f"`mainboard up` exited {code} after Ctrl-C, wanted 0")
+    return took
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="rounds (default 3)")
@@ -103,6 +131,7 @@ def main() -> None:
             seconds["broker down: integrate"].append(
                 timed(workspace(root, down), ["integrate", "run.toml"], 1))
             seconds["resume refused"].append(resume_refused(root, redis.url))
+            seconds["up: Ctrl-C to exit"].append(up_stop(root))
     finally:
         redis.stop()
     peer = statistics.median(seconds["peer: --version"])
