@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.* support modules
 
-from tests.boards import write_config  # noqa: E402
-from tests.pymirror import make_mirror, tiny_wheel  # noqa: E402
-from tests.workspace import toml_tables  # noqa: E402
+from tests.support.boards import write_config  # noqa: E402
+from tests.support.pymirror import make_mirror, tiny_wheel  # noqa: E402
+from tests.support.workspace import toml_tables  # noqa: E402
 
 PROBE = "import sys, mbtinyenv; print(sys.version.split()[0])"
 

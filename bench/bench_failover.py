@@ -10,7 +10,7 @@ Run from the repository root:
 
     .venv/bin/python bench/bench_failover.py [--repeat N] [--variants local,ssh] [--json]
 
-Each trial starts a fresh set (a master, one replica, three sentinels: tests/sentinels.py),
+Each trial starts a fresh set (a master, one replica, three sentinels: tests/support/sentinels.py),
 runs the undisturbed run, then the disturbed one, which SIGKILLs the master once iteration
 1 is recorded. Both must end with the in-process reference numbers bit for bit. Printed:
 seconds, the extra seconds and the disturbed/undisturbed ratio per variant. Goal: extra
@@ -30,7 +30,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
-from tests.broker_runs import (  # noqa: E402
+from tests.support.fleet_helpers import (  # noqa: E402
+    batch_consumers,
+    cli,
+    provision_root,
+    ssh_host,
+    table,
+    tear_down,
+    wait_until,
+    workspace,
+)
+from tests.support.integration import toml  # noqa: E402
+from tests.support.outage import (  # noqa: E402
     FLEET_SHAPE,
     FLEET_TABLES,
     numbers,
@@ -41,19 +52,8 @@ from tests.broker_runs import (  # noqa: E402
     wait_iteration,
     workspace_run,
 )
-from tests.fleet_helpers import (  # noqa: E402
-    batch_consumers,
-    cli,
-    provision_root,
-    ssh_host,
-    table,
-    tear_down,
-    wait_until,
-    workspace,
-)
-from tests.integration import toml  # noqa: E402
-from tests.sentinels import SentinelSet, start_sentinel_set  # noqa: E402
-from tests.services import SshServer, start_sshd  # noqa: E402
+from tests.support.sentinels import SentinelSet, start_sentinel_set  # noqa: E402
+from tests.support.services import SshServer, start_sshd  # noqa: E402
 
 GOAL_S = 20.0
 VARIANTS = ("local", "ssh")

@@ -9,7 +9,7 @@ bin, the bin (the last one when the sum rounds up to N), lower edge + position *
 capped below 1, and the Jacobian as the product of width * N over the axes in axis order,
 times the stratum factor. Classic VEGAS is the same loop over one run (step N, corner 0,
 factor 1: u * N + 0 and J * 1 are u * N and J exactly). No fast-math: every result is
-the numpy path's to the last bit, on any CPU (tests/test_integrators_kernels.py holds them
+the numpy path's to the last bit, on any CPU (tests/integrators/test_integrators_kernels.py holds them
 side by side).
 
 Why axis by axis, run by run: inside a run the corner is one number and every operation
