@@ -69,6 +69,9 @@ def test_a_correct_process_answers_and_is_reused(pool: ProcessPool) -> None:
     ("wrong_id", "id 3 does not match the request id 2"),
     ("both", "exactly one of result or error, got both"),
     ("no_jsonrpc", '"jsonrpc" must be "2.0", got None'),
+    ("not_object", "expected a JSON object, got list"),
+    ("bad_error", "error must be an object with a message, got 'oops'"),
+    ("result_list", "result must be a JSON object, got list"),
 ])
 def test_protocol_violations_are_clear_errors(pool: ProcessPool, mode: str, fragment: str) -> None:
     ev = evaluator(pool, mode)
@@ -261,3 +264,17 @@ def test_a_forked_worker_never_touches_its_parents_processes() -> None:
     np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]))
     default_pool().release("fork-test")
     assert parent_client.returncode == 0
+
+
+def test_a_refused_initialize_and_a_killed_process_are_named(pool: ProcessPool) -> None:
+    with pytest.raises(ProcessProtocolError, match=r"initialize answered \{'ok': False, 'why': 'no "
+                                         r"licence'\}; expected"):
+        evaluator(pool, "init_refused")(X, IDX)
+    with pytest.raises(ProcessError, match=r"was killed by signal SIGKILL \(code -9\) during "
+                                         "eval_batch"):
+        evaluator(pool, "killed")(X, IDX)
+
+
+def test_a_long_command_is_shown_cut_to_200_characters() -> None:
+    client = ProcessClient([sys.executable, str(FIXTURE), "ok", "x" * 300], role="evaluator")
+    assert len(client.label) == 200 and client.label.endswith("xxx...")

@@ -203,6 +203,8 @@ def test_a_process_materializer_draws_the_points() -> None:
     ("types", "xs_continuous_row_major must hold only numbers"),
     ("count", "weights must be a list of 4 numbers, got 3 values"),
     ("discrete_range", "discrete index column 0 outside [0, 3)"),
+    ("no_lists", "response needs lists xs_discrete_row_major and xs_discrete_offsets"),
+    ("huge_int", "xs_discrete_row_major holds an integer outside the i64 range"),
 ])
 def test_invalid_transform_and_materializer_output_fails_the_batch(mode: str,
                                                                   fragment: str) -> None:

@@ -55,6 +55,9 @@ def values(params: dict, blob: bytes, value: float | None = None) -> bytes:
 
 
 def initialize(req: dict) -> None:
+    if MODE == "init_refused":
+        send({"jsonrpc": "2.0", "id": req["id"], "result": {"ok": False, "why": "no licence"}})
+        return
     domain = req["params"]["domain"]
     if "continuous" in domain:
         SHAPE["d"] = domain["continuous"]["dims"]
@@ -130,6 +133,15 @@ def misbehave(req: dict, blob: bytes) -> None:
         send(ok, values(params, blob))
         IN.read()                  # EOF on stdin ...
         time.sleep(120)            # ... ignored, and SIGTERM too: only SIGKILL ends it
+    elif MODE == "not_object":
+        OUT.write(b"Content-Length: 3\r\n\r\n[1]")
+        OUT.flush()
+    elif MODE == "bad_error":
+        send({"jsonrpc": "2.0", "id": rid, "error": "oops"})
+    elif MODE == "result_list":
+        send({"jsonrpc": "2.0", "id": rid, "result": [1]})
+    elif MODE == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
     elif MODE == "close_stdout":
         OUT.close()
         os.close(1)
@@ -152,6 +164,10 @@ def json_batch(req: dict) -> None:
         batch["xs_continuous_row_major"][0] = "0.5"
     elif MODE == "count":
         batch["weights"].pop()
+    elif MODE == "no_lists":
+        batch = {"weights": batch["weights"]}
+    elif MODE == "huge_int":
+        batch["xs_discrete_row_major"] = [2**70] * (n * k)
     elif MODE == "discrete_range":
         batch["xs_discrete_row_major"][0] = 99
     send({"jsonrpc": "2.0", "id": req["id"], "result": batch})
