@@ -1,0 +1,105 @@
+"""The pure engine's own guards and small paths, called as a notebook would: the package's
+lazy names, the run state refusing an iteration that is not its own, a task's snapshot, the
+iteration callback, merges of mismatched batches, a deadline that is no string, an error
+ratio without numbers, and the kernels loaded on request."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mainboard.integrators as integrators
+from mainboard.errors import MergeError, SpecError
+from mainboard.integrators import driver, stages
+from mainboard.integrators.driver import RunState, integrate_local, step
+from mainboard.integrators.goal import error_ratio, parse_deadline
+from mainboard.integrators.kernels import preload
+from mainboard.integrators.special import gammaq
+from mainboard.integrators.stages import build_run, merge_results, process_batch
+from mainboard.integrators.stop import precision_met
+
+RUN: dict[str, Any] = {
+    "name": "edges", "seed": 5, "domain": {"continuous": 2},
+    "integrand": {"kind": "genz.gaussian", "a": [2.0, 2.0], "u": [0.5, 0.5]},
+    "sampler": {"kind": "vegas", "bins": 8},
+    "batching": {"batch_size": 500, "batches_per_iteration": 2},
+    "stop": {"max_samples": 2000}}
+
+
+def test_the_package_hands_out_its_names_lazily() -> None:
+    assert integrators.build_run is stages.build_run
+    assert integrators.RunState is driver.RunState
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        integrators.nothing_here  # noqa: B018
+
+
+def test_the_state_refuses_an_iteration_that_is_not_its_own() -> None:
+    state = RunState.start(build_run(RUN))
+    with pytest.raises(ValueError, match="no iteration has finished yet"):
+        state.result()
+    merged = step(state)
+    assert merged is not None and state.iteration == 1
+    with pytest.raises(ValueError, match="expected iteration 1, got 0"):
+        state.apply(merged)
+    later = dataclasses.replace(merged, iteration=1, sampler_version=merged.sampler_version + 7)
+    with pytest.raises(ValueError, match=r"iteration used sampler version \d+, state has \d+"):
+        state.apply(later)
+
+
+def test_a_frozen_task_state_keeps_its_grid_and_says_so_in_its_snapshot() -> None:
+    run = build_run(RUN)
+    state = RunState.start(run)
+    state.frozen, state.task = True, "infer"
+    grid = state.sampler.snapshot()["state"]["edges"].copy()
+    step(state)
+    assert np.array_equal(state.sampler.snapshot()["state"]["edges"], grid)  # never adapted
+    snap = state.snapshot()
+    assert (snap["task"], snap["frozen"]) == ("infer", True)
+    back = RunState.restore(run, snap)
+    assert (back.task, back.frozen, back.samples) == ("infer", True, 1000)
+
+
+def test_the_callback_sees_every_iteration_in_order() -> None:
+    seen: list[tuple[int, int]] = []
+    result = integrate_local(RUN, on_iteration=lambda s, m: seen.append((s.iteration,
+                                                                        m.iteration)))
+    assert seen == [(1, 0), (2, 1)] and result.samples == 2000
+
+
+def test_merging_refuses_batches_of_different_iterations_or_grids() -> None:
+    run = build_run(RUN)
+    sampler = run.new_sampler()
+    a = process_batch(run, sampler, 0, 0, 100)
+    b = process_batch(run, sampler, 1, 1, 100)
+    with pytest.raises(MergeError, match=r"several iterations: \[0, 1\]"):
+        merge_results([a, b])
+    c = dataclasses.replace(process_batch(run, sampler, 0, 1, 100), sampler_version=9)
+    with pytest.raises(MergeError, match=r"several sampler versions"):
+        merge_results([a, c])
+
+
+def test_goal_helpers_refuse_or_skip_what_they_cannot_read() -> None:
+    with pytest.raises(SpecError, match="must be a string"):
+        parse_deadline(3600)
+    stop = dataclasses.make_dataclass("Stop", ["absolute_error", "relative_error"])(0.1, None)
+    assert error_ratio(stop, ["x"], [0.2]) is None
+    assert error_ratio(stop, [], [0.2]) is None
+    assert error_ratio(stop, 1.0, 0.2) == pytest.approx(2.0)
+
+
+def test_an_infinite_chi2_has_p_value_zero_and_a_non_finite_error_meets_no_target() -> None:
+    assert gammaq(2.0, float("inf")) == 0.0
+    with pytest.raises(ValueError, match="gammaq needs a > 0"):
+        gammaq(0.0, 1.0)
+    combined = dataclasses.make_dataclass("C", ["mean", "error"])(
+        np.array([1.0]), np.array([float("nan")]))
+    stop = dataclasses.make_dataclass("S", ["absolute_error", "relative_error"])(1.0, None)
+    assert precision_met(stop, combined, "scalar") is None
+
+
+def test_kernels_load_on_request() -> None:
+    first = preload()
+    assert preload() is first  # loaded once; numpy stays the answer when numba is missing
