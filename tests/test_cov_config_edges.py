@@ -72,6 +72,7 @@ BAD: dict[str, tuple[str, str]] = {
                             "local, ssh and provider hosts; nodes >= 1 for slurm and pbs hosts"),
     "host-named-auto": ('[hosts.auto]\nkind = "ssh"\nhost = "h"\n',
                         '1: hosts.auto: the host name "auto" is reserved for the router'),
+    "host-kind-not-a-string": ('[hosts.c]\nkind = 5\n', "2: hosts.c.kind: unknown host kind"),
     "conda-table": ("[conda]\nx = 1\n", "1: conda: [conda] environments are not supported"),
     "hosts-defaults-not-a-table": ("[hosts]\ndefaults = 1\n",
                                    "2: hosts.defaults: hosts.defaults must be a table"),

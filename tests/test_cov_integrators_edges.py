@@ -103,3 +103,45 @@ def test_an_infinite_chi2_has_p_value_zero_and_a_non_finite_error_meets_no_targe
 def test_kernels_load_on_request() -> None:
     first = preload()
     assert preload() is first  # loaded once; numpy stays the answer when numba is missing
+
+
+def test_histograms_and_moments_of_a_discrete_run_with_a_non_finite_corner() -> None:
+    """A Python observable of (x, idx) bins every finite point; the histogram's bins add up
+    to the total and to the first moment; with every iteration discarded the last stands."""
+    run = {"name": "obs", "seed": 2, "domain": {"continuous": 1, "discrete": [2]},
+           "integrand": {"kind": "python", "target": "tests.cov_targets:channel_peak",
+                         "params": {"scale": 2.0}},
+           "sampler": {"kind": "naive"}, "stop": {"max_samples": 1600},
+           "batching": {"batch_size": 400, "batches_per_iteration": 2},
+           "accumulator": {"kind": "scalar", "discard": 3, "moments": 2, "histograms": [
+               {"name": "h", "of": "tests.cov_targets:channel_and_x", "bins": 4,
+                "range": [0, 2]}]}}
+    result = integrate_local(run).to_dict()
+    assert result["nan_count"] > 0 and result["samples"] == 1600
+    observables = result["observables"]
+    bins = observables["histograms"][0]
+    assert sum(bins["hits"]) < 800  # the last iteration's finite points, none outside
+    assert sum(bins["estimate"][0]) == pytest.approx(result["estimate"], rel=1e-12)
+    assert observables["moments"]["estimate"][0][0] == pytest.approx(result["estimate"],
+                                                                     rel=1e-12)
+    exact = 2.0 * 3.0 * (0.5 - 0.05 ** 2 / 2)  # the corner x0 < 0.05 is left out
+    assert abs(result["estimate"] - exact) < 5 * result["error"]
+
+
+def test_python_integrands_in_their_other_shapes() -> None:
+    from mainboard.errors import ConfigError
+    from mainboard.integrators.integrands import make_integrand
+
+    x, idx = np.full((3, 2), 0.5), np.zeros((3, 0), np.int64)
+    column = make_integrand({"kind": "python", "target": "tests.cov_targets:as_column"}, 2)
+    assert column.evaluate(x, idx).tolist() == [0.5, 0.5, 0.5]  # (n, 1) taken as (n,)
+    cplx = make_integrand({"kind": "python", "target": "tests.cov_targets:as_column",
+                           "components": "complex", "exact": [1.0, 2.0]}, 2)
+    assert cplx.exact == 1 + 2j
+    vector = make_integrand({"kind": "python", "target": "tests.cov_targets:as_column",
+                             "components": 2, "exact": [1.0, 2.0]}, 2)
+    assert vector.exact == [1.0, 2.0]
+    with pytest.raises(ConfigError, match=r"integrand\.a: wrong type"):
+        make_integrand({"kind": "genz.gaussian", "a": "x"}, 2)
+    with pytest.raises(ConfigError, match=r"integrand\.a"):
+        make_integrand({"kind": "genz.gaussian", "a": [1.0]}, 2)
