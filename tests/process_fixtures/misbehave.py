@@ -178,7 +178,19 @@ def produce(req: dict) -> None:
     n, k, d = req["params"]["nr_samples"], SHAPE["k"], SHAPE["d"]
     weights = [-1.0 if MODE == "weights" and i == 0 else 1.0 for i in range(n)]
     blob = struct.pack(f"<{n * k}q{n * d}d{n}d", *([0] * (n * k)), *([0.25] * (n * d)), *weights)
-    send({"jsonrpc": "2.0", "id": req["id"], "result": {}}, blob[:-8] if MODE == "short" else blob)
+    result = {"xs_continuous_offsets": [0]} if MODE == "sampler_offsets" else {}
+    send({"jsonrpc": "2.0", "id": req["id"], "result": result},
+         blob[:-8] if MODE == "short" else blob)
+
+
+def sampler_question(req: dict) -> None:
+    """sample_plan / training_samples_remaining answered as MODE says."""
+    if req["method"] == "sample_plan":
+        result = {"plan": {"kind": "produce", "nr_samples": 0} if MODE == "bad_plan"
+                  else {"kind": "pause"}}
+    else:
+        result = {"remaining": -1 if MODE == "bad_remaining" else 5}
+    send({"jsonrpc": "2.0", "id": req["id"], "result": result})
 
 
 def main() -> None:
@@ -192,6 +204,8 @@ def main() -> None:
             json_batch(req)
         elif req["method"] == "produce_latent_batch":
             produce(req)
+        elif req["method"] in ("sample_plan", "training_samples_remaining"):
+            sampler_question(req)
         else:
             misbehave(req, blob)
 
