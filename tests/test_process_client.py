@@ -240,6 +240,8 @@ def test_pool_keys_by_run_and_releases_one_run(pool: ProcessPool) -> None:
     ({"command": ["p"], "shutdown_grace": -1}, "x.shutdown_grace", "seconds >= 0"),
     ({"command": ["p"], "args": {"a": float("inf")}}, "x.args", "JSON-representable"),
     ({"command": ["p"], "comand": ["p"]}, "x.comand", "unknown key"),
+    ({"command": ["p"], "cwd": 3}, "x.cwd", "must be a directory path string"),
+    ({"command": ["p"], "args": [1]}, "x.args", "must be a table"),
 ])
 def test_bad_process_tables_name_key_and_value(table: dict, key: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -278,3 +280,23 @@ def test_a_refused_initialize_and_a_killed_process_are_named(pool: ProcessPool) 
 def test_a_long_command_is_shown_cut_to_200_characters() -> None:
     client = ProcessClient([sys.executable, str(FIXTURE), "ok", "x" * 300], role="evaluator")
     assert len(client.label) == 200 and client.label.endswith("xxx...")
+
+
+def test_a_relative_cwd_is_taken_from_the_run_file_s_folder() -> None:
+    spec = ProcessSpec.from_config({"command": ["p"], "cwd": "sub"}, where="x", base="/srv/run")
+    assert spec.cwd == "/srv/run/sub"
+
+
+def test_a_process_that_dies_at_startup_is_restarted_once_then_named(pool: ProcessPool) -> None:
+    with pytest.raises(ProcessCrashed, match="exited with code 5"):
+        evaluator(pool, "init_exit").process.start()
+    with pytest.raises(ProcessRemoteError, match="no licence file"):
+        evaluator(pool, "init_remote")(X, IDX)
+
+
+def test_a_process_gone_between_batches_is_started_afresh(pool: ProcessPool) -> None:
+    ev = evaluator(pool, "exit_after")
+    np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]))
+    ev.process.client._proc.wait(timeout=10)  # the event: it exited after answering
+    np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]))
+    assert ev.process.starts == 2

@@ -278,7 +278,6 @@ def test_a_process_sampler_s_questions_are_checked() -> None:
 
 def test_the_old_helper_path_hands_out_the_standalone_package() -> None:
     import gammaboard_process
-
     from mainboard.integrators.process import helper
 
     assert helper.__all__ == gammaboard_process.__all__

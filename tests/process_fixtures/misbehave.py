@@ -55,6 +55,12 @@ def values(params: dict, blob: bytes, value: float | None = None) -> bytes:
 
 
 def initialize(req: dict) -> None:
+    if MODE == "init_exit":
+        os._exit(5)
+    if MODE == "init_remote":
+        send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32000,
+                                                          "message": "no licence file"}})
+        return
     if MODE == "init_refused":
         send({"jsonrpc": "2.0", "id": req["id"], "result": {"ok": False, "why": "no licence"}})
         return
@@ -71,8 +77,10 @@ def initialize(req: dict) -> None:
 def misbehave(req: dict, blob: bytes) -> None:
     rid, params = req["id"], req["params"]
     ok = {"jsonrpc": "2.0", "id": rid, "result": {}}
-    if MODE == "ok":
+    if MODE in ("ok", "exit_after"):
         send(ok, values(params, blob))
+        if MODE == "exit_after":
+            sys.exit(0)
     elif MODE == "bad_header":
         OUT.write(b"Content-Length: abc\r\n\r\n{}")
         OUT.flush()
