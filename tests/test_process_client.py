@@ -300,3 +300,26 @@ def test_a_process_gone_between_batches_is_started_afresh(pool: ProcessPool) -> 
     ev.process.client._proc.wait(timeout=10)  # the event: it exited after answering
     np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]))
     assert ev.process.starts == 2
+
+
+def test_requests_to_a_process_not_running_or_gone_are_named() -> None:
+    client = ProcessClient([sys.executable, "-c", "pass"], role="evaluator")
+    with pytest.raises(ProcessError, match="eval_batch: the evaluator process is not running"):
+        client.request("eval_batch", {})
+    client.start()
+    client._proc.wait(timeout=10)  # the event: it has exited
+    with pytest.raises(ProcessCrashed, match=r"exited with code 0 during eval_batch \(before "
+                                             r"the request was sent\)"):
+        client.request("eval_batch", {})
+    client.close()
+
+
+def test_a_stderr_line_past_the_limit_is_cut_and_the_next_kept(
+        pool: ProcessPool, caplog: pytest.LogCaptureFixture) -> None:
+    ev = evaluator(pool, "long_stderr")
+    with caplog.at_level(logging.WARNING, logger="mainboard.process"):
+        np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]))
+        ev.process.close()  # the stderr reader drains before close returns
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(m.endswith("y" * 10 + " [line truncated]") for m in lines), lines
+    assert any(m.endswith("after the long line") for m in lines), lines

@@ -130,6 +130,10 @@ def misbehave(req: dict, blob: bytes) -> None:
     elif MODE == "notify_and_case":
         send({"jsonrpc": "2.0", "method": "progress", "params": {"activity": "warming up"}})
         send(ok, values(params, blob), names=("content-length", "BINARY-LENGTH"))
+    elif MODE == "long_stderr":
+        sys.stderr.write("y" * 10000 + "\nafter the long line\n")
+        sys.stderr.flush()
+        send(ok, values(params, blob))
     elif MODE == "logs":
         for level in ("trace", "debug", "info", "warn", "error"):
             sys.stderr.write(f"@gblog\t{level}\tmessage at {level}\n")
