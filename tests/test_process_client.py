@@ -72,6 +72,8 @@ def test_a_correct_process_answers_and_is_reused(pool: ProcessPool) -> None:
     ("not_object", "expected a JSON object, got list"),
     ("bad_error", "error must be an object with a message, got 'oops'"),
     ("result_list", "result must be a JSON object, got list"),
+    ("bad_header_line", "bad frame header line b'Garbage\\r\\n' (expected 'Name: value'"),
+    ("long_line_nl", "a line on stdout is longer than the header line limit of 8192 bytes"),
 ])
 def test_protocol_violations_are_clear_errors(pool: ProcessPool, mode: str, fragment: str) -> None:
     ev = evaluator(pool, mode)
@@ -323,3 +325,15 @@ def test_a_stderr_line_past_the_limit_is_cut_and_the_next_kept(
     lines = [r.getMessage() for r in caplog.records]
     assert any(m.endswith("y" * 10 + " [line truncated]") for m in lines), lines
     assert any(m.endswith("after the long line") for m in lines), lines
+
+
+@pytest.mark.parametrize("mode", ["blank_stray", "other_header"])
+def test_blank_stray_lines_and_unknown_headers_are_passed_over(pool: ProcessPool,
+                                                               mode: str) -> None:
+    np.testing.assert_allclose(evaluator(pool, mode)(X, IDX), np.sin(X[:, 0]))
+
+
+def test_stdout_ending_inside_a_line_is_a_crash_named_so(pool: ProcessPool) -> None:
+    with pytest.raises(ProcessCrashed, match=r"exited with code 0 during eval_batch \(inside "
+                                             r"a partial line on stdout\)"):
+        evaluator(pool, "partial_exit")(X, IDX)

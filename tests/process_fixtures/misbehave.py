@@ -130,6 +130,23 @@ def misbehave(req: dict, blob: bytes) -> None:
     elif MODE == "notify_and_case":
         send({"jsonrpc": "2.0", "method": "progress", "params": {"activity": "warming up"}})
         send(ok, values(params, blob), names=("content-length", "BINARY-LENGTH"))
+    elif MODE == "partial_exit":
+        OUT.write(b"Content-Len")
+        OUT.flush()
+        os._exit(0)
+    elif MODE in ("blank_stray", "other_header"):
+        body = json.dumps({**ok, "result": {}}).encode()
+        extra = b"X-Note: hi\r\n" if MODE == "other_header" else b""
+        blob_out = values(params, blob)
+        OUT.write(b"\n" * (MODE == "blank_stray") + b"Content-Length: %d\r\n" % len(body)
+                  + extra + b"Binary-Length: %d\r\n\r\n" % len(blob_out) + body + blob_out)
+        OUT.flush()
+    elif MODE == "bad_header_line":
+        OUT.write(b"Content-Length: 2\r\nGarbage\r\n\r\n{}")
+        OUT.flush()
+    elif MODE == "long_line_nl":
+        OUT.write(b"x" * 9000 + b"\n")
+        OUT.flush()
     elif MODE == "long_stderr":
         sys.stderr.write("y" * 10000 + "\nafter the long line\n")
         sys.stderr.flush()
