@@ -145,3 +145,23 @@ def test_python_integrands_in_their_other_shapes() -> None:
         make_integrand({"kind": "genz.gaussian", "a": "x"}, 2)
     with pytest.raises(ConfigError, match=r"integrand\.a"):
         make_integrand({"kind": "genz.gaussian", "a": [1.0]}, 2)
+
+
+def test_a_constant_keeps_its_exact_value_only_where_the_region_s_volume_is_known() -> None:
+    """One ball of radius 1 in 2-d, scaled by 1/2: value x pi / 4; the same ball after a
+    process transform (its map unknown here): no exact value."""
+    import math
+
+    from mainboard.integrators.domain import Domain
+    from mainboard.integrators.spec import UnitBallSpec
+    from mainboard.integrators.transforms import TransformChain
+
+    base = {**RUN, "integrand": {"kind": "constant", "value": 2.0}}
+    ball = build_run({**base, "transforms": [{"kind": "unit_ball"},
+                                             {"kind": "affine", "scale": [0.5, 0.5]}]})
+    assert ball.integrand.exact == pytest.approx(2.0 * math.pi / 4)
+    later = build_run({**base, "transforms": [{"kind": "process", "command": ["never-run"]},
+                                              {"kind": "unit_ball"}]})
+    assert later.integrand.exact is None  # nothing started: processes start on first batch
+    with pytest.raises(ValueError, match=r"transforms\.0\.center: center needs 2 entries"):
+        TransformChain([UnitBallSpec(kind="unit_ball", center=[0.0])], Domain(2))
