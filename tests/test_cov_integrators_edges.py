@@ -165,3 +165,22 @@ def test_a_constant_keeps_its_exact_value_only_where_the_region_s_volume_is_know
     assert later.integrand.exact is None  # nothing started: processes start on first batch
     with pytest.raises(ValueError, match=r"transforms\.0\.center: center needs 2 entries"):
         TransformChain([UnitBallSpec(kind="unit_ball", center=[0.0])], Domain(2))
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, 3, 5])
+@pytest.mark.parametrize("total", [0, 3, 10, 1000, 100_000, 10**9])
+def test_strata_per_axis_fill_the_target_and_differ_by_at_most_one(dim: int, total: int) -> None:
+    """About 2 samples of the non-adaptive share per hypercube: as many as fit, no more."""
+    from mainboard.integrators.strata import ADAPTIVE_FRACTION, MAX_STRATA, strata_shape
+
+    shape = strata_shape(total, dim)
+    target = min((1.0 - ADAPTIVE_FRACTION) * total / 2.0, float(MAX_STRATA))
+    assert shape.shape == (dim,) and (shape >= 1).all()
+    if dim == 0:
+        return
+    assert shape.max() - shape.min() <= 1
+    assert np.prod(shape, dtype=np.float64) <= max(target, 1.0)
+    if target >= 2:  # one more stratum on the smallest axis would pass the target
+        grown = shape.copy()
+        grown[int(np.argmin(grown))] += 1
+        assert np.prod(grown, dtype=np.float64) > target
