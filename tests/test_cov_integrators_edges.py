@@ -184,3 +184,23 @@ def test_strata_per_axis_fill_the_target_and_differ_by_at_most_one(dim: int, tot
         grown = shape.copy()
         grown[int(np.argmin(grown))] += 1
         assert np.prod(grown, dtype=np.float64) > target
+
+
+def test_vegas_plus_plans_strata_only_when_two_fit_and_keeps_a_plan_asked_twice() -> None:
+    from mainboard.integrators.domain import Domain
+    from mainboard.integrators.owner import produce_iteration
+    from mainboard.integrators.samplers import VegasSampler, make_sampler
+
+    sampler = VegasSampler(Domain(2), bins=8, beta=0.75)
+    sampler.plan([3])
+    assert not sampler.stratified  # 3 samples: no two strata
+    sampler.plan([1000, 1000])
+    plan = sampler.strata
+    sampler.plan([1000, 1000])
+    assert sampler.stratified and sampler.strata is plan  # the owner asks again: same plan
+    with pytest.raises(ValueError, match=r"batch 5 of 10 samples is not in the sampler's plan"):
+        plan.share(5, 10)
+    with pytest.raises(ValueError, match="unknown sampler kind 'sobol'; valid: discrete, "):
+        make_sampler({"kind": "sobol"}, Domain(2))
+    with pytest.raises(TypeError, match="a 'vegas' sampler has no owner"):
+        produce_iteration(sampler, 1, 0, 100, 2)
