@@ -49,6 +49,14 @@ BAD: dict[str, tuple[dict[str, Any], str]] = {
                      "sampler.bins: wrong type: expected an integer (and 1 more problem)"),
     "long-value": (run_with(domain={"continuous": list(range(40))}),
                    "domain.continuous: wrong type: expected an integer; valid"),
+    "params-not-a-table": (run_with(integrand={"kind": "python", "target": "m:f",
+                                               "params": 3}),
+                           "integrand.params: wrong type: expected a table (got 3); valid: "
+                           "a table"),
+    "an-entry-of-u": (run_with(integrand={"kind": "genz.gaussian", "a": [2.0, 2.0],
+                                          "u": ["a", 0.5]}),
+                      "integrand.u[0]: wrong type: expected a number (got 'a'); valid: a "
+                      "finite number"),
     "histogram-twice": (run_with(accumulator={"kind": "scalar",
                                               "histograms": [HISTOGRAM, HISTOGRAM]}),
                         "accumulator.histograms[1].name: histogram name 'h' is used twice"),
