@@ -204,3 +204,13 @@ def test_vegas_plus_plans_strata_only_when_two_fit_and_keeps_a_plan_asked_twice(
         make_sampler({"kind": "sobol"}, Domain(2))
     with pytest.raises(TypeError, match="a 'vegas' sampler has no owner"):
         produce_iteration(sampler, 1, 0, 100, 2)
+
+
+def test_rows_that_are_each_finite_all_count_even_when_their_sum_overflows() -> None:
+    from mainboard.integrators.accumulators import Partial
+
+    with np.errstate(over="ignore"):  # the mean of such rows overflows too (numpy warns)
+        part, mask = Partial.from_values(np.array([[1e308], [1e308], [1.0]]))
+    assert mask is None and part.count == 3
+    part, mask = Partial.from_values(np.array([[1.0], [np.inf]]))
+    assert mask.tolist() == [True, False] and part.count == 1
