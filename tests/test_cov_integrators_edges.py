@@ -214,3 +214,22 @@ def test_rows_that_are_each_finite_all_count_even_when_their_sum_overflows() -> 
     assert mask is None and part.count == 3
     part, mask = Partial.from_values(np.array([[1.0], [np.inf]]))
     assert mask.tolist() == [True, False] and part.count == 1
+
+
+def test_one_sample_has_no_error_estimate_and_a_bad_observable_fails_the_batch() -> None:
+    from mainboard.errors import BatchError
+
+    run = {**RUN, "sampler": {"kind": "naive"}, "stop": {"max_samples": 1},
+           "batching": {"batch_size": 1, "batches_per_iteration": 1},
+           "accumulator": {"kind": "scalar", "moments": 1, "histograms": [
+               {"name": "h", "of": "x0", "bins": 2, "range": [0, 1]}]}}
+    result = integrate_local(run).to_dict()
+    assert result["error"] == float("inf")
+    observables = result["observables"]
+    assert observables["moments"]["error"] == [[float("inf")]]
+    assert observables["histograms"][0]["error"] == [[float("inf"), float("inf")]]
+    run["accumulator"]["histograms"][0]["of"] = "tests.run_integrands:wrong_shape"
+    run["stop"], run["batching"] = {"max_samples": 10}, {"batch_size": 10}
+    with pytest.raises(BatchError, match=r"histogram 'h': tests\.run_integrands:wrong_shape "
+                                         r"returned shape \(10, 2\), expected \(10,\)"):
+        integrate_local(run)
