@@ -233,3 +233,21 @@ def test_one_sample_has_no_error_estimate_and_a_bad_observable_fails_the_batch()
     with pytest.raises(BatchError, match=r"histogram 'h': tests\.run_integrands:wrong_shape "
                                          r"returned shape \(10, 2\), expected \(10,\)"):
         integrate_local(run)
+
+
+def test_a_batch_from_user_code_is_checked_before_it_is_used() -> None:
+    """What a registered sampler or transform hands back: a Batch of numpy arrays; weights
+    each finite are fine even when their sum overflows."""
+    from mainboard.errors import BatchError
+    from mainboard.integrators.domain import Batch, Domain, validate
+
+    domain = Domain(2)
+    with pytest.raises(BatchError, match="expected a Batch, got dict"):
+        validate({"x": []}, domain, "transform[0]:mine")  # type: ignore[arg-type]
+    with pytest.raises(BatchError, match="x must be a numpy array, got list"):
+        validate(Batch(x=[[0.5, 0.5]], idx=np.zeros((1, 0), np.int64),  # type: ignore[arg-type]
+                       weights=np.ones(1)), domain, "sample")
+    big = Batch(x=np.full((2, 2), 0.5), idx=np.zeros((2, 0), np.int64),
+                weights=np.array([1e308, 1e308]))
+    with np.errstate(over="ignore"):
+        assert validate(big, domain, "sample") is big
