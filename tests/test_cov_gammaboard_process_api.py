@@ -42,3 +42,20 @@ def test_a_forgotten_method_names_itself() -> None:
 def test_a_sampler_s_defaults_have_no_opinion() -> None:
     sampler = Sampler(**SHAPE)
     assert sampler.training_samples_remaining() is None and sampler.get_diagnostics() == {}
+
+
+def test_domain_shapes_of_the_protocol() -> None:
+    from gammaboard_process.wire import domain_shape
+
+    assert domain_shape({"continuous": {"dims": 3}}) == ([], 3)
+    assert domain_shape({"rectangular": {"discrete_cardinalities": [2, 4],
+                                         "continuous_dims": 1}}) == ([2, 4], 1)
+    branch = {"domain": {"continuous": {"dims": 2}}}
+    assert domain_shape({"discrete": {"branches": [branch, branch]}}) == ([2], 2)
+    for bad, says in (([], "domain must be an object with one of continuous"),
+                      ({"spiral": {}}, "unknown domain shape 'spiral'; valid: continuous"),
+                      ({"discrete": {"branches": []}}, "needs at least one branch"),
+                      ({"discrete": {"branches": [branch, {"domain": {"continuous": {
+                          "dims": 3}}}]}}, "branches of different shapes")):
+        with pytest.raises(ValueError, match=says):
+            domain_shape(bad)
