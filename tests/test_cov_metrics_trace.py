@@ -54,3 +54,34 @@ def test_a_failed_py_spy_is_named_in_words(tmp_path: Path, stderr: str, why: str
                              str(out)], stderr=subprocess.PIPE, text=True)
     stacks, reason = Sampler(1.0).finish_local(proc)
     assert stacks is None and why in reason
+
+
+def test_a_registered_source_joins_the_merge_and_a_json_that_is_no_trace_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``register_source`` is the extension point (CUPTI timelines): ``KIND:REF`` is read
+    by its reader; a JSON file that is not a Chrome trace is one line naming it."""
+    from mainboard.errors import UserError
+    from mainboard.hosts.access import Hosts
+    from mainboard.runs.trace import TraceSpan
+    from mainboard.trace import merge as merging
+
+    (tmp_path / "mainboard.toml").write_text("")
+    board = Hosts(tmp_path / "mainboard.toml")
+    monkeypatch.setattr(merging, "SOURCES", dict(merging.SOURCES))
+
+    def gpu(ref: str) -> merging.Part:
+        span = TraceSpan("gpu0", "stream 7", "kernel", 100.0, 0.5, {"ref": ref})
+        return merging.Part("gpu", ref, f"cupti {ref}", 0.0, [span])
+
+    merging.register_source("gpu", gpu)
+    parts = merging.resolve(board, ["gpu:run-1.cupti"], None)
+    doc = merging.merge(parts, "local")
+    assert doc["otherData"]["merge"]["parts"] == [
+        {"kind": "gpu", "id": "run-1.cupti", "source": "cupti run-1.cupti", "offset_s": 0.0,
+         "events": 1}]
+    other = tmp_path / "other.json"
+    for text in ("[1, 2]", '{"traceEvents": [{"ph": "X"}]}'):  # a list once gave a traceback
+        other.write_text(text)
+        with pytest.raises(UserError, match=r"other\.json: not a trace file written by "
+                                            "mainboard"):
+            merging.resolve(board, [str(other)], None)
