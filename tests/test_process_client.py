@@ -337,3 +337,15 @@ def test_stdout_ending_inside_a_line_is_a_crash_named_so(pool: ProcessPool) -> N
     with pytest.raises(ProcessCrashed, match=r"exited with code 0 during eval_batch \(inside "
                                              r"a partial line on stdout\)"):
         evaluator(pool, "partial_exit")(X, IDX)
+
+
+def test_a_complex_evaluator_and_points_of_the_wrong_shape(pool: ProcessPool) -> None:
+    from mainboard.integrators.process.adapters import to_spec
+
+    ev = ProcessEvaluator(spec("ok"), 2, components="complex", pool=pool, run_id="run-1")
+    np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]) * (1 + 1j))  # [re, im] columns
+    with pytest.raises(BatchError, match=r"expected x \(16, 2\) and idx \(16, 0\), got "
+                                         r"\(16, 1\) and \(16, 0\)"):
+        ev(X[:, :1], IDX)
+    given = to_spec({"command": ["p"], "timeout_s": 3.0}, "integrand")  # gammaboard's name
+    assert given.request_timeout == 3.0 and to_spec(given, "integrand") is given
