@@ -69,6 +69,11 @@ def test_a_correct_process_answers_and_is_reused(pool: ProcessPool) -> None:
     ("wrong_id", "id 3 does not match the request id 2"),
     ("both", "exactly one of result or error, got both"),
     ("no_jsonrpc", '"jsonrpc" must be "2.0", got None'),
+    ("not_object", "expected a JSON object, got list"),
+    ("bad_error", "error must be an object with a message, got 'oops'"),
+    ("result_list", "result must be a JSON object, got list"),
+    ("bad_header_line", "bad frame header line b'Garbage\\r\\n' (expected 'Name: value'"),
+    ("long_line_nl", "a line on stdout is longer than the header line limit of 8192 bytes"),
 ])
 def test_protocol_violations_are_clear_errors(pool: ProcessPool, mode: str, fragment: str) -> None:
     ev = evaluator(pool, mode)
@@ -237,6 +242,8 @@ def test_pool_keys_by_run_and_releases_one_run(pool: ProcessPool) -> None:
     ({"command": ["p"], "shutdown_grace": -1}, "x.shutdown_grace", "seconds >= 0"),
     ({"command": ["p"], "args": {"a": float("inf")}}, "x.args", "JSON-representable"),
     ({"command": ["p"], "comand": ["p"]}, "x.comand", "unknown key"),
+    ({"command": ["p"], "cwd": 3}, "x.cwd", "must be a directory path string"),
+    ({"command": ["p"], "args": [1]}, "x.args", "must be a table"),
 ])
 def test_bad_process_tables_name_key_and_value(table: dict, key: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -261,3 +268,84 @@ def test_a_forked_worker_never_touches_its_parents_processes() -> None:
     np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]))
     default_pool().release("fork-test")
     assert parent_client.returncode == 0
+
+
+def test_a_refused_initialize_and_a_killed_process_are_named(pool: ProcessPool) -> None:
+    with pytest.raises(ProcessProtocolError, match=r"initialize answered \{'ok': False, 'why': 'no "
+                                         r"licence'\}; expected"):
+        evaluator(pool, "init_refused")(X, IDX)
+    with pytest.raises(ProcessError, match=r"was killed by signal SIGKILL \(code -9\) during "
+                                         "eval_batch"):
+        evaluator(pool, "killed")(X, IDX)
+
+
+def test_a_long_command_is_shown_cut_to_200_characters() -> None:
+    client = ProcessClient([sys.executable, str(FIXTURE), "ok", "x" * 300], role="evaluator")
+    assert len(client.label) == 200 and client.label.endswith("xxx...")
+
+
+def test_a_relative_cwd_is_taken_from_the_run_file_s_folder() -> None:
+    spec = ProcessSpec.from_config({"command": ["p"], "cwd": "sub"}, where="x", base="/srv/run")
+    assert spec.cwd == "/srv/run/sub"
+
+
+def test_a_process_that_dies_at_startup_is_restarted_once_then_named(pool: ProcessPool) -> None:
+    with pytest.raises(ProcessCrashed, match="exited with code 5"):
+        evaluator(pool, "init_exit").process.start()
+    with pytest.raises(ProcessRemoteError, match="no licence file"):
+        evaluator(pool, "init_remote")(X, IDX)
+
+
+def test_a_process_gone_between_batches_is_started_afresh(pool: ProcessPool) -> None:
+    ev = evaluator(pool, "exit_after")
+    np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]))
+    ev.process.client._proc.wait(timeout=10)  # the event: it exited after answering
+    np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]))
+    assert ev.process.starts == 2
+
+
+def test_requests_to_a_process_not_running_or_gone_are_named() -> None:
+    client = ProcessClient([sys.executable, "-c", "pass"], role="evaluator")
+    with pytest.raises(ProcessError, match="eval_batch: the evaluator process is not running"):
+        client.request("eval_batch", {})
+    client.start()
+    client._proc.wait(timeout=10)  # the event: it has exited
+    with pytest.raises(ProcessCrashed, match=r"exited with code 0 during eval_batch \(before "
+                                             r"the request was sent\)"):
+        client.request("eval_batch", {})
+    client.close()
+
+
+def test_a_stderr_line_past_the_limit_is_cut_and_the_next_kept(
+        pool: ProcessPool, caplog: pytest.LogCaptureFixture) -> None:
+    ev = evaluator(pool, "long_stderr")
+    with caplog.at_level(logging.WARNING, logger="mainboard.process"):
+        np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]))
+        ev.process.close()  # the stderr reader drains before close returns
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(m.endswith("y" * 10 + " [line truncated]") for m in lines), lines
+    assert any(m.endswith("after the long line") for m in lines), lines
+
+
+@pytest.mark.parametrize("mode", ["blank_stray", "other_header"])
+def test_blank_stray_lines_and_unknown_headers_are_passed_over(pool: ProcessPool,
+                                                               mode: str) -> None:
+    np.testing.assert_allclose(evaluator(pool, mode)(X, IDX), np.sin(X[:, 0]))
+
+
+def test_stdout_ending_inside_a_line_is_a_crash_named_so(pool: ProcessPool) -> None:
+    with pytest.raises(ProcessCrashed, match=r"exited with code 0 during eval_batch \(inside "
+                                             r"a partial line on stdout\)"):
+        evaluator(pool, "partial_exit")(X, IDX)
+
+
+def test_a_complex_evaluator_and_points_of_the_wrong_shape(pool: ProcessPool) -> None:
+    from mainboard.integrators.process.adapters import to_spec
+
+    ev = ProcessEvaluator(spec("ok"), 2, components="complex", pool=pool, run_id="run-1")
+    np.testing.assert_allclose(ev(X, IDX), np.sin(X[:, 0]) * (1 + 1j))  # [re, im] columns
+    with pytest.raises(BatchError, match=r"expected x \(16, 2\) and idx \(16, 0\), got "
+                                         r"\(16, 1\) and \(16, 0\)"):
+        ev(X[:, :1], IDX)
+    given = to_spec({"command": ["p"], "timeout_s": 3.0}, "integrand")  # gammaboard's name
+    assert given.request_timeout == 3.0 and to_spec(given, "integrand") is given

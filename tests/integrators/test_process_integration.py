@@ -203,6 +203,8 @@ def test_a_process_materializer_draws_the_points() -> None:
     ("types", "xs_continuous_row_major must hold only numbers"),
     ("count", "weights must be a list of 4 numbers, got 3 values"),
     ("discrete_range", "discrete index column 0 outside [0, 3)"),
+    ("no_lists", "response needs lists xs_discrete_row_major and xs_discrete_offsets"),
+    ("huge_int", "xs_discrete_row_major holds an integer outside the i64 range"),
 ])
 def test_invalid_transform_and_materializer_output_fails_the_batch(mode: str,
                                                                   fragment: str) -> None:
@@ -242,3 +244,42 @@ def test_bad_component_declarations_are_config_errors(components: Any) -> None:
 
     with pytest.raises(ConfigError, match="integrand.components"):
         ProcessEvaluator({"command": [PY]}, 2, components=components)
+
+
+def test_a_process_sampler_s_questions_are_checked() -> None:
+    """A plan of no samples, a negative training count and offsets that do not describe the
+    batch each fail in one line naming the command; a pause and a count pass through."""
+    domain = Domain(2)
+
+    def sampler(mode: str) -> ProcessSampler:
+        return ProcessSampler(domain, command=[PY, str(MISBEHAVE), mode])
+
+    bad = sampler("bad_plan")
+    with pytest.raises(BatchError, match=r"sample_plan returned \{'kind': 'produce', "
+                                         r"'nr_samples': 0\}; valid"):
+        bad.sample_plan()
+    assert bad.training_samples_remaining() == 5
+    bad.close()
+    fine = sampler("ok")
+    assert fine.sample_plan() == {"kind": "pause"}
+    idx, x, weights = fine.produce_latent_batch(3)  # no seed: the process draws its own
+    assert (idx.shape, x.shape, weights.tolist()) == ((3, 0), (3, 2), [1.0, 1.0, 1.0])
+    fine.close()
+    remaining = sampler("bad_remaining")
+    with pytest.raises(BatchError, match=r"training_samples_remaining returned -1; valid"):
+        remaining.training_samples_remaining()
+    remaining.close()
+    offsets = sampler("sampler_offsets")
+    with pytest.raises(BatchError, match=r"xs_continuous_offsets must describe 3 samples of "
+                                         "fixed width 2"):
+        offsets.produce_latent_batch(3, seed=1)
+    offsets.close()
+
+
+def test_the_old_helper_path_hands_out_the_standalone_package() -> None:
+    import gammaboard_process
+    from mainboard.integrators.process import helper
+
+    assert helper.__all__ == gammaboard_process.__all__
+    assert all(getattr(helper, name) is getattr(gammaboard_process, name)
+               for name in gammaboard_process.__all__)
