@@ -13,7 +13,7 @@ import pytest
 
 from mainboard.errors import ConfigError
 from mainboard.integrators.gammaboard import IgnoredKeys, translate
-from tests.gammaboard_cases import MULTI, UNIT_NEW, UNIT_OLD
+from tests.support.gammaboard_cases import MULTI, UNIT_NEW, UNIT_OLD
 
 SAMPLER = '{ kind = "naive_monte_carlo" }'
 DOMAIN = "{ continuous = { dims = 2 } }"
