@@ -34,7 +34,7 @@ from mainboard.fleet.workers import broker_route  # noqa: E402
 from mainboard.services.broker import EmbeddedBroker  # noqa: E402
 from mainboard.tasks.app import make_app  # noqa: E402
 from mainboard.tasks.fleet import PROBE_TASK  # noqa: E402
-from tests.fleet_helpers import HOST_PYTHON, ssh_host, table, workspace  # noqa: E402
+from tests.support.fleet_helpers import HOST_PYTHON, ssh_host, table, workspace  # noqa: E402
 
 KINDS = ("local", "ssh", "slurm", "provider")
 SIM_KEY = "MB_BENCH_SIM_KEY"
@@ -95,8 +95,8 @@ def main() -> None:
     from mainboard.bridges.project import local_project
     from mainboard.bridges.provision import provision
     from mainboard.bridges.transport import LocalTransport
-    from tests.services import start_slurm, start_sshd
-    from tests.sim_provider import start_simulated_provider
+    from tests.support.services import start_slurm, start_sshd
+    from tests.support.sim_provider import start_simulated_provider
 
     base = Path(tempfile.mkdtemp(prefix="mb-bench-autoscale-"))
     root = base / "root"  # one provisioned environment for every host

@@ -36,9 +36,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.integration import spec, write_workspace  # noqa: E402
-from tests.run_receipts import fill  # noqa: E402
-from tests.services import start_redis  # noqa: E402
+from tests.support.integration import spec, write_workspace  # noqa: E402
+from tests.support.run_receipts import fill  # noqa: E402
+from tests.support.services import start_redis  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -106,7 +106,7 @@ def list_page_in_chromium(url: str, base: str, rows: int, loads: int = 5) -> lis
     if shutil.which("chromium") is None:
         print("no chromium: the page in a browser is not timed")
         return []
-    from tests.chromium import Tab, drive
+    from tests.support.chromium import Tab, drive
 
     drawn = (f"document.querySelectorAll('tr[data-run-id]').length === {rows} "
              "? performance.now() : 0")

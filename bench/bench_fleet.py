@@ -39,7 +39,7 @@ from mainboard.fleet.records import host_queue  # noqa: E402
 from mainboard.fleet.workers import bridge_of, broker_route, job_of, registry_entries  # noqa: E402
 from mainboard.tasks.app import make_app  # noqa: E402
 from mainboard.tasks.fleet import PROBE_TASK  # noqa: E402
-from tests.fleet_helpers import HOST_PYTHON, config, ssh_host, table, workspace  # noqa: E402
+from tests.support.fleet_helpers import HOST_PYTHON, config, ssh_host, table, workspace  # noqa: E402
 
 PARTS = ("rent", "connect", "provision", "route", "submit", "tunnel", "queue", "boot", "task")
 KINDS = ("local", "ssh", "netns", "slurm", "pbs", "provider")
@@ -168,9 +168,9 @@ def main() -> None:
     from mainboard.bridges.provision import provision
     from mainboard.bridges.transport import LocalTransport
     from mainboard.services.broker import EmbeddedBroker
-    from tests.netns import free_subnet_index, make_netns_host
-    from tests.services import start_slurm, start_sshd
-    from tests.sim_provider import start_simulated_provider
+    from tests.support.netns import free_subnet_index, make_netns_host
+    from tests.support.services import start_slurm, start_sshd
+    from tests.support.sim_provider import start_simulated_provider
 
     base = Path(tempfile.mkdtemp(prefix="mb-bench-fleet-"))
     shared = base / "shared-root"  # preset env for hosts without a route to an index

@@ -1,7 +1,7 @@
 """What the sync before a fleet run costs: nothing changed, one file changed, vs one ssh round trip.
 
 Run from the repository root:  .venv/bin/python bench/bench_fleet_sync.py [-n 20] [--files 300]
-Starts its own sshd on a free 127.0.0.1 port (tests/services.start_sshd), makes a workspace
+Starts its own sshd on a free 127.0.0.1 port (tests/support/services.start_sshd), makes a workspace
 of ``--files`` small files, mirrors it once in full, then measures, interleaved:
 ``sync_fleet`` with nothing changed (what every ``mainboard.integrate`` on a fleet pays),
 ``sync_fleet`` after one file was edited (the delta: that file alone travels), and the
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.services
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support.services
 
 from bench_ssh import _interleaved, _row  # noqa: E402 - this folder: the same report rows
 
@@ -27,7 +27,7 @@ from mainboard.board import Board  # noqa: E402
 from mainboard.config import load_config  # noqa: E402
 from mainboard.fleet.sync import sync_fleet  # noqa: E402
 from mainboard.receipts import WorkerStarted  # noqa: E402
-from tests.services import start_sshd  # noqa: E402
+from tests.support.services import start_sshd  # noqa: E402
 
 
 def _workspace(ws: Path, files: int) -> None:

@@ -32,7 +32,7 @@ from mainboard.runs.forecast import read_forecast  # noqa: E402
 from mainboard.services.broker import EmbeddedBroker  # noqa: E402
 from mainboard.tasks.coordinator import Progress  # noqa: E402
 from mainboard.tasks.runner import integrate  # noqa: E402
-from tests.fleet_helpers import workspace  # noqa: E402
+from tests.support.fleet_helpers import workspace  # noqa: E402
 
 SLOW = '''import time
 

@@ -53,10 +53,12 @@ def gauss_spec(budget: int, *, fuse: bool = True, name: str = "bench-gauss",
                          "batches_per_iteration": batches, "fuse": fuse}}
 
 
-def start_fleet(count: int, url: str, logs: Path) -> LocalWorkers:
-    """Warm workers: started and ready before anything is timed."""
+def start_fleet(count: int, url: str, logs: Path,
+                env: dict[str, str] | None = None) -> LocalWorkers:
+    """Warm workers: started and ready before anything is timed (``env`` added to theirs)."""
     path = os.pathsep.join([str(BENCH), str(REPO), os.environ.get("PYTHONPATH", "")])
-    fleet = LocalWorkers(count, url, logs, prefix="bench", env={"PYTHONPATH": path}).start()
+    fleet = LocalWorkers(count, url, logs, prefix="bench",
+                         env={"PYTHONPATH": path, **(env or {})}).start()
     deadline = time.monotonic() + 120
     names = [logs / f"{n.split('@')[0]}.log" for n in fleet.nodes]
     while not all(p.exists() and " ready." in p.read_text(errors="replace") for p in names):

@@ -49,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
-from tests.fleet_helpers import (  # noqa: E402
+from tests.support.fleet_helpers import (  # noqa: E402
     HOST_PYTHON,
     cli,
     nodes_of,
@@ -60,7 +60,7 @@ from tests.fleet_helpers import (  # noqa: E402
     toml_value,
     workspace,
 )
-from tests.integration import spec  # noqa: E402
+from tests.support.integration import spec  # noqa: E402
 
 FAULTS = ("scancel", "walltime", "partition", "sigkill")
 GOAL_S = 20.0
@@ -104,8 +104,8 @@ class Bench:
         from mainboard.bridges.project import local_project
         from mainboard.bridges.provision import provision
         from mainboard.bridges.transport import LocalTransport
-        from tests.netns import free_subnet_index, make_netns_host
-        from tests.services import start_slurm
+        from tests.support.netns import free_subnet_index, make_netns_host
+        from tests.support.services import start_slurm
 
         self.base, self.at = base, at
         self.root = base / "root"  # one env for both hosts (the namespace has no index)

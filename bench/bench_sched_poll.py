@@ -1,6 +1,6 @@
 """Scheduler commands per tick with many fleet workers on one SLURM cluster (issue 29).
 
-A real single-node SLURM and Redis (tests/services.py), ``JOBS`` held jobs submitted
+A real single-node SLURM and Redis (tests/support/services.py), ``JOBS`` held jobs submitted
 through counting wrappers for squeue/sbatch/scontrol, then one tick of ``WORKERS`` fleet
 workers asking their allocation's end: before (each asks squeue for its own job) and after
 (the cluster's one shared listing, tasks/schedpoll.py). Counts, not times.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.sched_counting import counting_path, counts, one_by_one, workers_tick  # noqa: E402
-from tests.services import start_redis, start_slurm  # noqa: E402
+from tests.support.sched_counting import counting_path, counts, one_by_one, workers_tick  # noqa: E402
+from tests.support.services import start_redis, start_slurm  # noqa: E402
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """Latency of `board.on(ssh).run('true')` (pooled paramiko) vs the `ssh` binary, same loopback sshd.
 
 Run from the repository root:  .venv/bin/python bench/bench_ssh.py [-n 50]
-Starts its own sshd on a free 127.0.0.1 port (tests/services.start_sshd), measures N
+Starts its own sshd on a free 127.0.0.1 port (tests/support/services.start_sshd), measures N
 warm pooled runs and N fresh `ssh ... true` processes, prints medians, p90 and the ratio.
 Both pay the same remote cost (sshd session + the login shell's startup files).
 """
@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.services
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.support.services
 
 from mainboard.board import Board  # noqa: E402
-from tests.services import start_sshd  # noqa: E402
+from tests.support.services import start_sshd  # noqa: E402
 
 
 def _interleaved(calls: dict[str, Callable[[], object]], n: int) -> dict[str, list[float]]:

@@ -8,7 +8,7 @@ Run from the repository root:
 ``--other PY`` times another checkout's mainboard (its venv's python, e.g. the commit
 before a change) in the same rounds, so before and after share the load.
 
-fleet: a real loopback sshd (tests/services.start_sshd) whose host root holds the worker
+fleet: a real loopback sshd (tests/support/services.start_sshd) whose host root holds the worker
 environment already (provisioned once before timing: the case the target is about). Each
 round, interleaved so load drifts hit both alike:
 
@@ -46,7 +46,7 @@ from mainboard.fleet.records import host_queue  # noqa: E402
 from mainboard.fleet.workers import broker_route  # noqa: E402
 from mainboard.tasks.app import make_app  # noqa: E402
 from mainboard.tasks.fleet import PROBE_TASK  # noqa: E402
-from tests.fleet_helpers import HOST_PYTHON, config, ssh_host, workspace  # noqa: E402
+from tests.support.fleet_helpers import HOST_PYTHON, config, ssh_host, workspace  # noqa: E402
 
 FLEET_TARGET = 1.5
 INTEGRATE_TARGET_S = 1.2
@@ -107,7 +107,7 @@ def fleet_part(base: Path, runs: int, other: str | None) -> list[str]:
     from mainboard.bridges.provision import provision
     from mainboard.bridges.transport import LocalTransport
     from mainboard.services.broker import EmbeddedBroker
-    from tests.services import start_sshd
+    from tests.support.services import start_sshd
 
     root = base / "root"
     env = provision(LocalTransport("bench"), root=str(root), python=HOST_PYTHON,

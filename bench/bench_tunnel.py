@@ -1,7 +1,7 @@
 """Cost of reaching the broker through a ReverseTunnel, against the `ssh -R` binary and direct.
 
 Run as root from the repository root:  .venv/bin/python bench/bench_tunnel.py [-n 2000]
-Builds a network-namespace host (tests/netns.py) with sshd inside, a password-protected
+Builds a network-namespace host (tests/support/netns.py) with sshd inside, a password-protected
 Redis on the host's 127.0.0.1, then from inside the namespace measures one connection
 doing N sequential PINGs and a 16 MiB SET+GET through (a) our paramiko tunnel and
 (b) `ssh -N -R` (OpenSSH client), and the same client on the host directly (no tunnel).
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
 from mainboard.bridges.ssh import SshTransport  # noqa: E402
 from mainboard.bridges.tunnel import ReverseTunnel  # noqa: E402
-from tests.netns import NetnsHost, cleanup_stale, free_subnet_index, make_netns_host  # noqa: E402
-from tests.services import free_port, start_redis  # noqa: E402
+from tests.support.netns import NetnsHost, cleanup_stale, free_subnet_index, make_netns_host  # noqa: E402
+from tests.support.services import free_port, start_redis  # noqa: E402
 
 CLIENT = r"""
 import os, socket, statistics, sys, time

@@ -13,6 +13,15 @@ in this process, on the real embedded Redis. Prints per fleet size (nothing is a
   i.e. ``cost_s / coordinator_cpu_s_per_batch`` workers of batch cost ``cost_s``.
 
     .venv/bin/python bench/capacity.py [--cost-ms 20] [--sizes 1,4,16,64,256] [--seconds 8]
+
+``--simulate`` replaces the Celery workers by the simulated fleet of ``bench/sim_fleet.py``
+(one process, W slots, precomputed results, no evaluation: its CPU charged apart, see its
+docstring), so the 2 cores hold the coordinator and Redis rather than 256 workers' Celery
+overhead; the coordinator is told the fleet is there (``runner.require_fleet`` answers W:
+the simulated slots do not answer Celery's control broadcast). It prints the same columns,
+the simulated fleet's CPU in the worker column, and the model's prediction beside the rate
+(``cap/model``: the measured ceiling 1 / c over the model's; ``rate/model``: the wall rate
+over the model's batches/s for that fleet, min(W / cost, 1 / c)).
 """
 
 from __future__ import annotations
@@ -36,10 +45,13 @@ from bench_integrate import bench_workspace  # noqa: E402
 
 import mainboard  # noqa: E402
 from mainboard.errors import UserError  # noqa: E402
-from mainboard.tasks import BATCH_QUEUE  # noqa: E402
+from mainboard.tasks import BATCH_QUEUE, runner  # noqa: E402
 from mainboard.tasks.workers import worker_env  # noqa: E402
 
 THREADS_PER_PROCESS = 64
+REQUIRE_FLEET = runner.require_fleet
+#: docs/performance.md's model: one coordinator's CPU per batch after bundling (64 workers)
+MODEL_COORD_MS = 0.368
 
 
 def spec(workers: int, batches: int, cost_ms: float) -> dict[str, Any]:
@@ -51,6 +63,31 @@ def spec(workers: int, batches: int, cost_ms: float) -> dict[str, Any]:
                           "params": {"ms": cost_ms}},
             "sampler": {"kind": "naive"}, "stop": {"max_samples": batches * 64},
             "batching": {"batch_size": 64, "batches_per_iteration": per_it, "fuse": True}}
+
+
+def predicted(workers: int, cost_ms: float) -> float:
+    """The model's batches/s for ``workers`` of batch cost ``cost_ms``: what they ask for,
+    held to one coordinator's 1 / c."""
+    return min(workers / (cost_ms / 1000), 1e3 / MODEL_COORD_MS)
+
+
+def simulated_spec(workers: int, batches: int) -> dict[str, Any]:
+    """The run of ``spec`` with a cheap built-in integrand: the simulated fleet computes one
+    batch per iteration (its template) and waits ``cost_ms`` per batch itself."""
+    out = spec(workers, batches, 0.0)
+    out["name"] = f"capacity-sim-{workers}"
+    out["integrand"] = {"kind": "genz.gaussian", "a": [5.0], "u": [0.5]}
+    return out
+
+
+def start_simulated(workers: int, url: str, cost_ms: float, logs: Path
+                    ) -> list[subprocess.Popen[bytes]]:
+    """The simulated fleet: one process holding ``workers`` slots."""
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "sim.log", "wb") as out:
+        return [subprocess.Popen([sys.executable, str(BENCH / "sim_fleet.py"), url,
+                                  str(workers), str(cost_ms)], stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True)]
 
 
 def start(workers: int, url: str, logs: Path) -> list[subprocess.Popen[bytes]]:
@@ -111,12 +148,18 @@ def ready(processes: int, url: str, timeout: float = 300.0) -> None:
 
 
 def measure(workers: int, cost_ms: float, seconds: float, config: Any, url: str,
-            root: Path) -> dict[str, float]:
-    procs = start(workers, url, root / f"logs-{workers}")
+            root: Path, simulate: bool = False) -> dict[str, float]:
+    make = (lambda n, b, _c: simulated_spec(n, b)) if simulate else spec
+    if simulate:
+        procs = start_simulated(workers, url, cost_ms, root / f"logs-sim-{workers}")
+        runner.require_fleet = lambda *_a, **_k: workers  # the slots answer no broadcast
+    else:
+        procs = start(workers, url, root / f"logs-{workers}")
     r = redis.Redis.from_url(url)
     try:
-        ready(len(procs), url)
-        warm = spec(workers, 8 * workers, cost_ms)
+        if not simulate:
+            ready(len(procs), url)
+        warm = make(workers, 8 * workers, cost_ms)
         deadline = time.monotonic() + 180  # a loaded machine starts workers slowly
         while True:
             try:
@@ -128,7 +171,7 @@ def measure(workers: int, cost_ms: float, seconds: float, config: Any, url: str,
                 time.sleep(1)
         ideal = workers / (cost_ms / 1000)
         batches = int(max(ideal * seconds, 16 * workers))
-        run = spec(workers, batches, cost_ms)
+        run = make(workers, batches, cost_ms)
         c0, r0, w0 = self_cpu(), redis_cpu(r), cpu_of(procs)
         began = time.perf_counter()
         res = mainboard.integrate(run, workers=0, config=config)
@@ -139,6 +182,7 @@ def measure(workers: int, cost_ms: float, seconds: float, config: Any, url: str,
                 "redis_ms": 1e3 * (redis_cpu(r) - r0) / done,
                 "worker_ms": 1e3 * (cpu_of(procs) - w0) / done}
     finally:
+        runner.require_fleet = REQUIRE_FLEET
         for p in procs:
             p.terminate()
         for p in procs:
@@ -153,20 +197,26 @@ def main() -> None:
     parser.add_argument("--cost-ms", type=float, default=20.0)
     parser.add_argument("--sizes", default="1,4,16,64,256")
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--simulate", action="store_true",
+                        help="simulated fleet (bench/sim_fleet.py): workers' CPU charged apart")
     args = parser.parse_args()
     with bench_workspace("capacity") as (config, url, root):
+        kind = "simulated slots (sim_fleet.py)" if args.simulate else "sleep"
         print(f"cores: {len(os.sched_getaffinity(0))}, load average "
-              f"{os.getloadavg()[0]:.1f}; batch cost {args.cost_ms:g} ms (sleep), "
-              "64 samples per batch, fused")
+              f"{os.getloadavg()[0]:.1f}; batch cost {args.cost_ms:g} ms ({kind}), "
+              f"64 samples per batch, fused; model: {1e3 / MODEL_COORD_MS:,.0f} batches/s "
+              f"per coordinator (c = {MODEL_COORD_MS} ms)")
         print(f"{'workers':>7} {'batches':>8} {'batches/s':>10} {'ideal':>8} {'ratio':>6} "
               f"{'coord ms/b':>10} {'redis ms/b':>10} {'worker ms/b':>11} "
-              f"{'1-coord cap b/s':>15}")
+              f"{'1-coord cap b/s':>15} {'cap/model':>9} {'model b/s':>9} {'rate/model':>10}")
         for n in (int(s) for s in args.sizes.split(",")):
-            m = measure(n, args.cost_ms, args.seconds, config, url, root)
+            m = measure(n, args.cost_ms, args.seconds, config, url, root, args.simulate)
             print(f"{n:>7} {m['batches']:>8,.0f} {m['rate']:>10,.0f} {m['ideal']:>8,.0f} "
                   f"{m['rate'] / m['ideal']:>6.2f} {m['coord_ms']:>10.3f} "
                   f"{m['redis_ms']:>10.3f} {m['worker_ms']:>11.3f} "
-                  f"{1e3 / m['coord_ms']:>15,.0f}")
+                  f"{1e3 / m['coord_ms']:>15,.0f} {MODEL_COORD_MS / m['coord_ms']:>9.2f} "
+                  f"{predicted(n, args.cost_ms):>9,.0f} "
+                  f"{m['rate'] / predicted(n, args.cost_ms):>10.2f}")
 
 
 if __name__ == "__main__":

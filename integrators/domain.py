@@ -70,12 +70,6 @@ class Domain:
             return np.zeros((channel.shape[0], 0), dtype=np.int64)
         return np.stack(np.unravel_index(channel, self.discrete), axis=1).astype(np.int64)
 
-    def flatten(self, idx: np.ndarray) -> np.ndarray:
-        """(n, k) discrete indices -> flat channel numbers (inverse of :meth:`unflatten`)."""
-        if not self.discrete:
-            return np.zeros(idx.shape[0], dtype=np.int64)
-        return np.ravel_multi_index(tuple(idx.T), self.discrete).astype(np.int64)
-
     def to_dict(self) -> dict[str, Any]:
         """Plain data."""
         return {"continuous": self.continuous, "discrete": list(self.discrete)}

@@ -158,10 +158,7 @@ class RunState:
         self.stop = stop_reason(self.run.spec.stop, samples=self.samples,
                                 iterations=len(kept), kind=self.run.kind,
                                 result=self.accumulator.result() if kept else None)
-        left = self._samples_left()
-        if self.stop is None and left is not None and left <= 0:
-            self.stop = "max_samples"
-        return self.stop
+        return self.stop  # stop_reason says max_samples once the budget is spent
 
     def snapshot(self) -> dict[str, Any]:
         """Plain data; with the run spec, :meth:`restore` continues bit-identically."""

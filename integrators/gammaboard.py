@@ -307,8 +307,8 @@ def fold(base: dict[str, Any], tasks: list[dict[str, Any]]) -> dict[str, Any]:
         if frozen and run["sampler"]["kind"] in FREEZE:  # inference from an untrained grid
             run["sampler"] = {**run["sampler"], **FREEZE[run["sampler"]["kind"]]}
         return run
-    if rest:
-        run["tasks"] = [t for item in rest for t in split_batching(item)]
+    # rest is never empty here: only a sample task gives a budget (refused above without one)
+    run["tasks"] = [t for item in rest for t in split_batching(item)]
     return run
 
 

@@ -17,13 +17,15 @@ from typing import Any
 import numpy as np
 
 from mainboard.errors import ConfigError
+from mainboard.integrators.gammaboard import ADAPTER
+from mainboard.integrators.spec import RunSpec
 
 _BUILT: dict[str, Any] = {}
 
 
 def load_class(module: str, name: str, file: str | None = None) -> Any:
     """The evaluator class; a ConfigError naming ``evaluator.class`` when it cannot be
-    imported (the CLI calls this before anything starts, so the refusal is exit 2)."""
+    imported (:func:`check_evaluator` calls this before anything starts: exit 2)."""
     try:
         return getattr(importlib.import_module(module), name)
     except Exception as exc:  # ImportError, AttributeError, or what the module raises
@@ -31,6 +33,14 @@ def load_class(module: str, name: str, file: str | None = None) -> Any:
                           f"{type(exc).__name__}: {exc}", file=file, key="evaluator.class",
                           value=name, valid="a class in a module next to the run file or "
                                             "in the workspace") from None
+
+
+def check_evaluator(spec: RunSpec, file: str | None = None) -> None:
+    """A gammaboard evaluator class imported now, once the import roots are set: one that
+    cannot be is refused in one line (exit 2) before a broker, worker or receipt exists."""
+    integrand = spec.integrand
+    if getattr(integrand, "target", None) == ADAPTER:  # the python kind only has a target
+        load_class(integrand.params["module"], integrand.params["class"], file)
 
 
 def _build(module: str, name: str, init_args: dict[str, Any], continuous: int,

@@ -1,16 +1,18 @@
 """Compiled twins of numpy hot paths, used when they pay and numba is there.
 
 Why: the VEGAS+ draw puts every sample in its stratum, a per-row corner that numpy can only
-gather or repeat in extra passes over the batch; on the 8-d gaussian that cost VEGAS+ about
-a fifth more than classic VEGAS. One compiled loop (:mod:`.stratified_kernel`) does the
-whole draw in a single pass and is faster than the classic numpy path.
+gather or repeat in extra passes over the batch, and the grid's training data are two
+bincounts per axis and slice; on the 8-d gaussian these two cost about as much as drawing
+the uniforms and evaluating the integrand together (docs/performance.md, issue 30). One
+compiled loop per slice (:mod:`.grid_kernel`) maps the draw, classic or stratified, and one
+adds the training sums of a batch.
 
 A kernel computes exactly its numpy twin's numbers (same operations, same order, no
 fast-math), so which one ran is invisible in every result: a fleet may mix hosts with and
 without numba, and a process may switch from one to the other mid-run, and stay
 bit-identical. Loading numba and the cached machine code costs about 0.3 s once per
 process, as much as numpy's extra passes over some 5 million rows; so a process draws its
-first :data:`LOAD_AFTER_ROWS` stratified rows with numpy and loads the kernel only then
+first :data:`LOAD_AFTER_ROWS` rows (VEGAS, stratified or not) with numpy and loads the kernels then
 (rent until renting has cost what buying does: never more than twice the better choice,
 and nothing for the short runs and small workers that never get there). Batches under
 :data:`KERNEL_ROWS` rows always keep to numpy; ``MAINBOARD_KERNELS=0`` keeps every batch
@@ -26,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.integrators.chunking import row_slices
+from mainboard.integrators.chunking import SLICE_ROWS, row_slices
 from mainboard.integrators.grid import GridTables
 
 #: Batches of fewer rows keep to numpy.
 KERNEL_ROWS = 16384
-#: Stratified rows a process draws with numpy before it loads the kernel.
+#: VEGAS rows a process draws with numpy before it loads the kernels.
 LOAD_AFTER_ROWS = 1 << 22
 #: ``MAINBOARD_KERNELS=0`` keeps every batch on numpy (to compare, or to rule kernels out).
 ENV = "MAINBOARD_KERNELS"
@@ -42,8 +44,8 @@ _DRAWN = {"stratified": 0}  # rows drawn with numpy so far, in this process
 
 
 def stratified_kernel(rows: int) -> Callable[..., None] | None:
-    """The compiled stratified draw for a batch of ``rows`` rows, or None: numpy then
-    (the rows are counted towards loading the kernel)."""
+    """The compiled draw (stratified or classic) for a batch of ``rows`` rows, or None:
+    numpy then (the rows are counted towards loading the kernels)."""
     if rows < KERNEL_ROWS or os.environ.get(ENV, "1") == "0":
         return None
     with _LOCK:
@@ -51,24 +53,32 @@ def stratified_kernel(rows: int) -> Callable[..., None] | None:
             if _DRAWN["stratified"] < LOAD_AFTER_ROWS:
                 _DRAWN["stratified"] += rows
                 return None
-            _LOADED["stratified"] = _import_kernel()
+            _LOADED.update(_import_kernels())
         return _LOADED["stratified"]
+
+
+def training_kernel(rows: int) -> Callable[..., None] | None:
+    """The compiled training sums for a batch of ``rows`` rows once the draw's kernel is
+    loaded (the draw counts the rows towards loading), else None: numpy."""
+    if rows < KERNEL_ROWS or os.environ.get(ENV, "1") == "0":
+        return None
+    return _LOADED.get("training")
 
 
 def preload() -> bool:
     """Load the kernels now (whatever has been drawn); whether they are there."""
     with _LOCK:
         if "stratified" not in _LOADED:
-            _LOADED["stratified"] = _import_kernel()
+            _LOADED.update(_import_kernels())
         return _LOADED["stratified"] is not None
 
 
-def _import_kernel() -> Callable[..., None] | None:
+def _import_kernels() -> dict[str, Callable[..., None] | None]:
     try:
-        from mainboard.integrators.stratified_kernel import stratified_slice
+        from mainboard.integrators.grid_kernel import stratified_slice, training_sums
     except Exception:  # no numba, or one whose llvmlite does not load: numpy does it
-        return None
-    return stratified_slice
+        return {"stratified": None, "training": None}
+    return {"stratified": stratified_slice, "training": training_sums}
 
 
 def stratified_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,
@@ -91,3 +101,29 @@ def stratified_draw(kernel: Callable[..., None], rng: np.random.Generator, n: in
         kernel(part, step, corners, starts, factors, tables.lower, tables.width,
                tables.bins, x, jac, bins, scale, sl.start)
     return x, jac, bins, scale
+
+
+def classic_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,
+                 tables: GridTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, Jacobians, bins) of an unstratified batch of one grid, as ``tables.draw(rng, n)``
+    gives them: one run over the whole batch, step N, corner 0, factor 1 (exact no-ops)."""
+    d = tables.dim
+    x, jac, bins, _ = stratified_draw(
+        kernel, rng, n, tables, np.full(d, float(tables.bins)), np.zeros((d, 1)),
+        np.array([0, n], dtype=np.intp), np.ones(1))
+    return x, jac, bins
+
+
+def grid_training(kernel: Callable[..., None], tables: GridTables, bins: np.ndarray,
+                  f2: np.ndarray, mask: np.ndarray | None, scale: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``tables.training(bins, None, f2 / scale ** 2, mask)`` of a one-grid table, compiled
+    (``scale`` None: f2 as it is): per-bin sums and counts, shape (1, d, N), the same
+    numbers in the same order."""
+    d, nbins = tables.dim, tables.bins
+    sums, counts = np.zeros((d, nbins)), np.zeros((d, nbins), dtype=np.int64)
+    keep = np.ones(0, dtype=bool) if mask is None else np.ascontiguousarray(mask)
+    factors = np.ones(0) if scale is None else np.ascontiguousarray(scale)
+    kernel(np.ascontiguousarray(bins), np.ascontiguousarray(f2), factors, scale is not None,
+           keep, mask is not None, SLICE_ROWS, sums, counts)
+    return sums[None], counts.astype(np.float64)[None]

@@ -20,7 +20,13 @@ import numpy as np
 
 from mainboard.integrators.domain import Batch, Domain
 from mainboard.integrators.grid import GridTables, adapt_edges, uniform_edges
-from mainboard.integrators.kernels import stratified_draw, stratified_kernel
+from mainboard.integrators.kernels import (
+    classic_draw,
+    grid_training,
+    stratified_draw,
+    stratified_kernel,
+    training_kernel,
+)
 from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.strata import KEYS as STRATA_KEYS
@@ -240,7 +246,11 @@ class VegasSampler(Sampler):
         rng = latent.rng()
         idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
         if self.strata is None or not self.strata.covers(latent.batch_index, latent.n):
-            x, jac, bins = self.tables.draw(rng, latent.n)
+            kernel = stratified_kernel(latent.n) if self.tables.groups == 1 else None
+            if kernel is not None:  # the same numbers, in one compiled pass
+                x, jac, bins = classic_draw(kernel, rng, latent.n, self.tables)
+            else:
+                x, jac, bins = self.tables.draw(rng, latent.n)
             aux = {"bins": bins.T}
         else:
             first, local = self.strata.share(latent.batch_index, latent.n)
@@ -263,11 +273,17 @@ class VegasSampler(Sampler):
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
         """Per-dimension per-bin sums of |w f|^2 and counts (stratified: |w f|^2 without
         the stratum factor, i.e. (J f)^2 up to a constant, as the grid wants)."""
-        if "stratum_factor" in batch.aux:  # the factor per sample, from materialize
-            unscale = np.square(batch.aux["stratum_factor"])
-            np.divide(wf2, unscale, out=unscale)
-            wf2 = unscale
-        sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
+        scale = batch.aux.get("stratum_factor")  # the factor per sample, from materialize
+        kernel = training_kernel(batch.n) if self.tables.groups == 1 else None
+        if kernel is not None:  # the same sums, in one compiled pass
+            sums, counts = grid_training(kernel, self.tables, batch.aux["bins"].T, wf2,
+                                         finite, scale)
+        else:
+            if scale is not None:
+                unscale = np.square(scale)
+                np.divide(wf2, unscale, out=unscale)
+                wf2 = unscale
+            sums, counts = self.tables.training(batch.aux["bins"].T, None, wf2, finite)
         return {"grid_sum": sums, "grid_count": counts}
 
     def strata_layout(self, batch: Batch, batch_index: int

@@ -3,7 +3,7 @@
 Every table forbids unknown keys; ``kind`` selects the model of ``[integrand]``, ``[sampler]``
 and each ``[[transforms]]``. Values are strict (:mod:`~mainboard.integrators.spec_types`): no
 ``true`` or "3" for a count, integers within int64, finite numbers, so a bad file is refused
-here, before a broker or worker starts. :func:`load_run_file` is the only function here that
+here, before a broker or worker starts. :func:`read_toml` is the only function here that
 reads a file; errors come back as :class:`mainboard.errors.ConfigError` naming file, key, line
 and what is valid.
 """
@@ -474,21 +474,32 @@ def parse_run(data: dict[str, Any], *, file: str | None = None,
         raise to_config_error(exc, RunSpec, file=file, text=text) from None
 
 
-def load_run_file(path: str | Path) -> RunSpec:
-    """Read and validate a ``RUN.toml``; the one place in the integrators that touches files."""
-    p = Path(path)
+def read_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
+    """A TOML file's data and its text (for line numbers in errors); ``what`` names the
+    file in the one-line ConfigError of a missing, unreadable or malformed one."""
     try:
-        text = p.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError("run file not found", file=str(p)) from None
+        raise ConfigError(f"{what} not found", file=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read run file: {exc}", file=str(p)) from None
+        raise ConfigError(f"cannot read {what}: {exc}", file=str(path)) from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
         from mainboard.integrators.spec_errors import toml_error
 
-        raise toml_error(exc, str(p)) from None
-    if is_gammaboard(data):  # a gammaboard run file: its tables mapped onto ours first
-        data = translate_file(data, str(p))
-    return parse_run(data, file=str(p), text=text)
+        raise toml_error(exc, str(path)) from None
+
+
+def run_from_toml(data: dict[str, Any], file: str, text: str | None = None) -> RunSpec:
+    """A run file's data validated (a gammaboard file's tables mapped onto ours first)."""
+    if is_gammaboard(data):
+        data = translate_file(data, file)
+    return parse_run(data, file=file, text=text)
+
+
+def load_run_file(path: str | Path) -> RunSpec:
+    """Read and validate a plain ``RUN.toml`` (``runfile.load_run`` reads parents too)."""
+    p = Path(path)
+    data, text = read_toml(p, "run file")
+    return run_from_toml(data, str(p), text)

@@ -123,9 +123,6 @@ class TransformChain:
         """Dimension of the points the integrand receives."""
         return self.dims[-1] if self.dims else self.domain.continuous
 
-    def __len__(self) -> int:
-        return len(self.transforms)
-
     def measure(self) -> float | None:
         """Volume of the region the chain maps the unit cube onto (with its measure: volume
         of a ball, area of a sphere), or None when not known in closed form (a ball or

@@ -10,10 +10,9 @@ __all__ = ["Board", "Result", "__version__", "integrate", "run", "span"]
 
 if TYPE_CHECKING:
     from mainboard.board import Board
-    from mainboard.fleet.sync import integrate
     from mainboard.runs.handle import run
     from mainboard.runs.userspans import span
-    from mainboard.tasks.runner import Result
+    from mainboard.tasks.runner import Result, integrate
 
 
 def __getattr__(name: str) -> Any:
@@ -31,9 +30,9 @@ def __getattr__(name: str) -> Any:
 
         return run
     if name == "integrate":  # numpy and Celery load only when integrating
-        from mainboard.fleet import sync  # the runner's, the fleet's hosts synced first
+        from mainboard.tasks import runner  # the one way into a run (the fleet's hosts synced)
 
-        return sync.integrate
+        return runner.integrate
     if name == "Result":
         from mainboard.tasks import runner
 

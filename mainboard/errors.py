@@ -39,7 +39,7 @@ Error hierarchy (exit code in brackets; ``+ValueError``: also a ValueError, why 
      ├── FactsError, BuildError, ReceiptError
      └── SupervisorError, FlowerError
 
-Not here, on purpose (``tests/test_architecture.py`` names them): control-flow signals that
+Not here, on purpose (``tests/repo/test_architecture.py`` names them): control-flow signals that
 are never errors (``tasks/steering.Halt``, ``tasks/context.Skip``, ``supervisor/up._Interrupted``),
 a warning category (``integrators/gammaboard.IgnoredKeys``) and ``bridges/provision_driver``'s
 ``Unavailable``, raised on a host by a stdlib-only script that never imports mainboard.

@@ -243,7 +243,7 @@ class WorkerStarted(Payload):
     job: dict[str, Any]            # the bridge's JobRecord
     root: str
     python: str
-    broker_via: str                # "direct" or "tunnel"
+    broker_via: str                # "direct", "tunnel" or "sentinels" (followed itself)
     secret_path: str               # the 0600 file on the host holding the broker URL
     tunnel_port: int | None = None
     ssh: dict[str, Any] | None = None     # how to reach a rented machine (provider hosts)

@@ -15,7 +15,9 @@ opened the inbox (``integrate``, ``runs resume``, ``runs append``), recording in
 same workspace's run store (same host, same state directory). A lease held without an
 inbox (a scan/tune/campaign child, driven by its parent's session) or an inbox writing
 another workspace's store (the same run file run from another workspace on this broker)
-cannot take them: the append is refused in one line.
+cannot take them: the append is refused in one line. A broker that loses its data loses
+the inbox with the lease; the coordinator's next lease refresh retakes the lease and puts
+the inbox back as it last set it (``Lease.on_retake``).
 """
 
 from __future__ import annotations
@@ -90,10 +92,21 @@ class Inbox:
     def __init__(self, r: redis.Redis, store: RunStore, lease: Lease) -> None:
         self.r, self.store, self.lease = r, store, lease
         self.key = keys.run_inbox(lease.run_id)
+        self.state: str | None = None  # as last set by this coordinator
+        lease.on_retake.append(self.restore)
+
+    def _value(self, state: str) -> str:
+        return json.dumps({"token": self.lease.token, "state": state, **_here(self.store)})
 
     def _set(self, state: str) -> None:
-        self.r.set(self.key, json.dumps({"token": self.lease.token, "state": state,
-                                         **_here(self.store)}))
+        self.r.set(self.key, self._value(state))
+        self.state = state
+
+    def restore(self) -> None:
+        """Put the inbox back as it was, if the broker lost it (the lease was retaken from
+        nothing): else appends would be refused as if a parent drove the run."""
+        if self.state is not None:
+            self.r.set(self.key, self._value(self.state), nx=True)
 
     def acquire(self) -> None:
         """Take the run's lease and mark the inbox ``starting`` in one step (under the

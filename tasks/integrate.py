@@ -5,6 +5,10 @@ Call it from any process that sees the mainboard.toml::
     import mainboard.tasks
     result = mainboard.tasks.integrate.delay(run_dict).get()   # RunResult.to_dict()
 
+A parent file's dict (scan, tune, campaign) gives the parent's table instead. The task
+calls ``mainboard.tasks.runner.integrate``, the one way into a run, so the fleet's hosts are
+synced first as for ``mainboard integrate``.
+
 The task is routed to the ``mainboard.coordinator`` queue so a coordinator, which waits
 for a whole run, never takes the slot of a batch worker. Serve that queue with::
 
@@ -32,12 +36,13 @@ from mainboard.tasks.routing import CoordinatorTask
              reject_on_worker_lost=True)
 def integrate_task(self: Task, run: Mapping[str, Any], workers: int | None = None,
                    resume: bool = True) -> dict[str, Any]:
-    """Integrate ``run`` (a run-file dict); a redelivered task resumes from the last snapshot."""
+    """Integrate ``run`` (a run or parent file's dict): the one way into a run, as
+    ``mainboard.integrate``; a redelivered task resumes from the last snapshot."""
     from mainboard.tasks.runner import integrate
 
     result = integrate(dict(run), workers=workers, broker_url=broker_url_of(self.app.conf),
                        resume=resume)
-    return result.to_dict()
+    return result if isinstance(result, dict) else result.to_dict()
 
 
 def __getattr__(name: str) -> Any:

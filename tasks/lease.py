@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable
 
 import redis
 
@@ -21,7 +22,7 @@ LEASE_TTL_S = 10
 _REFRESH = """
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end
-if not holder then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 1 end
+if not holder then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 2 end
 return 0
 """
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then " \
@@ -36,6 +37,10 @@ class Lease:
         self.r, self.run_id, self.key = r, run_id, keys.run_lease(run_id)
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.held = False
+        # Called after the lease was retaken from nothing: a broker that lost its data (a
+        # restart without persistence, a failover to a lagging replica) lost what the
+        # holder keeps beside the lease too (the run's append inbox), which they put back.
+        self.on_retake: list[Callable[[], None]] = []
 
     def acquire(self) -> None:
         """Take the lease; a dead holder on this host is taken over, a live one refused."""
@@ -58,9 +63,13 @@ class Lease:
 
     def refresh(self) -> None:
         """Extend (or, if it lapsed unclaimed, retake) the lease; another holder is fatal."""
-        if not self.r.register_script(_REFRESH)(keys=[self.key], args=[self.token, LEASE_TTL_S]):
+        done = self.r.register_script(_REFRESH)(keys=[self.key], args=[self.token, LEASE_TTL_S])
+        if not done:
             raise IntegrationFailed(f"run {self.run_id}: lost the coordinator lease "
                                     "(another coordinator took the run over)")
+        if done == 2:
+            for follow in self.on_retake:
+                follow()
 
     def release(self) -> None:
         """Give the lease back (only if still ours)."""

@@ -1,9 +1,13 @@
 """``mainboard.integrate(run, workers=...)`` and the run verbs behind ``mainboard runs``.
 
-Each call opens a session: the broker (embedded, started if needed, or the configured
-one), a Celery app, a Redis client, and local batch workers when asked for (or when no
-fleet consumes the batch queue). It then hands the run to the
-:class:`~mainboard.tasks.coordinator.Coordinator` and stops the workers it started.
+:func:`integrate` is the one way into a run: ``mainboard integrate``, the Python API
+``mainboard.integrate``, the Celery task ``mainboard.tasks.integrate`` and the parents'
+tests all call it, with a run, a parent (scan, tune, campaign), a run-file dict or a path.
+Each call sets the run's import roots, then opens a session: the broker (embedded, started
+if needed, or the configured one), a Celery app, a Redis client, the fleet's hosts synced
+(``FLEET_PREPARE``), and local batch workers when asked for (or when no fleet consumes the
+batch queue). It then hands the run to the :class:`~mainboard.tasks.coordinator.Coordinator`
+(a parent to its driver, ``PARENT_DRIVER``) and stops the workers it started.
 """
 
 from __future__ import annotations
@@ -24,7 +28,11 @@ from mainboard.config import Config, load_config
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import UserError
 from mainboard.integrators.driver import RunResult, RunState
-from mainboard.integrators.spec import RunSpec, load_run_file, parse_run
+from mainboard.integrators.gammaboard_python import check_evaluator
+from mainboard.integrators.names import symbol_by_name
+from mainboard.integrators.runfile import load_run
+from mainboard.integrators.spec import RunSpec, parse_run
+from mainboard.integrators.spec_parents import ParentSpec, is_parent, parse_parent
 from mainboard.integrators.spec_taskfile import load_task_file
 from mainboard.receipts import RunCreated, RunResumed, TasksAppended
 from mainboard.redisclient import redis_client
@@ -49,8 +57,15 @@ from mainboard.tasks.workers import (
 )
 
 Result = RunResult
-RunLike = RunSpec | Mapping[str, Any] | str | Path
+RunLike = RunSpec | ParentSpec | Mapping[str, Any] | str | Path
 ProgressFn = Callable[[Progress], None]
+Report = Callable[[Any], None]  # a parent's report of each child that ended (parents.context)
+
+# The layers above, by name (``integrators.names``): the fleet and the parents build on this
+# module, so it never imports them. The fleet's side of a run: the workspace synced to the
+# hosts whose workers evaluate it (``prepare=None``: nothing). A parent's loop on a session.
+FLEET_PREPARE = "mainboard.fleet.sync:PREPARE"
+PARENT_DRIVER = "mainboard.parents.driver:drive"
 
 
 class Prepare(Protocol):
@@ -66,16 +81,24 @@ class Prepare(Protocol):
         ``workers=0`` waits for it instead of refusing the run. None: nothing does."""
 
 
-def load_spec(run: RunLike) -> RunSpec:
-    """A validated RunSpec from a model, a run-file dict or a RUN.toml path."""
-    if isinstance(run, RunSpec):
+def load_spec(run: RunLike) -> RunSpec | ParentSpec:
+    """A validated run or parent from a model, a run-file dict or a RUN.toml path."""
+    if isinstance(run, RunSpec | ParentSpec):
         return run
     if isinstance(run, str | Path):
-        return load_run_file(run)
+        return load_run(run)
     if isinstance(run, Mapping):
-        return parse_run(dict(run), file="<run dict>")
-    raise UserError(f"a run is a RunSpec, a dict or a path to a RUN.toml, "
+        data = dict(run)
+        if is_parent(data):
+            return parse_parent(data, file="<parent dict>")
+        return parse_run(data, file="<run dict>")
+    raise UserError(f"a run is a RunSpec, a ParentSpec, a dict or a path to a RUN.toml, "
                     f"not {type(run).__name__}")
+
+
+def _prepare(prepare: Prepare | str | None) -> Prepare | None:
+    """The prepare step itself, where it is named (``FLEET_PREPARE``)."""
+    return symbol_by_name(prepare) if isinstance(prepare, str) else prepare
 
 
 def default_workers() -> int:
@@ -127,7 +150,7 @@ def _embedded_idle(cfg: Config, broker_url: str | None) -> bool:
 
 @contextmanager
 def session(run_id: str, config: Config | None = None, broker_url: str | None = None,
-            workers: int | None = None, *, prepare: Prepare | None = None,
+            workers: int | None = None, *, prepare: Prepare | str | None = FLEET_PREPARE,
             run_file: str | Path | None = None, appends: bool = False) -> Iterator[Session]:
     """Broker, app, the run's lease and workers for one run; all let go on the way out.
 
@@ -146,6 +169,7 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     """
     from mainboard.tasks.app import make_app, resolve_url
 
+    prepare = _prepare(prepare)
     if workers is not None and (type(workers) is not int or workers < 0):
         raise UserError(f"workers must be an integer >= 0 (0 = the running fleet only), "
                         f"got {workers!r}")
@@ -222,22 +246,33 @@ def _resume(s: Session, history: RunHistory, progress: ProgressFn | None) -> Run
 
 def integrate(run: RunLike, workers: int | None = None, *, config: Config | None = None,
               broker_url: str | None = None, progress: ProgressFn | None = None,
-              resume: bool = False, prepare: Prepare | None = None,
-              run_file: str | Path | None = None) -> RunResult:
+              resume: bool = False, prepare: Prepare | str | None = FLEET_PREPARE,
+              run_file: str | Path | None = None, report: Report | None = None
+              ) -> RunResult | dict[str, Any]:
     """Integrate ``run`` on workers; ``resume=True`` continues an earlier execution of it.
 
-    ``run_file`` names the RUN.toml a RunSpec came from (its folder is an import root);
-    ``prepare`` see :func:`session` (``mainboard.integrate`` syncs the fleet's hosts).
+    A parent (scan, tune, campaign) runs its children and gives its table
+    (``parents.table.view``), ``report`` called as each child ends; one that finished before
+    is only shown, one that was interrupted continues. ``run_file`` names the RUN.toml a
+    spec came from (its folder is an import root); ``prepare`` see :func:`session`.
     """
     run_file = run if isinstance(run, str | Path) else run_file
-    use_import_roots(run_file, config.root if config is not None else None)
+    cfg = config if config is not None else load_config()
+    use_import_roots(run_file, cfg.root)  # a module next to the run file, or in the workspace
     spec = load_spec(run)
+    if isinstance(spec, ParentSpec):
+        with session(spec.run_id(), cfg, broker_url, workers, prepare=prepare,
+                     run_file=run_file) as s:
+            history = s.store.history(spec.run_id())
+            drive_parent = symbol_by_name(PARENT_DRIVER)
+            return drive_parent(s, spec, history, report, str(run_file or spec.name))
     run_id = spec.run_id()
     # Built before anything starts: an integrand that cannot be imported or built is a
     # user error, refused while no broker, worker or receipt exists yet.
+    check_evaluator(spec, None if run_file is None else str(run_file))
     fresh = None if resume else restore_state(spec, None, fresh_stop=False)
     deadline = start_deadline(spec, str(run_file) if run_file else None)  # in the past: refused
-    with session(run_id, config, broker_url, workers, prepare=prepare,
+    with session(run_id, cfg, broker_url, workers, prepare=prepare,
                  run_file=run_file, appends=True) as s:
         history = s.store.history(run_id) if resume else None
         if history is not None:
@@ -250,9 +285,10 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
 
 def resume(what: str, workers: int | None = None, *, config: Config | None = None,
            broker_url: str | None = None, progress: ProgressFn | None = None,
-           prepare: Prepare | None = None) -> RunResult:
+           prepare: Prepare | str | None = FLEET_PREPARE) -> RunResult:
     """Continue run ``what`` (id, id prefix or name) from its last snapshot."""
     cfg = config if config is not None else load_config()
+    use_import_roots(workspace=cfg.root)  # the run's python modules, found as at first
     history = RunStore(cfg.state_dir).find(what)
     if history.status == "finished":
         return _finished_result(history)
@@ -266,7 +302,7 @@ def resume(what: str, workers: int | None = None, *, config: Config | None = Non
 
 def append(what: str, path: str | Path, workers: int | None = None, *,
            config: Config | None = None, broker_url: str | None = None,
-           progress: ProgressFn | None = None, prepare: Prepare | None = None
+           progress: ProgressFn | None = None, prepare: Prepare | str | None = FLEET_PREPARE
            ) -> RunResult | Appended:
     """Add the tasks of ``path`` to run ``what``: the coordinator driving it takes them
     before it would finish (``Appended(live=True)``); a finished run goes on with them now
@@ -274,6 +310,7 @@ def append(what: str, path: str | Path, workers: int | None = None, *,
     resume (``Appended(live=False)``). A run driven by a coordinator that cannot take them
     is refused (``tasks.appends.offer``); the file is checked first, nothing stored."""
     cfg = config if config is not None else load_config()
+    use_import_roots(workspace=cfg.root)
     store = RunStore(cfg.state_dir)
     history = store.find(what)
     if history.created.kind is not None:
@@ -317,9 +354,11 @@ def _record_append(store: RunStore, spec: RunSpec, path: str | Path,
 def clone(what: str, from_iteration: int, workers: int | None = None, *,
           max_samples: int | None = None, max_iterations: int | None = None,
           config: Config | None = None, broker_url: str | None = None,
-          progress: ProgressFn | None = None, prepare: Prepare | None = None) -> RunResult:
+          progress: ProgressFn | None = None, prepare: Prepare | str | None = FLEET_PREPARE
+          ) -> RunResult:
     """Branch a new run (new id) from run ``what``'s snapshot after ``from_iteration``."""
     cfg = config if config is not None else load_config()
+    use_import_roots(workspace=cfg.root)  # the run's python modules, found as at first
     parent = RunStore(cfg.state_dir).find(what)
     snapshot = parent.snapshot_after(from_iteration)
     data = dict(spec_of(parent))
@@ -339,5 +378,5 @@ def clone(what: str, from_iteration: int, workers: int | None = None, *,
         return s.coordinator(state, progress).run(fresh=True)
 
 
-__all__ = ["Appended", "Result", "append", "clone", "default_workers", "integrate", "load_spec", "restore_state",
-           "resume", "session"]
+__all__ = ["FLEET_PREPARE", "PARENT_DRIVER", "Appended", "Result", "append", "clone",
+           "default_workers", "integrate", "load_spec", "restore_state", "resume", "session"]

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -40,16 +40,24 @@ STOP_TIMEOUT_S = 15.0
 FLEET_WAIT_S = 5.0  # how long `workers=0` asks for a fleet worker before giving up
 
 
+def worker_argv(python: str, queues: Sequence[str], concurrency: int,
+                include: Sequence[str] = ()) -> list[str]:
+    """The ``celery worker`` command line every worker of ours runs, local or on the fleet,
+    before its node name (no secrets in it: the broker URL comes in the environment).
+
+    Without ``include`` no ``-I``: the app includes mainboard's task modules itself, so a
+    local worker runs exactly the command a user, the systemd unit or compose runs.
+    """
+    argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
+            "-Q", ",".join(queues), "-c", str(concurrency), "--pool=prefork",
+            "--without-mingle", "--without-gossip", "--loglevel=INFO"]
+    return argv + ["-I", ",".join(include)] if include else argv
+
+
 def worker_command(node: str, queue: str = BATCH_QUEUE, concurrency: int = 1,
                    python: str = sys.executable) -> list[str]:
-    """The ``celery worker`` command line of one local worker (no secrets in it).
-
-    No ``-I``: the app includes mainboard's task modules itself, so this is exactly the
-    command a user, the systemd unit or compose runs.
-    """
-    return [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
-            f"--concurrency={concurrency}", "-Q", queue, "-n", node, "--pool=prefork",
-            "--without-mingle", "--without-gossip", "--loglevel=INFO"]
+    """The command line of one local worker, named ``node``."""
+    return [*worker_argv(python, [queue], concurrency), "-n", node]
 
 
 def worker_env(broker_url: str) -> dict[str, str]:
@@ -110,9 +118,7 @@ class LocalWorkers:
         parent-death signal is SIGTERM again), so the command's exit does not wait on theirs.
         """
         for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
+            warm_stop(proc)
         if not wait:
             procs, self.procs = self.procs, []
             threading.Thread(target=_reap, args=(procs, timeout), name="reap-local-workers",
@@ -138,6 +144,15 @@ class LocalWorkers:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def warm_stop(proc: subprocess.Popen[bytes]) -> None:
+    """Celery's warm shutdown of one worker: TERM to its main process only, which lets the
+    task in hand end and then stops its pool children itself (a TERM to the whole process
+    group killed the child holding the task: ``WorkerLostError`` in the worker's log)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
 
 
 def _reap(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
@@ -214,5 +229,5 @@ def require_fleet(app: Celery, broker: str, queue: str = BATCH_QUEUE,
     return count
 
 
-__all__ = ["LocalWorkers", "fleet_size", "listeners", "no_fleet", "require_fleet", "worker_command",
-           "worker_env"]
+__all__ = ["LocalWorkers", "fleet_size", "listeners", "no_fleet", "require_fleet", "warm_stop",
+           "worker_argv", "worker_command", "worker_env"]

@@ -1,4 +1,4 @@
-"""Shared fixtures: real services started once per session from tests/services.py."""
+"""Shared fixtures: real services started once per session from tests/support/services.py."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
-from tests.services import RedisServer, SshServer, start_redis, start_sshd
-from tests.sim_provider import SimulatedProviderServer, start_simulated_provider
+from tests.support.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
+from tests.support.services import RedisServer, SshServer, start_redis, start_sshd
+from tests.support.sim_provider import SimulatedProviderServer, start_simulated_provider
 
 # The suite's scheduler hosts submit far faster than a site's polite default (30 a minute,
 # kept per login in one log for the whole machine): hosts that set no limit get a high one,
-# and each test process keeps its own logs. tests/test_sched_poll.py sets limits itself.
+# and each test process keeps its own logs. tests/tasks/test_sched_poll.py sets limits itself.
 os.environ.setdefault("MAINBOARD_SUBMITS_PER_MINUTE", "100000")
 os.environ.setdefault("MAINBOARD_SUBMIT_GATES", tempfile.mkdtemp(prefix="mb-gates-"))
 
@@ -49,22 +49,23 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedProviderS
 # here), so the SLURM files are split in three groups of about equal length (about three
 # minutes each, measured alone with --durations=0): on four workers a group is one worker's
 # chain, and the longest chain bounds the whole run. One podman store; the simulated
-# provider's tests count the machine's mbsim-* namespaces.
+# provider's tests compare the machine's mbsim-* namespaces before and after. Files are named
+# by their basename (unique in tests/), so moving one between rooms keeps its group.
 SHARED_WORKER = {
-    "slurm": {"tests/test_fleet_retire.py", "tests/test_fleet_kill_scenario.py",
-              "tests/test_cli_streams.py", "tests/test_fleet_scenarios.py",
-              "tests/test_env_python.py", "tests/test_batch_watch.py", "tests/test_router.py",
-              "tests/test_bridges_sched.py", "tests/test_study.py", "tests/test_submit_ids.py"},
-    "slurm-b": {"tests/test_fleet_live.py", "tests/test_jobs.py", "tests/test_fleet_reconcile.py",
-                "tests/test_trace_merge.py", "tests/test_fleet_standby.py",
-                "tests/test_fleet_faults.py", "tests/test_job_env.py"},
-    "slurm-c": {"tests/test_fleet_nodes.py", "tests/test_fleet_timeneed.py",
-                "tests/test_fleet_tls.py", "tests/test_sched_poll.py"},
-    "podman": {"tests/test_celery_containers.py", "tests/test_provision.py",
-               "tests/test_tasks_deploy.py"},
-    "sim": {"tests/test_batch.py", "tests/test_fleet_provider.py", "tests/test_jobs_provider.py",
-            "tests/test_monitor.py", "tests/test_providers.py", "tests/test_router_provider.py",
-            "tests/test_redact_verbs.py", "tests/test_costs.py"},
+    "slurm": {"test_fleet_retire.py", "test_fleet_kill_scenario.py",
+              "test_cli_streams.py", "test_fleet_scenarios.py",
+              "test_env_python.py", "test_batch_watch.py", "test_router.py",
+              "test_bridges_sched.py", "test_study.py", "test_submit_ids.py"},
+    "slurm-b": {"test_fleet_live.py", "test_jobs.py", "test_fleet_reconcile.py",
+                "test_trace_merge.py", "test_fleet_standby.py",
+                "test_fleet_faults.py", "test_job_env.py"},
+    "slurm-c": {"test_fleet_nodes.py", "test_fleet_timeneed.py",
+                "test_fleet_tls.py", "test_sched_poll.py"},
+    "podman": {"test_celery_containers.py", "test_provision.py",
+               "test_tasks_deploy.py"},
+    "sim": {"test_batch.py", "test_fleet_provider.py", "test_jobs_provider.py",
+            "test_monitor.py", "test_providers.py", "test_router_provider.py",
+            "test_redact_verbs.py", "test_costs.py"},
 }
 _GROUP_OF = {path: group for group, paths in SHARED_WORKER.items() for path in paths}
 
@@ -78,7 +79,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     class ByRoom(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return _GROUP_OF.get(path, path)
+            return _GROUP_OF.get(path.rsplit("/", 1)[-1], path)
 
     return ByRoom(config, log)
 
@@ -88,7 +89,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     its group, or two workers could start them at once."""
     for fixture, group in (("slurm_cluster", "slurm"), ("sim", "sim")):
         grouped = set().union(*(v for k, v in SHARED_WORKER.items() if k.startswith(group)))
-        missing = sorted({item.nodeid.split("::", 1)[0] for item in items
+        missing = sorted({item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1] for item in items
                           if isinstance(item, pytest.Function) and fixture in item.fixturenames}
                          - grouped)
         if missing:

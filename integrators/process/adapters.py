@@ -149,10 +149,6 @@ class _Stage:
         except OverflowError:
             raise self.fail(stage, f"{name} holds an integer outside the i64 range") from None
 
-    def close(self) -> None:
-        """Shut this stage's process down now (otherwise it lives until the run is released)."""
-        self.process.close()
-
 
 class ProcessEvaluator(_Stage):
     """Integrand values from a process: ``evaluator(x, idx) -> (n,) | (n, m) | complex (n,)``."""
@@ -222,10 +218,6 @@ class ProcessBatchTransform(_Stage):
                  run_id: str | None = None) -> None:
         super().__init__(spec, domain.discrete, domain.continuous, "transforms", pool, run_id)
         self.domain = domain
-
-    def output_dim(self, d: int) -> int:
-        """Same dimension (a process transform stays in the run's domain)."""
-        return d
 
     def apply(self, batch: Batch) -> Batch:
         """Send the batch as JSON, validate what comes back against the domain."""

@@ -1,6 +1,8 @@
 """Before a batch runs: what each job must ship (``prepare``) and what it will take (``estimate``).
 
-Nothing here contacts a job's target. ``prepare`` asks each target's workspace mirror
+``estimate`` contacts no target. ``prepare`` asks each target once, all at once and within
+a few seconds, whether it can be reached (``access``: an unreachable one is a row that says
+so, the plan goes on), and asks each target's workspace mirror
 what a sync would send now (the same ``Mirror.plan`` a sync uses: files, raw bytes,
 bytes on the wire after compression, date of the last sync), adds the job's ``data``
 the mirror does not carry (ignored or excluded files travel in an extra tar), and
@@ -62,6 +64,7 @@ class Prepared:
     extra_raw_bytes: int
     extra_wire_bytes: int
     policy: str                # "ok", the refusal, or why it is checked at dispatch
+    access: str = "-"          # the target's access, as `compute` says it ("unreachable: ...")
 
     def as_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -98,8 +101,11 @@ def _policy(board: Hosts, target: str, spec: dict[str, object]) -> str:
 
 
 def prepare(board: Hosts, spec: BatchSpec) -> list[Prepared]:
-    """Per job: the target's mirror plan, extra data, and the queue-policy verdict."""
+    """Per job: the target's access, its mirror plan, extra data, and the queue-policy verdict."""
+    from mainboard.hosts.compute import access_of
     from mainboard.hosts.mirror import Mirror, load_manifest
+
+    reach = access_of(board.config, list(spec.targets))
 
     plans: dict[str, tuple[Plan, set[str]]] = {}
     for target in spec.targets:
@@ -118,7 +124,7 @@ def prepare(board: Hosts, spec: BatchSpec) -> list[Prepared]:
             job.name, job.target, board.on(job.target).config.kind, len(plan.files),
             plan.raw_bytes, plan.wire_bytes, plan.codec, plan.last_sync, plan.in_place,
             counts[job.target], list(job.data), extra, extra_raw, extra_wire,
-            _policy(board, job.target, job_spec(job, "prepare"))))
+            _policy(board, job.target, job_spec(job, "prepare")), reach[job.target]))
     return out
 
 

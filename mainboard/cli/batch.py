@@ -1,6 +1,6 @@
 """`mainboard batch prepare|estimate|run|watch|list|show`: many jobs from one fleet.toml.
 
-``prepare`` and ``estimate`` contact no target. ``run`` prints only the batch id on stdout
+``estimate`` contacts no target, ``prepare`` asks each only whether it can be reached. ``run`` prints only the batch id on stdout
 (or one JSON object), one line per job on stderr as it is dispatched. ``watch`` drives
 the monitor sweep until every job has an outcome (on a terminal a live table and a bar
 of jobs done with the batch's ETA, one line per outcome otherwise, NDJSON events with

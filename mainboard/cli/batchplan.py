@@ -1,6 +1,7 @@
 """`mainboard batch prepare|estimate`: what a fleet.toml's jobs must ship and what they will take.
 
-Neither contacts a target. People get a table; ``--agent`` plain aligned columns (one
+``estimate`` contacts no target; ``prepare`` asks each target only whether it can be
+reached (its ``access`` column, as ``compute`` says it). People get a table; ``--agent`` plain aligned columns (one
 row per job, ``-`` where a value is unknown, a total row for ``prepare``); ``--json``
 every field. A target nobody has timed has 0 setup samples and no setup or cost.
 """
@@ -54,11 +55,12 @@ def _usd(value: float | None) -> str:
 @_FLEET
 @_JSON
 @click.option("--agent", is_flag=True,
-              help="Plain aligned columns (job, target, files, raw_bytes, wire_bytes, since) "
-                   "and a total row; - where unknown (for scripts and LLM agents).")
+              help="Plain aligned columns (job, target, files, raw_bytes, wire_bytes, since, "
+                   "access) and a total row; - where unknown (for scripts and LLM agents).")
 @click.pass_context
 def prepare_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> None:
-    """Per job, what must ship to its target (nothing runs, no target is contacted).
+    """Per job, what must ship to its target (nothing runs; each target is only asked
+    whether it can be reached: an unreachable one is a row that says so).
 
     A job's files and bytes are its target's mirror (shared by the jobs on that target)
     plus its own data the mirror does not carry; the total counts each mirror once.
@@ -70,8 +72,11 @@ def prepare_cmd(ctx: click.Context, fleet: str, as_json: bool, agent: bool) -> N
         return
     if agent:
         _prepare_agent(rows)
-    else:
-        columns.show(_prepare_table(rows))
+        return
+    columns.show(_prepare_table(rows))
+    for target, access in dict.fromkeys((r.target, r.access) for r in rows):
+        if access.partition(":")[0] not in ("here", "ready"):
+            common.warn(f"{target}: {access}")
 
 
 def _planned(ctx: click.Context, fleet: str, as_json: bool, agent: bool,
@@ -95,24 +100,26 @@ def _prepare_agent(rows: list[Prepared]) -> None:
     for r in rows:
         since = "in-place" if r.in_place else (
             r.last_sync.isoformat(timespec="seconds") if r.last_sync else "never")
-        out.append([r.name, r.target, *shipped(r), since])
+        out.append([r.name, r.target, *shipped(r), since, r.access])
     whole = total(rows)
     out.append(["total", f"{whole.targets}-targets", whole.files, whole.raw_bytes,
-                whole.wire_bytes, None])
-    columns.echo(("job", "target", "files", "raw_bytes", "wire_bytes", "since"), out)
+                whole.wire_bytes, None, None])
+    columns.echo(("job", "target", "files", "raw_bytes", "wire_bytes", "since", "access"), out)
 
 
 def _prepare_table(rows: list[Prepared]) -> Table:
     from rich.text import Text
 
-    table = columns.table("JOB", "TARGET", "FILES", "RAW", "WIRE", "LAST SYNC", "EXTRA DATA", "POLICY",
-                   fold=2)
+    table = columns.table("JOB", "TARGET", "ACCESS", "FILES", "RAW", "WIRE", "LAST SYNC",
+                          "EXTRA DATA", "POLICY", fold=2)
     for r in rows:
         files = "in place" if r.in_place else str(r.files)
+        state = r.access.partition(":")[0]  # the reason follows the table, one line a target
         when = r.last_sync.strftime("%Y-%m-%d %H:%M") if r.last_sync else "never"
         extra = (f"{len(r.extra_files)} files, {_size(r.extra_raw_bytes)} -> "
                  f"{_size(r.extra_wire_bytes)}") if r.extra_files else "-"
-        table.add_row(Text(r.name), Text(r.target), files, _size(r.raw_bytes),
+        table.add_row(Text(r.name), Text(r.target),
+                      Text(state, style="green" if state in ("here", "ready") else "yellow"), files, _size(r.raw_bytes),
                       f"{_size(r.wire_bytes)} {r.codec}", when, extra,
                       Text(r.policy, style="green" if r.policy == "ok" else "yellow"))
     return table

@@ -102,7 +102,7 @@ def up(ctx: click.Context, hosts: tuple[str, ...], pools: tuple[str, ...], jobs:
                           "flower_error": flower_error})
     else:
         for worker in report.started:
-            via = "via tunnel" if worker.broker_via == "tunnel" else "direct"
+            via = "direct" if worker.broker_via == "direct" else f"via {worker.broker_via}"
             rental = f", rental {worker.rental['rental_id']}" if worker.rental else ""
             nodes = f", {worker.nodes} nodes: one worker each" if worker.nodes > 1 else ""
             common.echo(f"{worker.host}: worker {worker.node} (job {worker.job['job_id']}{nodes}, "

@@ -9,6 +9,7 @@ The broker is the workspace's (embedded by default, started if needed). Without
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import click
@@ -17,6 +18,7 @@ from mainboard.cli import common
 
 if TYPE_CHECKING:
     from mainboard.integrators.spec import RunSpec
+    from mainboard.integrators.spec_parents import ParentSpec
 
 
 @click.command("integrate")
@@ -35,56 +37,45 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
     A file with [scan], [tune] or [campaign] runs child runs (one line each on stderr as
     it ends) and prints the parent's table.
 
+    The command reads the file and prints; the run itself is `mainboard.integrate`'s.
     Exit 0 with the result; 1 when the broker does not answer (one line naming its
     host:port and the fix) or the run failed; 2 for a bad run file or `--workers 0`
     with no fleet worker (start one with `mainboard fleet up`); 3 when the broker went
     away mid-run for longer than [broker] outage (resume with `mainboard runs resume`).
     """
     from mainboard.cli.runview import ProgressBar, emit
-    from mainboard.fleet.sync import integrate as run_integration
-    from mainboard.integrators.spec import load_run_file, parse_run
-    from mainboard.parents.spec import is_parent, read_run_data
-    from mainboard.tasks.paths import use_import_roots
+    from mainboard.integrators.runfile import load_run
+    from mainboard.integrators.spec_parents import ParentSpec
+    from mainboard.tasks.runner import integrate as run_integration
 
     config = common.load(ctx)
-    use_import_roots(run_file, config.root)  # a module next to the run file, or in the workspace
-    data = read_run_data(run_file)
-    if is_parent(data):  # a scan, tune or campaign: runs child runs, prints their table
-        if max_samples is not None:
-            raise click.UsageError("--max-samples applies to one run, not to a scan, tune "
-                                   "or campaign (set the children's budgets in the file)")
+    overrides = {"stop.max_samples": max_samples} if max_samples is not None else None
+    spec = _naming_ignored(run_file, partial(load_run, run_file, overrides))
+    if isinstance(spec, ParentSpec):  # a scan, tune or campaign: runs child runs
         from mainboard.cli import parentview
 
-        parentview.integrate(data, run_file, config, workers, as_json)
+        parentview.integrate(spec, run_file, config, workers, as_json)
         return
-    spec = _load_naming_ignored(run_file, load_run_file)
-    if max_samples is not None:
-        data = spec.model_dump(mode="json")
-        data["stop"]["max_samples"] = max_samples
-        spec = parse_run(data, file=run_file)
     with ProgressBar(spec.name, spec.stop.max_samples, stop=spec.stop) as bar:
         result = run_integration(spec, workers, config=config, progress=bar.update,
                                  run_file=run_file)
     emit(result, as_json)
 
 
-def _load_naming_ignored(run_file: str, load: Callable[[str], RunSpec]) -> RunSpec:
+def _naming_ignored(run_file: str, load: Callable[[], RunSpec | ParentSpec]
+                    ) -> RunSpec | ParentSpec:
     """The run file loaded; the keys a gammaboard file holds with no meaning here are named
-    in one warning line on stderr (integrators/ reports them as a Python warning), and a
-    gammaboard evaluator class that cannot be imported is refused here (exit 2)."""
+    in one warning line on stderr (integrators/ reports them as a Python warning)."""
     import warnings
 
-    from mainboard.integrators.gammaboard import ADAPTER, IgnoredKeys
-    from mainboard.integrators.gammaboard_python import load_class
+    from mainboard.integrators.gammaboard import IgnoredKeys
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", IgnoredKeys)
-        spec = load(run_file)
+        spec = load()
     for w in caught:
         if issubclass(w.category, IgnoredKeys):
             common.warn(f"{run_file}: {w.message}")
         else:  # not ours: shown as Python would have shown it
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    if getattr(spec.integrand, "target", None) == ADAPTER:  # its class, before anything starts
-        load_class(spec.integrand.params["module"], spec.integrand.params["class"], run_file)
     return spec

@@ -13,6 +13,7 @@ from mainboard.cli import common
 
 if TYPE_CHECKING:
     from mainboard.config import Config
+    from mainboard.integrators.spec_parents import ParentSpec
     from mainboard.parents.children import Outcome
     from mainboard.runs.store import RunHistory
 
@@ -42,26 +43,21 @@ def emit(data: dict[str, Any], as_json: bool, as_csv: bool = False) -> None:
         common.echo(text(data))
 
 
-def integrate(data: dict[str, Any], run_file: str, config: Config, workers: int | None,
+def integrate(spec: ParentSpec, run_file: str, config: Config, workers: int | None,
               as_json: bool) -> None:
-    """`mainboard integrate PARENT.toml`."""
-    from mainboard.fleet.sync import PREPARE
-    from mainboard.parents.driver import integrate_parent
-    from mainboard.parents.spec import load_parent
+    """`mainboard integrate PARENT.toml`: the one run entry, its table printed."""
+    from mainboard.tasks.runner import integrate as run_integration
 
-    del data  # read again with its line numbers for errors
-    spec = load_parent(run_file)
-    emit(integrate_parent(spec, workers, config=config, prepare=PREPARE, run_file=run_file,
-                          report=report), as_json)
+    table = run_integration(spec, workers, config=config, run_file=run_file, report=report)
+    assert isinstance(table, dict)  # a parent's table
+    emit(table, as_json)
 
 
 def resume(history: RunHistory, config: Config, workers: int | None, as_json: bool) -> None:
     """`mainboard runs resume PARENT`."""
-    from mainboard.fleet.sync import PREPARE
     from mainboard.parents.driver import resume_parent
 
-    emit(resume_parent(history, workers, config=config, prepare=PREPARE, report=report),
-         as_json)
+    emit(resume_parent(history, workers, config=config, report=report), as_json)
 
 
 def show(history: RunHistory, as_json: bool, as_csv: bool) -> None:

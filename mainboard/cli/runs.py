@@ -228,11 +228,9 @@ def resume(ctx: click.Context, run: str, workers: int | None, as_json: bool) -> 
     naming its host:port and the fix), 2 for `--workers 0` with no fleet worker.
     """
     from mainboard.cli.runview import ProgressBar, emit
-    from mainboard.fleet.sync import resume as resume_run
-    from mainboard.tasks.paths import use_import_roots
+    from mainboard.tasks.runner import resume as resume_run
 
     store, config = _store(ctx)
-    use_import_roots(workspace=config.root)  # the run's python modules, found as at first
     history = store.find(run)
     if history.created.kind is not None:
         from mainboard.cli import parentview
@@ -261,11 +259,9 @@ def clone(ctx: click.Context, run: str, from_iteration: int | None, max_samples:
           max_iterations: int | None, workers: int | None, as_json: bool) -> None:
     """Branch a new run (new id) from a snapshot of RUN and run it to its stop condition."""
     from mainboard.cli.runview import ProgressBar, emit
-    from mainboard.fleet.sync import clone as clone_run
-    from mainboard.tasks.paths import use_import_roots
+    from mainboard.tasks.runner import clone as clone_run
 
     store, config = _store(ctx)
-    use_import_roots(workspace=config.root)  # the run's python modules, found as at first
     history = store.find(run)
     if history.created.kind is not None:
         raise click.UsageError(f"run {history.run_id} is a {history.created.kind}: clone one of "

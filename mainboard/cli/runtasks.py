@@ -69,12 +69,10 @@ def append(ctx: click.Context, run: str, task_file: str, workers: int | None,
     on `runs resume`. Refused when RUN is driven by a coordinator that cannot take them
     (a scan/tune/campaign child, or a run driven from another workspace)."""
     from mainboard.cli.runview import result_json, result_text
-    from mainboard.fleet.sync import append as append_tasks
     from mainboard.tasks.appends import Appended
-    from mainboard.tasks.paths import use_import_roots
+    from mainboard.tasks.runner import append as append_tasks
 
     config = common.load(ctx)
-    use_import_roots(workspace=config.root)
     result = append_tasks(run, task_file, workers, config=config)
     if not isinstance(result, Appended):  # a finished run went on with them
         if as_json:

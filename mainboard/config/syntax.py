@@ -55,11 +55,7 @@ def syntax_fix(message: str) -> str:
 
 def _last_line(text: str) -> int | None:
     """The number of the last non-blank line: where an unclosed value ran out."""
-    lines = text.splitlines()
-    for number in range(len(lines), 0, -1):
-        if lines[number - 1].strip():
-            return number
-    return None
+    return len(text.rstrip().splitlines()) or None  # None: nothing but blanks
 
 
 def toml_syntax_error(exc: tomllib.TOMLDecodeError, text: str, file: str,

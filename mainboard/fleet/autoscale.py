@@ -27,11 +27,20 @@ import redis
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, PoolConfig, ProviderHost
 from mainboard.errors import JobCapReached, MainboardError, first_line
+from mainboard.fleet.control import start_one
 from mainboard.fleet.demand import queue_depth, queue_need, run_demand, running_runs
 from mainboard.fleet.goal import Goals
+from mainboard.fleet.keeperclient import ensure_keeper, tunnel_status, wait_tunnel
 from mainboard.fleet.launch import DEFAULT_RETIRE_BEFORE_S, BrokerRoute, Launcher, UpOptions
 from mainboard.fleet.pools import pool_options
-from mainboard.fleet.records import FleetState, fleet_receipts, read_fleet
+from mainboard.fleet.records import (
+    FleetState,
+    fleet_receipts,
+    pool_active,
+    pool_events,
+    pool_paused,
+    read_fleet,
+)
 from mainboard.fleet.scaling import Alloc, Decision, PoolView, decide, lead_time, target
 from mainboard.fleet.spend import next_price, spend
 from mainboard.fleet.workers import (
@@ -55,21 +64,6 @@ TICKS_FILE = "autoscale.ticks"  # in the fleet folder: {"pid": keeper, "ticks": 
 LOST_AFTER_S = 3 * HEARTBEAT_S  # as `fleet status` says lost: replaced from then on
 STALL_DRAIN_S = 5.0  # a stalled worker's warm shutdown may never come: cancelled after this
 log = logging.getLogger("mainboard.fleet.autoscale")
-
-
-def pool_events(state: FleetState, name: str) -> list[FleetScale]:
-    return [s for s in state.scale if s.pool == name]
-
-
-def pool_active(state: FleetState, name: str) -> bool:
-    """Started by ``fleet up`` and not stopped by ``fleet down`` since."""
-    marks = [s.action for s in pool_events(state, name) if s.action in ("start", "stop")]
-    return bool(marks) and marks[-1] == "start"
-
-
-def pool_paused(state: FleetState, name: str) -> bool:
-    marks = [s.action for s in pool_events(state, name) if s.action in ("pause", "resume")]
-    return bool(marks) and marks[-1] == "pause"
 
 
 def asked(state: FleetState, name: str) -> int | None:
@@ -185,8 +179,6 @@ class Autoscaler:
         found = poll_jobs(self.config, members)
         look = Look(members={w.worker_id: w for w in members})
         entries = fleet_entries(BrokerRoute(url), members) if members else {}
-        from mainboard.fleet.keeper import tunnel_status  # as submit: keeper imports this
-
         tunnels = tunnel_status(self.config.state_dir) \
             if any(w.broker_via == "tunnel" for w in members) else {}
         now = time.time()
@@ -346,11 +338,6 @@ class Autoscaler:
         threading.Thread(target=stop, name="autoscale-stop", daemon=True).start()
 
     def submit(self, name: str, pool: PoolConfig, view: PoolView, decision: Decision) -> None:
-        # control and keeper import this module back: the keeper cycle, allowed by name in
-        # tests/test_architecture.py until the keeper's client API leaves its daemon
-        from mainboard.fleet.control import start_one
-        from mainboard.fleet.keeper import ensure_keeper, wait_tunnel
-
         route = broker_route(self.config, start=False)
         assert route is not None
         args = (self.config.root, self.config.path, self.config.state_dir)
@@ -407,5 +394,4 @@ def ticks_done(state_dir: Path) -> tuple[int, int] | None:
         return None
 
 
-__all__ = ["Autoscaler", "failures", "pool_active", "pool_paused", "run_autoscaler",
-           "ticks_done"]
+__all__ = ["Autoscaler", "failures", "run_autoscaler", "ticks_done"]

@@ -4,7 +4,7 @@
 the embedded broker if needed, then starts one worker per host in parallel: a detached
 process on local/ssh/provider hosts, a job on SLURM/PBS. Workers on remote hosts reach a
 loopback-only broker through a reverse SSH tunnel held by the keeper
-(:mod:`mainboard.fleet.keeper`). A host that fails is reported in one line; the others
+(:mod:`mainboard.fleet.keeper`, reached through :mod:`mainboard.fleet.keeperclient`). A host that fails is reported in one line; the others
 still come up. ``fleet_down`` stops the workers the way :mod:`mainboard.fleet.workers`
 does for the keeper too (drain, cancel, destroy rentals, record). All of it is in
 receipts (:mod:`mainboard.fleet.records`), so any process can ask for the status or
@@ -22,10 +22,10 @@ from functools import partial
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import MainboardError, UserError, first_line
-from mainboard.fleet.keeper import ensure_keeper, stop_keeper, wait_tunnel, wake_keeper
+from mainboard.fleet.keeperclient import ensure_keeper, stop_keeper, wait_tunnel, wake_keeper
 from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions, plan
 from mainboard.fleet.pools import plan_pools
-from mainboard.fleet.records import fleet_receipts, read_fleet
+from mainboard.fleet.records import fleet_receipts, pool_active, read_fleet
 from mainboard.fleet.workers import (
     DRAIN_TIMEOUT_S,
     broker_route,
@@ -211,8 +211,6 @@ def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
     if live or config.broker.url:  # draining asks the workers over the broker
         fleet_broker(config, start=False, workers=live)
     report = DownReport(workers=live)
-    from mainboard.fleet.autoscale import pool_active
-
     for name, pool in config.fleet.pools.items():  # a pool on a host going down stops too
         if pool_active(fleet, name) and (not hosts or pool.host in hosts):
             fleet_receipts(config.state_dir).append(FleetScale(

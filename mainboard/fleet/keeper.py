@@ -7,6 +7,8 @@ both. It takes its orders from the fleet receipts (re-read every ``TICK_S``): ea
 ``worker.tunnel`` gets a ``ReverseTunnel`` on its recorded remote port (so a restarted
 keeper gives workers back the same address), a ``worker.stopped`` closes it. It writes
 what it holds to ``fleet/tunnels.json`` and exits by itself once nothing is left to hold.
+This file is the daemon alone; whoever starts, wakes or asks it goes through
+:mod:`mainboard.fleet.keeperclient`.
 
     python -m mainboard.fleet.keeper --root WORKSPACE_ROOT [--config mainboard.toml]
 """
@@ -20,18 +22,15 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 from mainboard.bridges.tunnel import TunnelStatus
-from mainboard.daemon import process_cmdline
-from mainboard.errors import TunnelError
+from mainboard.fleet.keeperclient import WAKE_SIGNAL, keeper_paths
 from mainboard.fleet.records import read_fleet
 from mainboard.redact import install_log_redaction
-from mainboard.statedir import fleet_dir
 
 TICK_S = 0.5
 LOST_AFTER_ENV = "MAINBOARD_TUNNEL_LOST_AFTER_S"  # the retry budget (tests shorten it)
@@ -40,97 +39,6 @@ IDLE_CHECK_S = 5.0
 LINGER_S = 5.0  # nothing to hold for this long: exit
 FIRST_LINGER_S = 30.0  # before anything was held: `fleet up` starts the keeper early
 log = logging.getLogger("mainboard.fleet.keeper")
-
-
-def _paths(state_dir: Path) -> dict[str, Path]:
-    base = fleet_dir(state_dir)
-    return {"lock": base / "keeper.lock", "pid": base / "keeper.pid",
-            "status": base / "tunnels.json", "log": base / "keeper.log"}
-
-
-def keeper_pid(state_dir: Path) -> int | None:
-    """The running keeper's pid (its lock is held), else None."""
-    paths = _paths(state_dir)
-    with open(paths["lock"], "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            with contextlib.suppress(OSError, ValueError):
-                return int(paths["pid"].read_text().strip())
-            return -1
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
-
-
-_STARTING = threading.Lock()  # one start at a time in this process (hosts launch in threads)
-WAKE_SIGNAL = signal.SIGUSR1  # "the receipts changed: look now", instead of the next tick
-
-
-def ensure_keeper(root: Path, config_path: Path | None, state_dir: Path) -> None:
-    """Start the keeper for this workspace unless one runs (it refuses to run twice)."""
-    with _STARTING:
-        _ensure_keeper(root, config_path, state_dir)
-
-
-def wake_keeper(state_dir: Path) -> None:
-    """Make the running keeper read the receipts now (a new tunnel is wanted); its pid is
-    checked to be a keeper first, so a stale pid file never signals a stranger."""
-    pid = keeper_pid(state_dir)
-    if pid is None or pid <= 0 or "mainboard.fleet.keeper" not in (process_cmdline(pid) or ""):
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, WAKE_SIGNAL)
-
-
-def _ensure_keeper(root: Path, config_path: Path | None, state_dir: Path) -> None:
-    if keeper_pid(state_dir) is not None:
-        return
-    argv = [sys.executable, "-m", "mainboard.fleet.keeper", "--root", str(root)]
-    if config_path is not None:
-        argv += ["--config", str(config_path)]
-    with open(_paths(state_dir)["log"], "ab") as out:
-        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=root,
-                         start_new_session=True, close_fds=True)
-    deadline = time.monotonic() + 10
-    while keeper_pid(state_dir) is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def tunnel_status(state_dir: Path) -> dict[str, dict[str, object]]:
-    """What the keeper last wrote about its tunnels, by worker id."""
-    try:
-        data = json.loads(_paths(state_dir)["status"].read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def wait_tunnel(root: Path, config_path: Path | None, state_dir: Path, worker_id: str,
-                timeout: float) -> int:
-    """Block until the keeper forwards ``worker_id``'s tunnel; its remote port."""
-    deadline = time.monotonic() + timeout
-    seen: dict[str, object] = {}
-    while time.monotonic() < deadline:
-        seen = tunnel_status(state_dir).get(worker_id, {})
-        if seen.get("healthy") and isinstance(seen.get("remote_port"), int):
-            return int(seen["remote_port"])  # type: ignore[arg-type]
-        ensure_keeper(root, config_path, state_dir)  # it may have just exited: start again
-        time.sleep(0.1)
-    raise TunnelError(f"the reverse tunnel for worker {worker_id} did not come up within "
-                      f"{timeout:g}s: {seen.get('error') or 'no answer from the fleet keeper'} "
-                      f"(log: {_paths(state_dir)['log']})")
-
-
-def stop_keeper(state_dir: Path, timeout: float = 15.0) -> None:
-    """SIGTERM the keeper (its tunnels close) and wait until its lock is free."""
-    pid = keeper_pid(state_dir)
-    if pid is None or pid <= 0:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while keeper_pid(state_dir) is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def status_row(held: TunnelStatus | None, error: str | None,
@@ -154,7 +62,7 @@ class Keeper:
 
         self.config = load_config(config_path)
         self.state_dir = self.config.state_dir
-        self.paths = _paths(self.state_dir)
+        self.paths = keeper_paths(self.state_dir)
         self.tunnels = TunnelManager()
         self.errors: dict[str, str] = {}
         self.down_since: dict[str, float] = {}  # worker id -> first failure of this outage

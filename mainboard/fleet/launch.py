@@ -45,12 +45,16 @@ from mainboard.fleet.records import (
     node_prefix,
     owner_tag,
 )
+from mainboard.fleet.sentinel_route import VIA as SENTINELS_VIA
+from mainboard.fleet.sentinel_route import check_reachable
 from mainboard.fleet.warm import Stamp, free_remote_port, remove_secret, write_secret
 from mainboard.hosts.root import ensure_root
 from mainboard.ids import safe_word
 from mainboard.receipts import WorkerStarted, WorkerStopped, WorkerSubmitting, WorkerTunnel
+from mainboard.redisclient import is_sentinel
 from mainboard.tasks import BATCH_QUEUE, GPU_ENV, POOL_ENV, RETIRE_ENV, TASK_MODULES, WALLTIME_ENV
 from mainboard.tasks.paths import WORKSPACE_ENV
+from mainboard.tasks.workers import worker_argv
 
 WORKER_MODULES = ("mainboard.tasks.fleet", *TASK_MODULES)
 DEFAULT_RETIRE_BEFORE_S = 300
@@ -116,9 +120,7 @@ def worker_command(python: str, node: str, queues: Sequence[str], concurrency: i
     whatever the host's modules put there, so a run's ``kind = "python"`` integrand module
     in the workspace is found on every worker.
     """
-    argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker", "-Q", ",".join(queues),
-            "-c", str(concurrency), "--pool=prefork", "--without-mingle",
-            "--without-gossip", "--loglevel=INFO", "-I", ",".join(WORKER_MODULES)]
+    argv = worker_argv(python, queues, concurrency, include=WORKER_MODULES)
     index = f'{NODE_SUFFIX}"${NODE_INDEX_ENV}"' if per_node else ""
     name = (f'{shlex.quote(node)}-"$MAINBOARD_JOB_ID"{index}@%h' if job_suffix
             else shlex.quote(f"{node}@%h"))
@@ -188,8 +190,14 @@ class BrokerRoute:
         return urlsplit(self.url).port or 6379
 
     @property
+    def sentinel(self) -> bool:
+        """A Sentinel-managed broker: its workers follow the sentinels, never a tunnel."""
+        return is_sentinel(self.url)
+
+    @property
     def loopback(self) -> bool:
-        return self.host in LOOPBACK or self.host.startswith("127.")
+        """One loopback-only server (a remote worker reaches it through a tunnel)."""
+        return not self.sentinel and (self.host in LOOPBACK or self.host.startswith("127."))
 
     def via_port(self, port: int, url: str | None = None) -> str:
         """The workers' URL (or ``url``) pointing at ``127.0.0.1:port`` (a tunnel's far end)."""
@@ -346,8 +354,8 @@ class Launcher:
         if ready is None:
             warm.record(self.config, target.stamp_id or "", None)
             return None
-        if ready.port is None:
-            return stamp.python, url, "direct", None
+        if ready.port is None:  # the env is as stamped: its python can ask the sentinels
+            return stamp.python, url, self._sentinels(target, stamp.python) or "direct", None
         self._ask_tunnel(target, worker_id, ready.port)
         return stamp.python, self.broker.via_port(ready.port, url), "tunnel", ready.port
 
@@ -378,15 +386,25 @@ class Launcher:
         return self.broker.loopback and remote(host)
 
     def route(self, target: Target, worker_id: str, python: str) -> tuple[str, str, int | None]:
-        """(url, "direct"|"tunnel", remote port): a tunnel when a remote host cannot reach a
-        loopback-only broker. A tunnel is asked of the keeper (recorded, the keeper woken)
-        but not waited for: ``start`` submits the worker first, so it boots while the
-        keeper dials (``await_tunnel``)."""
+        """(url, "direct"|"tunnel"|"sentinels", remote port): a tunnel when a remote host
+        cannot reach a loopback-only broker, never for a Sentinel-managed one (its master
+        moves: the worker asks the sentinels itself). A tunnel is asked of the keeper
+        (recorded, the keeper woken) but not waited for: ``start`` submits the worker
+        first, so it boots while the keeper dials (``await_tunnel``)."""
         if not (self.broker.loopback and target.ssh is not None):
-            return self.broker.worker_url, "direct", None
+            return self.broker.worker_url, self._sentinels(target, python) or "direct", None
         port = free_remote_port(target.transport, python)
         self._ask_tunnel(target, worker_id, port)
         return self.broker.via_port(port), "tunnel", port
+
+    def _sentinels(self, target: Target, python: str) -> str | None:
+        """``SENTINELS_VIA`` for a Sentinel-managed broker, once a remote host is seen to
+        reach its sentinels and data nodes (HostError in one line when not); else None."""
+        if not self.broker.sentinel:
+            return None
+        if remote(target.host):
+            check_reachable(target.transport, python, target.name, self.broker.worker_url)
+        return SENTINELS_VIA
 
     def await_tunnel(self, worker_id: str, port: int) -> None:
         """Until the keeper forwards ``port`` (TunnelError after 30 s)."""

@@ -123,6 +123,23 @@ class FleetState:
                 and i not in self.lost]
 
 
+def pool_events(state: FleetState, name: str) -> list[FleetScale]:
+    """The ``fleet.scale`` receipts of pool ``name``, oldest first."""
+    return [s for s in state.scale if s.pool == name]
+
+
+def pool_active(state: FleetState, name: str) -> bool:
+    """Started by ``fleet up`` and not stopped by ``fleet down`` since."""
+    marks = [s.action for s in pool_events(state, name) if s.action in ("start", "stop")]
+    return bool(marks) and marks[-1] == "start"
+
+
+def pool_paused(state: FleetState, name: str) -> bool:
+    """Paused after failed submissions, and not resumed since (``fleet resume-pool``)."""
+    marks = [s.action for s in pool_events(state, name) if s.action in ("pause", "resume")]
+    return bool(marks) and marks[-1] == "pause"
+
+
 def read_fleet(state_dir: Path) -> FleetState:
     """Replay ``fleet.ndjson``; a missing file is an empty fleet."""
     state = FleetState()

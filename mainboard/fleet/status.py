@@ -22,7 +22,7 @@ from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError
 from mainboard.fleet.control import fleet_broker
 from mainboard.fleet.launch import BrokerRoute
-from mainboard.fleet.records import FleetState, node_names, read_fleet
+from mainboard.fleet.records import FleetState, node_names, pool_active, read_fleet
 from mainboard.fleet.workers import fleet_entries, job_of, poll_jobs, registry
 from mainboard.receipts import WorkerStarted, WorkerStopped
 from mainboard.tasks import HEARTBEAT_S
@@ -99,8 +99,7 @@ def _state(job: JobStatus | MainboardError, online: bool, beat: float | None) ->
 def revive_keeper(config: Config, state: FleetState) -> None:
     """A keeper that died (SIGKILL, reboot) while pools were up is started again: it
     rebuilds everything from the receipts and submits nothing twice."""
-    from mainboard.fleet.autoscale import pool_active
-    from mainboard.fleet.keeper import ensure_keeper, keeper_pid
+    from mainboard.fleet.keeperclient import ensure_keeper, keeper_pid
     from mainboard.fleet.reconcile import describe, open_intents, reconcile
 
     if keeper_pid(config.state_dir) is not None:

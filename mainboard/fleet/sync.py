@@ -6,9 +6,8 @@ worker there (workers import it from the host's root, see ``mainboard.tasks.path
 The sync is the delta mirror jobs use (:mod:`mainboard.hosts.mirror`): only files changed
 since the host's last sync travel, so a run with nothing changed costs one manifest
 comparison and no transfer. A host that cannot be synced refuses the run in one line,
-before any batch is sent. ``integrate``/``resume``/``clone`` here are the run verbs of
-``mainboard.tasks.runner`` with this sync as their ``prepare`` step: what
-``mainboard.integrate`` and the CLI call (tasks/ never imports fleet/).
+before any batch is sent. :data:`PREPARE` is the ``prepare`` step the run verbs of
+``mainboard.tasks.runner`` take by name (``FLEET_PREPARE``): tasks/ never imports fleet/.
 """
 
 from __future__ import annotations
@@ -20,13 +19,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import FleetSyncError, MainboardError, UserError, first_line
-from mainboard.fleet.records import read_fleet
+from mainboard.fleet.records import pool_active, pool_paused, read_fleet
 from mainboard.receipts import WorkerStarted
-from mainboard.tasks import BATCH_QUEUE, runner
+from mainboard.tasks import BATCH_QUEUE
 
 if TYPE_CHECKING:  # ssh (paramiko) loads only when a fleet has workers to sync
     from mainboard.fleet.launch import BrokerRoute
@@ -114,8 +113,7 @@ def _sync_one(host: str, root: str, mirror: Callable[[], Mirror], fix: str) -> H
 def standby_pools(config: Config) -> list[str]:
     """Declared, autoscaled pools consuming the batch queue that the running keeper will
     grow from zero for a run's batches (none without a keeper)."""
-    from mainboard.fleet.autoscale import pool_active, pool_paused
-    from mainboard.fleet.keeper import keeper_pid
+    from mainboard.fleet.keeperclient import keeper_pid
 
     if not config.fleet.pools or keeper_pid(config.state_dir) is None:
         return []
@@ -185,7 +183,8 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
 class FleetPrepare:
     """The fleet's side of a run (``mainboard.tasks.runner.Prepare``): the workspace synced
     to every host whose workers evaluate the run, and the standby pool that starts workers
-    on demand. Handed to the runner as an object: ``tasks`` never imports the fleet."""
+    on demand. The runner finds it by name (``runner.FLEET_PREPARE``): ``tasks`` never
+    imports the fleet."""
 
     def sync(self, config: Config) -> list[HostSync]:
         return sync_fleet(config)
@@ -197,33 +196,5 @@ class FleetPrepare:
 PREPARE = FleetPrepare()
 
 
-def integrate(run: runner.RunLike, workers: int | None = None, *,
-              config: Config | None = None, broker_url: str | None = None,
-              progress: runner.ProgressFn | None = None, resume: bool = False,
-              run_file: str | os.PathLike[str] | None = None) -> runner.RunResult:
-    """``mainboard.integrate``: the runner's, with the fleet's hosts synced before the run."""
-    return runner.integrate(run, workers, config=config, broker_url=broker_url,
-                            progress=progress, resume=resume, prepare=PREPARE,
-                            run_file=None if run_file is None else os.fspath(run_file))
-
-
-def resume(what: str, workers: int | None = None, **options: Any) -> runner.RunResult:
-    """``runs resume``: the runner's, with the fleet's hosts synced first."""
-    return runner.resume(what, workers, prepare=PREPARE, **options)
-
-
-def append(what: str, path: str | os.PathLike[str], workers: int | None = None,
-           **options: Any) -> runner.RunResult | runner.Appended:
-    """``runs append``: the runner's, with the fleet's hosts synced before a finished run
-    goes on."""
-    return runner.append(what, os.fspath(path), workers, prepare=PREPARE, **options)
-
-
-def clone(what: str, from_iteration: int, workers: int | None = None, **options: Any
-          ) -> runner.RunResult:
-    """``runs clone``: the runner's, with the fleet's hosts synced first."""
-    return runner.clone(what, from_iteration, workers, prepare=PREPARE, **options)
-
-
-__all__ = ["PREPARE", "FleetPrepare", "HostSync", "append", "clone", "evaluating", "integrate", "mirror_of",
-           "resume", "standby_pool", "standby_pools", "sync_fleet"]
+__all__ = ["PREPARE", "FleetPrepare", "HostSync", "evaluating", "mirror_of", "standby_pool",
+           "standby_pools", "sync_fleet"]

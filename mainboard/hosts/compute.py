@@ -272,6 +272,35 @@ def offer_sentence(offer: Offer | None) -> str:
     return f"cheapest {offer.gpu_count}x {offer.gpu} ({offer.vram_gb:.0f} GB) offer {offer.id}"
 
 
+def _board(config: Config) -> Hosts | None:
+    """A Board gives each host the transport `board.on(name)` would use (relative identity
+    and known_hosts paths resolved next to mainboard.toml). Without a file there are no
+    declared remote hosts unless the Config was built in code; then params are used as-is."""
+    return Hosts(config=config) if config.path else None
+
+
+def _pool(jobs: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, jobs)),
+                              thread_name_prefix="mainboard-compute")
+
+
+def access_of(config: Config, names: list[str], timeout: float = 5.0) -> dict[str, str]:
+    """``access`` (with its reason) of each named host, all asked at once: back within about
+    ``timeout`` whatever the hosts do, a silent one ``unreachable``. For plans that name
+    where they would go (``batch prepare``), so an unreachable target is a row saying so."""
+    board = _board(config)
+    pool = _pool(len(names))  # not `with`: its exit would wait for a hung check
+    futures = {name: pool.submit(host_access, board, name, config.host(name), config, timeout)
+               for name in names}
+    wait_futures(list(futures.values()), timeout=timeout + 2.0)
+    pool.shutdown(wait=False, cancel_futures=True)
+    shown = {}
+    for name, future in futures.items():
+        state = _settled(future, name, timeout)
+        shown[name] = f"{state.access}: {state.reason}" if state.reason else state.access
+    return shown
+
+
 def list_compute(config: Config, timeout: float = 5.0) -> list[ComputeRow]:
     """Rows for local, every declared host and every provider, all asked concurrently.
 
@@ -280,15 +309,11 @@ def list_compute(config: Config, timeout: float = 5.0) -> list[ComputeRow]:
     """
     names = config.host_names()
     hosts = {name: config.host(name) for name in names}
-    # A Board gives each host the transport `board.on(name)` would use (relative identity
-    # and known_hosts paths resolved next to mainboard.toml). Without a file there are no
-    # declared remote hosts unless the Config was built in code; then params are used as-is.
-    board = Hosts(config=config) if config.path else None
+    board = _board(config)
     rented = {name: host for name, host in hosts.items() if host.kind == "provider"}
     jobs = len(names) + len(config.providers) + len(rented)
     # Not a `with` block: its exit would wait for a hung check, and the list must not.
-    pool = ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, jobs)),
-                              thread_name_prefix="mainboard-compute")
+    pool = _pool(jobs)
     futures: dict[str, Future[_Access]] = {
         name: pool.submit(host_access, board, name, host, config, timeout)
         for name, host in hosts.items()}

@@ -19,8 +19,7 @@ from redis.retry import Retry
 from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import MainboardError, first_line
-from mainboard.fleet.autoscale import pool_paused
-from mainboard.fleet.records import FleetState, read_fleet
+from mainboard.fleet.records import FleetState, pool_paused, read_fleet
 from mainboard.fleet.spend import pool_of, spend
 from mainboard.fleet.workers import broker_route
 from mainboard.metrics.snapshot import WORKER_STATES, RunRate, Snapshot

@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from mainboard.errors import IntegrationFailed
+from mainboard.integrators.spec_parents import CampaignSpec, apply_point
 from mainboard.parents.children import Child, Children, Outcome
 from mainboard.parents.context import Context
-from mainboard.parents.spec import CampaignSpec, apply_point
 from mainboard.parents.table import total
 from mainboard.receipts import ChildStarted
 

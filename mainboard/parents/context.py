@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mainboard.integrators.spec_parents import ParentSpec
 from mainboard.parents.children import Outcome
-from mainboard.parents.spec import ParentSpec
 from mainboard.receipts import ChildDone
 from mainboard.tasks.runner import Session
 

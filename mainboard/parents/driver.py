@@ -1,4 +1,8 @@
-"""Run or resume a parent: one session, the kind's loop, the parent's receipts.
+"""Drive or resume a parent: the kind's loop on one session, the parent's receipts.
+
+A parent starts through the one way into a run, ``tasks.runner.integrate``, which opens
+its session and hands it to :func:`drive` (named there, ``PARENT_DRIVER``: this module
+builds on the runner).
 
 The parent is a run in the run store like any other (``.mainboard/runs/<id>/``): a
 ``run.created`` line with ``kind`` (scan, tune, campaign) and the resolved parent
@@ -10,16 +14,15 @@ continues from its own last snapshot.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from mainboard.config import Config, load_config
 from mainboard.errors import IntegrationFailed, UserError
 from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.plain import to_plain
+from mainboard.integrators.spec_parents import ParentSpec, parse_parent
 from mainboard.parents import table
 from mainboard.parents.context import Context, Report
-from mainboard.parents.spec import ParentSpec, parse_parent
 from mainboard.receipts import (
     ChildDone,
     RunCreated,
@@ -30,7 +33,7 @@ from mainboard.receipts import (
 )
 from mainboard.runs.store import RunHistory, RunStore
 from mainboard.tasks.paths import use_import_roots
-from mainboard.tasks.runner import Prepare, Session, session
+from mainboard.tasks.runner import FLEET_PREPARE, Prepare, Session, session
 
 # Each kind's loop, by name (celery's ALIASES + symbol_by_name): the loops import the
 # context, never this module, and a new kind is one row here (and its table in spec.py).
@@ -67,24 +70,19 @@ def _drive(s: Session, spec: ParentSpec, history: RunHistory | None, report: Rep
     return table.view(done)
 
 
-def integrate_parent(spec: ParentSpec, workers: int | None = None, *,
-                     config: Config | None = None, broker_url: str | None = None,
-                     prepare: Prepare | None = None, run_file: str | Path | None = None,
-                     report: Report | None = None) -> dict[str, Any]:
-    """Run a parent; its table (:func:`table.view`). The id is the content's: a parent that
-    finished before is only shown, one that was interrupted continues (as ``resume``)."""
-    use_import_roots(run_file, config.root if config is not None else None)
-    with session(spec.run_id(), config, broker_url, workers, prepare=prepare,
-                 run_file=run_file) as s:
-        history = s.store.history(spec.run_id())
-        if history is not None and history.status == "finished":
-            return table.view(history)
-        return _drive(s, spec, history, report, str(run_file or spec.name))
+def drive(s: Session, spec: ParentSpec, history: RunHistory | None, report: Report | None,
+          file: str) -> dict[str, Any]:
+    """A parent on the session the runner opened for it (``runner.PARENT_DRIVER``): its
+    table (:func:`table.view`). The id is the content's: a parent that finished before is
+    only shown, one that was interrupted continues (as ``resume``)."""
+    if history is not None and history.status == "finished":
+        return table.view(history)
+    return _drive(s, spec, history, report, file)
 
 
 def resume_parent(history: RunHistory, workers: int | None = None, *,
                   config: Config | None = None, broker_url: str | None = None,
-                  prepare: Prepare | None = None, report: Report | None = None
+                  prepare: Prepare | str | None = FLEET_PREPARE, report: Report | None = None
                   ) -> dict[str, Any]:
     """Continue a parent whose coordinator died: ended children stay, the rest run."""
     if history.created.kind is None:
@@ -92,6 +90,7 @@ def resume_parent(history: RunHistory, workers: int | None = None, *,
     if history.status == "finished":
         return table.view(history)
     cfg = config if config is not None else load_config()
+    use_import_roots(workspace=cfg.root)  # the children's python modules, found as at first
     spec = parse_parent(dict(history.created.spec), file=f"<parent {history.run_id}>")
     with session(history.run_id, cfg, broker_url, workers, prepare=prepare) as s:
         current = s.store.history(history.run_id) or history
@@ -103,4 +102,4 @@ def find(config: Config, what: str) -> RunHistory:
     return RunStore(config.state_dir).find(what)
 
 
-__all__ = ["LOOPS", "find", "integrate_parent", "resume_parent"]
+__all__ = ["LOOPS", "drive", "find", "resume_parent"]

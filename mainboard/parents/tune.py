@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 
 from mainboard.errors import MissingDependency, UserError, first_line
-from mainboard.parents.children import Child, Children, Outcome, child_id
-from mainboard.parents.context import Context
-from mainboard.parents.spec import (
+from mainboard.integrators.spec_parents import (
     CategoricalParameter,
     FloatParameter,
     IntegerParameter,
     TuneSpec,
 )
+from mainboard.parents.children import Child, Children, Outcome, child_id
+from mainboard.parents.context import Context
 from mainboard.parents.table import objective
 from mainboard.receipts import ChildStarted
 

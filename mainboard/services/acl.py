@@ -10,7 +10,7 @@ Flower, the dashboard) keeps every right: it owns the broker. The ``default`` us
 off, so a connection without a user name and password is refused.
 
 The worker's rules were found by running a whole integration, the fleet's probes and
-its heartbeats under this ACL with ``ACL LOG`` watched (tests/test_broker_acl.py keeps
+its heartbeats under this ACL with ``ACL LOG`` watched (tests/services/test_broker_acl.py keeps
 checking that it stays empty).
 """
 

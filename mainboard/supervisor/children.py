@@ -26,7 +26,7 @@ from typing import Any
 
 from mainboard.daemon import Daemon, die_with_parent, exit_reason, log_tail
 from mainboard.errors import SupervisorError
-from mainboard.tasks.workers import LocalWorkers
+from mainboard.tasks.workers import LocalWorkers, warm_stop
 
 DASHBOARD_START_S = 60.0  # a loaded 2-core machine imports tornado and folds receipts first
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL
@@ -181,7 +181,7 @@ class WorkerChild(Child):
     def stop(self) -> None:  # all workers stop together (LocalWorkers.stop): warm, in parallel
         proc = self._proc()
         if proc is not None:
-            _signal_group(proc, signal.SIGTERM)
+            warm_stop(proc)
 
 
 __all__ = ["Child", "DaemonChild", "DashboardChild", "SupervisorError", "WorkerChild"]

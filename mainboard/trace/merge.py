@@ -96,7 +96,7 @@ def _file_part(path: Path) -> Part:
     try:
         doc = json.loads(path.read_text())
         spans = spans_of_document(doc)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # any other JSON
         raise UserError(f"{path}: not a trace file written by mainboard ({exc}); give a "
                         "run, a job or a file from `mainboard trace profile`") from None
     return Part("file", path.name, str(path), 0.0, spans)

@@ -55,6 +55,15 @@ def values(params: dict, blob: bytes, value: float | None = None) -> bytes:
 
 
 def initialize(req: dict) -> None:
+    if MODE == "init_exit":
+        os._exit(5)
+    if MODE == "init_remote":
+        send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32000,
+                                                          "message": "no licence file"}})
+        return
+    if MODE == "init_refused":
+        send({"jsonrpc": "2.0", "id": req["id"], "result": {"ok": False, "why": "no licence"}})
+        return
     domain = req["params"]["domain"]
     if "continuous" in domain:
         SHAPE["d"] = domain["continuous"]["dims"]
@@ -68,8 +77,10 @@ def initialize(req: dict) -> None:
 def misbehave(req: dict, blob: bytes) -> None:
     rid, params = req["id"], req["params"]
     ok = {"jsonrpc": "2.0", "id": rid, "result": {}}
-    if MODE == "ok":
+    if MODE in ("ok", "exit_after"):
         send(ok, values(params, blob))
+        if MODE == "exit_after":
+            sys.exit(0)
     elif MODE == "bad_header":
         OUT.write(b"Content-Length: abc\r\n\r\n{}")
         OUT.flush()
@@ -119,6 +130,27 @@ def misbehave(req: dict, blob: bytes) -> None:
     elif MODE == "notify_and_case":
         send({"jsonrpc": "2.0", "method": "progress", "params": {"activity": "warming up"}})
         send(ok, values(params, blob), names=("content-length", "BINARY-LENGTH"))
+    elif MODE == "partial_exit":
+        OUT.write(b"Content-Len")
+        OUT.flush()
+        os._exit(0)
+    elif MODE in ("blank_stray", "other_header"):
+        body = json.dumps({**ok, "result": {}}).encode()
+        extra = b"X-Note: hi\r\n" if MODE == "other_header" else b""
+        blob_out = values(params, blob)
+        OUT.write(b"\n" * (MODE == "blank_stray") + b"Content-Length: %d\r\n" % len(body)
+                  + extra + b"Binary-Length: %d\r\n\r\n" % len(blob_out) + body + blob_out)
+        OUT.flush()
+    elif MODE == "bad_header_line":
+        OUT.write(b"Content-Length: 2\r\nGarbage\r\n\r\n{}")
+        OUT.flush()
+    elif MODE == "long_line_nl":
+        OUT.write(b"x" * 9000 + b"\n")
+        OUT.flush()
+    elif MODE == "long_stderr":
+        sys.stderr.write("y" * 10000 + "\nafter the long line\n")
+        sys.stderr.flush()
+        send(ok, values(params, blob))
     elif MODE == "logs":
         for level in ("trace", "debug", "info", "warn", "error"):
             sys.stderr.write(f"@gblog\t{level}\tmessage at {level}\n")
@@ -130,6 +162,15 @@ def misbehave(req: dict, blob: bytes) -> None:
         send(ok, values(params, blob))
         IN.read()                  # EOF on stdin ...
         time.sleep(120)            # ... ignored, and SIGTERM too: only SIGKILL ends it
+    elif MODE == "not_object":
+        OUT.write(b"Content-Length: 3\r\n\r\n[1]")
+        OUT.flush()
+    elif MODE == "bad_error":
+        send({"jsonrpc": "2.0", "id": rid, "error": "oops"})
+    elif MODE == "result_list":
+        send({"jsonrpc": "2.0", "id": rid, "result": [1]})
+    elif MODE == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
     elif MODE == "close_stdout":
         OUT.close()
         os.close(1)
@@ -152,6 +193,10 @@ def json_batch(req: dict) -> None:
         batch["xs_continuous_row_major"][0] = "0.5"
     elif MODE == "count":
         batch["weights"].pop()
+    elif MODE == "no_lists":
+        batch = {"weights": batch["weights"]}
+    elif MODE == "huge_int":
+        batch["xs_discrete_row_major"] = [2**70] * (n * k)
     elif MODE == "discrete_range":
         batch["xs_discrete_row_major"][0] = 99
     send({"jsonrpc": "2.0", "id": req["id"], "result": batch})
@@ -162,7 +207,19 @@ def produce(req: dict) -> None:
     n, k, d = req["params"]["nr_samples"], SHAPE["k"], SHAPE["d"]
     weights = [-1.0 if MODE == "weights" and i == 0 else 1.0 for i in range(n)]
     blob = struct.pack(f"<{n * k}q{n * d}d{n}d", *([0] * (n * k)), *([0.25] * (n * d)), *weights)
-    send({"jsonrpc": "2.0", "id": req["id"], "result": {}}, blob[:-8] if MODE == "short" else blob)
+    result = {"xs_continuous_offsets": [0]} if MODE == "sampler_offsets" else {}
+    send({"jsonrpc": "2.0", "id": req["id"], "result": result},
+         blob[:-8] if MODE == "short" else blob)
+
+
+def sampler_question(req: dict) -> None:
+    """sample_plan / training_samples_remaining answered as MODE says."""
+    if req["method"] == "sample_plan":
+        result = {"plan": {"kind": "produce", "nr_samples": 0} if MODE == "bad_plan"
+                  else {"kind": "pause"}}
+    else:
+        result = {"remaining": -1 if MODE == "bad_remaining" else 5}
+    send({"jsonrpc": "2.0", "id": req["id"], "result": result})
 
 
 def main() -> None:
@@ -176,6 +233,8 @@ def main() -> None:
             json_batch(req)
         elif req["method"] == "produce_latent_batch":
             produce(req)
+        elif req["method"] in ("sample_plan", "training_samples_remaining"):
+            sampler_question(req)
         else:
             misbehave(req, blob)
 
