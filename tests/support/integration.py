@@ -138,3 +138,10 @@ def same_numbers(a: RunResult, b: RunResult) -> None:
     assert (a.estimate, a.error, a.chi2_dof, a.samples, a.iterations, a.nan_count) == \
            (b.estimate, b.error, b.chi2_dof, b.samples, b.iterations, b.nan_count)
     assert a.q == b.q or (a.q != a.q and b.q != b.q)  # NaN with a single iteration
+
+
+def write_run(workspace: Config, name: str, data: dict[str, Any]) -> Path:
+    """``data`` as the workspace's ``NAME.toml``."""
+    path = workspace.root / f"{name}.toml"
+    path.write_text(toml(data))
+    return path

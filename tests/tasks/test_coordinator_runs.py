@@ -36,7 +36,10 @@ from tests.support.integration import (
     spec,
     subprocess_env,
     toml,
+    write_run,
 )
+from tests.support.outage import run_id_of as spec_id
+from tests.support.run_tasks import cli
 from tests.support.services import RedisServer, require
 from tests.support.workspace import run_cli
 
@@ -45,17 +48,6 @@ REQUIRED_KEYS = {"run_id", "estimate", "error", "chi2_dof", "q", "samples", "ite
 
 
 workspace_fixture, fleet_fixture = module_fixtures(2)
-
-
-def cli(workspace: Config, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    assert workspace.path is not None
-    return run_cli(workspace.path, *args, env=subprocess_env(), timeout=timeout)
-
-
-def write_run(workspace: Config, name: str, data: dict[str, Any]) -> Path:
-    path = workspace.root / f"{name}.toml"
-    path.write_text(toml(data))
-    return path
 
 
 @pytest.mark.live
@@ -166,12 +158,6 @@ def test_killed_coordinator_is_resumed_to_the_uninterrupted_result(workspace: Co
     shown = json.loads(cli(workspace, "runs", "show", run_id[:6], "--json").stdout)
     assert shown["status"] == "finished" and shown["resumed_from"]
     assert [h["iteration"] for h in shown["history"]] == [1, 2, 3, 4, 5]
-
-
-def spec_id(run: dict[str, Any]) -> str:
-    from mainboard.tasks.runner import load_spec
-
-    return load_spec(run).run_id()
 
 
 @pytest.mark.live

@@ -28,9 +28,17 @@ from mainboard.receipts import IterationDone, Receipts, RunPaused
 from mainboard.redisclient import redis_client
 from mainboard.runs.store import RunStore
 from mainboard.tasks import pipeline
-from tests.integration import GAUSS_4D, module_fixtures, slow_spec, spec, subprocess_env
-from tests.test_coordinator_determinism import same_numbers
-from tests.test_coordinator_runs import cli, spec_id, write_run
+from tests.support.integration import (
+    GAUSS_4D,
+    module_fixtures,
+    same_numbers,
+    slow_spec,
+    spec,
+    subprocess_env,
+    write_run,
+)
+from tests.support.outage import run_id_of as spec_id
+from tests.support.run_tasks import cli
 
 workspace, fleet = module_fixtures(2)
 NAIVE = spec(GAUSS_4D, name="ahead", sampler={"kind": "naive"},
