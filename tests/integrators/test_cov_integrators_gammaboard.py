@@ -1,4 +1,4 @@
-"""gammaboard run files at their edges (tests/test_gammaboard_files.py has the main shapes):
+"""gammaboard run files at their edges (tests/integrators/test_gammaboard_files.py has the main shapes):
 every refusal names its key in one line with what is valid; keys that mean nothing here are
 named in the one warning; template placeholders, run-level tables and queue tuning land
 where mainboard reads them."""

@@ -1,4 +1,4 @@
-"""Run-file edges tests/test_runfile_validation.py leaves out: each bad value is one line
+"""Run-file edges tests/integrators/test_runfile_validation.py leaves out: each bad value is one line
 naming its key and what is valid; and the small pure pieces a notebook calls directly
 (domains, samplers, accumulators, the run state) refuse what they cannot use in words."""
 

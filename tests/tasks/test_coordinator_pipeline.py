@@ -4,7 +4,7 @@ the one in hand is merged, the numbers stay the local driver's, an unused one le
 Live tests: a real redis-server and two real `celery worker` subprocesses; which iterations
 went out ahead is read from the coordinator's own launches (a spy on ``Launcher.launch``).
 The receipt writer's order and its errors are checked without services. (A coordinator
-killed while an iteration is out ahead: tests/test_coordinator_runs.py, whose slow run has
+killed while an iteration is out ahead: tests/tasks/test_coordinator_runs.py, whose slow run has
 a naive sampler.)
 """
 
