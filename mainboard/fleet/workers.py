@@ -20,6 +20,7 @@ from mainboard import keys
 from mainboard.bridges import bridge_class, bridge_for
 from mainboard.bridges.base import Bridge, JobRecord
 from mainboard.bridges.jobstate import JobStatus
+from mainboard.bridges.poller import RedisShare, Share, file_share
 from mainboard.bridges.transport import Transport
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import HostError, MainboardError, first_line
@@ -48,6 +49,21 @@ def broker_route(config: Config, *, start: bool) -> BrokerRoute | None:
     elif not broker.status().running:
         return None
     return BrokerRoute(broker.url(), worker_url(broker.url(), config))
+
+
+def scheduler_share(config: Config) -> Share:
+    """Where this workspace's scheduler listings are shared (one per cluster a tick,
+    :mod:`mainboard.bridges.poller`): the broker when one answers, where the fleet's
+    workers keep theirs; else the workspace state (``.mainboard/sched``)."""
+    route = broker_route(config, start=False)
+    if route is not None:
+        client = redis_client(route.url, socket_timeout=5, socket_connect_timeout=1)
+        try:
+            client.ping()
+            return RedisShare(client)
+        except redis.RedisError:
+            client.close()
+    return file_share(config.state_dir)
 
 
 def registry(route: BrokerRoute) -> redis.Redis:
