@@ -11,14 +11,15 @@ from pathlib import Path
 
 import redis
 
-from mainboard.bridges.slurm import SlurmBridge, parse_ends
-from mainboard.tasks.schedpoll import run_listing, shared_listing
+from mainboard.bridges.poller import RedisShare, Rows, run_listing
+from mainboard.bridges.slurm import SlurmBridge
 
-COMMANDS = ("squeue", "sbatch", "scontrol")
+COMMANDS = ("squeue", "sbatch", "scontrol", "sacct", "scancel", "qstat", "qsub", "qdel")
+ASKING = ("squeue", "sacct", "scontrol", "qstat")  # the commands that ask, not act
 
 
 def counting_path(directory: Path, log: Path, path: str) -> str:
-    """A PATH whose ``squeue``/``sbatch``/``scontrol`` append their name to ``log`` first."""
+    """A PATH whose scheduler commands (``COMMANDS``) append their name to ``log`` first."""
     directory.mkdir(parents=True, exist_ok=True)
     for name in COMMANDS:
         real = shutil.which(name, path=path)
@@ -34,24 +35,31 @@ def counts(log: Path) -> Counter[str]:
     return Counter(log.read_text().split()) if log.exists() else Counter()
 
 
-def one_by_one(job_ids: list[str]) -> dict[str, str]:
-    """Before: each worker asks squeue for its own job (``squeue -h -j ID -o %e``)."""
-    out = {}
+def asked(log: Path) -> int:
+    """Scheduler questions so far (``ASKING``: squeue, sacct, scontrol, qstat)."""
+    found = counts(log)
+    return sum(found[name] for name in ASKING)
+
+
+def one_by_one(job_ids: list[str]) -> Rows:
+    """Before: each worker asks squeue for its own job (``end_command``, one id)."""
+    out: Rows = {}
     for job_id in job_ids:
-        found = run_listing(("squeue", "-h", "-j", job_id, "-o", "%i|%e"), parse_ends)
+        found = run_listing((*SlurmBridge.end_command, job_id), SlurmBridge.parse_listing)
         out.update(found or {})
     return out
 
 
-def workers_tick(url: str, cluster: str, workers: int, tick: float) -> list[dict[str, str]]:
+def workers_tick(url: str, cluster: str, workers: int, tick: float) -> list[Rows]:
     """After: ``workers`` processes' threads (each its own Redis client) ask the shared
     listing at once; what each got."""
-    got: list[dict[str, str]] = [{} for _ in range(workers)]
+    got: list[Rows] = [{} for _ in range(workers)]
 
     def ask(i: int) -> None:
         with redis.Redis.from_url(url) as client:
-            got[i] = shared_listing(client, cluster, tick, lambda: run_listing(
-                SlurmBridge.ends_command, parse_ends))
+            found = RedisShare(client).get(cluster, tick, lambda: run_listing(
+                SlurmBridge.listing_command, SlurmBridge.parse_listing))
+            got[i] = found.rows if found is not None else {}
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(workers)]
     for thread in threads:
