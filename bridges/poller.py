@@ -140,6 +140,17 @@ class FileShare:
             return Listing(at, rows)
 
 
+class PerCall:
+    """No share: every caller asks the scheduler itself (what each did before the shared
+    listing; the bench's "before"). ``poller_for`` gives no poller for it, so job states
+    go the per-call way (``Bridge._query``)."""
+
+    def get(self, cluster: str, tick: float, fetch: Fetch, since: float = 0.0
+            ) -> Listing | None:
+        rows = fetch()
+        return None if rows is None else Listing(time.time(), rows)
+
+
 @dataclass(frozen=True)
 class Poller:
     """A caller's way to a cluster's listing: the share it is kept in, the cluster's name
@@ -148,6 +159,11 @@ class Poller:
     share: Share
     cluster: str
     tick: float = TICK_S
+
+
+def poller_for(share: Share, cluster: str, tick: float = TICK_S) -> Poller | None:
+    """The poller of ``cluster`` through ``share``; None for ``PerCall`` (ask per call)."""
+    return None if isinstance(share, PerCall) else Poller(share, cluster, tick)
 
 
 def run_listing(command: tuple[str, ...], parse: Callable[[str], Rows]) -> Rows | None:
@@ -166,5 +182,5 @@ def file_share(state_dir: Path) -> FileShare:
     return FileShare(Path(state_dir) / "sched")
 
 
-__all__ = ["FileShare", "Listing", "Poller", "RedisShare", "Rows", "Share", "TICK_S",
-           "file_share", "run_listing"]
+__all__ = ["FileShare", "Listing", "PerCall", "Poller", "RedisShare", "Rows", "Share", "TICK_S",
+           "file_share", "poller_for", "run_listing"]

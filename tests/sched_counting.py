@@ -1,18 +1,27 @@
 """Scheduler commands counted: wrappers on PATH that log each call, then run the real one;
-and N fleet workers asking their allocation's end in one tick (the test and the bench)."""
+N fleet workers asking their allocation's end in one tick, and a minute of every caller
+of a workspace on one cluster, per call and shared (the tests and the bench)."""
 
 from __future__ import annotations
 
 import shutil
 import stat
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
-from mainboard.bridges.poller import RedisShare, Rows, run_listing
+from mainboard import keys
+from mainboard.board import Board
+from mainboard.bridges.poller import TICK_S, PerCall, Poller, RedisShare, Rows, run_listing
 from mainboard.bridges.slurm import SlurmBridge
+from mainboard.jobs import live
+from mainboard.jobs.job import bridge_of
+from mainboard.jobs.monitor import monitor_pass
 
 COMMANDS = ("squeue", "sbatch", "scontrol", "sacct", "scancel", "qstat", "qsub", "qdel")
 ASKING = ("squeue", "sacct", "scontrol", "qstat")  # the commands that ask, not act
@@ -67,3 +76,62 @@ def workers_tick(url: str, cluster: str, workers: int, tick: float) -> list[Rows
     for thread in threads:
         thread.join()
     return got
+
+
+def age(client: redis.Redis, cluster: str, seconds: float) -> None:
+    """The next tick: the cluster's stored listing made ``seconds`` older (what time would
+    do), so its next reader refreshes it."""
+    at = client.hget(keys.sched_listing(cluster), "at")
+    if at is not None:
+        client.hset(keys.sched_listing(cluster), "at", float(at) - seconds)
+
+
+@dataclass
+class Minute:
+    """One minute of one workspace's callers on one cluster (``host``), each asking once:
+    ``workers`` fleet workers their allocation's end, the keeper its listing by owner tag,
+    ``monitors`` monitor passes and ``listings`` ``jobs list`` calls; spread over the
+    controller's ticks of the minute (``60 / TICK_S``)."""
+
+    board: Board
+    host: str
+    workers: list[str]  # the allocations' job ids the workers run in
+    url: str            # the broker (the test's Redis)
+    monitors: int = 1
+    listings: int = 1
+
+    def shared(self) -> None:
+        """After: every caller through the cluster's one listing in the broker."""
+        share = RedisShare(redis.Redis.from_url(self.url))
+        ticks = max(1, int(60 / TICK_S))
+        for tick in range(ticks):
+            if tick:
+                age(share.client, self.host, TICK_S)
+            self._workers(tick, ticks, lambda ids: workers_tick(
+                self.url, self.host, len(ids), 60.0))
+            self._controller(tick, share)
+
+    def per_call(self) -> None:
+        """Before: every caller asks for itself (workers one squeue each, the per-call
+        status query of every monitor pass and ``jobs list``, the keeper's own listing)."""
+        ticks = max(1, int(60 / TICK_S))
+        for tick in range(ticks):
+            self._workers(tick, ticks, one_by_one)
+            self._controller(tick, None)
+
+    def _workers(self, tick: int, ticks: int, ask: Callable[[list[str]], object]) -> None:
+        mine = self.workers[tick::ticks]  # the workers whose minute comes round this tick
+        if mine:
+            ask(mine)
+
+    def _controller(self, tick: int, share: RedisShare | None) -> None:
+        bridge = bridge_of(self.board.on(self.host))
+        poller = Poller(share, self.host) if share is not None else None
+        if tick == 0:
+            bridge.tagged("mbf-bench-", poller, since=time.time())
+        if tick == 1:
+            for _ in range(self.monitors):
+                monitor_pass(self.board, share=share or PerCall())
+        if tick == 2:
+            for _ in range(self.listings):
+                live.sweep(self.board, timeout=None, share=share or PerCall())

@@ -34,8 +34,10 @@ def test_a_job_submitted_while_its_host_is_listed_is_left_alone(
         """The host's answer: the racing job and one that nobody submitted."""
 
         name = kind = "local"
+        listing_command = None  # no scheduler listing to share
 
-        def tagged(self, wanted: str) -> dict[str, str]:
+        def tagged(self, wanted: str, poller: object = None,
+                   since: float = 0.0) -> dict[str, str]:
             assert wanted == prefix
             fleet_receipts(cfg.state_dir).append(WorkerSubmitting(
                 worker_id="racing", host="local", tag=prefix + "racing", pid=os.getpid(),

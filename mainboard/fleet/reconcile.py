@@ -135,10 +135,13 @@ class Reconciler:
         return bridge_for(host, config, host_transport(self.config, host),
                           container=self.config.container_of(config), root=root)
 
-    def poller(self, host: str) -> Poller:
-        """The host's cluster listing, shared with workers, monitor and ``jobs list``."""
+    def poller(self, host: str, bridge: Bridge) -> Poller | None:
+        """The host's cluster listing, shared with workers, monitor and ``jobs list``
+        (None: the host has no scheduler listing)."""
         from mainboard.fleet.workers import scheduler_share
 
+        if bridge.listing_command is None:
+            return None
         if self._share is None:
             self._share = scheduler_share(self.config)
         return Poller(self._share, host)
@@ -146,7 +149,7 @@ class Reconciler:
     def on_host(self, host: str, root: str | None) -> None:
         bridge = self.bridge(host, root)
         # a listing taken since this pass began: every recorded submission is in it
-        found = bridge.tagged(self.prefix, self.poller(host), since=self.began)
+        found = bridge.tagged(self.prefix, self.poller(host, bridge), since=self.began)
         if found is None:
             self.done.errors.append(f"host {host!r}: a {bridge.kind} host cannot be listed "
                                     "by owner tag; its records are kept as they are")
@@ -235,8 +238,9 @@ class Reconciler:
             return False
         probe = adopted(draft, JobRecord.model_validate({**draft["job"], "job_id": "x"}))
         try:
-            found = bridge_of(self.config, probe).tagged(
-                self.prefix, self.poller(intent.host), since=self.began) or {}
+            bridge = bridge_of(self.config, probe)
+            found = bridge.tagged(self.prefix, self.poller(intent.host, bridge),
+                                  since=self.began) or {}
         except MainboardError as exc:
             self.done.errors.append(f"host {intent.host!r}: rental {rental_id}: {exc}")
             return True  # cannot tell: keep it (and the submission) as they are

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mainboard.bridges.poller import Poller, Share, file_share
+from mainboard.bridges.poller import Share, file_share, poller_for
 from mainboard.errors import MainboardError, ReceiptError, first_line
 from mainboard.jobs.job import bridge_of, store_of
 from mainboard.jobs.store import JobStore, JobView
@@ -61,7 +61,7 @@ def _ask(board: Hosts, store: JobStore, group: Group, views: list[JobView],
     host, root = group
     try:
         statuses = bridge_of(board.on(host), root).poll([v.record() for v in views],
-                                                        poller=Poller(share, host))
+                                                        poller=poller_for(share, host))
     except (MainboardError, OSError) as exc:
         return redact_text(first_line(exc))  # shown on pages and in --json as well
     for view in views:

@@ -1,0 +1,149 @@
+"""Live tier: every scheduler question of a workspace about one cluster goes through one
+listing a tick (issue 29, item 3), counted on a real SLURM (and its PBS wrappers) with
+counting wrappers on PATH: fleet workers' ends, the keeper's listing by tag, monitor
+passes and ``jobs list``, through the broker or, without one, the workspace state."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from mainboard import keys
+from mainboard.board import Board
+from mainboard.bridges.gate import GATES_ENV, RATE_ENV
+from mainboard.bridges.jobstate import JobState
+from mainboard.bridges.poller import TICK_S, FileShare, Poller, RedisShare, file_share
+from mainboard.jobs import live
+from mainboard.jobs.job import bridge_of
+from tests.jobs_workspace import make_workspace, wait_until
+from tests.sched_counting import Minute, asked, counting_path
+from tests.services import RedisServer, SlurmCluster
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(240)]
+
+
+@pytest.fixture
+def board(slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+          ) -> Iterator[tuple[Board, Path]]:
+    """A workspace with the SLURM host ``hpc`` and the PBS-wrapper host ``pbs``, every
+    scheduler command counted; (its Board, the count log)."""
+    log = tmp_path / "calls"
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", counting_path(tmp_path / "bin", log, slurm_cluster.env["PATH"]))
+    monkeypatch.setenv(GATES_ENV, str(tmp_path / "gates"))
+    monkeypatch.setenv(RATE_ENV, "100000")
+    found = Board(make_workspace(tmp_path, slurm=slurm_cluster))
+    try:
+        yield found, log
+    finally:
+        for host in ("hpc", "pbs"):
+            views, _ = live.cached(live.store_of(found)).views, None
+            owed = [v.record() for v in views if v.host == host and not v.finished]
+            if owed:
+                bridge_of(found.on(host)).cancel(owed)
+        found.close()
+
+
+def _held(board: Board, host: str, count: int) -> list[str]:
+    hold = {"hpc": "--hold", "pbs": "-h"}[host]
+    return [board.on(host).submit("true", name="held", sync=False, extra=[hold])
+            .view().submitted.job_id for _ in range(count)]
+
+
+@pytest.mark.parametrize("host", ["hpc", "pbs"])
+def test_a_minute_of_every_caller_costs_one_listing_a_tick_whatever_their_number(
+        board: tuple[Board, Path], redis_server: RedisServer, host: str) -> None:
+    found, log = board
+    ids = _held(found, host, 6)
+    client = redis.Redis.from_url(redis_server.url)
+    ticks = int(60 / TICK_S)
+    counted = {}
+    for workers, callers in ((2, 1), (6, 3)):
+        client.delete(keys.sched_listing(host))
+        scene = Minute(found, host, ids[:workers] if host == "hpc" else [], redis_server.url,
+                       monitors=callers, listings=callers)
+        mark = asked(log)
+        scene.per_call()
+        before = asked(log) - mark
+        mark = asked(log)
+        scene.shared()
+        counted[(workers, callers)] = (before, asked(log) - mark)
+    afters = {after for _before, after in counted.values()}
+    assert afters == {ticks if host == "hpc" else 3}, counted  # a tick with callers: one
+    assert counted[(6, 3)][0] > counted[(2, 1)][0], counted  # per call: grows with callers
+    states = {v.submitted.job_id: v.state for v in live.cached(live.store_of(found)).views}
+    assert {states[i] for i in ids} == {JobState.PENDING.value}  # held, as the listing says
+
+
+def test_without_a_broker_concurrent_listings_share_the_workspace_file(
+        board: tuple[Board, Path]) -> None:
+    found, log = board
+    ids = _held(found, "hpc", 3)
+    share = file_share(found.config.state_dir)
+    mark = asked(log)
+    sweeps: list[live.Sweep] = []
+    threads = [threading.Thread(target=lambda: sweeps.append(
+        live.sweep(found, timeout=None, share=share))) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert asked(log) - mark == 1  # eight callers, one squeue
+    assert all(not s.unreachable and s.fresh >= {v.id for v in s.views} for s in sweeps)
+    stored = json.loads((found.config.state_dir / "sched" / "hpc.json").read_text())
+    assert set(ids) <= set(stored["rows"])
+    mark = asked(log)
+    live.sweep(found, timeout=None)  # the default share is the workspace state's
+    assert asked(log) - mark == 0
+
+
+def test_a_job_that_ends_between_ticks_is_seen_ended_at_the_next_tick(
+        board: tuple[Board, Path], tmp_path: Path) -> None:
+    found, log = board
+    gate = tmp_path / "gate"
+    job = found.on("hpc").submit(f"while [ ! -e {gate} ]; do sleep 0.1; done; exit 3",
+                                 name="gated", sync=False)
+    share = FileShare(tmp_path / "sched")
+    wait_until(lambda: live.sweep(found, timeout=None, share=share) is not None
+               and job.view().state == JobState.RUNNING.value, "the job running", 60)
+    gate.touch()
+    exit_file = Path(job.view().submitted.job_dir) / "exit_code"
+    wait_until(exit_file.exists, "the job's script ended", 60)
+    listing = json.loads((tmp_path / "sched" / "hpc.json").read_text())
+    mark = asked(log)
+    live.sweep(found, timeout=None, share=share)  # within the tick: the listing's word
+    if listing["rows"][job.view().submitted.job_id]["state"] == "RUNNING":
+        assert job.view().state == JobState.RUNNING.value and asked(log) == mark
+    listing["at"] -= TICK_S  # the next tick
+    (tmp_path / "sched" / "hpc.json").write_text(json.dumps(listing))
+    wait_until(lambda: live.sweep(found, timeout=None, share=share) is not None
+               and job.view().finished, "the job seen ended", 30)
+    view = job.view()
+    assert (view.state, view.exit_code) == (JobState.FAILED.value, 3)
+
+
+def test_the_keepers_tag_listing_is_taken_after_what_it_must_see(
+        board: tuple[Board, Path], redis_server: RedisServer) -> None:
+    found, log = board
+    client = redis.Redis.from_url(redis_server.url)
+    client.delete(keys.sched_listing("hpc"))
+    poller = Poller(RedisShare(client), "hpc")
+    bridge = bridge_of(found.on("hpc"))
+    mark = asked(log)
+    assert bridge.tagged("mbf-none-", poller) == {}
+    assert bridge.tagged("mbf-none-", poller) == {}  # the tick's listing, read again
+    assert asked(log) - mark == 1
+    tagged = found.on("hpc").submit("true", name="tagged", sync=False, extra=["--hold"],
+                                    tag="mbf-none-w1")
+    since = tagged.view().submitted_at if hasattr(tagged.view(), "submitted_at") else None
+    assert since is None or since > 0
+    import time
+
+    seen = bridge.tagged("mbf-none-", poller, since=time.time())  # a fresh one: it is there
+    assert seen == {"mbf-none-w1": tagged.view().submitted.job_id}
+    assert asked(log) - mark == 2
