@@ -26,7 +26,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 from mainboard.config import ContainerConfig, HostConfig
-from mainboard.errors import CommandFailed, UserError
+from mainboard.errors import CommandFailed, JobCapReached, UserError
 
 from .gate import enforce
 from .jobscript import JobPaths, render
@@ -100,6 +100,8 @@ class Bridge(ABC):
     job_dir_is_truth: ClassVar[bool] = False             # True: _query already read the dir
     node_fanout: ClassVar[str | None] = None             # shell: node.sh once per node
     count_command: ClassVar[tuple[str, ...] | None] = None  # this user's queued+running ids
+    # words of a submit refused at the site's cap on jobs (MaxSubmitJobs, array size...)
+    cap_refusals: ClassVar[tuple[str, ...]] = ()
     # The cluster's one listing a tick (:mod:`poller`): every job of this user with its
     # state, end and tag, parsed by ``parse_listing``; None: asked per call (``_query``)
     listing_command: ClassVar[tuple[str, ...] | None] = None
@@ -282,10 +284,24 @@ class Bridge(ABC):
         text = (f"mkdir -p {q(posixpath.dirname(paths.job_dir))} && mask=$(umask) && "
                 f"umask 077 && mkdir {q(paths.job_dir)} && cat > {q(paths.script)} && "
                 f'umask "$mask" && cd {q(paths.job_dir)} && {self.submit_text(paths)}')
-        done = self._sh(text, stdin=script.encode())
+        try:
+            done = self._sh(text, stdin=script.encode())
+        except CommandFailed as exc:
+            raise self.cap_refused(exc) or exc from None
         job_id = self.accepted(done.stdout, uid)
         return JobRecord(job_id=job_id, uid=uid, host=self.name, kind=self.kind, name=spec.name,
                          job_dir=paths.job_dir, submitted_at=time.time(), spec=spec)
+
+    def cap_refused(self, failed: CommandFailed) -> JobCapReached | None:
+        """The scheduler's refusal at the site's cap on this user's jobs, as the one line
+        ``max_jobs`` gives (the keeper holds on it, never pauses); None: another failure."""
+        said = f"{failed.stderr}\n{failed.stdout}"
+        word = next((w for w in self.cap_refusals if w.lower() in said.lower()), None)
+        if word is None:
+            return None
+        return JobCapReached(f"host {self.name!r}: the site's job cap refused the submission "
+                             f"({word}); wait for some jobs to end, or set [hosts."
+                             f"{self.name}] max_jobs below the site's cap")
 
     def gate(self) -> None:
         """The site's limits (:mod:`gate`), before anything is written on the host."""

@@ -138,6 +138,9 @@ class PbsBridge(Bridge):
     # every job the server holds, in one command: the cluster's one listing a tick (the
     # wrappers and Torque print no history here; ended jobs gone from it are asked alone)
     listing_command = ("qstat", "-f")
+    # qsub's refusals at a queue's or server's max_queued / max_user_queued (OpenPBS,
+    # Torque) and at max_array_size
+    cap_refusals = ("would exceed", "Maximum number of jobs", "max_array_size")
     _json: bool | None = None  # per bridge: does qstat speak -F json? (None: not asked yet)
     node_fanout = PBS_FANOUT
 

@@ -125,6 +125,8 @@ class SlurmBridge(Bridge):
     # end and tag, in one command: the cluster's one listing a tick
     listing_command = ("squeue", "--me", "-h", "-t", "all", "-O", LISTING_FORMAT)
     count_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i")
+    # sbatch's refusals at a QOS's or association's MaxSubmitJobs and at MaxArraySize
+    cap_refusals = ("MaxSubmitJob", "job submit limit", "MaxArraySize")
     end_command = ("squeue", "-h", "-O", LISTING_FORMAT, "-j")  # a job the listing predates
     allocation_env, cluster_env = "SLURM_JOB_ID", "SLURM_CLUSTER_NAME"
     job_id_regex = re.compile(r"^(?P<job_id>\d+(?:_\d+)?)(?:;(?P<cluster>[\w.-]+))?$")

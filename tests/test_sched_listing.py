@@ -6,6 +6,7 @@ passes and ``jobs list``, through the broker or, without one, the workspace stat
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from mainboard.board import Board
 from mainboard.bridges.gate import GATES_ENV, RATE_ENV
 from mainboard.bridges.jobstate import JobState
 from mainboard.bridges.poller import TICK_S, FileShare, Poller, RedisShare, file_share
+from mainboard.errors import CommandFailed, JobCapReached
 from mainboard.jobs import live
 from mainboard.jobs.job import bridge_of
 from tests.jobs_workspace import make_workspace, wait_until
@@ -145,3 +147,27 @@ def test_the_keepers_tag_listing_is_taken_after_what_it_must_see(
     seen = bridge.tagged("mbf-none-", poller, since=time.time())
     assert seen == {"mbf-none-w1": tagged.view().submitted.job_id}
     assert asked(log) - mark == 2
+
+
+def test_a_sites_cap_refusal_is_one_line_the_keeper_holds_on(
+        board: tuple[Board, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test SLURM has no slurmdbd, so no QOS can refuse: ``sbatch`` here answers as a
+    site's QOSMaxSubmitJobPerUserLimit does (its two real lines, exit 1)."""
+    found, _log = board
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sbatch").write_text(
+        "#!/bin/sh\necho 'sbatch: error: QOSMaxSubmitJobPerUserLimit' >&2\n"
+        "echo 'sbatch: error: Batch job submission failed: Job violates accounting/QOS "
+        "policy (job submit limit, user'\"'\"'s size and/or time limits)' >&2\nexit 1\n")
+    (site / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{site}:{os.environ['PATH']}")
+    with pytest.raises(JobCapReached) as refused:
+        bridge_of(found.on("hpc")).submit(command="true", name="capped")
+    assert str(refused.value) == (
+        "host 'hpc': the site's job cap refused the submission (MaxSubmitJob); wait for "
+        "some jobs to end, or set [hosts.hpc] max_jobs below the site's cap")
+    with pytest.raises(CommandFailed):  # any other refusal stays the command's failure
+        (site / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Invalid account' >&2\n"
+                                     "exit 1\n")
+        bridge_of(found.on("hpc")).submit(command="true", name="other")
