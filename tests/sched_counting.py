@@ -23,6 +23,7 @@ from mainboard.jobs import live
 from mainboard.jobs.job import bridge_of
 from mainboard.jobs.monitor import monitor_pass
 
+TICKS = max(1, int(60 / TICK_S))  # the controller's ticks in a minute
 COMMANDS = ("squeue", "sbatch", "scontrol", "sacct", "scancel", "qstat", "qsub", "qdel")
 ASKING = ("squeue", "sacct", "scontrol", "qstat")  # the commands that ask, not act
 
@@ -103,24 +104,29 @@ class Minute:
     def shared(self) -> None:
         """After: every caller through the cluster's one listing in the broker."""
         share = RedisShare(redis.Redis.from_url(self.url))
-        ticks = max(1, int(60 / TICK_S))
-        for tick in range(ticks):
+        for tick in range(TICKS):
             if tick:
                 age(share.client, self.host, TICK_S)
-            self._workers(tick, ticks, lambda ids: workers_tick(
-                self.url, self.host, len(ids), 60.0))
+            self._workers(tick, lambda ids: workers_tick(self.url, self.host, len(ids), 60.0))
             self._controller(tick, share)
 
-    def per_call(self) -> None:
-        """Before: every caller asks for itself (workers one squeue each, the per-call
-        status query of every monitor pass and ``jobs list``, the keeper's own listing)."""
-        ticks = max(1, int(60 / TICK_S))
-        for tick in range(ticks):
-            self._workers(tick, ticks, one_by_one)
+    def per_call(self, workers_share: bool = False) -> None:
+        """Before: every caller asks for itself (the per-call status query of each monitor
+        pass and ``jobs list``, the keeper's own listing), the workers each one squeue
+        for their own job; with ``workers_share``, the workers one listing of their own a
+        tick (as the code before this one had it: the others still per call)."""
+        client = redis.Redis.from_url(self.url)
+        apart = f"ends:{self.host}"
+        client.delete(keys.sched_listing(apart))
+        for tick in range(TICKS):
+            if tick:
+                age(client, apart, TICK_S)
+            self._workers(tick, (lambda ids: workers_tick(self.url, apart, len(ids), 60.0))
+                          if workers_share else one_by_one)
             self._controller(tick, None)
 
-    def _workers(self, tick: int, ticks: int, ask: Callable[[list[str]], object]) -> None:
-        mine = self.workers[tick::ticks]  # the workers whose minute comes round this tick
+    def _workers(self, tick: int, ask: Callable[[list[str]], object]) -> None:
+        mine = self.workers[tick::TICKS]  # the workers whose minute comes round this tick
         if mine:
             ask(mine)
 
