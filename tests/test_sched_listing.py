@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -105,29 +106,41 @@ def test_without_a_broker_concurrent_listings_share_the_workspace_file(
     assert asked(log) - mark == 0
 
 
+def _next_tick(path: Path) -> None:
+    """The stored listing made a tick older (what time would do)."""
+    listing = json.loads(path.read_text())
+    listing["at"] -= TICK_S
+    path.write_text(json.dumps(listing))
+
+
 def test_a_job_that_ends_between_ticks_is_seen_ended_at_the_next_tick(
         board: tuple[Board, Path], tmp_path: Path) -> None:
     found, log = board
     gate = tmp_path / "gate"
     job = found.on("hpc").submit(f"while [ ! -e {gate} ]; do sleep 0.1; done; exit 3",
                                  name="gated", sync=False)
-    share = FileShare(tmp_path / "sched")
-    wait_until(lambda: live.sweep(found, timeout=None, share=share) is not None
-               and job.view().state == JobState.RUNNING.value, "the job running", 60)
+    share, stored = FileShare(tmp_path / "sched"), tmp_path / "sched" / "hpc.json"
+
+    def running() -> bool:
+        live.sweep(found, timeout=None, share=share)
+        if job.view().state != JobState.RUNNING.value:
+            _next_tick(stored)
+            return False
+        return True
+
+    wait_until(running, "the job seen running", 60)
     gate.touch()
-    exit_file = Path(job.view().submitted.job_dir) / "exit_code"
-    wait_until(exit_file.exists, "the job's script ended", 60)
-    listing = json.loads((tmp_path / "sched" / "hpc.json").read_text())
+    job_id = job.view().submitted.job_id
+    wait_until(lambda: subprocess.run(  # the scheduler's own word that it ended
+        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True,
+        text=True).stdout.strip() == "FAILED", "the job ended at the scheduler", 60)
     mark = asked(log)
     live.sweep(found, timeout=None, share=share)  # within the tick: the listing's word
-    if listing["rows"][job.view().submitted.job_id]["state"] == "RUNNING":
-        assert job.view().state == JobState.RUNNING.value and asked(log) == mark
-    listing["at"] -= TICK_S  # the next tick
-    (tmp_path / "sched" / "hpc.json").write_text(json.dumps(listing))
-    wait_until(lambda: live.sweep(found, timeout=None, share=share) is not None
-               and job.view().finished, "the job seen ended", 30)
+    assert (job.view().state, asked(log)) == (JobState.RUNNING.value, mark)
+    _next_tick(stored)
+    live.sweep(found, timeout=None, share=share)  # the next tick: one listing, the end
     view = job.view()
-    assert (view.state, view.exit_code) == (JobState.FAILED.value, 3)
+    assert (view.state, view.exit_code, asked(log) - mark) == (JobState.FAILED.value, 3, 1)
 
 
 def test_the_keepers_tag_listing_is_taken_after_what_it_must_see(
