@@ -64,6 +64,17 @@ def _fresh(found: Listing | None, now: float, tick: float, since: float) -> bool
     return found is not None and now - found.at < tick and found.at >= since
 
 
+class PerCall:
+    """No share: every caller asks the scheduler itself (what each did before the shared
+    listing; the bench's "before"). ``poller_for`` gives no poller for it, so job states
+    go the per-call way (``Bridge._query``)."""
+
+    def get(self, cluster: str, tick: float, fetch: Fetch, since: float = 0.0
+            ) -> Listing | None:
+        rows = fetch()
+        return None if rows is None else Listing(time.time(), rows)
+
+
 class RedisShare:
     """The listing in the broker (``keys.sched_listing``), refreshed under ``keys.sched_lock``."""
 
@@ -80,6 +91,14 @@ class RedisShare:
 
     def get(self, cluster: str, tick: float, fetch: Fetch, since: float = 0.0
             ) -> Listing | None:
+        """As ``Share.get``; with the broker away, this caller asks for itself (as before
+        the share) rather than failing: a broker gone is not the scheduler's answer."""
+        try:
+            return self._get(cluster, tick, fetch, since)
+        except redis.RedisError:
+            return PerCall().get(cluster, tick, fetch, since)
+
+    def _get(self, cluster: str, tick: float, fetch: Fetch, since: float) -> Listing | None:
         deadline = time.monotonic() + WAIT_S
         while True:
             found = self._stored(cluster)
@@ -138,17 +157,6 @@ class FileShare:
             temp.write_text(json.dumps({"at": at, "rows": rows}))
             temp.replace(path)
             return Listing(at, rows)
-
-
-class PerCall:
-    """No share: every caller asks the scheduler itself (what each did before the shared
-    listing; the bench's "before"). ``poller_for`` gives no poller for it, so job states
-    go the per-call way (``Bridge._query``)."""
-
-    def get(self, cluster: str, tick: float, fetch: Fetch, since: float = 0.0
-            ) -> Listing | None:
-        rows = fetch()
-        return None if rows is None else Listing(time.time(), rows)
 
 
 @dataclass(frozen=True)
