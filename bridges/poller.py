@@ -95,7 +95,7 @@ class RedisShare:
         the share) rather than failing: a broker gone is not the scheduler's answer."""
         try:
             return self._get(cluster, tick, fetch, since)
-        except redis.RedisError:
+        except (redis.RedisError, ValueError):  # away, or a name Redis keys cannot hold
             return PerCall().get(cluster, tick, fetch, since)
 
     def _get(self, cluster: str, tick: float, fetch: Fetch, since: float) -> Listing | None:
