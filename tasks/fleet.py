@@ -37,6 +37,7 @@ from celery.signals import (
 from mainboard import keys
 from mainboard.bridges import bridge_class
 from mainboard.bridges.base import Bridge
+from mainboard.bridges.jobstate import JobState, translate
 from mainboard.bridges.poller import RedisShare, run_listing
 from mainboard.config.hostkinds import HOST_TABLE
 from mainboard.redisclient import redis_client
@@ -123,8 +124,8 @@ def allocation_end(job_id: str) -> float | None:
     one shared listing of the tick (the bridge's ``listing_command``,
     :mod:`mainboard.bridges.poller`, the one the keeper, monitor and ``jobs list`` read
     too), so 50 workers cost the scheduler one query a minute, not 50; asked alone
-    (``end_command``) when the listing predates this job or the broker is away. None
-    where the kind's scheduler cannot be asked."""
+    (``end_command``) when the listing predates this job's start or the broker is away.
+    None where the kind's scheduler cannot be asked."""
     bridge = scheduler()
     if bridge is None or bridge.listing_command is None:
         return None
@@ -134,9 +135,16 @@ def allocation_end(job_id: str) -> float | None:
         rows = found.rows if found is not None else {}
     except (redis.RedisError, ValueError):
         rows = {}
-    if job_id not in rows and bridge.end_command is not None:
+    if not _running(bridge, rows.get(job_id)) and bridge.end_command is not None:
         rows = run_listing((*bridge.end_command, job_id), bridge.parse_listing) or {}
     return bridge.end_time(rows[job_id]["end"]) if job_id in rows else None
+
+
+def _running(bridge: type[Bridge], row: dict[str, str] | None) -> bool:
+    """The row says the allocation runs: only then is its end fixed (a listing taken while
+    the job was queued, by the keeper or a ``jobs list``, holds a guess or none)."""
+    return row is not None and translate(row.get("state", ""), bridge.states) \
+        is JobState.RUNNING
 
 
 def retire_delay(end: float, retire_before: float, now: float) -> float:
