@@ -4,7 +4,8 @@ A real single-node SLURM and Redis (tests/services.py), ``JOBS`` held jobs submi
 through mainboard (so monitor passes and ``jobs list`` ask about them), every scheduler
 command counted by wrappers on PATH (squeue, sacct, scontrol, qstat: the asking ones).
 One minute of callers, spread over the controller's ticks (bridges/poller.TICK_S):
-``WORKERS`` fleet workers asking their allocation's end, the keeper's listing by owner
+``WORKERS`` fleet workers asking their allocation's end, the keeper's autoscaler looking
+at its allocations every 5 s (``LOOKS`` a tick) and its reconcile's listing by owner
 tag, ``CALLERS`` monitor passes and as many ``jobs list`` calls. Before: each asks for
 itself (the per-call paths, kept callable: ``PerCall``); main: the workers share a listing
 of their own, the others ask per call (the code before this change); after: all through
@@ -12,7 +13,8 @@ the cluster's one listing a tick in the broker. The same minute for a PBS host t
 slurm-wlm-torque ``qstat`` wrappers over the same SLURM (its workers retire by the
 script's clock: they ask nothing). Counts, not times.
 
-    .venv/bin/python bench/bench_sched_poll.py [--workers 50] [--jobs 200] [--callers 1] [--json]
+    .venv/bin/python bench/bench_sched_poll.py [--workers 50] [--jobs 200] [--callers 1]
+        [--looks 3] [--json]
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mainboard.board import Board  # noqa: E402
 from mainboard.bridges.gate import GATES_ENV, RATE_ENV  # noqa: E402
+from mainboard.bridges.poller import TICK_S  # noqa: E402
+from mainboard.fleet.autoscale import SCALE_TICK_S  # noqa: E402
 from tests.jobs_workspace import make_workspace  # noqa: E402
 from tests.sched_counting import Minute, asked, counting_path  # noqa: E402
 from tests.services import start_redis, start_slurm  # noqa: E402
@@ -38,10 +42,11 @@ HOLD = {"hpc": "--hold", "pbs": "-h"}
 
 
 def minute(board: Board, host: str, workers: list[str], url: str, log: Path,
-           callers: int) -> dict[str, int]:
+           callers: int, looks: int) -> dict[str, int]:
     """Scheduler questions in one minute, before and after, with ``callers`` monitor passes
-    and as many ``jobs list`` calls."""
-    scene = Minute(board, host, workers, url, monitors=callers, listings=callers)
+    and as many ``jobs list`` calls, the keeper looking ``looks`` times a tick."""
+    scene = Minute(board, host, workers, url, monitors=callers, listings=callers,
+                   looks=looks)
     counted = {}
     for name, run in (("before", scene.per_call), ("main", lambda: scene.per_call(True)),
                       ("after", scene.shared)):
@@ -57,10 +62,13 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--callers", type=int, default=1,
                         help="monitor passes and jobs-list calls in the minute (each)")
+    parser.add_argument("--looks", type=int, default=int(TICK_S / SCALE_TICK_S),
+                        help="the keeper's looks at its allocations a tick (0: no keeper "
+                             "running; default: its 5 s tick)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args()
     report: dict[str, Any] = {"workers": args.workers, "jobs": args.jobs,
-                              "callers": args.callers}
+                              "callers": args.callers, "looks": args.looks}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         cluster, server = start_slurm(base / "slurm"), start_redis(base / "redis")
@@ -75,7 +83,8 @@ def main() -> int:
                                              extra=[HOLD[host]]).view().submitted.job_id
                        for _ in range(args.jobs)]
                 workers = ids[:args.workers] if host == "hpc" else []
-                report[host] = minute(board, host, workers, server.url, log, args.callers)
+                report[host] = minute(board, host, workers, server.url, log, args.callers,
+                                      args.looks)
                 subprocess.run(["scancel", "--user", str(os.getuid())], check=False)
             board.close()
         finally:
@@ -89,7 +98,8 @@ def main() -> int:
         row = report[host]
         ratio = row["before"] / max(1, row["after"])
         workers = args.workers if host == "hpc" else 0
-        print(f"{what}: {workers} workers + keeper + {args.callers} monitor pass(es) + "
+        print(f"{what}: {workers} workers + keeper ({args.looks * 60 // int(TICK_S)} looks) "
+              f"+ {args.callers} monitor pass(es) + "
               f"{args.callers} jobs list, {args.jobs} held jobs: scheduler commands per "
               f"minute {row['before']} before (each asks for itself), {row['main']} with "
               f"only the workers sharing (main before this change), {row['after']} after "

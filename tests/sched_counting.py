@@ -91,8 +91,9 @@ def age(client: redis.Redis, cluster: str, seconds: float) -> None:
 class Minute:
     """One minute of one workspace's callers on one cluster (``host``), each asking once:
     ``workers`` fleet workers their allocation's end, the keeper its listing by owner tag,
-    ``monitors`` monitor passes and ``listings`` ``jobs list`` calls; spread over the
-    controller's ticks of the minute (``60 / TICK_S``)."""
+    ``monitors`` monitor passes and ``listings`` ``jobs list`` calls, spread over the
+    controller's ticks of the minute (``60 / TICK_S``); and with ``looks``, the keeper's
+    autoscaler looking at the workers' allocations that many times a tick."""
 
     board: Board
     host: str
@@ -100,30 +101,41 @@ class Minute:
     url: str            # the broker (the test's Redis)
     monitors: int = 1
     listings: int = 1
+    looks: int = 0      # the keeper's looks a tick (3: its 5 s tick, SCALE_TICK_S)
 
     def shared(self) -> None:
         """After: every caller through the cluster's one listing in the broker."""
         share = RedisShare(redis.Redis.from_url(self.url))
-        for tick in range(TICKS):
-            if tick:
-                age(share.client, self.host, TICK_S)
-            self._workers(tick, lambda ids: workers_tick(self.url, self.host, len(ids), 60.0))
-            self._controller(tick, share)
+        self._minute(share, share.client, self.host,
+                     lambda ids: workers_tick(self.url, self.host, len(ids), 60.0))
 
     def per_call(self, workers_share: bool = False) -> None:
         """Before: every caller asks for itself (the per-call status query of each monitor
-        pass and ``jobs list``, the keeper's own listing), the workers each one squeue
-        for their own job; with ``workers_share``, the workers one listing of their own a
-        tick (as the code before this one had it: the others still per call)."""
+        pass, ``jobs list`` and keeper look, the keeper's own listing), the workers each
+        one squeue for their own job; with ``workers_share``, the workers one listing of
+        their own a tick (as the code before this one had it: the others still per call)."""
         client = redis.Redis.from_url(self.url)
         apart = f"ends:{self.host}"
         client.delete(keys.sched_listing(apart))
-        for tick in range(TICKS):
-            if tick:
-                age(client, apart, TICK_S)
-            self._workers(tick, (lambda ids: workers_tick(self.url, apart, len(ids), 60.0))
-                          if workers_share else one_by_one)
-            self._controller(tick, None)
+        self._minute(None, client, apart, (lambda ids: workers_tick(
+            self.url, apart, len(ids), 60.0)) if workers_share else one_by_one)
+
+    def _minute(self, share: RedisShare | None, client: redis.Redis, aged: str,
+                workers: Callable[[list[str]], object]) -> None:
+        """The minute in steps (a tick, or a keeper's tick when it looks): the stored
+        listing ``aged`` made a step older before each, as time would."""
+        steps = max(1, self.looks)
+        for step in range(TICKS * steps):
+            if step:
+                age(client, aged, TICK_S / steps)
+            tick, sub = divmod(step, steps)
+            if self.looks and self.workers:  # as its autoscaler asks, at its own tick
+                bridge_of(self.board.on(self.host)).poll(self.workers, poller=None if share
+                                                         is None else Poller(share, self.host,
+                                                                             TICK_S / steps))
+            if sub == 0:
+                self._workers(tick, workers)
+                self._controller(tick, share)
 
     def _workers(self, tick: int, ask: Callable[[list[str]], object]) -> None:
         mine = self.workers[tick::TICKS]  # the workers whose minute comes round this tick
