@@ -11,7 +11,7 @@ itself (the per-call paths, kept callable: ``PerCall``); main: the workers share
 of their own, the others ask per call (the code before this change); after: all through
 the cluster's one listing a tick in the broker. The same minute for a PBS host through the
 slurm-wlm-torque ``qstat`` wrappers over the same SLURM (its workers retire by the
-script's clock: they ask nothing). Counts, not times.
+script's clock: they ask no end; the keeper looks at their allocations all the same). Counts, not times.
 
     .venv/bin/python bench/bench_sched_poll.py [--workers 50] [--jobs 200] [--callers 1]
         [--looks 3] [--json]
@@ -46,7 +46,7 @@ def minute(board: Board, host: str, workers: list[str], url: str, log: Path,
     """Scheduler questions in one minute, before and after, with ``callers`` monitor passes
     and as many ``jobs list`` calls, the keeper looking ``looks`` times a tick."""
     scene = Minute(board, host, workers, url, monitors=callers, listings=callers,
-                   looks=looks)
+                   looks=looks, ends=host == "hpc")
     counted = {}
     for name, run in (("before", scene.per_call), ("main", lambda: scene.per_call(True)),
                       ("after", scene.shared)):
@@ -82,7 +82,7 @@ def main() -> int:
                 ids = [board.on(host).submit("true", name="held", sync=False,
                                              extra=[HOLD[host]]).view().submitted.job_id
                        for _ in range(args.jobs)]
-                workers = ids[:args.workers] if host == "hpc" else []
+                workers = ids[:args.workers]
                 report[host] = minute(board, host, workers, server.url, log, args.callers,
                                       args.looks)
                 subprocess.run(["scancel", "--user", str(os.getuid())], check=False)
@@ -97,8 +97,8 @@ def main() -> int:
     for host, what in (("hpc", "SLURM (squeue, sacct, scontrol)"), ("pbs", "PBS (qstat)")):
         row = report[host]
         ratio = row["before"] / max(1, row["after"])
-        workers = args.workers if host == "hpc" else 0
-        print(f"{what}: {workers} workers + keeper ({args.looks * 60 // int(TICK_S)} looks) "
+        workers = f"{args.workers} workers" + ("" if host == "hpc" else " (asking no end)")
+        print(f"{what}: {workers} + keeper ({args.looks * 60 // int(TICK_S)} looks) "
               f"+ {args.callers} monitor pass(es) + "
               f"{args.callers} jobs list, {args.jobs} held jobs: scheduler commands per "
               f"minute {row['before']} before (each asks for itself), {row['main']} with "

@@ -102,6 +102,7 @@ class Minute:
     monitors: int = 1
     listings: int = 1
     looks: int = 0      # the keeper's looks a tick (3: its 5 s tick, SCALE_TICK_S)
+    ends: bool = True   # the workers ask their allocation's end (PBS workers do not)
 
     def shared(self) -> None:
         """After: every caller through the cluster's one listing in the broker."""
@@ -134,7 +135,8 @@ class Minute:
                                                          is None else Poller(share, self.host,
                                                                              TICK_S / steps))
             if sub == 0:
-                self._workers(tick, workers)
+                if self.ends:
+                    self._workers(tick, workers)
                 self._controller(tick, share)
 
     def _workers(self, tick: int, ask: Callable[[list[str]], object]) -> None:
