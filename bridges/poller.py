@@ -37,7 +37,7 @@ from mainboard.locks import flocked
 Rows = dict[str, dict[str, str]]  # job id -> the fields its listing line gave
 Fetch = Callable[[], Rows | None]  # runs the one command; None: the scheduler did not answer
 LOCK_S = 60.0  # the refresher's lock outlives a hung command no longer than this
-WAIT_S = 30.0  # how long a reader waits for another process's refresh before giving up
+WAIT_S = 10.0  # how long a reader waits for another process's refresh, then asks itself
 TICK_S = 15.0  # the controller's tick (jobs list/show, monitor passes, the keeper)
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end"
 
@@ -62,6 +62,14 @@ class Share(Protocol):
 
 def _fresh(found: Listing | None, now: float, tick: float, since: float) -> bool:
     return found is not None and now - found.at < tick and found.at >= since
+
+
+def _late(found: Listing | None, cluster: str, tick: float, fetch: Fetch, since: float
+          ) -> Listing | None:
+    """Another refresher took too long: the last listing will do, unless the caller needs
+    one taken since ``since`` (it must see a recent submission): then it asks itself."""
+    return found if found is not None and found.at >= since else \
+        PerCall().get(cluster, tick, fetch, since)
 
 
 class PerCall:
@@ -118,8 +126,8 @@ class RedisShare:
                     return Listing(at, rows)
                 finally:
                     self.client.eval(_RELEASE, 1, keys.sched_lock(cluster), token)
-            if time.monotonic() > deadline:  # the refresher hangs: the last listing will do
-                return found
+            if time.monotonic() > deadline:  # the refresher hangs, or died holding the lock
+                return _late(found, cluster, tick, fetch, since)
             time.sleep(0.2)  # another process is asking the scheduler right now
 
 
@@ -148,8 +156,10 @@ class FileShare:
             return found
         with flocked(self._path(cluster, ".lock"), wait=WAIT_S) as held:
             found = self._stored(path)  # refreshed while we waited for the lock?
-            if not held or _fresh(found, time.time(), tick, since):
+            if _fresh(found, time.time(), tick, since):
                 return found
+            if not held:  # the refresher hangs
+                return _late(found, cluster, tick, fetch, since)
             at, rows = time.time(), fetch()
             if rows is None:
                 return found

@@ -131,7 +131,7 @@ def test_the_restarted_keepers_first_look_keeps_the_adopted_tunnelled_worker(
     r.hset(keys.worker("ssh-lo-job8@box"), mapping={"beat": now - 40, "started": now - 60})
     (fleet_dir(cfg.state_dir) / "tunnels.json").write_text(json.dumps(
         {"w8": {"healthy": True, "since": now - 0.2, "remote_port": 40008}}))
-    monkeypatch.setattr(autoscale, "poll_jobs", lambda config, members: {
+    monkeypatch.setattr(autoscale, "poll_jobs", lambda config, members, *share: {
         m.worker_id: JobStatus(JobState.RUNNING, "running") for m in members})
     scaler = autoscale.Autoscaler(cfg)
     try:
