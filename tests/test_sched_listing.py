@@ -184,3 +184,29 @@ def test_a_sites_cap_refusal_is_one_line_the_keeper_holds_on(
         (site / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Invalid account' >&2\n"
                                      "exit 1\n")
         bridge_of(found.on("hpc")).submit(command="true", name="other")
+
+
+def test_a_refresher_killed_holding_the_lock_delays_no_one_who_needs_a_fresh_listing(
+        board: tuple[Board, Path], redis_server: RedisServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keeper SIGKILLed while refreshing leaves the lock for its TTL: ordinary readers
+    take the last listing after ``WAIT_S``; a reconciler, which must see the submissions
+    made since, asks the scheduler itself."""
+    from mainboard.bridges import poller as poller_module
+
+    found, log = board
+    monkeypatch.setattr(poller_module, "WAIT_S", 0.3)
+    client = redis.Redis.from_url(redis_server.url)
+    share = RedisShare(client)
+    bridge = bridge_of(found.on("hpc"))
+    client.delete(keys.sched_listing("hpc"))
+    assert bridge.tagged("mbf-dead-", Poller(share, "hpc")) == {}  # the listing before
+    client.set(keys.sched_lock("hpc"), "killed-refresher", px=60_000)
+    job = found.on("hpc").submit("true", name="late", sync=False, extra=["--hold"],
+                                 tag="mbf-dead-w1")
+    mark = asked(log)
+    assert bridge.tagged("mbf-dead-", Poller(share, "hpc")) == {}  # the last one will do
+    assert asked(log) == mark
+    seen = bridge.tagged("mbf-dead-", Poller(share, "hpc"), since=time.time())
+    assert seen == {"mbf-dead-w1": job.view().submitted.job_id}
+    assert asked(log) - mark == 1
