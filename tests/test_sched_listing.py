@@ -69,8 +69,8 @@ def test_a_minute_of_every_caller_costs_one_listing_a_tick_whatever_their_number
     counted = {}
     for workers, callers in ((2, 1), (6, 3)):
         client.delete(keys.sched_listing(host))
-        scene = Minute(found, host, ids[:workers] if host == "hpc" else [], redis_server.url,
-                       monitors=callers, listings=callers)
+        scene = Minute(found, host, ids[:workers], redis_server.url, monitors=callers,
+                       listings=callers, looks=3, ends=host == "hpc")
         mark = asked(log)
         scene.per_call()
         before = asked(log) - mark
@@ -78,7 +78,7 @@ def test_a_minute_of_every_caller_costs_one_listing_a_tick_whatever_their_number
         scene.shared()
         counted[(workers, callers)] = (before, asked(log) - mark)
     afters = {after for _before, after in counted.values()}
-    assert afters == {ticks if host == "hpc" else 3}, counted  # a tick with callers: one
+    assert afters == {3 * ticks + 1}, counted  # the keeper's looks, and its reconcile's
     assert counted[(6, 3)][0] > counted[(2, 1)][0], counted  # per call: grows with callers
     states = {v.submitted.job_id: v.state for v in live.cached(live.store_of(found)).views}
     assert {states[i] for i in ids} == {JobState.PENDING.value}  # held, as the listing says
