@@ -12,7 +12,6 @@ forgetting the job. Every command runs on the host's login side through a Transp
 from __future__ import annotations
 
 import base64
-import dataclasses
 import posixpath
 import re
 import secrets
@@ -20,18 +19,19 @@ import shlex
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from mainboard.config import ContainerConfig, HostConfig
-from mainboard.errors import CommandFailed, UserError
+from mainboard.errors import CommandFailed, JobCapReached, UserError
 
+from .dirfacts import DirFacts, merge, parse_facts
 from .gate import enforce
 from .jobscript import JobPaths, render
 from .jobspec import JobSpec, check_policy, resolve
 from .jobstate import JobState, JobStatus, translate
+from .poller import Listing, Poller, Rows
 from .transport import Command, Completed, StreamSink, Transport
 
 COMMAND_TIMEOUT_S = 120.0
@@ -62,20 +62,6 @@ class JobRecord(BaseModel):
         return JobPaths(self.job_dir)
 
 
-@dataclass(frozen=True)
-class DirFacts:
-    """What a job directory says: the script's exit code, markers, and (local/ssh) the pid."""
-
-    present: bool
-    exit_code: int | None = None
-    cancelled: bool = False
-    timeout: bool = False
-    pid: int | None = None
-    alive: bool = False
-    started_at: float | None = None  # the script's own stamp (epoch seconds on the host)
-    ended_at: float | None = None    # its end stamp, written just before its exit code
-
-
 def new_uid(name: str) -> str:
     """``20250101-120000-name-1a2b3c``: sortable, unique, safe as a path component."""
     safe = _UID_SAFE.sub("_", name).strip("._-")[:24] or "job"
@@ -99,9 +85,12 @@ class Bridge(ABC):
     job_dir_is_truth: ClassVar[bool] = False             # True: _query already read the dir
     node_fanout: ClassVar[str | None] = None             # shell: node.sh once per node
     count_command: ClassVar[tuple[str, ...] | None] = None  # this user's queued+running ids
-    # The worker side: an allocation's end, asked of the scheduler from inside it
-    ends_command: ClassVar[tuple[str, ...] | None] = None  # every job of this user, its end
-    end_command: ClassVar[tuple[str, ...] | None] = None   # one job's end; its id appended
+    # words of a submit refused at the site's cap on jobs (MaxSubmitJobs, array size...)
+    cap_refusals: ClassVar[tuple[str, ...]] = ()
+    # The cluster's one listing a tick (:mod:`poller`): every job of this user with its
+    # state, end and tag, parsed by ``parse_listing``; None: asked per call (``_query``)
+    listing_command: ClassVar[tuple[str, ...] | None] = None
+    end_command: ClassVar[tuple[str, ...] | None] = None   # one job's row; its id appended
     allocation_env: ClassVar[str | None] = None            # inside an allocation: its job id
     cluster_env: ClassVar[str | None] = None               # inside one: the cluster's name
 
@@ -132,15 +121,15 @@ class Bridge(ABC):
     @classmethod
     def retire_backstop(cls, retire_before: int) -> int | None:
         """Seconds before walltime for the scheduler's retire signal when the worker retires
-        by its own clock (it asks its allocation's end: ``ends_command``), the signal then
+        by its own clock (it asks its allocation's end: ``listing_command``), the signal then
         only a backstop; None: the signal (or the script's watchdog) is the retirement."""
         return None
 
     @classmethod
     def allocation_id(cls, env: Mapping[str, str]) -> str | None:
         """The job id of the allocation this process runs in, when the scheduler can be
-        asked for its end (``ends_command``); None: the job script's clock decides."""
-        if cls.allocation_env is None or cls.ends_command is None:
+        asked for its end (``listing_command``); None: the job script's clock decides."""
+        if cls.allocation_env is None or cls.listing_command is None:
             return None
         return env.get(cls.allocation_env) or None
 
@@ -151,13 +140,19 @@ class Bridge(ABC):
         return (env.get(cls.cluster_env) if cls.cluster_env else None) or cls.kind
 
     @staticmethod
-    def parse_ends(text: str) -> dict[str, str]:
-        """``ends_command``/``end_command`` output as ``{job id: end as printed}``."""
+    def parse_listing(text: str) -> Rows:
+        """``listing_command``/``end_command`` output as ``{job id: row}``; a row's fields:
+        ``state`` (the native word), ``reason``, ``exit``, ``end`` (as printed), ``tag``."""
         return {}
+
+    @classmethod
+    def row_of(cls, rows: Rows, job_id: str) -> dict[str, str] | None:
+        """``job_id``'s row of a listing (a scheduler may print ids longer than asked)."""
+        return rows.get(job_id)
 
     @staticmethod
     def end_time(text: str) -> float | None:
-        """An end as ``parse_ends`` keeps it, in epoch seconds; None: no end."""
+        """A row's ``end`` in epoch seconds; None: no end."""
         return None
 
     # -- the narrow hooks: commands and files on the login side ---------------------------
@@ -274,10 +269,24 @@ class Bridge(ABC):
         text = (f"mkdir -p {q(posixpath.dirname(paths.job_dir))} && mask=$(umask) && "
                 f"umask 077 && mkdir {q(paths.job_dir)} && cat > {q(paths.script)} && "
                 f'umask "$mask" && cd {q(paths.job_dir)} && {self.submit_text(paths)}')
-        done = self._sh(text, stdin=script.encode())
+        try:
+            done = self._sh(text, stdin=script.encode())
+        except CommandFailed as exc:
+            raise self.cap_refused(exc) or exc from None
         job_id = self.accepted(done.stdout, uid)
         return JobRecord(job_id=job_id, uid=uid, host=self.name, kind=self.kind, name=spec.name,
                          job_dir=paths.job_dir, submitted_at=time.time(), spec=spec)
+
+    def cap_refused(self, failed: CommandFailed) -> JobCapReached | None:
+        """The scheduler's refusal at the site's cap on this user's jobs, as the one line
+        ``max_jobs`` gives (the keeper holds on it, never pauses); None: another failure."""
+        said = f"{failed.stderr}\n{failed.stdout}"
+        word = next((w for w in self.cap_refusals if w.lower() in said.lower()), None)
+        if word is None:
+            return None
+        return JobCapReached(f"host {self.name!r}: the site's job cap refused the submission "
+                             f"({word}); wait for some jobs to end, or set [hosts."
+                             f"{self.name}] max_jobs below the site's cap")
 
     def gate(self) -> None:
         """The site's limits (:mod:`gate`), before anything is written on the host."""
@@ -286,10 +295,39 @@ class Bridge(ABC):
     def _count(self) -> int:
         return len(self._run(list(self.count_command or ()), timeout=60).stdout.split())
 
-    def tagged(self, prefix: str) -> dict[str, str] | None:
-        """``{tag: job id}`` of the jobs alive on the host whose ``spec.tag`` starts with
-        ``prefix``, from the host's own listing; None: this host kind cannot list by tag."""
-        return None
+    # -- the cluster's listing (one command a tick, shared: :mod:`poller`) ------------------
+
+    def fetch_listing(self) -> Rows:
+        """Run ``listing_command`` on the login side now and parse it (CommandFailed when
+        the scheduler refuses); what a share runs once a tick for all its callers."""
+        return self.parse_listing(self._run(list(self.listing_command or ()),
+                                            timeout=60).stdout)
+
+    def listing(self, poller: Poller | None, since: float = 0.0) -> Listing | None:
+        """Every job of this user as the scheduler lists them: the tick's shared listing
+        (taken after ``since``) through ``poller``, or asked now without one; None: this
+        host kind has no listing."""
+        if self.listing_command is None:
+            return None
+        if poller is None:
+            return Listing(time.time(), self.fetch_listing())
+        return poller.share.get(poller.cluster, poller.tick, self.fetch_listing, since)
+
+    def row_status(self, row: Mapping[str, str]) -> JobStatus:
+        """A listing row as a JobStatus (its native state through this bridge's table)."""
+        return self.native_status(row.get("state", ""), reason=row.get("reason", ""))
+
+    def tagged(self, prefix: str, poller: Poller | None = None,
+               since: float = 0.0) -> dict[str, str] | None:
+        """``{tag: job id}`` of the jobs queued or running on the host whose ``spec.tag``
+        starts with ``prefix``, from the cluster's listing (taken after ``since``, the
+        newest submission the caller knows of); None: this host kind cannot list by tag."""
+        found = self.listing(poller, since)
+        if found is None:
+            return None
+        return {row["tag"]: job_id for job_id, row in found.rows.items()
+                if row.get("tag", "").startswith(prefix) and self.job_id_regex.match(job_id)
+                and self.row_status(row).state in (JobState.PENDING, JobState.RUNNING)}
 
     def accepted(self, stdout: str, uid: str) -> str:
         """The job id from the submit command's output."""
@@ -310,12 +348,15 @@ class Bridge(ABC):
         """``{job_id: JobState}``; see ``poll`` for exit codes and reasons."""
         return {job_id: found.state for job_id, found in self.poll(jobs).items()}
 
-    def poll(self, jobs: Iterable[str | JobRecord]) -> dict[str, JobStatus]:
+    def poll(self, jobs: Iterable[str | JobRecord], *,
+             poller: Poller | None = None) -> dict[str, JobStatus]:
         """Each job's status: the scheduler's view, corrected by the job directory.
 
         Pass JobRecords where you have them: the directory's exit code and cancel marker
         are what tell "failed with 3" from "completed" when a scheduler (or its PBS
-        wrapper) reports only that the job is gone.
+        wrapper) reports only that the job is gone. With a ``poller``, the scheduler's
+        view comes from the cluster's shared listing of the tick; only jobs it does not
+        hold (submitted after it, or gone from the scheduler's memory) are asked alone.
         """
         records: dict[str, JobRecord | None] = {}
         for job in jobs:
@@ -324,7 +365,11 @@ class Bridge(ABC):
         if not records:
             return {}
         self.check_ids(list(records))
-        native = self._query(list(records), {i: r.job_dir for i, r in records.items() if r})
+        native = self._listed(list(records), poller) if poller is not None else {}
+        rest = [i for i in records if i not in native]
+        if rest:
+            native.update(self._query(rest, {i: r.job_dir for i in rest
+                                             if (r := records[i]) is not None}))
         out = {i: native.get(i, JobStatus(JobState.UNKNOWN, reason="not reported by the host"))
                for i in records}
         if self.job_dir_is_truth:
@@ -336,6 +381,14 @@ class Bridge(ABC):
             for job_id, job_dir in settle.items():
                 out[job_id] = merge(out[job_id], facts[job_dir])
         return out
+
+    def _listed(self, ids: list[str], poller: Poller) -> dict[str, JobStatus]:
+        """The statuses the tick's listing holds for ``ids`` (none without a listing)."""
+        found = self.listing(poller)
+        if found is None:
+            return {}
+        rows = {i: row for i in ids if (row := self.row_of(found.rows, i)) is not None}
+        return {i: self.row_status(row) for i, row in rows.items()}
 
     def check_ids(self, ids: Sequence[str]) -> None:
         """Refuse ids that are not this scheduler's (they end up as command arguments)."""
@@ -383,7 +436,7 @@ class Bridge(ABC):
             raise CommandFailed(done.command, done.returncode, done.stdout,
                                 "job directory probe returned the wrong number of lines",
                                 done.host)
-        return {d: _parse_facts(line) for d, line in zip(job_dirs, lines, strict=True)}
+        return {d: parse_facts(line) for d, line in zip(job_dirs, lines, strict=True)}
 
     # -- cancel and logs ---------------------------------------------------------------------
 
@@ -462,51 +515,3 @@ class Bridge(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} root={self._root!r}>"
-
-
-def _parse_facts(line: str) -> DirFacts:
-    if line == "missing":
-        return DirFacts(present=False)
-    exit_text, cancelled, timeout, pid, alive, started, ended = (line.split("|") + [""] * 2)[:7]
-    exit_code = int(exit_text) if exit_text.strip().lstrip("-").isdigit() else None
-    return DirFacts(present=True, exit_code=exit_code, cancelled=cancelled == "1",
-                    timeout=timeout == "1", pid=int(pid) if pid.isdigit() else None,
-                    alive=alive == "1", started_at=_stamp(started), ended_at=_stamp(ended))
-
-
-def _stamp(text: str) -> float | None:
-    """A ``started``/``ended`` stamp (``$EPOCHREALTIME``, a comma in some locales, or
-    ``date +%s``)."""
-    try:
-        value = float(text.strip().replace(",", "."))
-    except ValueError:
-        return None
-    return value if value > 0 else None
-
-
-def merge(native: JobStatus, facts: DirFacts) -> JobStatus:
-    """The scheduler's final (or unknown) word corrected by what the job directory recorded.
-
-    The scheduler's TIMEOUT/PREEMPTED/CANCELLED stand (it knows why it stopped the job:
-    the script then records 143 from the TERM it passed on); otherwise a cancel marker
-    means CANCELLED and the recorded exit code decides completed/failed. The script's
-    ``started`` and ``ended`` stamps ride along, so a job that ended between two polls is
-    still timed (and costed) by its own clock.
-    """
-    if not facts.present:
-        return native
-    return dataclasses.replace(_corrected(native, facts), started_at=facts.started_at,
-                               ended_at=facts.ended_at)
-
-
-def _corrected(native: JobStatus, facts: DirFacts) -> JobStatus:
-    if native.state in (JobState.TIMEOUT, JobState.PREEMPTED, JobState.CANCELLED):
-        return JobStatus(native.state, native.native,
-                         facts.exit_code if facts.exit_code is not None else native.exit_code,
-                         native.reason)
-    if facts.cancelled:
-        return JobStatus(JobState.CANCELLED, native.native, facts.exit_code, "cancelled")
-    if facts.exit_code is None:
-        return native
-    state = JobState.COMPLETED if facts.exit_code == 0 else JobState.FAILED
-    return JobStatus(state, native.native, facts.exit_code, native.reason)

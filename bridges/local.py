@@ -20,6 +20,7 @@ from mainboard.errors import HostError
 
 from .base import TAG_ENV, Bridge, DirFacts, JobPaths
 from .jobstate import JobState, JobStatus
+from .poller import Poller
 
 
 class ProcessBridge(Bridge):
@@ -51,9 +52,10 @@ class ProcessBridge(Bridge):
         facts = self.read_facts(list(dirs.values()))
         return {job_id: process_status(facts[d], d) for job_id, d in dirs.items()}
 
-    def tagged(self, prefix: str) -> dict[str, str] | None:
+    def tagged(self, prefix: str, poller: Poller | None = None,
+               since: float = 0.0) -> dict[str, str] | None:
         """Live jobs whose script exports a tag starting with ``prefix`` (the job
-        directories under the root are the host's whole listing)."""
+        directories under the root are the host's whole listing; no scheduler to share)."""
         script = ('for f in "$1"/*/job.sh; do t=$(grep -m1 "^export $2=" "$f" 2>/dev/null) && '
                   'printf "mb-tag:%s %s\\n" "$(basename "$(dirname "$f")")" "${t#*=}"; done; '
                   "exit 0")

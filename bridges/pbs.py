@@ -26,6 +26,7 @@ from .base import Bridge, JobPaths
 from .jobscript import UNTIL_EOF
 from .jobspec import JobSpec
 from .jobstate import JobState, JobStatus
+from .poller import Rows
 from .slurm import safe_job_name
 
 PBS_STATES: dict[str, JobState] = {
@@ -134,6 +135,12 @@ class PbsBridge(Bridge):
     job_id_form = "a PBS job id such as 1234.pbs01 or 1234"
     states = PBS_STATES
     job_id_env = '"${PBS_JOBID:-${SLURM_JOB_ID:-}}"'
+    # every job the server holds, in one command: the cluster's one listing a tick (the
+    # wrappers and Torque print no history here; ended jobs gone from it are asked alone)
+    listing_command = ("qstat", "-f")
+    # qsub's refusals at a queue's or server's max_queued / max_user_queued (OpenPBS,
+    # Torque) and at max_array_size
+    cap_refusals = ("would exceed", "Maximum number of jobs", "max_array_size")
     _json: bool | None = None  # per bridge: does qstat speak -F json? (None: not asked yet)
     node_fanout = PBS_FANOUT
 
@@ -174,20 +181,34 @@ class PbsBridge(Bridge):
         return shlex.join([*self.submit_command, "-o", paths.stdout, "-e", paths.stderr,
                            paths.script])
 
-    def tagged(self, prefix: str) -> dict[str, str] | None:
-        """Jobs queued or running whose name (a tagged job's is its tag) starts with ``prefix``,
-        as ``qstat -f`` lists them."""
-        done = self.run(["qstat", "-f"], timeout=60)
+    @staticmethod
+    def parse_listing(text: str) -> Rows:
+        """``qstat -f`` text as listing rows; a tagged job's tag is its name (``-N``)."""
+        return {job_id: {"state": attrs.get("job_state", "").strip(),
+                         "reason": attrs.get("comment", "").strip(),
+                         "exit": attrs.get("Exit_status", attrs.get("exit_status", "")).strip(),
+                         "end": "", "tag": attrs.get("Job_Name", "").strip()}
+                for job_id, attrs in parse_qstat_text(text).items()}
+
+    @classmethod
+    def row_of(cls, rows: Rows, job_id: str) -> dict[str, str] | None:
+        """qstat lists full ids (``1234.server``); the asked one may lack the server."""
+        if job_id in rows:
+            return rows[job_id]
+        number = job_id.split(".")[0]
+        return next((row for full, row in rows.items() if full.split(".")[0] == number), None)
+
+    def fetch_listing(self) -> Rows:
+        """``qstat -f`` (some versions exit non-zero on a job they lost mid-listing)."""
+        done = self.run(list(self.listing_command or ()), timeout=60)
         if not done.ok and "Job Id:" not in done.stdout:
             done.check()
-        found = {}
-        for job_id, attrs in parse_qstat_text(done.stdout).items():
-            name = attrs.get("Job_Name", "").strip()
-            state = self.states.get(attrs.get("job_state", "").strip())
-            if name.startswith(prefix) and state in (JobState.PENDING, JobState.RUNNING) \
-                    and self.job_id_regex.match(job_id):
-                found[name] = job_id
-        return found
+        return self.parse_listing(done.stdout)
+
+    def row_status(self, row: Mapping[str, str]) -> JobStatus:
+        exit_status = {"Exit_status": row["exit"]} if row.get("exit") else {}
+        return self._status({"job_state": row.get("state", ""),
+                             "comment": row.get("reason", ""), **exit_status})
 
     def _query(self, ids: list[str], job_dirs: dict[str, str]) -> dict[str, JobStatus]:
         if self._json is not False:

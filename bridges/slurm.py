@@ -1,7 +1,10 @@
 """SLURM: ``#SBATCH`` headers, ``sbatch --parsable``, ``squeue``/``sacct`` status, ``scancel``.
 
-Status asks ``squeue -t all`` first (it still knows jobs that ended less than
-MinJobAge ago, with their wait status), then ``sacct`` for older ones. ``sacct``
+The cluster's listing (``listing_command``: ``squeue --me -t all``, every job of this
+user with state, end and comment) answers workers' ends, the reconciler's tags and job
+states once a tick (:mod:`poller`). Jobs it does not hold are asked alone: ``squeue
+-t all -j`` first (it still knows jobs that ended less than MinJobAge ago, with their
+wait status), then ``sacct`` for older ones. ``sacct``
 needs accounting storage; where it is disabled (``accounting_storage/none``) the
 jobcomp file is read with ``sacct -c`` instead. The choice is made once per bridge.
 Output paths are given on the sbatch command line (quoted), not as headers, so any
@@ -16,10 +19,12 @@ import math
 import re
 import shlex
 import time
+from collections.abc import Mapping
 
 from .base import Bridge, JobPaths
 from .jobspec import JobSpec, format_walltime
 from .jobstate import JobState, JobStatus, translate
+from .poller import Rows
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.+-]+")
 
@@ -50,6 +55,7 @@ SLURM_STATES: dict[str, JobState] = {
     "NODE_FAIL": JobState.PREEMPTED,
 }
 SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,exit_code:|"
+LISTING_FORMAT = SQUEUE_FORMAT + ",EndTime:|,Comment:|"  # -O fields are not cut short
 _NO_ACCOUNTING = ("accounting storage is disabled", "slurmdbd", "no accounting")
 
 
@@ -77,14 +83,18 @@ def exit_pair(raw: str) -> tuple[int | None, str]:
     return (int(code), "") if code.strip().isdigit() else (None, "")
 
 
-def parse_ends(text: str) -> dict[str, str]:
-    """``ends_command`` lines (``1234|2026-12-03T10:40:12``) as ``{job id: end text}``."""
-    found = {}
+def parse_listing(text: str) -> Rows:
+    """``squeue -O LISTING_FORMAT`` lines (``1234|RUNNING|None|0|2026-12-03T10:40:12|tag|``)
+    as ``{job id: row}``; the comment (a fleet job's owner tag) comes last, whole."""
+    rows: Rows = {}
     for line in text.splitlines():
-        job_id, sep, end = line.strip().partition("|")
-        if sep and job_id:
-            found[job_id] = end
-    return found
+        fields = line.strip().split("|", 5)
+        if len(fields) < 6 or not fields[0]:
+            continue
+        comment = fields[5].removesuffix("|")
+        rows[fields[0]] = {"state": fields[1], "reason": fields[2], "exit": fields[3],
+                           "end": fields[4], "tag": "" if comment == "(null)" else comment}
+    return rows
 
 
 def parse_end(text: str) -> float | None:
@@ -111,10 +121,13 @@ class SlurmBridge(Bridge):
     cancel_command = ("scancel",)
     # a step beside the job's own (--overlap: its CPUs are all taken), on its first node
     attach_command = ("srun", "--overlap", "--nodes=1", "--ntasks=1", "--quiet")
-    # every job of this user with its end, in one command (a cluster's one poll per tick)
-    ends_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i|%e")
+    # every job of this user (those ended less than MinJobAge ago too) with its state,
+    # end and tag, in one command: the cluster's one listing a tick
+    listing_command = ("squeue", "--me", "-h", "-t", "all", "-O", LISTING_FORMAT)
     count_command = ("squeue", "--me", "-h", "-t", "PD,R,CF,S", "-o", "%i")
-    end_command = ("squeue", "-h", "-o", "%i|%e", "-j")  # a job the listing predates
+    # sbatch's refusals at a QOS's or association's MaxSubmitJobs and at MaxArraySize
+    cap_refusals = ("MaxSubmitJob", "job submit limit", "MaxArraySize")
+    end_command = ("squeue", "-h", "-O", LISTING_FORMAT, "-j")  # a job the listing predates
     allocation_env, cluster_env = "SLURM_JOB_ID", "SLURM_CLUSTER_NAME"
     job_id_regex = re.compile(r"^(?P<job_id>\d+(?:_\d+)?)(?:;(?P<cluster>[\w.-]+))?$")
     job_id_form = "a SLURM job id such as 1234 or 1234_7 (sbatch --parsable may add ;cluster)"
@@ -127,12 +140,12 @@ class SlurmBridge(Bridge):
     node_fanout = ('srun --ntasks-per-node=1 -N "$SLURM_JOB_NUM_NODES" --kill-on-bad-exit=1 '
                    '--cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" /bin/bash "$_mb_dir/node.sh"')
 
-    parse_ends = staticmethod(parse_ends)
+    parse_listing = staticmethod(parse_listing)
     end_time = staticmethod(parse_end)
 
     @classmethod
     def retire_backstop(cls, retire_before: int) -> int:
-        """The worker retires by its own clock (its end from ``ends_command``): ``--signal``,
+        """The worker retires by its own clock (its end from ``listing_command``): ``--signal``,
         which fires up to 60 s early, comes later (:func:`signal_backstop`)."""
         return signal_backstop(retire_before)
 
@@ -176,17 +189,8 @@ class SlurmBridge(Bridge):
             found.update(self._sacct(missing))
         return found
 
-    def tagged(self, prefix: str) -> dict[str, str] | None:
-        """Jobs still queued or running whose ``--comment`` (the spec's tag) starts with
-        ``prefix``, as slurmctld lists them."""
-        done = self.run(["squeue", "-h", "-t", "PD,R,CF,S", "-o", "%i|%k"], timeout=60)
-        done.check()
-        found = {}
-        for line in done.stdout.splitlines():
-            job_id, _, comment = line.strip().partition("|")
-            if comment.startswith(prefix) and self.job_id_regex.match(job_id):
-                found[comment] = job_id
-        return found
+    def row_status(self, row: Mapping[str, str]) -> JobStatus:
+        return squeue_status(row.get("state", ""), row.get("reason", ""), row.get("exit", ""))
 
     def _sacct(self, ids: list[str]) -> dict[str, JobStatus]:
         """Finished jobs from accounting (or the jobcomp file when accounting is off)."""
@@ -213,11 +217,15 @@ def parse_squeue(text: str, ids: list[str]) -> dict[str, JobStatus]:
         fields = [f.strip() for f in line.split("|")]
         if len(fields) < 4 or fields[0] not in ids:
             continue
-        state = translate(fields[1], SLURM_STATES)
-        reason = "" if fields[2] == "None" else fields[2]
-        code, why = wait_status(fields[3]) if state.final else (None, "")
-        out[fields[0]] = JobStatus(state, fields[1], code, why or reason)
+        out[fields[0]] = squeue_status(*fields[1:4])
     return out
+
+
+def squeue_status(native: str, reason: str, exit_code: str) -> JobStatus:
+    """squeue's state, reason and wait status of one job (a listing row's or ``-j``'s)."""
+    state = translate(native, SLURM_STATES)
+    code, why = wait_status(exit_code) if state.final else (None, "")
+    return JobStatus(state, native, code, why or ("" if reason == "None" else reason))
 
 
 def parse_sacct(text: str, ids: list[str]) -> dict[str, JobStatus]:

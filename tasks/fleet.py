@@ -37,10 +37,11 @@ from celery.signals import (
 from mainboard import keys
 from mainboard.bridges import bridge_class
 from mainboard.bridges.base import Bridge
+from mainboard.bridges.jobstate import JobState, translate
+from mainboard.bridges.poller import RedisShare, run_listing
 from mainboard.config.hostkinds import HOST_TABLE
 from mainboard.redisclient import redis_client
 from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV, broker_url_of
-from mainboard.tasks.schedpoll import run_listing, shared_listing
 from mainboard.tasks.telemetry import KIND_ENV
 from mainboard.tasks.timeneed import set_end
 
@@ -112,24 +113,38 @@ def scheduler() -> type[Bridge] | None:
     return bridge_class(kind) if kind in HOST_TABLE else None
 
 
+def listing_cluster(bridge: type[Bridge]) -> str:
+    """The name this worker's cluster's listing is shared under: the workspace's name of
+    the host (``fleet up`` sets it), as the controller's callers name it too."""
+    return os.environ.get(HOST_ENV) or bridge.cluster(os.environ)
+
+
 def allocation_end(job_id: str) -> float | None:
     """When this allocation ends (SLURM 22.05 has no end-time variable): from the cluster's
-    one shared listing of the tick (the bridge's ``ends_command``,
-    :mod:`mainboard.tasks.schedpoll`), so 50 workers cost the scheduler one query a
-    minute, not 50; asked alone (``end_command``) when the listing predates this job or
-    the broker is away. None where the kind's scheduler cannot be asked."""
+    one shared listing of the tick (the bridge's ``listing_command``,
+    :mod:`mainboard.bridges.poller`, the one the keeper, monitor and ``jobs list`` read
+    too), so 50 workers cost the scheduler one query a minute, not 50; asked alone
+    (``end_command``) when the listing predates this job's start or the broker is away.
+    None where the kind's scheduler cannot be asked."""
     bridge = scheduler()
-    if bridge is None or bridge.ends_command is None:
+    if bridge is None or bridge.listing_command is None:
         return None
-    cluster = "ends:" + (os.environ.get(HOST_ENV) or bridge.cluster(os.environ))
-    fetch = partial(run_listing, bridge.ends_command, bridge.parse_ends)
+    fetch = partial(run_listing, bridge.listing_command, bridge.parse_listing)
     try:
-        ends = shared_listing(_redis(), cluster, END_RECHECK_S, fetch)
+        found = RedisShare(_redis()).get(listing_cluster(bridge), END_RECHECK_S, fetch)
+        rows = found.rows if found is not None else {}
     except (redis.RedisError, ValueError):
-        ends = {}
-    if job_id not in ends and bridge.end_command is not None:
-        ends = run_listing((*bridge.end_command, job_id), bridge.parse_ends) or {}
-    return bridge.end_time(ends[job_id]) if job_id in ends else None
+        rows = {}
+    if not _running(bridge, rows.get(job_id)) and bridge.end_command is not None:
+        rows = run_listing((*bridge.end_command, job_id), bridge.parse_listing) or {}
+    return bridge.end_time(rows[job_id]["end"]) if job_id in rows else None
+
+
+def _running(bridge: type[Bridge], row: dict[str, str] | None) -> bool:
+    """The row says the allocation runs: only then is its end fixed (a listing taken while
+    the job was queued, by the keeper or a ``jobs list``, holds a guess or none)."""
+    return row is not None and translate(row.get("state", ""), bridge.states) \
+        is JobState.RUNNING
 
 
 def retire_delay(end: float, retire_before: float, now: float) -> float:

@@ -59,12 +59,14 @@ def _look(ctx: click.Context, cached: bool, timeout: float | None, *,
         store = JobStore(common.load(ctx).state_dir)
         return live.cached(store), None if only is None else store.load(only).id
     from mainboard.board import Board
+    from mainboard.fleet.workers import scheduler_share
 
     board, late = Board(common.config_path(ctx)), False
     try:
         job_id = None if only is None else JobStore(board.config.state_dir).load(only).id
         look = live.sweep(board, only=None if job_id is None else {job_id}, host=host,
-                          timeout=live.PROBE_TIMEOUT_S if timeout is None else timeout)
+                          timeout=live.PROBE_TIMEOUT_S if timeout is None else timeout,
+                          share=scheduler_share(board.config))
         late = look.late
     finally:  # a host still connecting past the budget would hold the close up: exit ends it
         if not late:

@@ -28,10 +28,11 @@ def monitor(ctx: click.Context, as_json: bool, lock_wait: float) -> None:
 
     Safe from cron every minute and concurrently; a job's outcome is announced once.
     """
+    from mainboard.fleet.workers import scheduler_share
     from mainboard.jobs.monitor import monitor_pass
 
     with common.board(ctx) as board:
-        report = monitor_pass(board, lock_wait=lock_wait)
+        report = monitor_pass(board, lock_wait=lock_wait, share=scheduler_share(board.config))
     if as_json:
         common.echo_json(report)
         return

@@ -67,7 +67,10 @@ class Views:
         self.chi2: dict[str, rundata.Chi2Memo] = {}  # run id -> its chi2/dof series so far
         self._hosts: Hosts | None = None
         self._hosts_lock = threading.Lock()
-        self.job_sweep = SharedSweep(self._sweep_hosts, max_age=JOBS_FRESH_S)
+        from mainboard.fleet.workers import scheduler_share  # the broker's, where one runs
+
+        self.job_sweep = SharedSweep(self._sweep_hosts, max_age=JOBS_FRESH_S,
+                                     share=scheduler_share(config))
 
     def broker(self) -> dict[str, Any]:
         """Whether the broker answers, and the one line to show when it does not."""

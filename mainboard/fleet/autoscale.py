@@ -25,6 +25,7 @@ from pathlib import Path
 import redis
 
 from mainboard.bridges.jobstate import JobStatus
+from mainboard.bridges.poller import RedisShare, Share
 from mainboard.config import Config, PoolConfig, ProviderHost
 from mainboard.errors import JobCapReached, MainboardError, first_line
 from mainboard.fleet.control import start_one
@@ -51,6 +52,7 @@ from mainboard.fleet.workers import (
     poll_jobs,
     record_ended,
     registry,
+    scheduler_share,
     stop_workers,
 )
 from mainboard.receipts import FleetScale, WorkerStalled, WorkerStarted
@@ -139,6 +141,15 @@ class Autoscaler:
         self.said: dict[str, str] = {}  # pool -> last hold reason (written once, not per tick)
         self.stopping: set[str] = set()  # worker ids being drained by a stop thread
         self._lock = threading.Lock()
+        self.every = float(os.environ.get(SCALE_TICK_ENV) or SCALE_TICK_S)
+        self._share: Share | None = None
+
+    def share(self) -> Share:
+        """Where the pools' scheduler listings are shared (one per cluster a tick, with
+        workers, monitor passes and ``jobs list``): the broker's, once it answers."""
+        if not isinstance(self._share, RedisShare):
+            self._share = scheduler_share(self.config)
+        return self._share
 
     def active(self) -> bool:
         """Any pool started and not stopped: the keeper must stay."""
@@ -176,7 +187,7 @@ class Autoscaler:
             stopping = set(self.stopping)
         members = [w for w in state.live() if w.pool == name and w.worker_id not in state.lost
                    and w.worker_id not in stopping]
-        found = poll_jobs(self.config, members)
+        found = poll_jobs(self.config, members, self.share(), self.every)
         look = Look(members={w.worker_id: w for w in members})
         entries = fleet_entries(BrokerRoute(url), members) if members else {}
         tunnels = tunnel_status(self.config.state_dir) \

@@ -22,11 +22,13 @@ A submission whose process still runs (``fleet up`` right now) is in flight: lef
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mainboard.bridges.base import Bridge, JobRecord
+from mainboard.bridges.poller import Poller, Share
 from mainboard.config import Config, ProviderHost
 from mainboard.daemon import pid_alive
 from mainboard.errors import MainboardError
@@ -64,6 +66,7 @@ class Reconciler:
         self.config = config
         self.receipts = fleet_receipts(config.state_dir)
         self.prefix = owner_prefix(config.state_dir)
+        self._share: Share | None = None
         self.refresh()
         self.done = Reconciled()
 
@@ -73,6 +76,7 @@ class Reconciler:
         a record read after the listing knows every allocation the listing shows."""
         self.state = read_fleet(self.config.state_dir)
         self.intents = open_intents(self.state)
+        self.began = time.time()  # a listing for this record is taken after it
 
     def known(self, worker_id: str) -> bool:
         """Recorded as live, or being submitted right now: not ours to touch."""
@@ -131,9 +135,21 @@ class Reconciler:
         return bridge_for(host, config, host_transport(self.config, host),
                           container=self.config.container_of(config), root=root)
 
+    def poller(self, host: str, bridge: Bridge) -> Poller | None:
+        """The host's cluster listing, shared with workers, monitor and ``jobs list``
+        (None: the host has no scheduler listing)."""
+        from mainboard.fleet.workers import scheduler_share
+
+        if bridge.listing_command is None:
+            return None
+        if self._share is None:
+            self._share = scheduler_share(self.config)
+        return Poller(self._share, host)
+
     def on_host(self, host: str, root: str | None) -> None:
         bridge = self.bridge(host, root)
-        found = bridge.tagged(self.prefix)
+        # a listing taken since this pass began: every recorded submission is in it
+        found = bridge.tagged(self.prefix, self.poller(host, bridge), since=self.began)
         if found is None:
             self.done.errors.append(f"host {host!r}: a {bridge.kind} host cannot be listed "
                                     "by owner tag; its records are kept as they are")
@@ -222,7 +238,9 @@ class Reconciler:
             return False
         probe = adopted(draft, JobRecord.model_validate({**draft["job"], "job_id": "x"}))
         try:
-            found = bridge_of(self.config, probe).tagged(self.prefix) or {}
+            bridge = bridge_of(self.config, probe)
+            found = bridge.tagged(self.prefix, self.poller(intent.host, bridge),
+                                  since=self.began) or {}
         except MainboardError as exc:
             self.done.errors.append(f"host {intent.host!r}: rental {rental_id}: {exc}")
             return True  # cannot tell: keep it (and the submission) as they are

@@ -20,6 +20,7 @@ from mainboard import keys
 from mainboard.bridges import bridge_class, bridge_for
 from mainboard.bridges.base import Bridge, JobRecord
 from mainboard.bridges.jobstate import JobStatus
+from mainboard.bridges.poller import TICK_S, RedisShare, Share, file_share, poller_for
 from mainboard.bridges.transport import Transport
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import HostError, MainboardError, first_line
@@ -48,6 +49,21 @@ def broker_route(config: Config, *, start: bool) -> BrokerRoute | None:
     elif not broker.status().running:
         return None
     return BrokerRoute(broker.url(), worker_url(broker.url(), config))
+
+
+def scheduler_share(config: Config) -> Share:
+    """Where this workspace's scheduler listings are shared (one per cluster a tick,
+    :mod:`mainboard.bridges.poller`): the broker when one answers, where the fleet's
+    workers keep theirs; else the workspace state (``.mainboard/sched``)."""
+    route = broker_route(config, start=False)
+    if route is not None:
+        client = redis_client(route.url, socket_timeout=5, socket_connect_timeout=1)
+        try:
+            client.ping()
+            return RedisShare(client)
+        except redis.RedisError:
+            client.close()
+    return file_share(config.state_dir)
 
 
 def registry(route: BrokerRoute) -> redis.Redis:
@@ -126,9 +142,11 @@ def job_of(worker: WorkerStarted) -> JobRecord:
     return JobRecord.model_validate(worker.job)
 
 
-def poll_jobs(config: Config, workers: Sequence[WorkerStarted]
-              ) -> dict[str, JobStatus | MainboardError]:
-    """Each worker's job status by worker id (a host that cannot be asked gives its error)."""
+def poll_jobs(config: Config, workers: Sequence[WorkerStarted], share: Share | None = None,
+              tick: float = TICK_S) -> dict[str, JobStatus | MainboardError]:
+    """Each worker's job status by worker id (a host that cannot be asked gives its error);
+    with ``share``, from each cluster's listing at most ``tick`` seconds old (the keeper's
+    look each tick), else asked now."""
     out: dict[str, JobStatus | MainboardError] = {}
     by_host: dict[tuple[str, str, str], list[WorkerStarted]] = {}
     for worker in workers:  # one bridge per host, root and (for rentals) machine
@@ -137,7 +155,8 @@ def poll_jobs(config: Config, workers: Sequence[WorkerStarted]
     for group in by_host.values():
         try:
             bridge = bridge_of(config, group[0])
-            found = bridge.poll([job_of(w) for w in group])
+            found = bridge.poll([job_of(w) for w in group], poller=None if share is None
+                                else poller_for(share, group[0].host, tick))
             out.update({w.worker_id: found[job_of(w).job_id] for w in group})
         except MainboardError as exc:
             out.update({w.worker_id: exc for w in group})

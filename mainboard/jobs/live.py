@@ -1,4 +1,4 @@
-"""Job states as of now: the jobs still owed an outcome asked about, one query per host.
+"""Job states as of now: the jobs still owed an outcome asked about, one listing per cluster.
 
 ``jobs list``, ``jobs show`` and the dashboard's Jobs page read through here instead of
 waiting for a monitor pass. Nothing here announces or pulls (that stays the monitor's):
@@ -6,7 +6,9 @@ a state a host reports is recorded with ``JobStore.observe``, which re-reads the
 receipts under the store's lock, so whoever sees a change first (this sweep, a ``wait``,
 a monitor pass, another dashboard) writes its one receipt and the others write nothing.
 
-Hosts are asked in parallel, each once for all its unfinished jobs, within a time
+Hosts are asked in parallel, each through its cluster's one listing of the tick
+(:mod:`mainboard.bridges.poller`: shared with the fleet's workers and keeper, monitor
+passes and other listings; jobs it does not hold are asked alone), within a time
 budget; a host that fails or does not answer in time is one line in ``unreachable`` and
 its jobs keep their last recorded state, marked stale. The threads are daemons, so a
 host that hangs past the budget never holds up the caller (nor the process's exit).
@@ -21,6 +23,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mainboard.bridges.poller import Share, file_share, poller_for
 from mainboard.errors import MainboardError, ReceiptError, first_line
 from mainboard.jobs.job import bridge_of, store_of
 from mainboard.jobs.store import JobStore, JobView
@@ -45,11 +48,20 @@ def groups_of(views: Iterable[JobView], only: Collection[str] | None = None
     return groups
 
 
-def _ask(board: Hosts, store: JobStore, group: Group, views: list[JobView]) -> str | None:
-    """Ask one host about its jobs in one query and record the news; the error, if any."""
+def share_of(board: Hosts, share: Share | None) -> Share:
+    """Where the hosts' listings are shared: ``share`` (the broker's, where one runs: the
+    CLI's and the dashboard's choice), else the workspace state's (Redis-free)."""
+    return share if share is not None else file_share(board.config.state_dir)
+
+
+def _ask(board: Hosts, store: JobStore, group: Group, views: list[JobView],
+         share: Share) -> str | None:
+    """Ask one host about its jobs through its cluster's listing of the tick (jobs the
+    listing does not hold alone) and record the news; the error, if any."""
     host, root = group
     try:
-        statuses = bridge_of(board.on(host), root).poll([v.record() for v in views])
+        statuses = bridge_of(board.on(host), root).poll([v.record() for v in views],
+                                                        poller=poller_for(share, host))
     except (MainboardError, OSError) as exc:
         return redact_text(first_line(exc))  # shown on pages and in --json as well
     for view in views:
@@ -58,16 +70,19 @@ def _ask(board: Hosts, store: JobStore, group: Group, views: list[JobView]) -> s
 
 
 def probe(board: Hosts, store: JobStore, groups: dict[Group, list[JobView]],
-          timeout: float | None = PROBE_TIMEOUT_S) -> dict[str, str]:
-    """Ask every group's host at once; the hosts that failed (or stayed silent past
-    ``timeout`` seconds; None: wait for all) -> one line saying why. A silent host's
-    thread still holds its connection: closing ``board`` waits for its connect timeout."""
+          timeout: float | None = PROBE_TIMEOUT_S, share: Share | None = None
+          ) -> dict[str, str]:
+    """Ask every group's host at once (through ``share``: :func:`share_of`); the hosts
+    that failed (or stayed silent past ``timeout`` seconds; None: wait for all) -> one
+    line saying why. A silent host's thread still holds its connection: closing ``board``
+    waits for its connect timeout."""
     answers: dict[Group, str | None] = {}
     crashed: list[BaseException] = []
+    shared = share_of(board, share)
 
     def ask(group: Group, views: list[JobView]) -> None:
         try:
-            answers[group] = _ask(board, store, group, views)
+            answers[group] = _ask(board, store, group, views, shared)
         except BaseException as exc:  # a bug, not a host that is down: raised below
             crashed.append(exc)
 
@@ -130,14 +145,15 @@ def cached(store: JobStore) -> Sweep:
 
 
 def sweep(board: Hosts, *, only: Collection[str] | None = None, host: str | None = None,
-          timeout: float | None = PROBE_TIMEOUT_S) -> Sweep:
+          timeout: float | None = PROBE_TIMEOUT_S, share: Share | None = None) -> Sweep:
     """Ask the hosts about every job still owed an outcome (of ``only`` ids, on ``host``,
-    when given), record the news, and return every job as its receipts now say."""
+    when given; each scheduler through its cluster's listing of the tick in ``share``),
+    record the news, and return every job as its receipts now say."""
     store = store_of(board)
     views, _ = store.scan()
     groups = groups_of((v for v in views if host is None or v.host == host), only)
     at = time.time()
-    down = probe(board, store, groups, timeout) if groups else {}
+    down = probe(board, store, groups, timeout, share) if groups else {}
     views, errors = store.scan()
     fresh = frozenset(v.id for (h, _root), vs in groups.items() if h not in down for v in vs)
     return Sweep(views, errors, at, down, fresh)
@@ -149,8 +165,9 @@ class SharedSweep:
     one already running and shares it; never two at a time."""
 
     def __init__(self, board: Callable[[], Hosts], max_age: float = 2.0,
-                 timeout: float = PROBE_TIMEOUT_S) -> None:
+                 timeout: float = PROBE_TIMEOUT_S, share: Share | None = None) -> None:
         self._board, self.max_age, self.timeout = board, max_age, timeout
+        self.share = share
         self._running = threading.Lock()  # held for the length of one sweep
         self._last: tuple[float, Sweep] | None = None
 
@@ -166,7 +183,7 @@ class SharedSweep:
     def _run(self) -> Sweep:
         """One sweep; the caller holds ``_running``."""
         started = time.monotonic()
-        result = sweep(self._board(), timeout=self.timeout)
+        result = sweep(self._board(), timeout=self.timeout, share=self.share)
         self._last = (started, result)
         return result
 
@@ -193,4 +210,5 @@ class SharedSweep:
         threading.Thread(target=run, daemon=True, name="jobs-sweep").start()
 
 
-__all__ = ["PROBE_TIMEOUT_S", "SharedSweep", "Sweep", "cached", "groups_of", "probe", "sweep"]
+__all__ = ["PROBE_TIMEOUT_S", "SharedSweep", "Sweep", "cached", "groups_of", "probe", "share_of",
+           "sweep"]

@@ -5,8 +5,9 @@ Safe from cron every minute and concurrently: a pass holds ``.mainboard/monitor.
 nothing). Everything it knows comes from receipts: the jobs' own lines say which are
 still owed an outcome, and ``monitor.ndjson`` (one ``monitor.pass`` line per pass that
 had news) says which verdicts were already announced, so a job is announced once even
-across crashed, concurrent or restarted passes. Jobs are probed with one status query
-per host (hosts in parallel); a host that cannot be reached is one entry in
+across crashed, concurrent or restarted passes. Jobs are probed through each cluster's
+one listing of the tick (``share``: the broker's where the caller has one, else the
+workspace state's; hosts in parallel); a host that cannot be reached is one entry in
 ``unreachable_hosts`` and its jobs are simply asked again next pass.
 
 A pass may be scoped to some job ids (``only``, what ``batch watch`` does): it probes,
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mainboard.bridges.jobstate import JobState
+from mainboard.bridges.poller import Share
 from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError, ReceiptError, first_line
 from mainboard.hosts.leases import leased_hosts, rentals_locked
@@ -152,7 +154,8 @@ def _announced(log: Receipts, errors: list[str]) -> tuple[set[str], MonitorPass 
 
 
 def monitor_pass(board: Hosts, *, only: Collection[str] | None = None, lock_wait: float = 30.0,
-                 release: Release = release_rentals) -> dict[str, Any]:
+                 release: Release = release_rentals, share: Share | None = None
+                 ) -> dict[str, Any]:
     """One pass; returns ``{"running", "finished", "failed", "unreachable_hosts", "changed", ...}``.
 
     ``finished`` are jobs that completed (exit 0), ``failed`` every other outcome
@@ -167,7 +170,7 @@ def monitor_pass(board: Hosts, *, only: Collection[str] | None = None, lock_wait
             return {"running": None, "finished": [], "failed": [], "unreachable_hosts": [],
                     "host_errors": {}, "pulled": [], "released": [], "errors": [],
                     "changed": False, "busy": True, "spend": None}
-        return _sweep(board, None if only is None else frozenset(only), release)
+        return _sweep(board, None if only is None else frozenset(only), release, share)
 
 
 def _owed(view: JobView) -> bool:
@@ -175,7 +178,8 @@ def _owed(view: JobView) -> bool:
     return not view.finished or bool(view.submitted.fetch and view.pulled is None)
 
 
-def _sweep(board: Hosts, only: frozenset[str] | None, release: Release) -> dict[str, Any]:
+def _sweep(board: Hosts, only: frozenset[str] | None, release: Release,
+           share: Share | None) -> dict[str, Any]:
     store = store_of(board)
     views, _ = store.scan()
 
@@ -183,7 +187,7 @@ def _sweep(board: Hosts, only: frozenset[str] | None, release: Release) -> dict[
         return only is None or view.id in only
 
     groups = groups_of(views, only)
-    down = probe(board, store, groups, timeout=None) if groups else {}
+    down = probe(board, store, groups, timeout=None, share=share) if groups else {}
     # The cursor comes from the receipts, including the verdicts this pass just wrote.
     views, problems = store.scan()
     errors = [str(p) for p in problems]

@@ -220,3 +220,32 @@ def test_job_directory_corrects_the_schedulers_final_word(
 def test_status_describe_for_listings() -> None:
     assert JobStatus(JobState.FAILED, "FAILED", 3).describe() == "failed (exit code 3; FAILED)"
     assert JobStatus(JobState.RUNNING).describe() == "running"
+
+
+def test_the_slurm_listing_gives_state_end_and_tag_of_every_job() -> None:
+    """``squeue --me -t all -O JobID:|,State:|,Reason:|,exit_code:|,EndTime:|,Comment:|``
+    as captured from SLURM 22.05: a failed job, a held one with a fleet tag."""
+    text = ("3|FAILED|NonZeroExitCode|768|2026-12-06T02:34:05|(null)|\n"
+            "2|PENDING|JobHeldUser|0|N/A|mbf-ab12-w1|with|bars|\n")
+    rows = SlurmBridge.parse_listing(text)
+    assert rows["2"]["tag"] == "mbf-ab12-w1|with|bars" and rows["3"]["tag"] == ""
+    bridge = slurm()
+    assert bridge.row_status(rows["3"]) == JobStatus(JobState.FAILED, "FAILED", 3,
+                                                     "NonZeroExitCode")
+    assert bridge.row_status(rows["2"]) == JobStatus(JobState.PENDING, "PENDING", None,
+                                                     "JobHeldUser")
+    assert SlurmBridge.end_time(rows["2"]["end"]) is None
+    assert SlurmBridge.end_time(rows["3"]["end"]) is not None
+
+
+def test_the_pbs_listing_finds_a_job_asked_without_its_server() -> None:
+    text = ("Job Id: 1234.pbs01\n    Job_Name = mbf-ab12-w2\n    job_state = R\n\n"
+            "Job Id: 1235.pbs01\n    Job_Name = other\n    job_state = F\n"
+            "    Exit_status = 3\n")
+    rows = PbsBridge.parse_listing(text)
+    bridge = pbs()
+    assert PbsBridge.row_of(rows, "1234") is rows["1234.pbs01"]
+    assert PbsBridge.row_of(rows, "99") is None
+    assert bridge.row_status(rows["1234.pbs01"]).state is JobState.RUNNING
+    assert bridge.row_status(rows["1235.pbs01"]) == JobStatus(JobState.FAILED, "F", 3, "")
+    assert rows["1234.pbs01"]["tag"] == "mbf-ab12-w2"

@@ -34,8 +34,10 @@ def test_a_job_submitted_while_its_host_is_listed_is_left_alone(
         """The host's answer: the racing job and one that nobody submitted."""
 
         name = kind = "local"
+        listing_command = None  # no scheduler listing to share
 
-        def tagged(self, wanted: str) -> dict[str, str]:
+        def tagged(self, wanted: str, poller: object = None,
+                   since: float = 0.0) -> dict[str, str]:
             assert wanted == prefix
             fleet_receipts(cfg.state_dir).append(WorkerSubmitting(
                 worker_id="racing", host="local", tag=prefix + "racing", pid=os.getpid(),
@@ -129,7 +131,7 @@ def test_the_restarted_keepers_first_look_keeps_the_adopted_tunnelled_worker(
     r.hset(keys.worker("ssh-lo-job8@box"), mapping={"beat": now - 40, "started": now - 60})
     (fleet_dir(cfg.state_dir) / "tunnels.json").write_text(json.dumps(
         {"w8": {"healthy": True, "since": now - 0.2, "remote_port": 40008}}))
-    monkeypatch.setattr(autoscale, "poll_jobs", lambda config, members: {
+    monkeypatch.setattr(autoscale, "poll_jobs", lambda config, members, *share: {
         m.worker_id: JobStatus(JobState.RUNNING, "running") for m in members})
     scaler = autoscale.Autoscaler(cfg)
     try:

@@ -15,13 +15,13 @@ import redis
 from mainboard import keys
 from mainboard.bridges import bridge_for
 from mainboard.bridges.gate import GATES_ENV, gate_file, wait_turn
+from mainboard.bridges.poller import RedisShare
 from mainboard.bridges.slurm import parse_end
 from mainboard.bridges.transport import LocalTransport
 from mainboard.config import SlurmHost
 from mainboard.errors import HostError
 from mainboard.tasks import fleet
 from mainboard.tasks.fleet import HOST_ENV, allocation_end
-from mainboard.tasks.schedpoll import shared_listing
 from mainboard.tasks.telemetry import KIND_ENV
 from tests.support.fleet_helpers import (
     provisioned_root,  # noqa: F401 - session fixture
@@ -69,7 +69,7 @@ def test_the_squeue_count_per_tick_does_not_grow_with_the_workers(
     assert counts(log)["squeue"] - before == len(ids)
     per_tick = {}
     for workers in (5, 50):
-        cluster = f"ends:test-{workers}"
+        cluster = f"test-{workers}"
         start = counts(log)["squeue"]
         got = workers_tick(redis_server.url, cluster, workers, TICK)
         _age(redis_server.url, cluster)
@@ -88,7 +88,7 @@ def test_a_workers_end_comes_from_the_shared_listing_and_matches_squeue(
     monkeypatch.setenv(KIND_ENV, "slurm")  # as fleet up starts a worker there
     client = redis.Redis.from_url(redis_server.url)
     monkeypatch.setattr(fleet, "_client", (os.getpid(), client))  # the worker's own client
-    client.delete(keys.sched_listing("ends:cluster-a"))
+    client.delete(keys.sched_listing("cluster-a"))
     direct = {i: subprocess.run(["squeue", "-h", "-j", i, "-o", "%e"], capture_output=True,
                                 text=True, check=True).stdout.strip() for i in ids}
     start = counts(log)["squeue"]
@@ -96,8 +96,8 @@ def test_a_workers_end_comes_from_the_shared_listing_and_matches_squeue(
     assert counts(log)["squeue"] - start == 1  # three workers, one query
     assert ends == [parse_end(direct[i]) for i in ids]
     # a job the listing predates is asked alone (once), not waited a tick for
-    assert shared_listing(client, "ends:cluster-a", TICK, lambda: None) \
-        .get("999999") is None
+    listed = RedisShare(client).get("cluster-a", TICK, lambda: None)
+    assert listed is not None and "999999" not in listed.rows
     start = counts(log)["squeue"]
     assert allocation_end("999999") is None
     assert counts(log)["squeue"] - start == 1
