@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mainboard.errors import BatchError, ConfigError, SpecError
 from mainboard.integrators import genz
-from mainboard.integrators.names import symbol_by_name
+from mainboard.names import symbol_by_name
 from mainboard.integrators.spec import IntegrandSpec, check_integrand
 from mainboard.integrators.spec_checks import check_exact
 

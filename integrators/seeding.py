@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.integrators.names import symbol_by_name
+from mainboard.names import symbol_by_name
 from mainboard.integrators.spec_types import INT64_MAX
 
 # Latent batches other than the seeded one, by name: a process sampler's batch class lives

@@ -76,6 +76,43 @@ def imported(module: Module, known: dict[str, Module]) -> Iterator[str]:
             yield name if name in known else name.split(".")[0]
 
 
+@dataclass(frozen=True)
+class LocalImport:
+    """An import inside a function body: where it is and the reason its comment gives."""
+
+    path: str
+    line: int
+    reason: str | None
+
+
+LAZY_REASON = "# lazy:"
+
+
+def local_imports(repo: Path = REPO, skip: tuple[str, ...] = ("mainboard/cli/",)
+                  ) -> list[LocalImport]:
+    """Every Import/ImportFrom inside a function (nested ones too) in the four source folders
+    but ``skip`` (the CLI edge), with the ``# lazy: <reason>`` on its line or the line above."""
+    found: list[LocalImport] = []
+    for folder in ROOTS:
+        for path in sorted((repo / folder).rglob("*.py")):
+            rel = path.relative_to(repo).as_posix()
+            if rel.startswith(skip):
+                continue
+            text = path.read_text(encoding="utf-8")
+            lines = text.splitlines()
+            for func in ast.walk(ast.parse(text, str(path))):
+                if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                for node in ast.walk(func):
+                    if isinstance(node, ast.Import | ast.ImportFrom):
+                        near = lines[max(node.lineno - 2, 0):node.lineno]
+                        reason = next((ln.split(LAZY_REASON, 1)[1].strip() for ln in near
+                                       if LAZY_REASON in ln), None)
+                        found.append(LocalImport(rel, node.lineno, reason or None))
+    # a nested function's import is seen from each enclosing function: count it once
+    return sorted(set(found), key=lambda i: (i.path, i.line))
+
+
 def unit_of(name: str) -> str:
     """The unit a dotted module name belongs to (``mainboard.jobs.store`` -> ``mainboard.jobs``)."""
     parts = name.split(".")
