@@ -179,14 +179,72 @@ def integrate_part(base: Path, runs: int, samples: int, other: str | None) -> li
     return lines
 
 
+CLI_TARGETS_S = {"--help": 0.2, "runs list": 0.5}
+
+
+def _timed(ws: Path, python: str, args: list[str], bytecode: bool) -> tuple[float, float]:
+    """Wall and CPU (user + sys) seconds of one ``python -m mainboard ARGS`` in ``ws``: with
+    bytecode caches written and read as an installed mainboard's are, or (``bytecode``
+    False) every module compiled from source, as under ``PYTHONDONTWRITEBYTECODE``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if not bytecode:  # no cache read either: an empty prefix of its own
+        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(ws / "no-pycache"))
+    before = os.times()
+    start = time.perf_counter()
+    subprocess.run([python, "-m", "mainboard", *args], cwd=ws, env=env, check=True,
+                   capture_output=True)
+    wall = time.perf_counter() - start
+    after = os.times()
+    return wall, (after.children_user - before.children_user
+                  + after.children_system - before.children_system)
+
+
+def cli_part(base: Path, runs: int, other: str | None, bytecode: bool = True) -> list[str]:
+    """`mainboard --help` and `runs list` (a workspace with one finished run, the broker
+    down), each side in turn per round; medians of wall and CPU time."""
+    from mainboard.services.broker import EmbeddedBroker
+
+    ws = workspace(base / "ws-cli")
+    (ws / "run.toml").write_text(EXAMPLE.read_text())
+    _cli(ws, "integrate", str(ws / "run.toml"), "--max-samples", "100000")
+    EmbeddedBroker(ws / ".mainboard").down()
+    sides = {"": sys.executable, **({" (--other)": other} if other else {})}
+    verbs = {"--help": ["--help"], "runs list": ["runs", "list"]}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for label, python in sides.items():  # warm: bytecode written, page cache filled
+        for args in verbs.values():
+            _timed(ws, python, args, bytecode)
+    for _ in range(runs):
+        for verb, args in verbs.items():
+            for label, python in sides.items():
+                times.setdefault((verb, label), []).append(_timed(ws, python, args, bytecode))
+    lines = [f"CLI start ({runs} rounds, medians; wall / CPU user+sys; "
+             f"{'with bytecode caches' if bytecode else 'compiled from source each time'})"]
+    for verb in verbs:
+        for label in sides:
+            wall = statistics.median(t[0] for t in times[verb, label])
+            cpu = statistics.median(t[1] for t in times[verb, label])
+            target = CLI_TARGETS_S[verb]
+            lines.append(f"  mainboard {verb:10}{label:11} wall {wall:5.3f} s  cpu {cpu:5.3f} s"
+                         f"   (target <= {target} s: {'met' if wall <= target else 'NOT met'})")
+        if other:
+            ratio = (statistics.median(t[0] for t in times[verb, ""])
+                     / statistics.median(t[0] for t in times[verb, " (--other)"]))
+            lines.append(f"  ratio {verb} this / other: {ratio:4.2f}x")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="rounds per side (medians)")
-    parser.add_argument("--parts", default="fleet,integrate", help="fleet, integrate")
+    parser.add_argument("--parts", default="fleet,integrate", help="fleet, integrate, cli")
     parser.add_argument("--samples", type=int, default=2_000_000)
     parser.add_argument("--other", default=None, metavar="PYTHON",
                         help="also time this interpreter's mainboard (another checkout's venv, "
                              "e.g. before a change) in the same rounds")
+    parser.add_argument("--no-bytecode", action="store_true",
+                        help="cli: compile every module each time (PYTHONDONTWRITEBYTECODE "
+                             "with no cache to read), as this machine's shells run")
     args = parser.parse_args()
     parts = {p for p in args.parts.split(",") if p}
     base = Path(tempfile.mkdtemp(prefix="mb-bench-startup-"))
@@ -194,6 +252,8 @@ def main() -> None:
     try:
         if "fleet" in parts:
             lines += fleet_part(base, args.runs, args.other)
+        if "cli" in parts:
+            lines += cli_part(base, args.runs, args.other, bytecode=not args.no_bytecode)
         if "integrate" in parts:
             lines += integrate_part(base, args.runs, args.samples, args.other)
     finally:
