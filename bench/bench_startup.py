@@ -211,7 +211,7 @@ def cli_part(base: Path, runs: int, other: str | None, bytecode: bool = True) ->
     sides = {"": sys.executable, **({" (--other)": other} if other else {})}
     verbs = {"--help": ["--help"], "runs list": ["runs", "list"]}
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for label, python in sides.items():  # warm: bytecode written, page cache filled
+    for python in sides.values():  # warm: bytecode written, page cache filled
         for args in verbs.values():
             _timed(ws, python, args, bytecode)
     for _ in range(runs):

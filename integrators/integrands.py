@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mainboard.errors import BatchError, ConfigError, SpecError
 from mainboard.integrators import genz
-from mainboard.names import symbol_by_name
 from mainboard.integrators.spec import IntegrandSpec, check_integrand
 from mainboard.integrators.spec_checks import check_exact
+from mainboard.names import symbol_by_name
 
 Components = int | Literal["complex"]
 Exact = float | complex | list[float] | None

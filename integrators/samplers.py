@@ -21,7 +21,6 @@ import numpy as np
 from mainboard.integrators.domain import Batch, Domain
 from mainboard.integrators.grid import GridTables, adapt_edges, uniform_edges
 from mainboard.integrators.kernels import stratified_draw, stratified_kernel
-from mainboard.names import symbol_by_name
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.strata import KEYS as STRATA_KEYS
 from mainboard.integrators.strata import (
@@ -34,6 +33,7 @@ from mainboard.integrators.strata import (
     run_starts,
     strata_shape,
 )
+from mainboard.names import symbol_by_name
 
 Training = dict[str, np.ndarray]
 
