@@ -28,6 +28,7 @@ import numpy as np
 
 from mainboard.integrators.chunking import row_slices
 from mainboard.integrators.grid import GridTables
+from mainboard.names import lazy
 
 #: Batches of fewer rows keep to numpy.
 KERNEL_ROWS = 16384
@@ -64,11 +65,11 @@ def preload() -> bool:
 
 
 def _import_kernel() -> Callable[..., None] | None:
-    try:
-        from mainboard.integrators.stratified_kernel import stratified_slice
+    try:  # numba is optional: the registry imports it here, once a process has drawn enough
+        kernel: Callable[..., None] = lazy("numba.kernel")
     except Exception:  # no numba, or one whose llvmlite does not load: numpy does it
         return None
-    return stratified_slice
+    return kernel
 
 
 def stratified_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,

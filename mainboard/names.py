@@ -19,7 +19,7 @@ from typing import Any
 LAZY: dict[str, str] = {
     "redis": "redis",                                   # ~0.3 s; only when a client is made
     "redis.Sentinel": "redis.sentinel:Sentinel",
-    "celery.app": "mainboard.tasks.app",                # Celery + kombu: only where a task is sent
+    "celery.app": "mainboard.tasks.app:make_app",       # Celery + kombu: only where one is sent
     "optuna": "optuna",                                 # optional: `[tune] sampler = "tpe"`
     "cryptography.serialization": "cryptography.hazmat.primitives.serialization",
     "cryptography.x509": "cryptography.x509",           # TLS material: `[broker] tls` only

@@ -25,6 +25,7 @@ from typing import Any
 from celery import Task, shared_task
 
 from mainboard.tasks import INTEGRATE_TASK, broker_url_of
+from mainboard.tasks.app import get_app
 from mainboard.tasks.routing import CoordinatorTask
 
 
@@ -33,6 +34,8 @@ from mainboard.tasks.routing import CoordinatorTask
 def integrate_task(self: Task, run: Mapping[str, Any], workers: int | None = None,
                    resume: bool = True) -> dict[str, Any]:
     """Integrate ``run`` (a run-file dict); a redelivered task resumes from the last snapshot."""
+    # lazy: start-up time, every worker imports this task module; the runner only when a
+    # coordinator runs here
     from mainboard.tasks.runner import integrate
 
     result = integrate(dict(run), workers=workers, broker_url=broker_url_of(self.app.conf),
@@ -44,7 +47,6 @@ def __getattr__(name: str) -> Any:
     """Forward ``delay``, ``apply_async``, ``s`` ... to the task bound to the process-wide app."""
     if name.startswith("__"):
         raise AttributeError(name)
-    from mainboard.tasks.app import get_app
 
     return getattr(get_app().tasks[INTEGRATE_TASK], name)
 

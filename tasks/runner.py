@@ -32,6 +32,7 @@ from mainboard.runs.control import connect
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
 from mainboard.runs.tasktable import steps_of
 from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
+from mainboard.tasks.app import make_app, resolve_url
 from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.goal import start_deadline
@@ -144,7 +145,6 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     boot meanwhile; a finished run does not wait for them to exit. ``appends=True``: the
     run takes tasks ``runs append`` adds while it is driven (``tasks.appends``).
     """
-    from mainboard.tasks.app import make_app, resolve_url
 
     if workers is not None and (type(workers) is not int or workers < 0):
         raise UserError(f"workers must be an integer >= 0 (0 = the running fleet only), "

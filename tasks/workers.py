@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # not imported at run time: the CLI starts workers before it 
     import redis
     from celery import Celery
 
+import redis as redis_lib
+
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.daemon import die_with_parent
 from mainboard.errors import IntegrationFailed, UserError
@@ -156,7 +158,6 @@ def nobody_listens(r: redis.Redis) -> bool:
     """True when no other client of the broker holds a pub/sub subscription, so no Celery
     worker could answer a broadcast (remote control rides on one): asking would only wait
     out its timeout. False when unsure (CLIENT LIST refused by an ACL, say)."""
-    import redis as redis_lib
 
     try:
         me, clients = r.client_id(), r.client_list()

@@ -88,10 +88,26 @@ class LocalImport:
 LAZY_REASON = "# lazy:"
 
 
+def _reason(lines: list[str], lineno: int) -> str | None:
+    """The ``# lazy:`` reason on line ``lineno`` (1-based) or in the comments and imports
+    right above it (one comment may head a block of imports)."""
+    at = lineno - 1
+    while at >= 0:
+        line = lines[at]
+        if LAZY_REASON in line:
+            return line.split(LAZY_REASON, 1)[1].strip() or None
+        above = lines[at - 1].strip() if at else ""
+        if not above.startswith(("#", "from ", "import ")):
+            return None
+        at -= 1
+    return None
+
+
 def local_imports(repo: Path = REPO, skip: tuple[str, ...] = ("mainboard/cli/",)
                   ) -> list[LocalImport]:
     """Every Import/ImportFrom inside a function (nested ones too) in the four source folders
-    but ``skip`` (the CLI edge), with the ``# lazy: <reason>`` on its line or the line above."""
+    but ``skip`` (the CLI edge), with the ``# lazy: <reason>`` on its line or heading the
+    comments and imports right above it."""
     found: list[LocalImport] = []
     for folder in ROOTS:
         for path in sorted((repo / folder).rglob("*.py")):
@@ -105,10 +121,7 @@ def local_imports(repo: Path = REPO, skip: tuple[str, ...] = ("mainboard/cli/",)
                     continue
                 for node in ast.walk(func):
                     if isinstance(node, ast.Import | ast.ImportFrom):
-                        near = lines[max(node.lineno - 2, 0):node.lineno]
-                        reason = next((ln.split(LAZY_REASON, 1)[1].strip() for ln in near
-                                       if LAZY_REASON in ln), None)
-                        found.append(LocalImport(rel, node.lineno, reason or None))
+                        found.append(LocalImport(rel, node.lineno, _reason(lines, node.lineno)))
     # a nested function's import is seen from each enclosing function: count it once
     return sorted(set(found), key=lambda i: (i.path, i.line))
 

@@ -185,6 +185,7 @@ class Autoscaler:
         found = poll_jobs(self.config, members)
         look = Look(members={w.worker_id: w for w in members})
         entries = fleet_entries(BrokerRoute(url), members) if members else {}
+        # lazy: the documented cycle autoscale -> control -> keeper (tests/test_architecture.py)
         from mainboard.fleet.keeper import tunnel_status  # as submit: keeper imports this
 
         tunnels = tunnel_status(self.config.state_dir) \
@@ -346,8 +347,8 @@ class Autoscaler:
         threading.Thread(target=stop, name="autoscale-stop", daemon=True).start()
 
     def submit(self, name: str, pool: PoolConfig, view: PoolView, decision: Decision) -> None:
-        # control and keeper import this module back: the keeper cycle, allowed by name in
-        # tests/test_architecture.py until the keeper's client API leaves its daemon
+        # lazy: control and keeper import this module back: the keeper cycle, allowed by name
+        # in tests/test_architecture.py until the keeper's client API leaves its daemon
         from mainboard.fleet.control import start_one
         from mainboard.fleet.keeper import ensure_keeper, wait_tunnel
 

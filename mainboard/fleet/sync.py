@@ -22,9 +22,18 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import FleetSyncError, MainboardError, UserError, first_line
+from mainboard.fleet.autoscale import pool_active, pool_paused
+from mainboard.fleet.keeper import keeper_pid
+from mainboard.fleet.launch import ssh_from_dict
 from mainboard.fleet.records import read_fleet
+from mainboard.fleet.status import STALE_AFTER_S
+from mainboard.fleet.workers import allocation_entry, broker_route, fleet_entries
+from mainboard.hosts.access import Hosts
+from mainboard.hosts.mirror import Mirror
 from mainboard.receipts import WorkerStarted
 from mainboard.tasks import BATCH_QUEUE, runner
 
@@ -55,10 +64,7 @@ def _batch_workers(config: Config) -> list[WorkerStarted]:
 def evaluating(config: Config, route: BrokerRoute) -> list[WorkerStarted]:
     """Live fleet workers that consume the batch queue and have not gone silent (a worker
     that never beat yet is still starting: it will take batches too)."""
-    import redis
 
-    from mainboard.fleet.status import STALE_AFTER_S
-    from mainboard.fleet.workers import allocation_entry, fleet_entries
 
     live = _batch_workers(config)
     if not live:
@@ -83,8 +89,6 @@ def _same_place(declared: str, recorded: str) -> bool:
 def mirror_of(config: Config, hosts: Hosts, worker: WorkerStarted) -> Mirror:
     """The mirror a worker's host root is synced with: the one jobs share (same manifest)
     when mainboard.toml still names that root, else the root the worker was started in."""
-    from mainboard.fleet.launch import ssh_from_dict
-    from mainboard.hosts.mirror import Mirror
 
     if worker.rental and worker.ssh:
         return Mirror(config, worker.host, ssh_from_dict(worker.ssh, worker.host), worker.root,
@@ -114,8 +118,6 @@ def _sync_one(host: str, root: str, mirror: Callable[[], Mirror], fix: str) -> H
 def standby_pools(config: Config) -> list[str]:
     """Declared, autoscaled pools consuming the batch queue that the running keeper will
     grow from zero for a run's batches (none without a keeper)."""
-    from mainboard.fleet.autoscale import pool_active, pool_paused
-    from mainboard.fleet.keeper import keeper_pid
 
     if not config.fleet.pools or keeper_pid(config.state_dir) is None:
         return []
@@ -158,7 +160,6 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
     nothing to do."""
     standby: list[str] = []
     if workers is None:
-        from mainboard.fleet.workers import broker_route
 
         live = _batch_workers(config)
         route = broker_route(config, start=False) if live else None
@@ -167,8 +168,6 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
     targets = machines(workers)
     if not targets and not standby:
         return []
-    from mainboard.hosts.access import Hosts
-    from mainboard.hosts.mirror import Mirror
 
     with Hosts(config=config) as hosts, \
             ThreadPoolExecutor(min(PARALLEL_HOSTS, len(targets) + len(standby))) as pool:

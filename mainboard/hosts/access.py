@@ -26,6 +26,7 @@ from mainboard.bridges.provision import ProvisionedEnv
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
 from mainboard.config import Config, HostConfig, ProviderHost, load_config
+from mainboard.hosts.rentals import provider_transport
 
 
 class Host:
@@ -65,7 +66,6 @@ class Host:
 
     def _make_transport(self, rent: bool) -> Transport:
         if isinstance(self.config, ProviderHost):
-            from mainboard.hosts.rentals import provider_transport  # paramiko, REST: lazily
 
             return provider_transport(self.board.config, self.name, self.config, self.root,
                                       rent=rent)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from mainboard.errors import ConfigError, SpecError
 from mainboard.integrators.spec import RunSpec, parse_run
+from mainboard.integrators.spec_errors import to_config_error, toml_error
 from mainboard.integrators.spec_types import Count, Int, NonNegativeInt, PositiveReal, Real, Text
 
 PARENT_KINDS = ("scan", "tune", "campaign")
@@ -332,7 +333,6 @@ def _read_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
-        from mainboard.integrators.spec_errors import toml_error
 
         raise toml_error(exc, str(path)) from None
 
@@ -363,7 +363,6 @@ def _resolve_run(value: str | dict[str, Any], base: Path, key: str, file: str) -
 def parse_parent(data: dict[str, Any], *, file: str = "<parent dict>", text: str | None = None,
                  base: Path | None = None) -> ParentSpec:
     """Validate a parent file's data, inline its child files, validate every child it can."""
-    from mainboard.integrators.spec_errors import to_config_error
 
     try:
         spec = ParentSpec.model_validate(data)
