@@ -20,14 +20,11 @@ LAZY: dict[str, str] = {
     "redis": "redis",                                   # ~0.3 s; only when a client is made
     "redis.Sentinel": "redis.sentinel:Sentinel",
     "celery.app": "mainboard.tasks.app:make_app",       # Celery + kombu: only where one is sent
-    "optuna": "optuna",                                 # optional: `[tune] sampler = "tpe"`
     "cryptography.serialization": "cryptography.hazmat.primitives.serialization",
     "cryptography.x509": "cryptography.x509",           # TLS material: `[broker] tls` only
     "cryptography.oid": "cryptography.x509.oid",
     "cryptography.hashes": "cryptography.hazmat.primitives.hashes",
     "cryptography.ec": "cryptography.hazmat.primitives.asymmetric.ec",
-    "cryptography.ed25519": "cryptography.hazmat.primitives.asymmetric.ed25519",
-    "prometheus_client": "prometheus_client",           # inside Flower only
     "flower.monitor": "flower.views.monitor",           # Flower's own process only
     "tornado.web": "tornado.web",
     "numba.kernel": "mainboard.integrators.stratified_kernel:stratified_slice",  # numba: optional

@@ -305,3 +305,17 @@ def test_error_classes_are_imported_from_errors_py_only() -> None:
         and node.module.startswith("mainboard")
         for alias in node.names if alias.name in tree)
     assert not found, "\n".join(found)
+
+
+def test_every_lazy_name_resolves_and_is_used() -> None:
+    """The one registry of lazily loaded pieces (mainboard/names.py) names real code, and
+    nothing in it is left over; no module spells a name it lacks."""
+    from mainboard.names import LAZY, lazy
+
+    used = {m for mod in modules().values()
+            for m in re.findall(r'\blazy\("([^"]+)"\)', mod.path.read_text(encoding="utf-8"))}
+    assert used <= set(LAZY), f"not in names.LAZY: {sorted(used - set(LAZY))}"
+    assert set(LAZY) <= used, f"in names.LAZY, used nowhere: {sorted(set(LAZY) - used)}"
+    for name in sorted(LAZY):
+        if name != "numba.kernel":  # numba is optional: integrators/kernels.py falls back
+            assert lazy(name) is not None, name
