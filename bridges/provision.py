@@ -252,7 +252,6 @@ def manifest_digest(config: Config, name: str, project: Project | None = None) -
     """What host ``name``'s environment is made of (set, image, ``project``), hashed here
     without contacting the host: the part of its key this machine can compute (a job's
     environment has no project)."""
-
     manifest = build_manifest(config.python.deps, project, config.container_of(config.host(name)),
                               python_request(config), config.python.preference)
     return sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
@@ -295,7 +294,6 @@ def provision_host(config: Config, name: str, transport: Transport, *, root: str
     tree's snapshot; ``with_project=False`` leaves it out). A ``[deps]`` python pin is
     checked against the base python before anything is installed; a build is timed into
     ``env_receipts`` (``purpose``: job or worker)."""
-
     host = config.host(name)
     source = str(config.path or "mainboard.toml")
     deps = check_deps(config.python.deps, file=source, key="python.deps")

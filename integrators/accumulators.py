@@ -200,7 +200,6 @@ class RunAccumulator:
                              f"accumulator expects ({self.width},)")
         self.iterations.append(estimate)
         if observables is not None:
-
             self.observables = fold(self.observables, observables,
                                     keep=len(self.iterations) > self.discard)
 

@@ -108,7 +108,6 @@ def make_integrand(spec: Any, dim: int, discrete: Sequence[int] = ()) -> Integra
         try:
             spec = _IntegrandOnly.model_validate({"integrand": dict(spec)}).integrand
         except ValidationError as exc:
-
             raise to_config_error(exc, _IntegrandOnly, file=None, text=None) from None
 
     try:

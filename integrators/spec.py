@@ -467,7 +467,6 @@ def check_step(step: Step, base: dict[str, Any], first: int = 0) -> None:
 def parse_run(data: dict[str, Any], *, file: str | None = None,
               text: str | None = None) -> RunSpec:
     """Validate run data; raise ConfigError naming the key (and line when ``text`` is given)."""
-
     try:
         return RunSpec.model_validate(data)
     except ValidationError as exc:
@@ -486,7 +485,6 @@ def load_run_file(path: str | Path) -> RunSpec:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-
         raise toml_error(exc, str(p)) from None
     if is_gammaboard(data):  # a gammaboard run file: its tables mapped onto ours first
         data = translate_file(data, str(p))

@@ -186,7 +186,6 @@ def release_processes(run_id: str | None = None) -> None:
     Call it when a run ends and at worker shutdown; a no-op where no process stage ran.
     """
     if "mainboard.integrators.process.pool" in sys.modules:
-
         default_pool().release(run_id)
 
 

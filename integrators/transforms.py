@@ -88,7 +88,6 @@ class Transform:
 def make_transform(spec: Any, domain: Domain) -> Any:
     """A transform object from a transform spec model (process ones from their own module)."""
     if spec.kind == "process":
-
         return ProcessBatchTransform(spec, domain)
     if spec.kind == "affine":
         return Transform("affine", Region.REAL, scale=np.asarray(spec.scale, dtype=np.float64),

@@ -34,7 +34,6 @@ class HostHandle(Host):
 
     def submit(self, cmd: Command, **options: Any) -> Job:
         """Submit ``cmd`` as a batch job here; see ``mainboard.jobs.submit`` for the options."""
-
         return submit(self.board, self.name, cmd, **options)
 
     def sync(self, *, full: bool = False) -> SyncReport:
@@ -55,13 +54,11 @@ class AutoHandle:
 
     def rank(self, **asked: Any) -> Decision:
         """Every declared host scored for a job asking ``asked``; nothing is submitted."""
-
         self.decision = rank(self.board, **asked)
         return self.decision
 
     def submit(self, cmd: Command, *, runtime_s: float | None = None, **options: Any) -> Job:
         """Submit ``cmd`` on the best fitting host; the ranking lands in the job's receipts."""
-
         decision = self.rank(runtime_s=runtime_s,
                              **{k: options[k] for k in RANKED if options.get(k) is not None})
         return submit_auto(self.board, cmd, decision, **options)

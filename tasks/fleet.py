@@ -64,7 +64,6 @@ def _redis() -> redis.Redis:
     """One client per process (pool processes are forks: never share a parent's socket)."""
     global _client
     if _client is None or _client[0] != os.getpid():
-
         _client = (os.getpid(), redis_client(broker_url_of(get_app().conf),
                                              socket_timeout=10))
     return _client[1]

@@ -7,7 +7,6 @@ Call it from any process that sees the mainboard.toml::
 
 The task is routed to the ``mainboard.coordinator`` queue so a coordinator, which waits
 for a whole run, never takes the slot of a batch worker. Serve that queue with::
-
     celery -A mainboard.tasks.app worker -Q mainboard.coordinator --concurrency=2
 
 The coordinator inside the task uses the batch workers that are up (the fleet), or starts

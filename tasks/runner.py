@@ -145,7 +145,6 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     boot meanwhile; a finished run does not wait for them to exit. ``appends=True``: the
     run takes tasks ``runs append`` adds while it is driven (``tasks.appends``).
     """
-
     if workers is not None and (type(workers) is not int or workers < 0):
         raise UserError(f"workers must be an integer >= 0 (0 = the running fleet only), "
                         f"got {workers!r}")

@@ -158,7 +158,6 @@ def nobody_listens(r: redis.Redis) -> bool:
     """True when no other client of the broker holds a pub/sub subscription, so no Celery
     worker could answer a broadcast (remote control rides on one): asking would only wait
     out its timeout. False when unsure (CLIENT LIST refused by an ACL, say)."""
-
     try:
         me, clients = r.client_id(), r.client_list()
     except redis_lib.RedisError:

@@ -200,7 +200,6 @@ class ProcessEvaluator(_Stage):
 
 def process_integrand(spec: Any, dim: int, discrete: tuple[int, ...]) -> Any:
     """Registry factory for ``[integrand] kind = "process"`` (see integrands.register_integrand)."""
-
     data = dict(spec) if isinstance(spec, Mapping) else spec.model_dump()
     components = data.get("components", 1)
     evaluator = ProcessEvaluator(data, dim, discrete, components)

@@ -75,7 +75,6 @@ class Prepared:
 
 def _extra_data(board: Hosts, plan_files: set[str], data: list[str]) -> tuple[list[str], int, int]:
     """Data files a sync does not carry, their size, and the size of their gzip'd tar."""
-
     workspace = board.config.root
     extra = [f for f in data_files(workspace, data) if f not in plan_files]
     if not extra:
@@ -87,7 +86,6 @@ def _extra_data(board: Hosts, plan_files: set[str], data: list[str]) -> tuple[li
 
 
 def _policy(board: Hosts, target: str, spec: dict[str, object]) -> str:
-
     handle = board.on(target)
     if handle.config.kind == "provider":
         return "checked when the rental is up (provider hosts have no queues)"
@@ -100,7 +98,6 @@ def _policy(board: Hosts, target: str, spec: dict[str, object]) -> str:
 
 def prepare(board: Hosts, spec: BatchSpec) -> list[Prepared]:
     """Per job: the target's mirror plan, extra data, and the queue-policy verdict."""
-
     plans: dict[str, tuple[Plan, set[str]]] = {}
     for target in spec.targets:
         mirror = Mirror.of(board.on(target))

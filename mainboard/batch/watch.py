@@ -142,7 +142,6 @@ class WatchStep:
 
 def watch_step(board: Hosts, batch_id: str, *, lock_wait: float = 30.0) -> WatchStep:
     """One step: finish dispatching, one monitor pass if a job is still owed, announce."""
-
     dispatched = dispatch(board, batch_id, wait=0)
     view = store_of(board).load(batch_id)
     unreachable: dict[str, str] = {}

@@ -208,7 +208,6 @@ def _defined(comb: Any) -> tuple[float | None, float | None]:
 def _chi2_series(snapshot: Mapping[str, Any], memo: Chi2Memo | None = None
                  ) -> list[tuple[float | None, float | None]]:
     """(chi2/dof, Q) after each iteration, from the accumulator in a snapshot."""
-
     acc = _accumulator(snapshot)
     if acc is None:
         return []
@@ -248,7 +247,6 @@ def exact_of(h: RunHistory) -> float | None:
     if integrand.get("kind") in ("python", "process", None):
         return None
     try:
-
         domain = spec.get("domain") or {}
         built = make_integrand(integrand, int(domain.get("continuous", 0)),
                                list(domain.get("discrete") or []))
@@ -310,7 +308,6 @@ def diagnostics(h: RunHistory) -> dict[str, Any]:
 def observables(h: RunHistory) -> dict[str, Any] | None:
     """The run's histograms and moments from its latest snapshot (None: it has none; a run
     file this version cannot read shows none rather than breaking the page)."""
-
     try:
         return observables_of(h)
     except (MainboardError, KeyError, TypeError, ValueError):

@@ -123,7 +123,6 @@ class Views:
     def run_tasks(self, ref: str) -> dict[str, Any]:
         """A run's task table (as ``runs tasks`` lists it) and what its plot_line and image
         tasks evaluated (a line plot, a heat map); empty for a run without tasks."""
-
         h, _ = self.runs.resolve(ref)
         plain = h.created.kind is None
         return {"run_id": h.run_id, "status": h.status,
@@ -132,7 +131,6 @@ class Views:
 
     def _parent(self, h: RunHistory, broker: dict[str, Any]) -> dict[str, Any]:
         """A parent run's page: its table (parents.table, as `runs show` prints it)."""
-
         return {"broker": broker, "summary": self.runs.row(h), "settings": h.created.spec,
                 "parent": view(h)}
 
@@ -174,7 +172,6 @@ class Views:
         rows: list[dict[str, Any]] = []
         if broker["ok"] and _fleet_from_receipts(self.config, live_only=True):
             try:
-
                 rows = [v.to_dict() for v in fleet_status(self.config, include_stopped=True,
                                                           timeout=0.5)]
             except MainboardError as exc:
@@ -240,7 +237,6 @@ class Views:
 
     def job_logs(self, ref: str, stream: str) -> str:
         """The last LOG_LINES lines of a job's stdout or stderr, fetched from its host."""
-
         hosts = Hosts(config=self.config)
         try:
             return Job(hosts, ref).logs(tail=LOG_LINES, stream=stream)  # type: ignore[arg-type]
@@ -256,7 +252,6 @@ class Views:
 
 def _fleet_from_receipts(config: Config, live_only: bool = False) -> list[dict[str, Any]]:
     """Fleet workers as ``fleet.ndjson`` records them (no scheduler, no broker asked)."""
-
     state = read_fleet(config.state_dir)
     rows = []
     for worker_id, w in state.started.items():

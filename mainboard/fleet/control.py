@@ -66,7 +66,6 @@ def start_one(launcher: Launcher, name: str) -> WorkerStarted:
     """One allocation on host ``name`` (a rental first on a provider host)."""
     config = launcher.config
     if isinstance(config.host(name), ProviderHost):
-
         return start_rented(launcher, name)
     return launcher.start(launcher.target(name, host_transport(config, name)))
 
@@ -140,7 +139,6 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
         flower_up.join()
         report.flower_url, report.flower_error = flower_up.url, flower_up.error
         if not report.started and not read_fleet(config.state_dir).live():
-
             Flower(config.state_dir).down()  # started alongside, but no worker came up
             report.flower_url = None
     return report
@@ -156,7 +154,6 @@ class _FlowerStart(threading.Thread):
         self.error: str | None = None
 
     def run(self) -> None:
-
         try:
             self.url = Flower(self.config.state_dir).up(self.route.url,
                                                         config_path=self.config.path).url
@@ -223,13 +220,11 @@ def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
     report.outcome = stop_workers(config, live, reason="fleet down", timeout=timeout,
                                   force=force, skip=lost)
     if not hosts and config.providers:
-
         # Only the fleet's own rentals (and unowned old ones): a job's rental may run a job.
         report.rentals_destroyed = destroy_all_owned(
             config.state_dir, adapters_from_config(config), label_prefix="mainboard-",
             reason="fleet down", owners=(FLEET, None))
     if not read_fleet(config.state_dir).live():
-
         stop_keeper(config.state_dir)
         Flower(config.state_dir).down()
     return report

@@ -154,7 +154,6 @@ class Keeper:
     """The loop: tunnels as the receipts ask, idle rentals destroyed, exit when idle."""
 
     def __init__(self, root: Path, config_path: Path | None) -> None:
-
         self.config = load_config(config_path)
         self.state_dir = self.config.state_dir
         self.paths = _paths(self.state_dir)
@@ -176,7 +175,6 @@ class Keeper:
 
     def sync_tunnels(self) -> bool:
         """Open the wanted tunnels, close the others; True when any is wanted."""
-
         wanted = {t.worker_id: t for t in read_fleet(self.state_dir).live_tunnels()}
         for worker_id in list(self.tunnels.status()):
             if worker_id not in wanted:
@@ -211,7 +209,6 @@ class Keeper:
 
     def give_up(self, worker_id: str, host: str, tunnel: object | None) -> None:
         """The retry budget ran out: record the worker lost and stop dialling its host."""
-
         why = self.errors.get(worker_id) or getattr(tunnel, "last_error", None) or "no answer"
         reason = f"host {host!r} unreachable for {self.lost_after:.0f} s: {why}"
         log.warning("worker %s marked lost: %s", worker_id, reason)
@@ -235,7 +232,6 @@ class Keeper:
 
     def check_idle(self) -> bool:
         """Drain and destroy rented workers idle past their timeout; True when any is rented."""
-
         live = [w for w in read_fleet(self.state_dir).live() if w.rental]
         if not live:
             return False
@@ -247,7 +243,6 @@ class Keeper:
 
     def reconcile(self) -> None:
         """Adopt or clean what a killed controller left (see ``mainboard.fleet.reconcile``)."""
-
         if not worth_reconciling(self.config, read_fleet(self.state_dir)):
             return
         try:

@@ -286,7 +286,6 @@ class Launcher:
         """mainboard as installed here (its source hashed once per ``fleet up``)."""
         with self._project_lock:
             if self._project is None:
-
                 self._project = local_project(self.config.state_dir)
             return self._project
 

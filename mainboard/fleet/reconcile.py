@@ -126,7 +126,6 @@ class Reconciler:
         return any(e.startswith(f"host {intent.host!r}") for e in self.done.errors)
 
     def bridge(self, host: str, root: str | None) -> Bridge:
-
         config = self.config.host(host)
         if root is None and config.kind == "local":  # as `Launcher.target` makes it
             root = str(self.config.root / Path(config.root or ".").expanduser())
@@ -183,7 +182,6 @@ class Reconciler:
 
     def rentals(self) -> None:
         """Rentals labelled with the owner prefix: adopt the recorded one, destroy the rest."""
-
         seen: set[str] = set()
         for name, host in self.provider_hosts().items():
             if host.provider in seen:
@@ -215,7 +213,6 @@ class Reconciler:
 
     def adopt_rented(self, intent: WorkerSubmitting, rental_id: str) -> bool:
         """A recorded rental whose worker job runs: adopted (False: nothing to adopt)."""
-
         draft = intent.draft
         if not draft.get("job") or (draft.get("rental") or {}).get("rental_id") != rental_id:
             return False

@@ -64,7 +64,6 @@ def next_price(config: Config, host: ProviderHost) -> float | None:
     """USD per hour of the offer the next rental of ``host`` would take (the cheapest that
     fits its ``gpu`` and ``max_usd_hr``, as ``rent_cheapest`` picks); None: none fits now
     (renting would fail, and that failure is recorded like any failed submission)."""
-
     offers = adapter(config, host).offers(host.gpu, host.max_usd_hr)
     return offers[0].usd_hr if offers else None
 

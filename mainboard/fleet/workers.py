@@ -113,7 +113,6 @@ def host_transport(config: Config, name: str) -> Transport:
 def bridge_of(config: Config, worker: WorkerStarted) -> Bridge:
     """The bridge that can ask about, and cancel, ``worker``'s job (from a new process too)."""
     if worker.rental and worker.ssh:
-
         host = config.host(worker.host)
         assert isinstance(host, ProviderHost)
         rental = Rental(worker.rental["rental_id"], "running", worker.ssh["host"],
@@ -194,7 +193,6 @@ def _wait_final(config: Config, workers: list[WorkerStarted], timeout: float
 
 
 def _destroy_rental(config: Config, worker: WorkerStarted, reason: str) -> None:
-
     assert worker.rental is not None
     host = config.host(worker.host)
     assert isinstance(host, ProviderHost)
@@ -282,7 +280,6 @@ def _secret_transport(config: Config, worker: WorkerStarted) -> Transport:
 
 def idle_workers(config: Config, workers: Sequence[WorkerStarted]) -> list[WorkerStarted]:
     """Rented workers that should go: idle past their timeout, or their rental broken."""
-
     route = broker_route(config, start=False)
     entries = fleet_entries(route, workers) if route else {}
     idle = []

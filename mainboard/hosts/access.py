@@ -26,7 +26,6 @@ from mainboard.bridges.provision import ProvisionedEnv
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Command, Completed, LocalTransport, StreamSink, Transport
 from mainboard.config import Config, HostConfig, ProviderHost, load_config
-from mainboard.hosts.rentals import provider_transport
 
 
 class Host:
@@ -66,6 +65,9 @@ class Host:
 
     def _make_transport(self, rent: bool) -> Transport:
         if isinstance(self.config, ProviderHost):
+            # lazy: start-up time, rentals (leases, facts, rates, the provider bridge) only
+            # for a provider host
+            from mainboard.hosts.rentals import provider_transport
 
             return provider_transport(self.board.config, self.name, self.config, self.root,
                                       rent=rent)

@@ -41,7 +41,6 @@ def rental_key(state_dir: Path) -> tuple[str, str]:
     Made once with ``cryptography`` (a paramiko dependency), mode 0600; providers get
     only the public half.
     """
-
     path = fleet_dir(state_dir) / "id_ed25519"
     pub = path.with_suffix(".pub")
     if not path.exists() or not pub.exists():

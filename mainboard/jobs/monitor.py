@@ -100,7 +100,6 @@ def _busy_since(config: Config, hosts: Mapping[str, float]) -> set[str]:
 def _destroy(config: Config, rentals: list[RentalCreated], log: Receipts,
              errors: list[str]) -> list[str]:
     """Destroy each job-owned rental of ``rentals``; the ids destroyed, problems to ``errors``."""
-
     done: list[str] = []
     for rental in rentals:
         if rental.owner is None:

@@ -113,7 +113,6 @@ class JobView:
 
     def record(self) -> JobRecord:
         """The bridge's record of this job, rebuilt from the receipt (for poll/cancel/logs)."""
-
         s = self.submitted
         return JobRecord(job_id=s.job_id, uid=s.id, host=s.host, kind=s.kind, name=s.name,
                          job_dir=s.job_dir, submitted_at=s.submitted_at,

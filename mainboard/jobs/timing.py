@@ -98,14 +98,12 @@ class EnvBuild:
 
 def env_builds(state_dir: Path) -> list[EnvProvisioned]:
     """Every environment build this workspace timed (``.mainboard/envs.ndjson``)."""
-
     lines = env_receipts(state_dir).read(EnvProvisioned.topic)
     return [line for line in lines if isinstance(line, EnvProvisioned)]
 
 
 def env_build(config: Config, name: str, builds: list[EnvProvisioned]) -> EnvBuild:
     """What a job on host ``name`` waits for before it starts: nothing, or its env's build."""
-
     kind = config.host(name).kind
     if kind == "local" or not config.python.deps:
         return EnvBuild(NO_ENV)  # local jobs run in this interpreter's environment

@@ -90,7 +90,6 @@ class WorkspaceCollector(Collector):
 
     def snapshot(self) -> Snapshot:
         """A fresh snapshot; the fleet part reused when younger than FLEET_CACHE_S."""
-
         with self._lock:
             cached = self._fleet
             fresh = cached is None or time.monotonic() - cached[0] >= FLEET_CACHE_S

@@ -43,7 +43,6 @@ def install(state_dir: str, config_path: str | None = None) -> None:
     """Inside the Flower process: register the workspace's collector with the registry
     Flower serves, and serve ``/metrics`` off the event loop."""
 
-
     collector = WorkspaceCollector(workspace(Path(state_dir), config_path))
     prometheus_client.REGISTRY.register(collector)
 

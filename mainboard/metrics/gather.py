@@ -72,7 +72,6 @@ def worker_counts(config: Config, state: FleetState) -> dict[tuple[str, str], in
     """Live fleet workers by pool and state, as ``fleet status`` sees them (declared pools
     and pools with live workers get a 0 for every state, so a missing series means
     "no such pool", not "none of them")."""
-
     counts: Counter[tuple[str, str]] = Counter()
     pools = set(config.fleet.pools) | {pool_of(w) for w in state.live()}
     for pool in pools:

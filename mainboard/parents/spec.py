@@ -333,7 +333,6 @@ def _read_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
-
         raise toml_error(exc, str(path)) from None
 
 
@@ -363,7 +362,6 @@ def _resolve_run(value: str | dict[str, Any], base: Path, key: str, file: str) -
 def parse_parent(data: dict[str, Any], *, file: str = "<parent dict>", text: str | None = None,
                  base: Path | None = None) -> ParentSpec:
     """Validate a parent file's data, inline its child files, validate every child it can."""
-
     try:
         spec = ParentSpec.model_validate(data)
     except ValidationError as exc:

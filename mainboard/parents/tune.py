@@ -165,7 +165,6 @@ def drive(ctx: Context) -> dict[str, Any]:
                 learn(outcome)
     done = ctx.s.store.history(ctx.parent_id)
     if done is not None:
-
         best = view(done).get("best")
     return {"trials": opt.trials, "metric": metric, "mode": tune.objective.mode,
             "best": best}
@@ -178,7 +177,6 @@ def _start(ctx: Context, pool: Children, label: str, params: dict[str, Any]
         spec = ctx.spec.child_spec(params, samples=ctx.spec.trial_samples(),
                                    name=ctx.child_name(label), file=ctx.file)
     except UserError as exc:
-
         ctx.s.store.record(ChildDone(run_id=ctx.parent_id, child=child_id(ctx.parent_id, label),
                                      label=label, point=params, status="failed",
                                      error=first_line(str(exc))))

@@ -33,7 +33,6 @@ def connect(config: Config) -> redis.Redis | None:
 
     Never starts a broker: reading logs or pausing must not create one.
     """
-
     url = os.environ.get(BROKER_URL_ENV, "").strip() or config.broker.url
     if not url:
         embedded = EmbeddedBroker(config.state_dir)

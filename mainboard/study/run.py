@@ -79,7 +79,6 @@ class _Environments:
         self.ready: dict[str, JobEnvironment | MainboardError] = {}
 
     def of(self, target: str) -> JobEnvironment:
-
         if target not in self.ready:
             handle = self.board.on(target)
             try:
