@@ -23,7 +23,7 @@ integrate: `python -m mainboard integrate RUN` on an idle workspace (no broker, 
 workers: the embedded Redis and two local workers started from nothing, stopped after)
 against the integration itself as the command reports it (its run's first batch sent to
 its last merged, from the run's receipts). Prints the medians and the ratios; issue 13's
-targets: fleet up <= 1.5x by hand, integrate overhead <= 1.2 s.
+targets: fleet up <= 1.5x by hand, integrate overhead <= 1.2 s (issue 30: 0.6 s).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from mainboard.tasks.fleet import PROBE_TASK  # noqa: E402
 from tests.fleet_helpers import HOST_PYTHON, config, ssh_host, workspace  # noqa: E402
 
 FLEET_TARGET = 1.5
-INTEGRATE_TARGET_S = 1.2
+INTEGRATE_TARGET_S = 0.6  # issue 30 (issue 13's was 1.2 s)
 
 
 def _cli(ws: Path, *args: str, timeout: float = 600, python: str = sys.executable
@@ -156,15 +156,19 @@ def integrate_part(base: Path, runs: int, samples: int, other: str | None) -> li
     sides = {"": sys.executable, **({" (--other)": other} if other else {})}
     command: dict[str, list[float]] = {label: [] for label in sides}
     inner: dict[str, list[float]] = {label: [] for label in sides}
+    cpu: dict[str, list[float]] = {label: [] for label in sides}
     for i in range(runs):
         for j, (label, python) in enumerate(sides.items()):
             EmbeddedBroker(ws / ".mainboard").down()  # idle: the broker starts from nothing
             # a new name each time: a new run, not the finished one again
             run_file.write_text(EXAMPLE.read_text().replace('"gauss-8d"', f'"startup-{i}-{j}"'))
-            start = time.perf_counter()
+            start, before = time.perf_counter(), os.times()
             done = _cli(ws, "integrate", str(run_file), "--max-samples", str(samples), "--json",
                         python=python)
             command[label].append(time.perf_counter() - start)
+            after = os.times()  # the command's own CPU: its workers are not waited for
+            cpu[label].append(after.children_user - before.children_user
+                              + after.children_system - before.children_system)
             inner[label].append(float(json.loads(done.stdout)["wall_s"]))
             time.sleep(2.0)  # the workers of the last run leave
     EmbeddedBroker(ws / ".mainboard").down()
@@ -175,7 +179,8 @@ def integrate_part(base: Path, runs: int, samples: int, other: str | None) -> li
         over = cmd - integ
         lines.append(f"  whole command{label} {cmd:6.2f} s   integration (its wall_s) {integ:6.2f} s"
                      f"   overhead {over:5.2f} s   (target <= {INTEGRATE_TARGET_S} s: "
-                     f"{'met' if over <= INTEGRATE_TARGET_S else 'NOT met'})")
+                     f"{'met' if over <= INTEGRATE_TARGET_S else 'NOT met'});  the command's "
+                     f"own CPU {statistics.median(cpu[label]):5.2f} s")
     return lines
 
 
