@@ -24,9 +24,11 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
+from mainboard.bridges.pins import require_env_python
 from mainboard.config import Config, ContainerConfig, HostConfig
 from mainboard.config.pins import specifier
 from mainboard.errors import (
@@ -250,8 +252,6 @@ def manifest_digest(config: Config, name: str, project: Project | None = None) -
     """What host ``name``'s environment is made of (set, image, ``project``), hashed here
     without contacting the host: the part of its key this machine can compute (a job's
     environment has no project)."""
-    from hashlib import sha256
-
     manifest = build_manifest(config.python.deps, project, config.container_of(config.host(name)),
                               python_request(config), config.python.preference)
     return sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
@@ -294,8 +294,6 @@ def provision_host(config: Config, name: str, transport: Transport, *, root: str
     tree's snapshot; ``with_project=False`` leaves it out). A ``[deps]`` python pin is
     checked against the base python before anything is installed; a build is timed into
     ``env_receipts`` (``purpose``: job or worker)."""
-    from mainboard.bridges.pins import require_env_python
-
     host = config.host(name)
     source = str(config.path or "mainboard.toml")
     deps = check_deps(config.python.deps, file=source, key="python.deps")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from mainboard.integrators.grid import TINY
+from mainboard.integrators.observables import fold
 from mainboard.integrators.special import gammaq
 
 
@@ -199,8 +200,6 @@ class RunAccumulator:
                              f"accumulator expects ({self.width},)")
         self.iterations.append(estimate)
         if observables is not None:
-            from mainboard.integrators.observables import fold
-
             self.observables = fold(self.observables, observables,
                                     keep=len(self.iterations) > self.discard)
 

@@ -24,9 +24,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mainboard.errors import BatchError, ConfigError, SpecError
 from mainboard.integrators import genz
-from mainboard.integrators.names import symbol_by_name
-from mainboard.integrators.spec import IntegrandSpec, check_integrand
+from mainboard.integrators.spec import DomainSpec, IntegrandSpec, check_integrand
 from mainboard.integrators.spec_checks import check_exact
+from mainboard.integrators.spec_errors import to_config_error
+from mainboard.names import symbol_by_name
 
 Components = int | Literal["complex"]
 Exact = float | complex | list[float] | None
@@ -107,10 +108,7 @@ def make_integrand(spec: Any, dim: int, discrete: Sequence[int] = ()) -> Integra
         try:
             spec = _IntegrandOnly.model_validate({"integrand": dict(spec)}).integrand
         except ValidationError as exc:
-            from mainboard.integrators.spec_errors import to_config_error
-
             raise to_config_error(exc, _IntegrandOnly, file=None, text=None) from None
-    from mainboard.integrators.spec import DomainSpec
 
     try:
         check_integrand(spec, dim, DomainSpec(continuous=max(dim, 1), discrete=list(discrete)))

@@ -30,6 +30,7 @@ import numpy as np
 
 from mainboard.integrators.chunking import SLICE_ROWS, row_slices
 from mainboard.integrators.grid import GridTables
+from mainboard.names import lazy
 
 #: Batches of fewer rows keep to numpy.
 KERNEL_ROWS = 16384
@@ -74,11 +75,10 @@ def preload() -> bool:
 
 
 def _import_kernels() -> dict[str, Callable[..., None] | None]:
-    try:
-        from mainboard.integrators.grid_kernel import stratified_slice, training_sums
+    try:  # numba is optional: the registry imports it here, once a process has drawn enough
+        return {"stratified": lazy("numba.stratified"), "training": lazy("numba.training")}
     except Exception:  # no numba, or one whose llvmlite does not load: numpy does it
         return {"stratified": None, "training": None}
-    return {"stratified": stratified_slice, "training": training_sums}
 
 
 def stratified_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,

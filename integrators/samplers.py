@@ -27,7 +27,6 @@ from mainboard.integrators.kernels import (
     stratified_kernel,
     training_kernel,
 )
-from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.seeding import LatentBatch
 from mainboard.integrators.strata import KEYS as STRATA_KEYS
 from mainboard.integrators.strata import (
@@ -40,6 +39,7 @@ from mainboard.integrators.strata import (
     run_starts,
     strata_shape,
 )
+from mainboard.names import symbol_by_name
 
 Training = dict[str, np.ndarray]
 

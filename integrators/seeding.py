@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.spec_types import INT64_MAX
+from mainboard.names import symbol_by_name
 
 # Latent batches other than the seeded one, by name: a process sampler's batch class lives
 # with the process sampler, which builds on this module (it would import it back).

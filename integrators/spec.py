@@ -40,6 +40,7 @@ from mainboard.integrators.spec_checks import (
     check_transforms,
     integrand_components,
 )
+from mainboard.integrators.spec_errors import to_config_error, toml_error
 from mainboard.integrators.spec_observables import (
     MAX_MOMENT,
     HistogramSpec,
@@ -466,8 +467,6 @@ def check_step(step: Step, base: dict[str, Any], first: int = 0) -> None:
 def parse_run(data: dict[str, Any], *, file: str | None = None,
               text: str | None = None) -> RunSpec:
     """Validate run data; raise ConfigError naming the key (and line when ``text`` is given)."""
-    from mainboard.integrators.spec_errors import to_config_error
-
     try:
         return RunSpec.model_validate(data)
     except ValidationError as exc:
@@ -486,8 +485,6 @@ def read_toml(path: Path, what: str) -> tuple[dict[str, Any], str]:
     try:
         return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
-        from mainboard.integrators.spec_errors import toml_error
-
         raise toml_error(exc, str(path)) from None
 
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from mainboard.errors import ConfigError, SpecError
 from mainboard.integrators.spec import RunSpec, parse_run, read_toml
+from mainboard.integrators.spec_errors import to_config_error
 from mainboard.integrators.spec_types import Count, Int, NonNegativeInt, PositiveReal, Real, Text
 
 PARENT_KINDS = ("scan", "tune", "campaign")
@@ -342,8 +343,6 @@ def _resolve_run(value: str | dict[str, Any], base: Path, key: str, file: str) -
 def parse_parent(data: dict[str, Any], *, file: str = "<parent dict>", text: str | None = None,
                  base: Path | None = None) -> ParentSpec:
     """Validate a parent file's data, inline its child files, validate every child it can."""
-    from mainboard.integrators.spec_errors import to_config_error
-
     try:
         spec = ParentSpec.model_validate(data)
     except ValidationError as exc:

@@ -33,6 +33,8 @@ from mainboard.integrators.integrands import Integrand, load_target, make_integr
 from mainboard.integrators.observables import Observables, Sums, iteration_estimates
 from mainboard.integrators.observables import add as add_sums
 from mainboard.integrators.observables import from_plain as sums_from_plain
+from mainboard.integrators.process.adapters import RUN_ID, run_scope
+from mainboard.integrators.process.pool import default_pool
 from mainboard.integrators.projection import component_labels, project
 from mainboard.integrators.samplers import (
     Sampler,
@@ -170,7 +172,6 @@ def scope(run: Run) -> Iterator[str | None]:
     if not run.uses_processes:
         yield None
         return
-    from mainboard.integrators.process.adapters import RUN_ID, run_scope
 
     if RUN_ID.get():
         yield None
@@ -185,8 +186,6 @@ def release_processes(run_id: str | None = None) -> None:
     Call it when a run ends and at worker shutdown; a no-op where no process stage ran.
     """
     if "mainboard.integrators.process.pool" in sys.modules:
-        from mainboard.integrators.process.pool import default_pool
-
         default_pool().release(run_id)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from mainboard.errors import SpecError
 from mainboard.integrators.domain import Batch, Domain, Region, validate
+from mainboard.integrators.process.adapters import ProcessBatchTransform
 from mainboard.integrators.spec import check_transforms
 
 
@@ -87,8 +88,6 @@ class Transform:
 def make_transform(spec: Any, domain: Domain) -> Any:
     """A transform object from a transform spec model (process ones from their own module)."""
     if spec.kind == "process":
-        from mainboard.integrators.process.adapters import ProcessBatchTransform
-
         return ProcessBatchTransform(spec, domain)
     if spec.kind == "affine":
         return Transform("affine", Region.REAL, scale=np.asarray(spec.scale, dtype=np.float64),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mainboard.names import symbol_by_name
+
 __version__ = "0.1.0"
 
 __all__ = ["Board", "Result", "__version__", "integrate", "run", "span"]
@@ -15,26 +17,19 @@ if TYPE_CHECKING:
     from mainboard.tasks.runner import Result, integrate
 
 
+# The facade's names, loaded on first use (mainboard.names), so `import mainboard` (and the
+# CLI) stays light: numpy and Celery load only when integrating.
+_EXPORTS = {
+    "Board": "mainboard.board:Board",
+    "span": "mainboard.runs.userspans:span",  # user code's spans: a no-op outside a run
+    "run": "mainboard.runs.handle:run",  # a run of the workspace: logs, timeline, pause, stop
+    "integrate": "mainboard.tasks.runner:integrate",  # the one way into a run
+    "Result": "mainboard.tasks.runner:Result",
+}
+
+
 def __getattr__(name: str) -> Any:
-    """Import Board on first use, so `import mainboard` (and the CLI) stays light."""
-    if name == "Board":
-        from mainboard.board import Board
-
-        return Board
-    if name == "span":  # user code's spans: a no-op outside a run's worker or a job
-        from mainboard.runs.userspans import span
-
-        return span
-    if name == "run":  # a run of the workspace: logs, timeline, workers, pause, stop
-        from mainboard.runs.handle import run
-
-        return run
-    if name == "integrate":  # numpy and Celery load only when integrating
-        from mainboard.tasks import runner  # the one way into a run (the fleet's hosts synced)
-
-        return runner.integrate
-    if name == "Result":
-        from mainboard.tasks import runner
-
-        return runner.Result
+    """One of the facade's names, imported on first use."""
+    if name in _EXPORTS:
+        return symbol_by_name(_EXPORTS[name])
     raise AttributeError(f"module 'mainboard' has no attribute {name!r}")

@@ -19,6 +19,8 @@ from mainboard.bridges.transport import Command
 from mainboard.config import AUTO
 from mainboard.hosts.access import Host, Hosts
 from mainboard.hosts.mirror import Mirror, Plan, SyncReport
+from mainboard.jobs.job import submit
+from mainboard.routing.router import RANKED, rank, submit_auto
 
 if TYPE_CHECKING:
     from mainboard.jobs.job import Job
@@ -32,8 +34,6 @@ class HostHandle(Host):
 
     def submit(self, cmd: Command, **options: Any) -> Job:
         """Submit ``cmd`` as a batch job here; see ``mainboard.jobs.submit`` for the options."""
-        from mainboard.jobs.job import submit  # jobs imports the bridges; keep `board` light
-
         return submit(self.board, self.name, cmd, **options)
 
     def sync(self, *, full: bool = False) -> SyncReport:
@@ -54,15 +54,11 @@ class AutoHandle:
 
     def rank(self, **asked: Any) -> Decision:
         """Every declared host scored for a job asking ``asked``; nothing is submitted."""
-        from mainboard.routing.router import rank
-
         self.decision = rank(self.board, **asked)
         return self.decision
 
     def submit(self, cmd: Command, *, runtime_s: float | None = None, **options: Any) -> Job:
         """Submit ``cmd`` on the best fitting host; the ranking lands in the job's receipts."""
-        from mainboard.routing.router import RANKED, submit_auto
-
         decision = self.rank(runtime_s=runtime_s,
                              **{k: options[k] for k in RANKED if options.get(k) is not None})
         return submit_auto(self.board, cmd, decision, **options)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, unquote
 
-import redis
-from redis.sentinel import Sentinel
+from mainboard.names import lazy
+
+if TYPE_CHECKING:
+    import redis
 
 SENTINEL_SCHEME = "sentinel://"
 SENTINEL_ENTRY_FORM = 'HOST:PORT with PORT 1-65535, e.g. "10.0.0.5:26379" or "[::1]:26379"'
@@ -111,13 +113,14 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
     """A client of the broker at ``url`` (redis://, rediss:// or sentinel://); ``kwargs`` are
     redis-py's (timeouts, retry). A Sentinel client asks for the master on every connect."""
     if not is_sentinel(url):
-        return redis.Redis.from_url(url, **kwargs)
+        return lazy("redis").Redis.from_url(url, **kwargs)  # redis-py loads with a client
     target = parse_sentinel_url(url)
     auth = {"username": target.username, "password": target.password}
     timeouts = {k: kwargs[k] for k in ("socket_timeout", "socket_connect_timeout") if k in kwargs}
     # The sentinels are asked without credentials (Sentinel's own requirepass is not
     # supported yet): an AUTH to a sentinel that has none is refused.
-    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=timeouts, **timeouts)
+    sentinel = lazy("redis.Sentinel")(list(target.sentinels), sentinel_kwargs=timeouts,
+                                      **timeouts)
     return sentinel.master_for(target.master, db=target.db, **auth, **kwargs)
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from mainboard.names import symbol_by_name
+
 BATCH_QUEUE = "mainboard.batches"
 COORDINATOR_QUEUE = "mainboard.coordinator"
 TASK_MODULES = ("mainboard.tasks.stages", "mainboard.tasks.raster", "mainboard.tasks.integrate")
@@ -53,9 +55,7 @@ def task(name: str) -> Any:
     if name not in STAGE_TASKS:
         raise AttributeError(f"no stage task {name!r}; valid: {', '.join(STAGE_TASKS)}")
     importlib.import_module("mainboard.tasks.stages")
-    from mainboard.tasks.app import get_app
-
-    return get_app().tasks[STAGE_PREFIX + name]
+    return symbol_by_name("mainboard.tasks.app:get_app")().tasks[STAGE_PREFIX + name]
 
 
 def __getattr__(name: str) -> Any:

@@ -31,6 +31,7 @@ from typing import Any
 import redis
 
 from mainboard import keys
+from mainboard.integrators.process.adapters import run_scope
 from mainboard.integrators.samplers import Sampler, restore_sampler
 from mainboard.integrators.stages import Run, build_run, release_processes
 from mainboard.redisclient import min_replicas, redis_client, wait_replicas
@@ -287,7 +288,6 @@ def process_scope(url: str, run: Run, run_id: str) -> Iterator[None]:
     if not run.uses_processes:
         yield
         return
-    from mainboard.integrators.process.adapters import run_scope
 
     watch_processes(url, run_id)
     with run_scope(run_id):

@@ -41,6 +41,7 @@ from mainboard.errors import BatchError, IntegrationFailed, LostBatch, MergeErro
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.owner import owned
 from mainboard.integrators.plain import to_plain
+from mainboard.integrators.process.adapters import run_scope
 from mainboard.integrators.stages import (
     BatchResult,
     IterationResult,
@@ -299,7 +300,6 @@ class Coordinator:
         if not run.uses_processes:
             yield
             return
-        from mainboard.integrators.process.adapters import run_scope
 
         with relay_process_lines(self.steer):
             try:

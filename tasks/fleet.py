@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from billiard.process import current_process
 from celery import shared_task
+from celery.apps.worker import install_worker_term_handler
 from celery.signals import (
     task_postrun,
     task_prerun,
@@ -42,6 +44,7 @@ from mainboard.bridges.poller import RedisShare, run_listing
 from mainboard.config.hostkinds import HOST_TABLE
 from mainboard.redisclient import redis_client
 from mainboard.tasks import GPU_ENV, HEARTBEAT_S, RETIRE_ENV, WALLTIME_ENV, broker_url_of
+from mainboard.tasks.app import get_app
 from mainboard.tasks.telemetry import KIND_ENV
 from mainboard.tasks.timeneed import set_end
 
@@ -62,8 +65,6 @@ def _redis() -> redis.Redis:
     """One client per process (pool processes are forks: never share a parent's socket)."""
     global _client
     if _client is None or _client[0] != os.getpid():
-        from mainboard.tasks.app import get_app
-
         _client = (os.getpid(), redis_client(broker_url_of(get_app().conf),
                                              socket_timeout=10))
     return _client[1]
@@ -101,7 +102,6 @@ def _retire_on_sigint(worker: Any) -> None:
     """
     if worker is None or threading.current_thread() is not threading.main_thread():
         return
-    from celery.apps.worker import install_worker_term_handler
 
     install_worker_term_handler(worker, sig="SIGINT")
 
@@ -271,7 +271,6 @@ def _pin_gpu(**_: Any) -> None:
     """Each pool process sees one GPU (its index among the allocation's devices)."""
     if not os.environ.get(GPU_ENV):
         return
-    from billiard.process import current_process
 
     index = int(getattr(current_process(), "index", 0) or 0)
     device = pinned_device(os.environ.get("CUDA_VISIBLE_DEVICES", ""), index)

@@ -11,7 +11,6 @@ synced first as for ``mainboard integrate``.
 
 The task is routed to the ``mainboard.coordinator`` queue so a coordinator, which waits
 for a whole run, never takes the slot of a batch worker. Serve that queue with::
-
     celery -A mainboard.tasks.app worker -Q mainboard.coordinator --concurrency=2
 
 The coordinator inside the task uses the batch workers that are up (the fleet), or starts
@@ -29,6 +28,7 @@ from typing import Any
 from celery import Task, shared_task
 
 from mainboard.tasks import INTEGRATE_TASK, broker_url_of
+from mainboard.tasks.app import get_app
 from mainboard.tasks.routing import CoordinatorTask
 
 
@@ -38,6 +38,8 @@ def integrate_task(self: Task, run: Mapping[str, Any], workers: int | None = Non
                    resume: bool = True) -> dict[str, Any]:
     """Integrate ``run`` (a run or parent file's dict): the one way into a run, as
     ``mainboard.integrate``; a redelivered task resumes from the last snapshot."""
+    # lazy: start-up time, every worker imports this task module; the runner only when a
+    # coordinator runs here
     from mainboard.tasks.runner import integrate
 
     result = integrate(dict(run), workers=workers, broker_url=broker_url_of(self.app.conf),
@@ -49,7 +51,6 @@ def __getattr__(name: str) -> Any:
     """Forward ``delay``, ``apply_async``, ``s`` ... to the task bound to the process-wide app."""
     if name.startswith("__"):
         raise AttributeError(name)
-    from mainboard.tasks.app import get_app
 
     return getattr(get_app().tasks[INTEGRATE_TASK], name)
 

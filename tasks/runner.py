@@ -29,17 +29,18 @@ from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import UserError
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.gammaboard_python import check_evaluator
-from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.runfile import load_run
 from mainboard.integrators.spec import RunSpec, parse_run
 from mainboard.integrators.spec_parents import ParentSpec, is_parent, parse_parent
 from mainboard.integrators.spec_taskfile import load_task_file
+from mainboard.names import symbol_by_name
 from mainboard.receipts import RunCreated, RunResumed, TasksAppended
 from mainboard.redisclient import redis_client
 from mainboard.runs.control import connect
 from mainboard.runs.store import RunHistory, RunStore, clone_id, spec_of
 from mainboard.runs.tasktable import steps_of
 from mainboard.services.broker import EmbeddedBroker, check_broker, worker_url
+from mainboard.tasks.app import make_app, resolve_url
 from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.goal import start_deadline
@@ -61,7 +62,7 @@ RunLike = RunSpec | ParentSpec | Mapping[str, Any] | str | Path
 ProgressFn = Callable[[Progress], None]
 Report = Callable[[Any], None]  # a parent's report of each child that ended (parents.context)
 
-# The layers above, by name (``integrators.names``): the fleet and the parents build on this
+# The layers above, by name (``names.symbol_by_name``): the fleet and the parents build on this
 # module, so it never imports them. The fleet's side of a run: the workspace synced to the
 # hosts whose workers evaluate it (``prepare=None``: nothing). A parent's loop on a session.
 FLEET_PREPARE = "mainboard.fleet.sync:PREPARE"
@@ -167,8 +168,6 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
     boot meanwhile; a finished run does not wait for them to exit. ``appends=True``: the
     run takes tasks ``runs append`` adds while it is driven (``tasks.appends``).
     """
-    from mainboard.tasks.app import make_app, resolve_url
-
     prepare = _prepare(prepare)
     if workers is not None and (type(workers) is not int or workers < 0):
         raise UserError(f"workers must be an integer >= 0 (0 = the running fleet only), "

@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # not imported at run time: the CLI starts workers before it 
     import redis
     from celery import Celery
 
+import redis as redis_lib
+
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.daemon import die_with_parent
 from mainboard.errors import IntegrationFailed, UserError
@@ -171,8 +173,6 @@ def listeners(r: redis.Redis) -> int | None:
     """How many other clients of the broker hold a pub/sub subscription: at most that many
     Celery workers can answer a broadcast (remote control rides on one); None when unsure
     (CLIENT LIST refused by an ACL, say)."""
-    import redis as redis_lib
-
     try:
         me, clients = r.client_id(), r.client_list()
     except redis_lib.RedisError:

@@ -22,6 +22,7 @@ import numpy as np
 
 from mainboard.errors import BatchError, ConfigError, ProcessError
 from mainboard.integrators.domain import Batch, Domain, Region, validate
+from mainboard.integrators.integrands import Integrand, _exact_value
 from mainboard.integrators.process.pool import (
     ManagedProcess,
     ProcessPool,
@@ -195,8 +196,6 @@ class ProcessEvaluator(_Stage):
 
 def process_integrand(spec: Any, dim: int, discrete: tuple[int, ...]) -> Any:
     """Registry factory for ``[integrand] kind = "process"`` (see integrands.register_integrand)."""
-    from mainboard.integrators.integrands import Integrand, _exact_value
-
     data = dict(spec) if isinstance(spec, Mapping) else spec.model_dump()
     components = data.get("components", 1)
     evaluator = ProcessEvaluator(data, dim, discrete, components)

@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING, Any
 from mainboard.batch.run import job_spec
 from mainboard.batch.spec import BatchSpec
 from mainboard.errors import UserError
+from mainboard.hosts.archive import write_archive
+from mainboard.hosts.compute import access_of
+from mainboard.hosts.mirror import Mirror, load_manifest
 from mainboard.hosts.rates import host_rate
+from mainboard.jobs.files import data_files
+from mainboard.jobs.job import bridge_of
 from mainboard.jobs.timing import (
     EnvBuild,
     Setup,
@@ -74,9 +79,6 @@ class Prepared:
 
 def _extra_data(board: Hosts, plan_files: set[str], data: list[str]) -> tuple[list[str], int, int]:
     """Data files a sync does not carry, their size, and the size of their gzip'd tar."""
-    from mainboard.hosts.archive import write_archive
-    from mainboard.jobs.files import data_files
-
     workspace = board.config.root
     extra = [f for f in data_files(workspace, data) if f not in plan_files]
     if not extra:
@@ -88,8 +90,6 @@ def _extra_data(board: Hosts, plan_files: set[str], data: list[str]) -> tuple[li
 
 
 def _policy(board: Hosts, target: str, spec: dict[str, object]) -> str:
-    from mainboard.jobs.job import bridge_of
-
     handle = board.on(target)
     if handle.config.kind == "provider":
         return "checked when the rental is up (provider hosts have no queues)"
@@ -102,9 +102,6 @@ def _policy(board: Hosts, target: str, spec: dict[str, object]) -> str:
 
 def prepare(board: Hosts, spec: BatchSpec) -> list[Prepared]:
     """Per job: the target's access, its mirror plan, extra data, and the queue-policy verdict."""
-    from mainboard.hosts.compute import access_of
-    from mainboard.hosts.mirror import Mirror, load_manifest
-
     reach = access_of(board.config, list(spec.targets))
 
     plans: dict[str, tuple[Plan, set[str]]] = {}

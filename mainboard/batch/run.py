@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from mainboard.batch.spec import BatchJob, BatchSpec, load_batch
 from mainboard.batch.store import BatchStore, BatchView
+from mainboard.bridges.base import new_uid
 from mainboard.errors import (
     ConfigError,
     HostError,
@@ -36,6 +37,10 @@ from mainboard.errors import (
     UserError,
     first_line,
 )
+from mainboard.hosts.mirror import Mirror
+from mainboard.jobs.environment import JobEnvironment, declared, prepare_environment
+from mainboard.jobs.job import bridge_of, rental_lease, submit
+from mainboard.jobs.job import store_of as job_store
 from mainboard.receipts import (
     BatchCreated,
     BatchDispatched,
@@ -72,8 +77,6 @@ def check_policies(board: Hosts, spec: BatchSpec) -> None:
     naming the fleet file, the job and the scheduler's would-be message. Provider
     targets have no queues and are checked when they are dispatched.
     """
-    from mainboard.jobs.job import bridge_of
-
     for job in spec.jobs:
         handle = board.on(job.target)
         if handle.config.kind == "provider":
@@ -98,8 +101,6 @@ def job_spec(job: BatchJob, batch_id: str) -> dict[str, Any]:
 
 def start(board: Hosts, spec: BatchSpec | str | Path) -> str:
     """Check the batch spec and record a new batch (nothing is dispatched yet); its id."""
-    from mainboard.bridges.base import new_uid
-
     found = _spec(board, spec)
     if found.study is not None:
         raise ConfigError("this file declares a [study]: its jobs get run ids and a ledger "
@@ -152,8 +153,6 @@ def _with_secrets(board: Hosts, view: BatchView, jobs: list[BatchJob]
 
 def _submitted_for(board: Hosts, batch_id: str) -> dict[str, str]:
     """Jobs already submitted for this batch (by name), found through their env tags."""
-    from mainboard.jobs.job import store_of as job_store
-
     views, _errors = job_store(board).scan()
     found: dict[str, str] = {}
     for view in views:
@@ -202,17 +201,11 @@ class _Dispatcher:
         """Prepare ``target``'s environment (pins, deps) and mirror the workspace to it once,
         then submit its jobs in fleet order; all under a lease on a provider target's job
         rental (preparing the environment chooses it, long before the first job is recorded)."""
-        from mainboard.jobs.job import rental_lease
-
         handle = self.board.on(target)
         with rental_lease(handle):
             self._send(handle, target, jobs)
 
     def _send(self, handle: Host, target: str, jobs: list[BatchJob]) -> None:
-        from mainboard.hosts.mirror import Mirror
-        from mainboard.jobs.environment import JobEnvironment, declared, prepare_environment
-        from mainboard.jobs.job import bridge_of, submit
-
         down: tuple[str, str] | None = None
         environment: JobEnvironment | None = None
         synced = handle.config.kind != "provider"  # a rental is mirrored by its submit

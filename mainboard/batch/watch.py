@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mainboard.batch.run import dispatch, store_of
 from mainboard.batch.spend import record_spend, spend_json
 from mainboard.batch.store import BatchView
+from mainboard.jobs.monitor import monitor_pass
 from mainboard.jobs.store import JobStore, JobView
 from mainboard.receipts import BatchAnnounced, BatchCost, BatchFinished, Payload
 
@@ -141,8 +142,6 @@ class WatchStep:
 
 def watch_step(board: Hosts, batch_id: str, *, lock_wait: float = 30.0) -> WatchStep:
     """One step: finish dispatching, one monitor pass if a job is still owed, announce."""
-    from mainboard.jobs.monitor import monitor_pass
-
     dispatched = dispatch(board, batch_id, wait=0)
     view = store_of(board).load(batch_id)
     unreachable: dict[str, str] = {}

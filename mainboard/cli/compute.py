@@ -6,19 +6,21 @@ import json
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from mainboard.cli import common
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from mainboard.hosts.compute import ComputeRow
 
 _STYLE = {"here": "green", "ready": "green", "keyed": "green", "not-set-up": "yellow"}
 
 
 def _table(rows: list[ComputeRow], first: str, access: str) -> Table:
+    from rich.table import Table  # start-up time: rich only when a table is drawn
+    from rich.text import Text
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column(first, no_wrap=True)
     table.add_column("KIND", no_wrap=True)
@@ -72,6 +74,8 @@ def compute(ctx: click.Context, as_json: bool, agent: bool, timeout: float) -> N
         for line in columns(AGENT_KEYS, [row.model_dump() for row in rows]):
             common.echo(line)
     else:
+        from rich.console import Console
+
         console = Console()
         console.print(_table([r for r in rows if r.type == "host"], "HOST", "ACCESS"))
         providers = [r for r in rows if r.type == "provider"]

@@ -7,8 +7,6 @@ import shlex
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from mainboard.cli import common
 from mainboard.errors import UserError
@@ -89,6 +87,9 @@ def facts(ctx: click.Context, host: str, as_json: bool, as_table: bool, cached: 
     if as_json or not (as_table or click.get_text_stream("stdout").isatty()):
         common.echo(result.model_dump_json(indent=2))
         return
+    from rich.console import Console  # start-up time: rich only when a table is drawn
+    from rich.table import Table
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")

@@ -22,6 +22,7 @@ from mainboard.config import Config
 from mainboard.errors import MainboardError, first_line
 from mainboard.redact import redact_text
 from mainboard.redisclient import redis_client
+from mainboard.services.broker import EmbeddedBroker, address
 
 TIMEOUT_S = 0.5
 
@@ -53,7 +54,6 @@ class Live:
         (never starting it: a dashboard that starts a broker would hide an outage)."""
         if self._client is not None:
             return self._client
-        from mainboard.services.broker import EmbeddedBroker, address
 
         url = self.config.broker.url
         if not url:

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from mainboard.errors import MainboardError, UnknownRun
+from mainboard.integrators.accumulators import RunAccumulator, combine
+from mainboard.integrators.integrands import make_integrand
 from mainboard.runs.lazy import LazyReceipts
+from mainboard.runs.observables import observables_of
 from mainboard.runs.store import RECEIPTS_NAME, RunHistory, RunStore
 
 ID_FORM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -183,7 +186,6 @@ def _accumulator(snapshot: Mapping[str, Any]) -> Any:
     data = snapshot.get("accumulator") if isinstance(snapshot, Mapping) else None
     if not isinstance(data, Mapping):
         return None
-    from mainboard.integrators.accumulators import RunAccumulator
 
     try:
         return RunAccumulator.restore(data)
@@ -206,8 +208,6 @@ def _defined(comb: Any) -> tuple[float | None, float | None]:
 def _chi2_series(snapshot: Mapping[str, Any], memo: Chi2Memo | None = None
                  ) -> list[tuple[float | None, float | None]]:
     """(chi2/dof, Q) after each iteration, from the accumulator in a snapshot."""
-    from mainboard.integrators.accumulators import combine
-
     acc = _accumulator(snapshot)
     if acc is None:
         return []
@@ -247,8 +247,6 @@ def exact_of(h: RunHistory) -> float | None:
     if integrand.get("kind") in ("python", "process", None):
         return None
     try:
-        from mainboard.integrators.integrands import make_integrand
-
         domain = spec.get("domain") or {}
         built = make_integrand(integrand, int(domain.get("continuous", 0)),
                                list(domain.get("discrete") or []))
@@ -310,8 +308,6 @@ def diagnostics(h: RunHistory) -> dict[str, Any]:
 def observables(h: RunHistory) -> dict[str, Any] | None:
     """The run's histograms and moments from its latest snapshot (None: it has none; a run
     file this version cannot read shows none rather than breaking the page)."""
-    from mainboard.runs.observables import observables_of
-
     try:
         return observables_of(h)
     except (MainboardError, KeyError, TypeError, ValueError):

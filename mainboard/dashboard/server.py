@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import re
+import secrets
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -189,8 +190,6 @@ def clean_base_path(value: str) -> str:
 def make_app(views: Views, token: str, port: int, base: str = "/") -> tornado.web.Application:
     """The tornado application for one workspace, token and port, every route under ``base``
     (a path from :func:`clean_base_path`: what a reverse proxy forwards unchanged)."""
-    import secrets
-
     pool = ThreadPoolExecutor(4, thread_name_prefix="dashboard")
     common = {"views": views, "token": token, "pool": pool}
     ref = r"([A-Za-z0-9][A-Za-z0-9._-]{0,127})"

@@ -21,9 +21,15 @@ from mainboard.dashboard import rundata
 from mainboard.dashboard.live import Live
 from mainboard.dashboard.runextras import RunExtras
 from mainboard.errors import MainboardError, first_line
+from mainboard.fleet.records import read_fleet
+from mainboard.fleet.status import fleet_status
 from mainboard.hosts.access import Hosts
+from mainboard.jobs.job import Job
 from mainboard.jobs.live import SharedSweep, Sweep
+from mainboard.parents.table import view
+from mainboard.runs.rasters import raster_views
 from mainboard.runs.store import RunHistory
+from mainboard.runs.tasktable import task_rows
 
 PAGE_SIZE = 1000
 FLEET_CACHE_S = 3.0
@@ -120,9 +126,6 @@ class Views:
     def run_tasks(self, ref: str) -> dict[str, Any]:
         """A run's task table (as ``runs tasks`` lists it) and what its plot_line and image
         tasks evaluated (a line plot, a heat map); empty for a run without tasks."""
-        from mainboard.runs.rasters import raster_views
-        from mainboard.runs.tasktable import task_rows
-
         h, _ = self.runs.resolve(ref)
         plain = h.created.kind is None
         return {"run_id": h.run_id, "status": h.status,
@@ -131,8 +134,6 @@ class Views:
 
     def _parent(self, h: RunHistory, broker: dict[str, Any]) -> dict[str, Any]:
         """A parent run's page: its table (parents.table, as `runs show` prints it)."""
-        from mainboard.parents.table import view
-
         return {"broker": broker, "summary": self.runs.row(h), "settings": h.created.spec,
                 "parent": view(h)}
 
@@ -174,8 +175,6 @@ class Views:
         rows: list[dict[str, Any]] = []
         if broker["ok"] and _fleet_from_receipts(self.config, live_only=True):
             try:
-                from mainboard.fleet.status import fleet_status
-
                 rows = [v.to_dict() for v in fleet_status(self.config, include_stopped=True,
                                                           timeout=0.5)]
             except MainboardError as exc:
@@ -241,8 +240,6 @@ class Views:
 
     def job_logs(self, ref: str, stream: str) -> str:
         """The last LOG_LINES lines of a job's stdout or stderr, fetched from its host."""
-        from mainboard.jobs.job import Job
-
         hosts = Hosts(config=self.config)
         try:
             return Job(hosts, ref).logs(tail=LOG_LINES, stream=stream)  # type: ignore[arg-type]
@@ -258,8 +255,6 @@ class Views:
 
 def _fleet_from_receipts(config: Config, live_only: bool = False) -> list[dict[str, Any]]:
     """Fleet workers as ``fleet.ndjson`` records them (no scheduler, no broker asked)."""
-    from mainboard.fleet.records import read_fleet
-
     state = read_fleet(config.state_dir)
     rows = []
     for worker_id, w in state.started.items():

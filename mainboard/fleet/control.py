@@ -20,11 +20,14 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from mainboard.bridges.jobstate import JobStatus
+from mainboard.bridges.providers import adapters_from_config, destroy_all_owned
+from mainboard.bridges.providers.lifecycle import FLEET
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import MainboardError, UserError, first_line
 from mainboard.fleet.keeperclient import ensure_keeper, stop_keeper, wait_tunnel, wake_keeper
 from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions, plan
 from mainboard.fleet.pools import plan_pools
+from mainboard.fleet.provider import start_rented
 from mainboard.fleet.records import fleet_receipts, pool_active, read_fleet
 from mainboard.fleet.workers import (
     DRAIN_TIMEOUT_S,
@@ -35,6 +38,7 @@ from mainboard.fleet.workers import (
 )
 from mainboard.receipts import FleetScale, WorkerStarted
 from mainboard.services.broker import check_broker, embedded_down
+from mainboard.services.flower import Flower
 
 __all__ = ["DownReport", "UpOptions", "UpReport", "fleet_broker", "fleet_down", "fleet_up",
            "resume_pool", "start_one",
@@ -62,8 +66,6 @@ def start_one(launcher: Launcher, name: str) -> WorkerStarted:
     """One allocation on host ``name`` (a rental first on a provider host)."""
     config = launcher.config
     if isinstance(config.host(name), ProviderHost):
-        from mainboard.fleet.provider import start_rented
-
         return start_rented(launcher, name)
     return launcher.start(launcher.target(name, host_transport(config, name)))
 
@@ -137,8 +139,6 @@ def fleet_up(config: Config, hosts: Sequence[str] | None = None,
         flower_up.join()
         report.flower_url, report.flower_error = flower_up.url, flower_up.error
         if not report.started and not read_fleet(config.state_dir).live():
-            from mainboard.services.flower import Flower
-
             Flower(config.state_dir).down()  # started alongside, but no worker came up
             report.flower_url = None
     return report
@@ -154,8 +154,6 @@ class _FlowerStart(threading.Thread):
         self.error: str | None = None
 
     def run(self) -> None:
-        from mainboard.services.flower import Flower
-
         try:
             self.url = Flower(self.config.state_dir).up(self.route.url,
                                                         config_path=self.config.path).url
@@ -219,16 +217,11 @@ def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
     report.outcome = stop_workers(config, live, reason="fleet down", timeout=timeout,
                                   force=force, skip=lost)
     if not hosts and config.providers:
-        from mainboard.bridges.providers import adapters_from_config, destroy_all_owned
-        from mainboard.bridges.providers.lifecycle import FLEET
-
         # Only the fleet's own rentals (and unowned old ones): a job's rental may run a job.
         report.rentals_destroyed = destroy_all_owned(
             config.state_dir, adapters_from_config(config), label_prefix="mainboard-",
             reason="fleet down", owners=(FLEET, None))
     if not read_fleet(config.state_dir).live():
-        from mainboard.services.flower import Flower
-
         stop_keeper(config.state_dir)
         Flower(config.state_dir).down()
     return report

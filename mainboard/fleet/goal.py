@@ -30,6 +30,7 @@ from mainboard.fleet.launch import BrokerRoute
 from mainboard.fleet.records import FleetState, node_names
 from mainboard.fleet.scaling import PoolView
 from mainboard.fleet.workers import registry
+from mainboard.hosts.rates import host_rate
 from mainboard.redisclient import redis_client
 from mainboard.runs.logs import LogLine, append_logs
 from mainboard.runs.spans import FINAL_STAGES, Span
@@ -96,7 +97,6 @@ def price(config: Config, look: Look) -> float:
     view = look.view
     if isinstance(config.host(view.pool.host), ProviderHost):
         return view.usd_hr or (view.rented_usd_hr / len(view.allocs) if view.allocs else 0.0)
-    from mainboard.hosts.rates import host_rate
 
     return host_rate(config, view.pool.host).usd_hr or 0.0
 

@@ -27,9 +27,14 @@ import threading
 import time
 from pathlib import Path
 
-from mainboard.bridges.tunnel import TunnelStatus
+from mainboard.bridges.tunnel import TunnelManager, TunnelStatus
+from mainboard.config import load_config
 from mainboard.fleet.keeperclient import WAKE_SIGNAL, keeper_paths
-from mainboard.fleet.records import read_fleet
+from mainboard.fleet.launch import ssh_from_dict
+from mainboard.fleet.reconcile import describe, reconcile, worth_reconciling
+from mainboard.fleet.records import fleet_receipts, read_fleet
+from mainboard.fleet.workers import idle_workers, stop_workers
+from mainboard.receipts import WorkerLost
 from mainboard.redact import install_log_redaction
 
 TICK_S = 0.5
@@ -57,9 +62,6 @@ class Keeper:
     """The loop: tunnels as the receipts ask, idle rentals destroyed, exit when idle."""
 
     def __init__(self, root: Path, config_path: Path | None) -> None:
-        from mainboard.bridges.tunnel import TunnelManager
-        from mainboard.config import load_config
-
         self.config = load_config(config_path)
         self.state_dir = self.config.state_dir
         self.paths = keeper_paths(self.state_dir)
@@ -71,6 +73,7 @@ class Keeper:
         self.up_since: dict[str, float] = {}  # worker id -> when its tunnel came up (epoch s)
         self.scaler = None
         if self.config.fleet.pools:  # imported only then: the keeper's start is on `fleet up`'s path
+            # lazy: the documented cycle autoscale -> control -> keeper (tests/test_architecture.py)
             from mainboard.fleet.autoscale import Autoscaler
 
             self.scaler = Autoscaler(self.config)
@@ -80,8 +83,6 @@ class Keeper:
 
     def sync_tunnels(self) -> bool:
         """Open the wanted tunnels, close the others; True when any is wanted."""
-        from mainboard.fleet.launch import ssh_from_dict
-
         wanted = {t.worker_id: t for t in read_fleet(self.state_dir).live_tunnels()}
         for worker_id in list(self.tunnels.status()):
             if worker_id not in wanted:
@@ -116,9 +117,6 @@ class Keeper:
 
     def give_up(self, worker_id: str, host: str, tunnel: object | None) -> None:
         """The retry budget ran out: record the worker lost and stop dialling its host."""
-        from mainboard.fleet.records import fleet_receipts
-        from mainboard.receipts import WorkerLost
-
         why = self.errors.get(worker_id) or getattr(tunnel, "last_error", None) or "no answer"
         reason = f"host {host!r} unreachable for {self.lost_after:.0f} s: {why}"
         log.warning("worker %s marked lost: %s", worker_id, reason)
@@ -142,8 +140,6 @@ class Keeper:
 
     def check_idle(self) -> bool:
         """Drain and destroy rented workers idle past their timeout; True when any is rented."""
-        from mainboard.fleet.workers import idle_workers, stop_workers
-
         live = [w for w in read_fleet(self.state_dir).live() if w.rental]
         if not live:
             return False
@@ -155,8 +151,6 @@ class Keeper:
 
     def reconcile(self) -> None:
         """Adopt or clean what a killed controller left (see ``mainboard.fleet.reconcile``)."""
-        from mainboard.fleet.reconcile import describe, reconcile, worth_reconciling
-
         if not worth_reconciling(self.config, read_fleet(self.state_dir)):
             return
         try:
@@ -168,6 +162,7 @@ class Keeper:
             log.info("%s", line)
 
     def run(self) -> None:
+        # lazy: the documented cycle autoscale -> control -> keeper (tests/test_architecture.py)
         from mainboard.fleet.autoscale import SCALE_TICK_ENV, SCALE_TICK_S, run_autoscaler
 
         self.reconcile()  # before any decision: what a killed keeper left is adopted first

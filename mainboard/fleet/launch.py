@@ -31,7 +31,9 @@ from mainboard.bridges import bridge_class, bridge_for
 from mainboard.bridges.base import Bridge, JobRecord, new_uid
 from mainboard.bridges.jobscript import NODE_INDEX_ENV
 from mainboard.bridges.jobspec import JobSpec, check_policy, format_walltime, resolve
-from mainboard.bridges.project import Project
+from mainboard.bridges.pins import require_env_python
+from mainboard.bridges.project import Project, local_project
+from mainboard.bridges.provision import manifest_digest, provision_host
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.transport import Transport
 from mainboard.config import Config, HostConfig, ProviderHost, positive_duration
@@ -292,8 +294,6 @@ class Launcher:
         """mainboard as installed here (its source hashed once per ``fleet up``)."""
         with self._project_lock:
             if self._project is None:
-                from mainboard.bridges.project import local_project
-
                 self._project = local_project(self.config.state_dir)
             return self._project
 
@@ -301,7 +301,6 @@ class Launcher:
         """The warm-start stamp of a host that provisions plainly (no container, not here)."""
         if host.kind == "local" or host.container_name():
             return None
-        from mainboard.bridges.provision import manifest_digest
 
         return warm.stamp_id(self.config, name, manifest_digest(self.config, name,
                                                                 self.project()))
@@ -343,7 +342,6 @@ class Launcher:
         if stamp is None:
             return None
         tunnel = self.broker.loopback and target.ssh is not None
-        from mainboard.bridges.pins import require_env_python
 
         require_env_python(self.config, target.name, stamp.python_version)  # a [deps] pin
         url = self.broker.worker_url
@@ -372,7 +370,6 @@ class Launcher:
         """This interpreter for the local host; elsewhere the provisioned environment's."""
         if target.host.kind == "local":
             return sys.executable
-        from mainboard.bridges.provision import provision_host
 
         env = provision_host(self.config, target.name, target.transport, root=target.root,
                              project=self.project())

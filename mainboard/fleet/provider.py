@@ -15,7 +15,7 @@ from mainboard.bridges.providers.base import ProviderAdapter, Rental
 from mainboard.bridges.providers.bridge import ProviderBridge, known_hosts_for, rental_transport
 from mainboard.bridges.providers.lifecycle import FLEET
 from mainboard.bridges.ssh import SshTransport
-from mainboard.config import Config, ProviderHost
+from mainboard.config import Config, ProviderHost, parse_duration
 from mainboard.errors import ConfigError
 from mainboard.fleet.launch import Launcher, Target, new_worker_id, ssh_dict
 from mainboard.fleet.records import owner_tag
@@ -34,7 +34,6 @@ def idle_timeout_for(config: Config, host: ProviderHost, override: float | None)
     raw = config.providers[host.provider].options.get("idle_timeout")
     if raw is None:
         return DEFAULT_IDLE_TIMEOUT_S
-    from mainboard.config import parse_duration
 
     try:
         seconds = parse_duration(raw)

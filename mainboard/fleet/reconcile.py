@@ -27,13 +27,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mainboard.bridges import bridge_for
 from mainboard.bridges.base import Bridge, JobRecord
 from mainboard.bridges.poller import Poller, Share
+from mainboard.bridges.providers.lifecycle import destroy_rental, rental_receipts
 from mainboard.config import Config, ProviderHost
 from mainboard.daemon import pid_alive
 from mainboard.errors import MainboardError
 from mainboard.fleet.launch import adopted
 from mainboard.fleet.records import FleetState, fleet_receipts, owner_prefix, read_fleet
+from mainboard.fleet.workers import bridge_of, host_transport
+from mainboard.hosts.rentals import adapter
 from mainboard.locks import flocked
 from mainboard.receipts import FleetScale, WorkerStopped, WorkerSubmitting
 from mainboard.statedir import fleet_dir
@@ -126,9 +130,6 @@ class Reconciler:
         return any(e.startswith(f"host {intent.host!r}") for e in self.done.errors)
 
     def bridge(self, host: str, root: str | None) -> Bridge:
-        from mainboard.bridges import bridge_for
-        from mainboard.fleet.workers import host_transport
-
         config = self.config.host(host)
         if root is None and config.kind == "local":  # as `Launcher.target` makes it
             root = str(self.config.root / Path(config.root or ".").expanduser())
@@ -197,9 +198,6 @@ class Reconciler:
 
     def rentals(self) -> None:
         """Rentals labelled with the owner prefix: adopt the recorded one, destroy the rest."""
-        from mainboard.bridges.providers.lifecycle import destroy_rental, rental_receipts
-        from mainboard.hosts.rentals import adapter
-
         seen: set[str] = set()
         for name, host in self.provider_hosts().items():
             if host.provider in seen:
@@ -231,8 +229,6 @@ class Reconciler:
 
     def adopt_rented(self, intent: WorkerSubmitting, rental_id: str) -> bool:
         """A recorded rental whose worker job runs: adopted (False: nothing to adopt)."""
-        from mainboard.fleet.workers import bridge_of
-
         draft = intent.draft
         if not draft.get("job") or (draft.get("rental") or {}).get("rental_id") != rental_id:
             return False

@@ -19,6 +19,7 @@ from mainboard.config import Config
 from mainboard.errors import BrokerError, UserError
 from mainboard.fleet.records import check_queue, fleet_receipts, node_names, read_fleet
 from mainboard.fleet.workers import broker_route, fleet_entries, registry, stop_workers
+from mainboard.names import lazy
 from mainboard.receipts import WorkerRoles, WorkerStarted
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE
 
@@ -86,8 +87,7 @@ def _tell(url: str, nodes: list[str], queues: Sequence[str], *, consume: bool
     """Celery's add/cancel consumer on ``nodes``, then what each consumes (asked back)."""
     if not nodes:
         return {}
-    from mainboard.tasks.app import make_app
-
+    make_app = lazy("celery.app")  # Celery loads only where a message is sent
     app = make_app(broker_url=url)
     try:
         for queue in queues:

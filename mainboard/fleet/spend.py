@@ -15,6 +15,7 @@ import time
 from mainboard.bridges.providers.lifecycle import rental_receipts
 from mainboard.config import Config, ProviderHost
 from mainboard.fleet.records import FleetState
+from mainboard.hosts.rentals import adapter
 from mainboard.receipts import RentalCreated, RentalDestroyed, WorkerStarted
 
 
@@ -63,8 +64,6 @@ def next_price(config: Config, host: ProviderHost) -> float | None:
     """USD per hour of the offer the next rental of ``host`` would take (the cheapest that
     fits its ``gpu`` and ``max_usd_hr``, as ``rent_cheapest`` picks); None: none fits now
     (renting would fail, and that failure is recorded like any failed submission)."""
-    from mainboard.hosts.rentals import adapter
-
     offers = adapter(config, host).offers(host.gpu, host.max_usd_hr)
     return offers[0].usd_hr if offers else None
 

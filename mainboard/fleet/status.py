@@ -21,9 +21,12 @@ from mainboard.bridges.jobstate import JobStatus
 from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError
 from mainboard.fleet.control import fleet_broker
+from mainboard.fleet.keeperclient import ensure_keeper, keeper_pid
 from mainboard.fleet.launch import BrokerRoute
+from mainboard.fleet.reconcile import describe, open_intents, reconcile
 from mainboard.fleet.records import FleetState, node_names, pool_active, read_fleet
 from mainboard.fleet.workers import fleet_entries, job_of, poll_jobs, registry
+from mainboard.names import lazy
 from mainboard.receipts import WorkerStarted, WorkerStopped
 from mainboard.tasks import HEARTBEAT_S
 
@@ -66,8 +69,7 @@ class WorkerView:
 
 def _celery_view(route: BrokerRoute, timeout: float) -> dict[str, list[str]]:
     """``{full node name: queues}`` of every worker answering a broadcast within ``timeout``."""
-    from mainboard.tasks.app import make_app
-
+    make_app = lazy("celery.app")  # Celery loads only where a message is sent
     app = make_app(broker_url=route.url)
     try:
         replies = app.control.inspect(timeout=timeout).active_queues() or {}
@@ -99,8 +101,6 @@ def _state(job: JobStatus | MainboardError, online: bool, beat: float | None) ->
 def revive_keeper(config: Config, state: FleetState) -> None:
     """A keeper that died (SIGKILL, reboot) while pools were up is started again: it
     rebuilds everything from the receipts and submits nothing twice."""
-    from mainboard.fleet.keeperclient import ensure_keeper, keeper_pid
-    from mainboard.fleet.reconcile import describe, open_intents, reconcile
 
     if keeper_pid(config.state_dir) is not None:
         return
@@ -211,6 +211,7 @@ def _stopped_row(worker: WorkerStarted, stop: WorkerStopped) -> WorkerView:
 def pool_status(config: Config) -> list[dict[str, object]]:
     """Per declared pool: target, pending, running, idle, lost and queue depth (the broker
     must answer; an embedded broker not running means every count is zero)."""
+    # lazy: start-up time, the autoscaler (numpy, Celery) only for `fleet status --pools`
     from mainboard.fleet.autoscale import Autoscaler
 
     state = read_fleet(config.state_dir)

@@ -21,9 +21,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+import redis
+
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import FleetSyncError, MainboardError, UserError, first_line
+from mainboard.fleet.keeperclient import keeper_pid
+from mainboard.fleet.launch import ssh_from_dict
 from mainboard.fleet.records import pool_active, pool_paused, read_fleet
+from mainboard.fleet.workers import allocation_entry, broker_route, fleet_entries
+from mainboard.hosts.access import Hosts
 from mainboard.receipts import WorkerStarted
 from mainboard.tasks import BATCH_QUEUE
 
@@ -54,10 +60,9 @@ def _batch_workers(config: Config) -> list[WorkerStarted]:
 def evaluating(config: Config, route: BrokerRoute) -> list[WorkerStarted]:
     """Live fleet workers that consume the batch queue and have not gone silent (a worker
     that never beat yet is still starting: it will take batches too)."""
-    import redis
-
-    from mainboard.fleet.status import STALE_AFTER_S
-    from mainboard.fleet.workers import allocation_entry, fleet_entries
+    # lazy: start-up time, `fleet/status` brings control, Flower and reconcile: only with
+    # fleet workers to look at
+    from mainboard.fleet import status
 
     live = _batch_workers(config)
     if not live:
@@ -69,7 +74,7 @@ def evaluating(config: Config, route: BrokerRoute) -> list[WorkerStarted]:
     now = time.time()
     beats = {w.worker_id: allocation_entry(entries, w).get("beat") for w in live}
     return [w for w in live if not beats[w.worker_id]
-            or now - float(beats[w.worker_id] or 0) <= STALE_AFTER_S]
+            or now - float(beats[w.worker_id] or 0) <= status.STALE_AFTER_S]
 
 
 def _same_place(declared: str, recorded: str) -> bool:
@@ -82,7 +87,7 @@ def _same_place(declared: str, recorded: str) -> bool:
 def mirror_of(config: Config, hosts: Hosts, worker: WorkerStarted) -> Mirror:
     """The mirror a worker's host root is synced with: the one jobs share (same manifest)
     when mainboard.toml still names that root, else the root the worker was started in."""
-    from mainboard.fleet.launch import ssh_from_dict
+    # lazy: start-up time, the mirror (tar, gitignore rules) only with a host to sync
     from mainboard.hosts.mirror import Mirror
 
     if worker.rental and worker.ssh:
@@ -113,8 +118,6 @@ def _sync_one(host: str, root: str, mirror: Callable[[], Mirror], fix: str) -> H
 def standby_pools(config: Config) -> list[str]:
     """Declared, autoscaled pools consuming the batch queue that the running keeper will
     grow from zero for a run's batches (none without a keeper)."""
-    from mainboard.fleet.keeperclient import keeper_pid
-
     if not config.fleet.pools or keeper_pid(config.state_dir) is None:
         return []
     state = read_fleet(config.state_dir)
@@ -156,8 +159,6 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
     nothing to do."""
     standby: list[str] = []
     if workers is None:
-        from mainboard.fleet.workers import broker_route
-
         live = _batch_workers(config)
         route = broker_route(config, start=False) if live else None
         workers = evaluating(config, route) if route is not None else []
@@ -165,8 +166,7 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
     targets = machines(workers)
     if not targets and not standby:
         return []
-    from mainboard.hosts.access import Hosts
-    from mainboard.hosts.mirror import Mirror
+    from mainboard.hosts.mirror import Mirror  # lazy: start-up time, as in mirror_of
 
     with Hosts(config=config) as hosts, \
             ThreadPoolExecutor(min(PARALLEL_HOSTS, len(targets) + len(standby))) as pool:

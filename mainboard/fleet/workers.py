@@ -21,6 +21,10 @@ from mainboard.bridges import bridge_class, bridge_for
 from mainboard.bridges.base import Bridge, JobRecord
 from mainboard.bridges.jobstate import JobStatus
 from mainboard.bridges.poller import TICK_S, RedisShare, Share, file_share, poller_for
+from mainboard.bridges.providers import should_destroy
+from mainboard.bridges.providers.base import Rental
+from mainboard.bridges.providers.bridge import ProviderBridge
+from mainboard.bridges.providers.lifecycle import destroy_rental, rental_receipts
 from mainboard.bridges.transport import Transport
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import HostError, MainboardError, first_line
@@ -31,6 +35,8 @@ from mainboard.fleet.launch import (
 )
 from mainboard.fleet.records import fleet_receipts, node_names
 from mainboard.hosts.access import Hosts
+from mainboard.hosts.rentals import adapter
+from mainboard.names import lazy
 from mainboard.receipts import WorkerStarted, WorkerStopped
 from mainboard.redisclient import redis_client
 from mainboard.services.broker import EmbeddedBroker, worker_url
@@ -123,9 +129,6 @@ def host_transport(config: Config, name: str) -> Transport:
 def bridge_of(config: Config, worker: WorkerStarted) -> Bridge:
     """The bridge that can ask about, and cancel, ``worker``'s job (from a new process too)."""
     if worker.rental and worker.ssh:
-        from mainboard.bridges.providers.base import Rental
-        from mainboard.bridges.providers.bridge import ProviderBridge
-
         host = config.host(worker.host)
         assert isinstance(host, ProviderHost)
         rental = Rental(worker.rental["rental_id"], "running", worker.ssh["host"],
@@ -171,8 +174,7 @@ def drain(route: BrokerRoute | None, workers: Sequence[WorkerStarted]) -> list[s
     """
     if route is None or not workers:
         return []
-    from mainboard.tasks.app import make_app
-
+    make_app = lazy("celery.app")  # Celery loads only where a message is sent
     try:
         nodes = [e["node"] for e in fleet_entries(route, workers).values()]
     except redis.RedisError:
@@ -210,9 +212,6 @@ def _wait_final(config: Config, workers: list[WorkerStarted], timeout: float
 
 
 def _destroy_rental(config: Config, worker: WorkerStarted, reason: str) -> None:
-    from mainboard.bridges.providers.lifecycle import destroy_rental, rental_receipts
-    from mainboard.hosts.rentals import adapter
-
     assert worker.rental is not None
     host = config.host(worker.host)
     assert isinstance(host, ProviderHost)
@@ -300,9 +299,6 @@ def _secret_transport(config: Config, worker: WorkerStarted) -> Transport:
 
 def idle_workers(config: Config, workers: Sequence[WorkerStarted]) -> list[WorkerStarted]:
     """Rented workers that should go: idle past their timeout, or their rental broken."""
-    from mainboard.bridges.providers import should_destroy
-    from mainboard.hosts.rentals import adapter
-
     route = broker_route(config, start=False)
     entries = fleet_entries(route, workers) if route else {}
     idle = []

@@ -65,7 +65,9 @@ class Host:
 
     def _make_transport(self, rent: bool) -> Transport:
         if isinstance(self.config, ProviderHost):
-            from mainboard.hosts.rentals import provider_transport  # paramiko, REST: lazily
+            # lazy: start-up time, rentals (leases, facts, rates, the provider bridge) only
+            # for a provider host
+            from mainboard.hosts.rentals import provider_transport
 
             return provider_transport(self.board.config, self.name, self.config, self.root,
                                       rent=rent)

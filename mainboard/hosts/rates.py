@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mainboard.bridges.providers import adapter_for
 from mainboard.config import Config, ProviderHost
 from mainboard.errors import MainboardError, UserError, first_line
 from mainboard.hosts.facts import cached_record
@@ -63,7 +64,6 @@ def host_rate(config: Config, name: str, *, gpus: int | None = None,
         if declared is not None:
             return Rate(float(declared), f"declared usd_hr of {name}", hardware, facts=facts)
         return Rate(0.0, f"owned {host.kind} host (no usd_hr declared)", hardware, facts=facts)
-    from mainboard.bridges.providers import adapter_for
 
     provider = config.providers.get(host.provider)
     try:

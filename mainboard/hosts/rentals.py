@@ -16,6 +16,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from mainboard.bridges.providers import RentalGuard, adapter_for, owned_rentals
 from mainboard.bridges.providers.base import ProviderAdapter, Rental
 from mainboard.bridges.providers.bridge import known_hosts_for, rental_transport
@@ -38,9 +41,6 @@ def rental_key(state_dir: Path) -> tuple[str, str]:
     Made once with ``cryptography`` (a paramiko dependency), mode 0600; providers get
     only the public half.
     """
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     path = fleet_dir(state_dir) / "id_ed25519"
     pub = path.with_suffix(".pub")
     if not path.exists() or not pub.exists():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mainboard.names import symbol_by_name
+
 if TYPE_CHECKING:
     from mainboard.jobs.job import Job, list_jobs, submit
 
@@ -15,8 +17,7 @@ __all__ = ["Job", "list_jobs", "submit"]
 
 
 def __getattr__(name: str) -> Any:
+    """``Job``, ``list_jobs``, ``submit`` from :mod:`mainboard.jobs.job`, on first use."""
     if name in __all__:
-        from mainboard.jobs import job
-
-        return getattr(job, name)
+        return symbol_by_name(f"mainboard.jobs.job:{name}")
     raise AttributeError(f"module 'mainboard.jobs' has no attribute {name!r}")

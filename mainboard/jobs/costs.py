@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mainboard.config import ProviderHost
 from mainboard.errors import MainboardError, first_line
 from mainboard.hosts.rates import host_rate
+from mainboard.hosts.rentals import attached_rental
 from mainboard.receipts import JobCost
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ def submit_rate(handle: Host, spec: JobSpec) -> tuple[float | None, str]:
     """(USD per hour, where it comes from) of a job about to be submitted on ``handle``."""
     config = handle.config
     if isinstance(config, ProviderHost):  # the rental the submit attached to: its price
-        from mainboard.hosts.rentals import attached_rental  # REST adapters: lazily
 
         rental = attached_rental(handle.board.config, handle.name)
         if rental is not None:

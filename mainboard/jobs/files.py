@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from mainboard.bridges.transport import LocalTransport
 from mainboard.errors import CommandFailed, UserError
+from mainboard.hosts.mirror import Mirror, load_manifest
 
 if TYPE_CHECKING:
     from mainboard.bridges.base import Bridge
@@ -88,7 +89,6 @@ def ship_data(handle: Host, bridge: Bridge, paths: Sequence[str], *,
     """
     if not (paths or sync) or in_place(handle, bridge.root):
         return []
-    from mainboard.hosts.mirror import Mirror, load_manifest
 
     mirror = Mirror.of(handle)
     mirror.sync()

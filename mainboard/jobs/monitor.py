@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from mainboard.bridges.jobstate import JobState
 from mainboard.bridges.poller import Share
+from mainboard.bridges.providers import adapter_for
+from mainboard.bridges.providers.lifecycle import JOBS, destroy_rental, rental_receipts
 from mainboard.config import Config
 from mainboard.errors import HostError, MainboardError, ReceiptError, first_line
 from mainboard.hosts.leases import leased_hosts, rentals_locked
@@ -71,10 +73,6 @@ def release_rentals(config: Config, hosts: Mapping[str, float], *,
     """
     if not hosts:
         return [], []
-    try:
-        from mainboard.bridges.providers.lifecycle import rental_receipts
-    except ImportError:
-        return [], []
     log = rental_receipts(config.state_dir)
     problems: list[ReceiptError] = []
     live: dict[tuple[str, str], tuple[float, RentalCreated]] = {}
@@ -104,9 +102,6 @@ def _busy_since(config: Config, hosts: Mapping[str, float]) -> set[str]:
 def _destroy(config: Config, rentals: list[RentalCreated], log: Receipts,
              errors: list[str]) -> list[str]:
     """Destroy each job-owned rental of ``rentals``; the ids destroyed, problems to ``errors``."""
-    from mainboard.bridges.providers import adapter_for
-    from mainboard.bridges.providers.lifecycle import JOBS, destroy_rental
-
     done: list[str] = []
     for rental in rentals:
         if rental.owner is None:

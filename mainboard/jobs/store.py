@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mainboard.bridges.base import JobRecord
+from mainboard.bridges.jobspec import JobSpec
 from mainboard.bridges.jobstate import JobState, JobStatus
 from mainboard.errors import AmbiguousJob, ReceiptError, UnknownJob
 from mainboard.ids import IdForm
@@ -111,9 +113,6 @@ class JobView:
 
     def record(self) -> JobRecord:
         """The bridge's record of this job, rebuilt from the receipt (for poll/cancel/logs)."""
-        from mainboard.bridges.base import JobRecord  # late: listing jobs needs no bridge code
-        from mainboard.bridges.jobspec import JobSpec
-
         s = self.submitted
         return JobRecord(job_id=s.job_id, uid=s.id, host=s.host, kind=s.kind, name=s.name,
                          job_dir=s.job_dir, submitted_at=s.submitted_at,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mainboard.bridges.provision import env_receipts, manifest_digest
 from mainboard.jobs.store import JobStore
 from mainboard.receipts import EnvProvisioned, JobFinished, JobStateChanged, JobSubmitted
 
@@ -97,16 +98,12 @@ class EnvBuild:
 
 def env_builds(state_dir: Path) -> list[EnvProvisioned]:
     """Every environment build this workspace timed (``.mainboard/envs.ndjson``)."""
-    from mainboard.bridges.provision import env_receipts
-
     lines = env_receipts(state_dir).read(EnvProvisioned.topic)
     return [line for line in lines if isinstance(line, EnvProvisioned)]
 
 
 def env_build(config: Config, name: str, builds: list[EnvProvisioned]) -> EnvBuild:
     """What a job on host ``name`` waits for before it starts: nothing, or its env's build."""
-    from mainboard.bridges.provision import manifest_digest
-
     kind = config.host(name).kind
     if kind == "local" or not config.python.deps:
         return EnvBuild(NO_ENV)  # local jobs run in this interpreter's environment

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mainboard.config import Config
+from mainboard.metrics.gather import gather
 from mainboard.metrics.snapshot import BROKER_SECTIONS, SECTIONS, Snapshot
 
 log = logging.getLogger("mainboard.metrics")
@@ -89,8 +90,6 @@ class WorkspaceCollector(Collector):
 
     def snapshot(self) -> Snapshot:
         """A fresh snapshot; the fleet part reused when younger than FLEET_CACHE_S."""
-        from mainboard.metrics.gather import gather  # Redis, receipts, schedulers: at scrape
-
         with self._lock:
             cached = self._fleet
             fresh = cached is None or time.monotonic() - cached[0] >= FLEET_CACHE_S

@@ -19,7 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
+from flower.views.monitor import Metrics
+
 from mainboard.config import Config, load_config
+from mainboard.metrics.exposition import WorkspaceCollector
 
 log = logging.getLogger("mainboard.metrics")
 # What generate_latest writes (newer clients name 1.0.0 "latest"; 0.0.4 is what every
@@ -38,10 +42,6 @@ def workspace(state_dir: Path, config_path: str | None) -> Config:
 def install(state_dir: str, config_path: str | None = None) -> None:
     """Inside the Flower process: register the workspace's collector with the registry
     Flower serves, and serve ``/metrics`` off the event loop."""
-    import prometheus_client
-    from flower.views.monitor import Metrics
-
-    from mainboard.metrics.exposition import WorkspaceCollector
 
     collector = WorkspaceCollector(workspace(Path(state_dir), config_path))
     prometheus_client.REGISTRY.register(collector)

@@ -21,6 +21,7 @@ from mainboard.config import Config
 from mainboard.errors import MainboardError, first_line
 from mainboard.fleet.records import FleetState, pool_paused, read_fleet
 from mainboard.fleet.spend import pool_of, spend
+from mainboard.fleet.status import fleet_status
 from mainboard.fleet.workers import broker_route
 from mainboard.metrics.snapshot import WORKER_STATES, RunRate, Snapshot
 from mainboard.redact import redact_text
@@ -70,8 +71,6 @@ def worker_counts(config: Config, state: FleetState) -> dict[tuple[str, str], in
     """Live fleet workers by pool and state, as ``fleet status`` sees them (declared pools
     and pools with live workers get a 0 for every state, so a missing series means
     "no such pool", not "none of them")."""
-    from mainboard.fleet.status import fleet_status
-
     counts: Counter[tuple[str, str]] = Counter()
     pools = set(config.fleet.pools) | {pool_of(w) for w in state.live()}
     for pool in pools:

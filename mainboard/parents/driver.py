@@ -18,9 +18,9 @@ from typing import Any
 
 from mainboard.config import Config, load_config
 from mainboard.errors import IntegrationFailed, UserError
-from mainboard.integrators.names import symbol_by_name
 from mainboard.integrators.plain import to_plain
 from mainboard.integrators.spec_parents import ParentSpec, parse_parent
+from mainboard.names import symbol_by_name
 from mainboard.parents import table
 from mainboard.parents.context import Context, Report
 from mainboard.receipts import (

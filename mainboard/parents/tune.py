@@ -25,8 +25,8 @@ from mainboard.integrators.spec_parents import (
 )
 from mainboard.parents.children import Child, Children, Outcome, child_id
 from mainboard.parents.context import Context
-from mainboard.parents.table import objective
-from mainboard.receipts import ChildStarted
+from mainboard.parents.table import objective, view
+from mainboard.receipts import ChildDone, ChildStarted
 
 
 class Optimizer:
@@ -74,6 +74,7 @@ class TPE(Optimizer):
     def __init__(self, tune: TuneSpec) -> None:
         super().__init__(tune)
         try:
+            # lazy: optuna is optional (mainboard[tune]), asked for by `sampler = "tpe"` only
             import optuna
         except ImportError:
             raise MissingDependency("optimizer algorithm \"tpe\" needs optuna: pip install "
@@ -164,8 +165,6 @@ def drive(ctx: Context) -> dict[str, Any]:
                 learn(outcome)
     done = ctx.s.store.history(ctx.parent_id)
     if done is not None:
-        from mainboard.parents.table import view
-
         best = view(done).get("best")
     return {"trials": opt.trials, "metric": metric, "mode": tune.objective.mode,
             "best": best}
@@ -178,8 +177,6 @@ def _start(ctx: Context, pool: Children, label: str, params: dict[str, Any]
         spec = ctx.spec.child_spec(params, samples=ctx.spec.trial_samples(),
                                    name=ctx.child_name(label), file=ctx.file)
     except UserError as exc:
-        from mainboard.receipts import ChildDone
-
         ctx.s.store.record(ChildDone(run_id=ctx.parent_id, child=child_id(ctx.parent_id, label),
                                      label=label, point=params, status="failed",
                                      error=first_line(str(exc))))

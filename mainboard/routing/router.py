@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from mainboard.errors import NoHostFits, UserError, first_line
 from mainboard.hosts.compute import host_access
 from mainboard.hosts.rates import host_rate
+from mainboard.jobs.job import bridge_of, store_of, submit
 from mainboard.jobs.timing import (
     EnvBuild,
     Setup,
@@ -91,8 +92,6 @@ def _fit(board: Hosts, name: str, asked: dict[str, Any], rate: Rate) -> str | No
     """Why ``name`` cannot take the job (queue policy, GPUs, memory), or None."""
     host = board.config.host(name)
     if host.kind != "provider":
-        from mainboard.jobs.job import bridge_of
-
         try:
             bridge_of(board.on(name)).prepare(**{k: v for k, v in asked.items()
                                                  if v is not None and k != "runtime_s"})
@@ -188,8 +187,6 @@ def submit_auto(board: Hosts, cmd: str | Sequence[str], decision: Decision,
     Nothing is sent when no host fits (NoHostFits names each host and why). The ranking
     is written to the job's own receipts (``job.routed``) right after the host accepts it.
     """
-    from mainboard.jobs.job import store_of, submit
-
     if decision.chosen is None:
         raise decision.refusal()
     job = submit(board, decision.chosen, cmd, **options)

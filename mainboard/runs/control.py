@@ -18,9 +18,11 @@ import redis
 
 from mainboard import keys
 from mainboard.config import Config
+from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import RunIsRunning, RunNotRunning, UserError
 from mainboard.redisclient import redis_client
 from mainboard.runs.store import RunHistory, RunStore
+from mainboard.services.broker import EmbeddedBroker, check_broker
 
 WAIT_S = 120.0
 
@@ -31,9 +33,6 @@ def connect(config: Config) -> redis.Redis | None:
 
     Never starts a broker: reading logs or pausing must not create one.
     """
-    from mainboard.config.brokerurl import BROKER_URL_ENV
-    from mainboard.services.broker import EmbeddedBroker, check_broker
-
     url = os.environ.get(BROKER_URL_ENV, "").strip() or config.broker.url
     if not url:
         embedded = EmbeddedBroker(config.state_dir)

@@ -29,6 +29,7 @@ CSV_COLUMNS = ("histogram", "of", "component", "bin", "xmin", "xmax", "estimate"
 
 def observables_of(history: RunHistory) -> dict[str, Any] | None:
     """The run's histograms and moments so far (None: it has none, or no iteration yet)."""
+    # lazy: start-up time, numpy only for a run with observables (`runs show` reads this)
     from mainboard.integrators.observables import run_observables
 
     spec = history.created.spec

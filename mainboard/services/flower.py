@@ -41,6 +41,7 @@ from typing import Any
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.daemon import HOST, Daemon, fresh_port, port_is_free, write_private
 from mainboard.errors import FlowerError, UserError
+from mainboard.names import lazy
 from mainboard.redact import install_log_redaction, url_secrets
 
 USER = "mainboard"
@@ -73,10 +74,8 @@ def guard_open_endpoints() -> None:
     """Inside the Flower process: /metrics and /healthcheck ask for credentials like every
     page, and Flower's own log lines are redacted. Run by the generated flowerconfig.py.
     """
-    from flower.views.monitor import Healthcheck, Metrics
-    from tornado.web import authenticated
-
-    for handler in (Metrics, Healthcheck):
+    monitor, authenticated = lazy("flower.monitor"), lazy("tornado.web").authenticated
+    for handler in (monitor.Metrics, monitor.Healthcheck):
         if not getattr(handler.get, "mainboard_guarded", False):
             guarded = authenticated(handler.get)
             guarded.mainboard_guarded = True  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mainboard.daemon import write_private
+from mainboard.names import lazy
 
 if TYPE_CHECKING:  # imported when certificates are made: every CLI start imports this module
     from cryptography import x509
@@ -39,23 +40,19 @@ class TlsFiles:
 
 
 def _name(common: str) -> x509.Name:
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+    x509, oid = lazy("cryptography.x509"), lazy("cryptography.oid")
+    return x509.Name([x509.NameAttribute(oid.NameOID.COMMON_NAME, common)])
 
 
 def _pem_key(key: Any) -> str:
-    from cryptography.hazmat.primitives import serialization
-
+    serialization = lazy("cryptography.serialization")
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption()).decode()
 
 
 def _fresh(files: TlsFiles, now: dt.datetime) -> bool:
     """True when every file exists and the server certificate is valid past the renew window."""
-    from cryptography import x509
-
+    x509 = lazy("cryptography.x509")
     if not all(p.exists() for p in (files.ca, files.cert, files.key)):
         return False
     try:
@@ -67,11 +64,8 @@ def _fresh(files: TlsFiles, now: dt.datetime) -> bool:
 
 def ensure_tls(directory: Path) -> TlsFiles:
     """The CA and server certificate under ``directory``, made (or remade) when needed."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID
-
+    x509, oid, ec = lazy("cryptography.x509"), lazy("cryptography.oid"), lazy("cryptography.ec")
+    hashes, serialization = lazy("cryptography.hashes"), lazy("cryptography.serialization")
     files = TlsFiles.under(directory)
     now = dt.datetime.now(dt.UTC)
     if _fresh(files, now):
@@ -95,7 +89,7 @@ def ensure_tls(directory: Path) -> TlsFiles:
             .serial_number(x509.random_serial_number()).not_valid_before(start)
             .not_valid_after(end)
             .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
+            .add_extension(x509.ExtendedKeyUsage([oid.ExtendedKeyUsageOID.SERVER_AUTH]),
                            critical=False)
             .sign(ca_key, hashes.SHA256()))
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mainboard.batch.run import check_policies
 from mainboard.errors import MainboardError, first_line
 from mainboard.jobs.environment import JobEnvironment, prepare_environment
+from mainboard.jobs.job import bridge_of, rental_lease, submit
 from mainboard.jobs.store import JobStore
 from mainboard.jobs.verdicts import study_of
 from mainboard.receipts import StudyJob
@@ -78,8 +79,6 @@ class _Environments:
         self.ready: dict[str, JobEnvironment | MainboardError] = {}
 
     def of(self, target: str) -> JobEnvironment:
-        from mainboard.jobs.job import bridge_of
-
         if target not in self.ready:
             handle = self.board.on(target)
             try:
@@ -94,7 +93,6 @@ class _Environments:
 
 def _submit(board: Hosts, study: Study, run: Run, attempt: int,
             environments: _Environments) -> str:
-    from mainboard.jobs.job import rental_lease, submit
 
     job = run.job
     env = {**job.env, **param_env(job.params), STUDY_ENV: study.id, RUN_ID_ENV: run.run_id}

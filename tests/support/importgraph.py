@@ -76,6 +76,56 @@ def imported(module: Module, known: dict[str, Module]) -> Iterator[str]:
             yield name if name in known else name.split(".")[0]
 
 
+@dataclass(frozen=True)
+class LocalImport:
+    """An import inside a function body: where it is and the reason its comment gives."""
+
+    path: str
+    line: int
+    reason: str | None
+
+
+LAZY_REASON = "# lazy:"
+
+
+def _reason(lines: list[str], lineno: int) -> str | None:
+    """The ``# lazy:`` reason on line ``lineno`` (1-based) or in the comments and imports
+    right above it (one comment may head a block of imports)."""
+    at = lineno - 1
+    while at >= 0:
+        line = lines[at]
+        if LAZY_REASON in line:
+            return line.split(LAZY_REASON, 1)[1].strip() or None
+        above = lines[at - 1].strip() if at else ""
+        if not above.startswith(("#", "from ", "import ")):
+            return None
+        at -= 1
+    return None
+
+
+def local_imports(repo: Path = REPO, skip: tuple[str, ...] = ("mainboard/cli/",)
+                  ) -> list[LocalImport]:
+    """Every Import/ImportFrom inside a function (nested ones too) in the four source folders
+    but ``skip`` (the CLI edge), with the ``# lazy: <reason>`` on its line or heading the
+    comments and imports right above it."""
+    found: list[LocalImport] = []
+    for folder in ROOTS:
+        for path in sorted((repo / folder).rglob("*.py")):
+            rel = path.relative_to(repo).as_posix()
+            if rel.startswith(skip):
+                continue
+            text = path.read_text(encoding="utf-8")
+            lines = text.splitlines()
+            for func in ast.walk(ast.parse(text, str(path))):
+                if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                for node in ast.walk(func):
+                    if isinstance(node, ast.Import | ast.ImportFrom):
+                        found.append(LocalImport(rel, node.lineno, _reason(lines, node.lineno)))
+    # a nested function's import is seen from each enclosing function: count it once
+    return sorted(set(found), key=lambda i: (i.path, i.line))
+
+
 def unit_of(name: str) -> str:
     """The unit a dotted module name belongs to (``mainboard.jobs.store`` -> ``mainboard.jobs``)."""
     parts = name.split(".")
