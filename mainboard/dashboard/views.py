@@ -23,6 +23,7 @@ from mainboard.dashboard.runextras import RunExtras
 from mainboard.errors import MainboardError, first_line
 from mainboard.fleet.records import read_fleet
 from mainboard.fleet.status import fleet_status
+from mainboard.fleet.workers import scheduler_share
 from mainboard.hosts.access import Hosts
 from mainboard.jobs.job import Job
 from mainboard.jobs.live import SharedSweep, Sweep
@@ -73,10 +74,8 @@ class Views:
         self.chi2: dict[str, rundata.Chi2Memo] = {}  # run id -> its chi2/dof series so far
         self._hosts: Hosts | None = None
         self._hosts_lock = threading.Lock()
-        from mainboard.fleet.workers import scheduler_share  # the broker's, where one runs
-
         self.job_sweep = SharedSweep(self._sweep_hosts, max_age=JOBS_FRESH_S,
-                                     share=scheduler_share(config))
+                                     share=scheduler_share(config))  # the broker's, if any
 
     def broker(self) -> dict[str, Any]:
         """Whether the broker answers, and the one line to show when it does not."""

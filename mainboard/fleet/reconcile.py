@@ -36,7 +36,7 @@ from mainboard.daemon import pid_alive
 from mainboard.errors import MainboardError
 from mainboard.fleet.launch import adopted
 from mainboard.fleet.records import FleetState, fleet_receipts, owner_prefix, read_fleet
-from mainboard.fleet.workers import bridge_of, host_transport
+from mainboard.fleet.workers import bridge_of, host_transport, scheduler_share
 from mainboard.hosts.rentals import adapter
 from mainboard.locks import flocked
 from mainboard.receipts import FleetScale, WorkerStopped, WorkerSubmitting
@@ -139,8 +139,6 @@ class Reconciler:
     def poller(self, host: str, bridge: Bridge) -> Poller | None:
         """The host's cluster listing, shared with workers, monitor and ``jobs list``
         (None: the host has no scheduler listing)."""
-        from mainboard.fleet.workers import scheduler_share
-
         if bridge.listing_command is None:
             return None
         if self._share is None:
