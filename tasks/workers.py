@@ -33,6 +33,7 @@ import redis as redis_lib
 from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.daemon import die_with_parent
 from mainboard.errors import IntegrationFailed, UserError
+from mainboard.services.acl import WORKER
 from mainboard.tasks import BATCH_QUEUE
 from mainboard.tasks.paths import pythonpath
 
@@ -172,7 +173,11 @@ def _reap(procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
 def listeners(r: redis.Redis) -> int | None:
     """How many other clients of the broker hold a pub/sub subscription: at most that many
     Celery workers can answer a broadcast (remote control rides on one); None when unsure
-    (CLIENT LIST refused by an ACL, say)."""
+    (CLIENT LIST refused by an ACL, say). The embedded broker's worker user is not asked:
+    its ACL refuses CLIENT (a coordinator a worker runs connects as that user), and each
+    refusal would land in the broker's ACL log as a denial."""
+    if r.connection_pool.connection_kwargs.get("username") == WORKER:
+        return None
     try:
         me, clients = r.client_id(), r.client_list()
     except redis_lib.RedisError:
