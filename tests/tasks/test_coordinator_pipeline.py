@@ -10,11 +10,6 @@ a naive sampler.)
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +19,7 @@ import mainboard
 from mainboard import keys
 from mainboard.config import Config
 from mainboard.integrators.driver import integrate_local
-from mainboard.receipts import IterationDone, Receipts, RunPaused
+from mainboard.receipts import RunPaused
 from mainboard.redisclient import redis_client
 from mainboard.runs.store import RunStore
 from mainboard.tasks import pipeline
@@ -34,11 +29,8 @@ from tests.support.integration import (
     same_numbers,
     slow_spec,
     spec,
-    subprocess_env,
-    write_run,
 )
-from tests.support.outage import run_id_of as spec_id
-from tests.support.run_tasks import cli
+from tests.support.killed_runs import kill_after, resume_matches
 
 workspace, fleet = module_fixtures(2)
 NAIVE = spec(GAUSS_4D, name="ahead", sampler={"kind": "naive"},
@@ -113,27 +105,8 @@ def test_a_coordinator_killed_with_an_iteration_out_ahead_resumes_to_the_same_nu
     uninterrupted run's numbers."""
     run = slow_spec(0.25, name="ahead-killed", sampler={"kind": "naive"},
                     stop={"max_samples": 200_000})
-    path = write_run(workspace, "ahead-killed", run)
-    reference = integrate_local({**run, "integrand": {**run["integrand"], "params": {
-        "delay": 0.0, "a": 4.0}}})  # same values without the sleeping
-    assert workspace.path is not None
-    coordinator = subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
-         str(path), "--workers", "2"], env=subprocess_env(), cwd=workspace.root,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    receipts = Receipts(workspace.state_dir / "runs" / spec_id(run) / "receipts.ndjson")
-    deadline = time.monotonic() + 90
-    while not any(isinstance(p, IterationDone) and p.iteration == 2 for p in receipts.read()):
-        assert time.monotonic() < deadline and coordinator.poll() is None, "no iteration 2"
-        time.sleep(0.02)
-    coordinator.send_signal(signal.SIGKILL)
-    assert coordinator.wait(10) == -signal.SIGKILL
-
-    resumed = cli(workspace, "runs", "resume", "ahead-killed", "--workers", "2", "--json")
-    assert resumed.returncode == 0, resumed.stderr
-    got = json.loads(resumed.stdout)
-    assert (got["estimate"], got["error"], got["chi2_dof"], got["samples"], got["iterations"]) == \
-        (reference.estimate, reference.error, reference.chi2_dof, 200_000, 5)
+    killed = kill_after(workspace, "ahead-killed", run, iteration=2)
+    resume_matches(workspace, "ahead-killed", killed, samples=200_000, iterations=5)
 
 
 # ----- the receipt writer, without services ------------------------------------------------

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +34,7 @@ from tests.support.integration import (
     toml,
     write_run,
 )
+from tests.support.killed_runs import kill_after, resume_matches
 from tests.support.outage import run_id_of as spec_id
 from tests.support.run_tasks import cli
 from tests.support.services import RedisServer, require
@@ -127,33 +124,15 @@ def spec_id_of_file(path: Path) -> str:
 @pytest.mark.live
 def test_killed_coordinator_is_resumed_to_the_uninterrupted_result(workspace: Config) -> None:
     run = slow_spec(0.25, name="resume-me", stop={"max_samples": 200_000})
-    path = write_run(workspace, "resume-me", run)
-    reference = integrate_local({**run, "integrand": {**run["integrand"], "params": {
-        "delay": 0.0, "a": 4.0}}})  # same values without the sleeping
-    assert workspace.path is not None
-    coordinator = subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
-         str(path), "--workers", "2"], env=subprocess_env(), cwd=workspace.root,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    run_id = spec_id(run)
-    receipts = Receipts(workspace.state_dir / "runs" / run_id / "receipts.ndjson")
-    deadline = time.monotonic() + 90
-    while not any(isinstance(p, IterationDone) and p.iteration == 1 for p in receipts.read()):
-        assert time.monotonic() < deadline and coordinator.poll() is None, "no iteration 1"
-        time.sleep(0.02)
-    coordinator.send_signal(signal.SIGKILL)
-    assert coordinator.wait(10) == -signal.SIGKILL
+    killed = kill_after(workspace, "resume-me", run, iteration=1)
+    run_id, receipts = killed.run_id, killed.receipts
 
     listed = {r["run_id"]: r for r in json.loads(cli(workspace, "runs", "list", "--json").stdout)}
     stored = [p.iteration for p in receipts.read() if isinstance(p, IterationDone)]
     assert listed[run_id]["status"] == "unfinished" and stored[0] == 1
     assert stored == list(range(1, listed[run_id]["iterations"] + 1))  # as many as are stored
 
-    resumed = cli(workspace, "runs", "resume", "resume-me", "--workers", "2", "--json")
-    assert resumed.returncode == 0, resumed.stderr
-    got = json.loads(resumed.stdout)
-    assert (got["estimate"], got["error"], got["chi2_dof"], got["samples"], got["iterations"]) == \
-        (reference.estimate, reference.error, reference.chi2_dof, 200_000, 5)
+    resume_matches(workspace, "resume-me", killed, samples=200_000, iterations=5)
 
     shown = json.loads(cli(workspace, "runs", "show", run_id[:6], "--json").stdout)
     assert shown["status"] == "finished" and shown["resumed_from"]
