@@ -27,6 +27,14 @@ def test_gammaq_matches_scipy(a: float) -> None:
         assert gammaq(a, x) == pytest.approx(gammaincc(a, x), rel=1e-12, abs=1e-300)
 
 
+@pytest.mark.parametrize("a", [1e5, 1e6, 1e7, 1e10, 1e12])
+def test_gammaq_stays_right_for_huge_a(a: float) -> None:
+    """Near x = a the series needs about sqrt(a) terms a digit: past 1e6 it was cut short
+    (0.96 for a = 1e10, x = a - 1, where scipy says 0.5)."""
+    for x in [0.9 * a, a - 3 * a ** 0.5, a - 1, a, a + a ** 0.5, 1.01 * a, 1.1 * a]:
+        assert gammaq(a, x) == pytest.approx(gammaincc(a, x), abs=1e-8)
+
+
 def test_gammaq_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="a > 0"):
         gammaq(0.0, 1.0)
