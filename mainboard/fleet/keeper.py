@@ -29,6 +29,7 @@ from pathlib import Path
 
 from mainboard.bridges.tunnel import TunnelManager, TunnelStatus
 from mainboard.config import load_config
+from mainboard.fleet.autoscale import SCALE_TICK_ENV, SCALE_TICK_S, Autoscaler, run_autoscaler
 from mainboard.fleet.keeperclient import WAKE_SIGNAL, keeper_paths
 from mainboard.fleet.launch import ssh_from_dict
 from mainboard.fleet.reconcile import describe, reconcile, worth_reconciling
@@ -72,10 +73,7 @@ class Keeper:
         self.next_try: dict[str, float] = {}
         self.up_since: dict[str, float] = {}  # worker id -> when its tunnel came up (epoch s)
         self.scaler = None
-        if self.config.fleet.pools:  # imported only then: the keeper's start is on `fleet up`'s path
-            # lazy: the documented cycle autoscale -> control -> keeper (tests/test_architecture.py)
-            from mainboard.fleet.autoscale import Autoscaler
-
+        if self.config.fleet.pools:
             self.scaler = Autoscaler(self.config)
         self.stop = threading.Event()
         self.wake = threading.Event()  # set by WAKE_SIGNAL (and on stop): sync at once
@@ -162,9 +160,6 @@ class Keeper:
             log.info("%s", line)
 
     def run(self) -> None:
-        # lazy: the documented cycle autoscale -> control -> keeper (tests/test_architecture.py)
-        from mainboard.fleet.autoscale import SCALE_TICK_ENV, SCALE_TICK_S, run_autoscaler
-
         self.reconcile()  # before any decision: what a killed keeper left is adopted first
         if self.scaler is not None:
             every = float(os.environ.get(SCALE_TICK_ENV) or SCALE_TICK_S)
