@@ -7,15 +7,14 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from mainboard.config import Config
-from mainboard.integrators.driver import RunResult, integrate_local
-from mainboard.receipts import IterationDone, Receipts
+from mainboard.integrators.driver import RunResult
+from mainboard.receipts import Receipts
 from tests.support.integration import subprocess_env, write_run
-from tests.support.outage import run_id_of
+from tests.support.outage import reference, run_id_of, wait_iteration
 from tests.support.run_tasks import cli
 
 
@@ -30,11 +29,10 @@ class Killed:
 
 def kill_after(workspace: Config, name: str, run: dict[str, Any], iteration: int) -> Killed:
     """Integrate ``run`` (a slow_spec: its ``delay`` is dropped for the reference) on 2 local
-    workers and SIGKILL the coordinator once ``iteration`` is recorded (an event, with a
-    90 s hang guard)."""
+    workers and SIGKILL the coordinator once ``iteration`` is recorded (an event, with
+    ``wait_iteration``'s hang guard)."""
     path = write_run(workspace, name, run)
-    reference = integrate_local({**run, "integrand": {**run["integrand"], "params": {
-        **run["integrand"]["params"], "delay": 0.0}}})  # same values without the sleeping
+    uninterrupted = reference(run)  # the same values without the sleeping
     assert workspace.path is not None
     coordinator = subprocess.Popen(
         [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
@@ -42,15 +40,10 @@ def kill_after(workspace: Config, name: str, run: dict[str, Any], iteration: int
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_id = run_id_of(run)
     receipts = Receipts(workspace.state_dir / "runs" / run_id / "receipts.ndjson")
-    deadline = time.monotonic() + 90
-    while not any(isinstance(p, IterationDone) and p.iteration == iteration
-                  for p in receipts.read()):
-        assert time.monotonic() < deadline and coordinator.poll() is None, \
-            f"no iteration {iteration}"
-        time.sleep(0.02)
+    wait_iteration(workspace.state_dir, run_id, coordinator, iteration)
     coordinator.send_signal(signal.SIGKILL)
     assert coordinator.wait(10) == -signal.SIGKILL
-    return Killed(run_id, receipts, reference)
+    return Killed(run_id, receipts, uninterrupted)
 
 
 def resume_matches(workspace: Config, name: str, killed: Killed, samples: int,
