@@ -26,6 +26,7 @@ from mainboard.config import (
 from mainboard.config.interpolate import local_num_cpus
 from mainboard.config.sourcemap import SourceMap
 from mainboard.errors import ConfigError, ConfigNotFound, ExpressionError, UnknownHost
+from tests.support.cliserver import run_mainboard
 from tests.support.config_cases import BAD, ISSUE_EXAMPLE, SSH, UNSET, Bad, toml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -313,8 +314,7 @@ def test_source_map_skips_multiline_values() -> None:
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MAINBOARD_CONFIG"}
-    return subprocess.run([str(MAINBOARD), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+    return run_mainboard(args, cwd=cwd, env=env, timeout=60)
 
 
 def test_cli_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:

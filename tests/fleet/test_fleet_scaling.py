@@ -8,6 +8,7 @@ import pytest
 
 from mainboard.config import PoolConfig
 from mainboard.fleet.scaling import PAUSE_AFTER, Alloc, PoolView, decide, lead_time, target
+from tests.support.cliserver import run_mainboard
 
 
 def pool(**keys: object) -> PoolConfig:
@@ -190,8 +191,6 @@ def test_a_pool_whose_walltime_may_be_chosen_asks_enough_for_the_time_needs_wait
 
 
 def test_a_walltime_above_max_walltime_names_both(tmp_path: Path) -> None:
-    import subprocess
-    import sys
 
     from pydantic import ValidationError
 
@@ -199,8 +198,7 @@ def test_a_walltime_above_max_walltime_names_both(tmp_path: Path) -> None:
         pool(walltime="2h", max_walltime="1h")
     (tmp_path / "mainboard.toml").write_text(
         '[fleet.pools.p]\nhost = "local"\nwalltime = "2h"\nmax-walltime = "1h"\n')
-    done = subprocess.run([sys.executable, "-m", "mainboard", "fleet", "status"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    done = run_mainboard(["fleet", "status"], cwd=tmp_path, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().endswith("mainboard.toml:3: fleet.pools.p.walltime: walltime "
                                         "7200 s is above max-walltime 3600 s (got 7200); "

@@ -29,6 +29,7 @@ from mainboard.redact import (
     redact_url,
     url_secrets,
 )
+from tests.support.cliserver import run_mainboard
 from tests.support.services import RedisServer, require, start_redis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,8 +179,7 @@ def mainboard(workspace: Path, *args: str, url_env: str | None = None) -> Out:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAINBOARD_", "FLOWER_"))}
     if url_env is not None:
         env["MAINBOARD_BROKER_URL"] = url_env
-    done = subprocess.run([sys.executable, "-m", "mainboard", *args], cwd=workspace, env=env,
-                          capture_output=True, text=True, timeout=240)
+    done = run_mainboard(args, cwd=workspace, env=env, timeout=240)
     return Out(done.returncode, done.stdout, done.stderr)
 
 

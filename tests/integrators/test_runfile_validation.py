@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from mainboard.errors import ConfigError
 from mainboard.integrators.spec import RunSpec, load_run_file, parse_run
 from mainboard.integrators.spec_types import INT64_MAX
+from tests.support.cliserver import run_mainboard
 from tests.support.runfile_cases import BAD, CHANNELS, GENZ, PYTHON, Bad, c, edit
 
 CLI_CASES = ("seed-bool", "max-samples-huge", "sigma-inf", "floor-one", "u-too-short",
@@ -56,8 +56,7 @@ def test_bad_run_file_is_one_line_naming_file_line_and_key(tmp_path: Path, case:
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MAINBOARD_CONFIG"}
-    return subprocess.run([sys.executable, "-m", "mainboard", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return run_mainboard(args, cwd=tmp_path, env=env, timeout=60)
 
 
 @pytest.mark.parametrize("name", CLI_CASES)

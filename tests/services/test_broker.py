@@ -29,6 +29,7 @@ from mainboard.services.broker import (
     redact_url,
     resolve_broker_url,
 )
+from tests.support.cliserver import run_mainboard
 from tests.support.services import free_port, require, wait_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -311,8 +312,7 @@ def test_resolve_starts_embedded_when_no_url(tmp_path: Path) -> None:
 # ----- CLI -----------------------------------------------------------------------------------
 
 def _cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(MAINBOARD), "broker", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return run_mainboard(["broker", *args], cwd=cwd, env=env, timeout=60)
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from mainboard.redisclient import (
     wait_replicas,
 )
 from mainboard.services.broker import check_broker
+from tests.support.cliserver import run_mainboard
 from tests.support.integration import slow_spec, subprocess_env, toml
 from tests.support.outage import (
     RUN,
@@ -90,9 +91,8 @@ def _workspace(tmp_path: Path, sentinels: str) -> Path:
 
 
 def _cli(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mainboard", "--config",
-                           str(ws / "mainboard.toml"), *args], cwd=ws, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120, check=False)
+    return run_mainboard(["--config", str(ws / "mainboard.toml"), *args], cwd=ws,
+                         env=subprocess_env(), timeout=120)
 
 
 def test_a_malformed_sentinel_entry_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from mainboard.errors import FlowerError
 from mainboard.services.broker import EmbeddedBroker
 from mainboard.services.flower import USER, Flower
 from tests.support.chromium import render
+from tests.support.cliserver import run_mainboard
 from tests.support.scrape import get
 from tests.support.services import require
 
@@ -46,8 +47,7 @@ class Site:
 
 def run_cli(site_dir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """Run the real `mainboard` command in ``site_dir``."""
-    return subprocess.run([sys.executable, "-m", "mainboard", *args], cwd=site_dir, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_mainboard(args, cwd=site_dir, env=env, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from mainboard.config import Config, load_config
+from tests.support.cliserver import run_mainboard
 from tests.support.services import SshServer
 
 HOST_PYTHON = "/usr/bin/python3"  # the same base python on every "host": one shared env
@@ -70,9 +70,8 @@ def config(ws: Path) -> Config:
 def cli(ws: Path, *args: str, timeout: float = 300.0,
         env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``mainboard --config WS/mainboard.toml ARGS`` in a new process, in the workspace."""
-    return subprocess.run([sys.executable, "-m", "mainboard", "--config",
-                           str(ws / "mainboard.toml"), *args], cwd=ws, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return run_mainboard(["--config", str(ws / "mainboard.toml"), *args], cwd=ws,
+                         timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def status(ws: Path, *flags: str, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from mainboard.bridges.jobstate import JobState
 from mainboard.hosts.facts import probe_facts
 from mainboard.jobs.job import Job
 from tests.support.boards import ssh_host, write_config
+from tests.support.cliserver import run_mainboard
 from tests.support.config_cases import ISSUE_EXAMPLE
 from tests.support.services import SlurmCluster, SshServer, start_slurm, start_sshd
 from tests.support.sim_provider import SimulatedProviderServer, start_simulated_provider
@@ -52,9 +52,8 @@ target = "rtx"
 
 def show(config: Path, *args: str, key: str) -> tuple[str, str]:
     """Run ``mainboard ARGS`` in the workspace: (the README block, its stdout)."""
-    done = subprocess.run([sys.executable, "-m", "mainboard", "--config", str(config), *args],
-                          capture_output=True, text=True, cwd=config.parent, timeout=300,
-                          env={**os.environ, KEY_ENV: key, "COLUMNS": "200"})
+    done = run_mainboard(["--config", str(config), *args], cwd=config.parent, timeout=300,
+                         env={**os.environ, KEY_ENV: key, "COLUMNS": "200"})
     shown = " ".join("fleet.toml" if a.endswith("/fleet.toml") else a for a in args)
     return f"$ mainboard {shown}\n{done.stdout}{done.stderr}", done.stdout
 

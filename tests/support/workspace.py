@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from tests.support.boards import TomlValue
+from tests.support.cliserver import run_mainboard
 
 
 def toml_tables(tables: Mapping[str, Mapping[str, TomlValue]]) -> str:
@@ -23,6 +23,5 @@ def run_cli(config: Path, *args: str, env: Mapping[str, str] | None = None,
     """``python -m mainboard --config CONFIG ARGS`` as a user would run it, wide terminal."""
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     full_env.pop("MAINBOARD_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "mainboard", "--config", str(config), *args],
-                          capture_output=True, text=True, env=full_env, cwd=config.parent,
-                          timeout=timeout)
+    return run_mainboard(["--config", str(config), *args], env=full_env, cwd=config.parent,
+                         timeout=timeout)

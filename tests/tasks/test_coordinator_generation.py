@@ -12,8 +12,6 @@ the numbers of an uninterrupted run with the same seed.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -27,6 +25,7 @@ from mainboard.tasks import dispatch
 from mainboard.tasks.bundles import Bundle, store_bundle
 from mainboard.tasks.codec import dumps
 from mainboard.tasks.workers import LocalWorkers
+from tests.support.cliserver import run_mainboard
 from tests.support.integration import GAUSS_4D, module_fixtures, same_numbers, spec
 from tests.support.services import RedisServer
 
@@ -104,13 +103,11 @@ def test_a_resumed_run_refuses_the_earlier_coordinators_results_and_ends_bit_ide
     assert seen == {"stale": -2, "gen": 2} and stale >= 1
     same_numbers(resumed, integrate_local(mainboard.tasks.runner.load_spec(RUN)))
 
-    shown = subprocess.run([sys.executable, "-m", "mainboard", "--config",
-                            str(workspace.path), "runs", "show", "generations", "--json"],
-                           capture_output=True, text=True, timeout=60, cwd=workspace.root)
+    shown = run_mainboard(["--config", str(workspace.path), "runs", "show", "generations",
+                           "--json"], timeout=60, cwd=workspace.root)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["stale_refused"] == stale  # each member of the bundle
-    logs = subprocess.run([sys.executable, "-m", "mainboard", "--config", str(workspace.path),
-                           "runs", "logs", "generations"], capture_output=True, text=True,
-                          timeout=60, cwd=workspace.root)
+    logs = run_mainboard(["--config", str(workspace.path), "runs", "logs", "generations"],
+                         timeout=60, cwd=workspace.root)
     assert f"{stale} result write(s) sent by an earlier coordinator of this run refused, " \
            "not merged (owner generation now 2)" in logs.stdout, logs.stdout + logs.stderr
