@@ -92,9 +92,10 @@ def test_content_length_beyond_the_body_then_exit_is_a_crash(pool: ProcessPool) 
 
 
 def test_a_hung_process_times_out_and_is_killed(pool: ProcessPool) -> None:
-    ev = evaluator(pool, "hang", request_timeout=0.5)
-    ev.metadata  # noqa: B018 - start it so the pid is known
+    ev = evaluator(pool, "hang")
+    ev.metadata  # noqa: B018 - start it (the default timeout for its start) so the pid is known
     pid = ev.process.client.pid
+    ev.process.client.request_timeout = 0.5  # a hang is a request past the limit, not a slow start
     with pytest.raises(ProcessTimeout, match=r"did not answer eval_batch within 0.5s .*killed"):
         ev(X, IDX)
     with pytest.raises(ProcessLookupError):

@@ -227,7 +227,8 @@ def test_crashes_and_hangs_fail_the_batch_not_the_worker() -> None:
     batch = NaiveSampler(domain).materialize(LatentBatch(1, 0, 0, 4))
     with pytest.raises(BatchError, match="crashed again after one restart: exited with code 3"):
         ProcessBatchTransform({"command": exit_cmd}, domain).apply(batch)
-    hang = ProcessSampler(domain, command=[PY, str(MISBEHAVE), "hang"], request_timeout=0.5)
+    hang = ProcessSampler(domain, command=[PY, str(MISBEHAVE), "hang"])
+    hang.process._ensure().request_timeout = 0.5  # started (and initialized) without the limit
     with pytest.raises(BatchError, match="did not answer produce_latent_batch within 0.5s"):
         hang.sample(1, 0, 0, 4)
     hang.close()
