@@ -65,12 +65,12 @@ Report = Callable[[Any], None]  # a parent's report of each child that ended (pa
 # The layers above, by name (``names.symbol_by_name``): the fleet and the parents build on this
 # module, so it never imports them. The fleet's side of a run: the workspace synced to the
 # hosts whose workers evaluate it (``prepare=None``: nothing). A parent's loop on a session.
-FLEET_PREPARE = "mainboard.fleet.sync:PREPARE"
+FLEET_PREPARE = "mainboard.fleet.prepare:PREPARE"
 PARENT_DRIVER = "mainboard.parents.driver:drive"
 
 
 class Prepare(Protocol):
-    """What the layer above (the fleet, ``mainboard.fleet.sync.PREPARE``) does for a run
+    """What the layer above (the fleet, ``mainboard.fleet.prepare.PREPARE``) does for a run
     once its lease is held; an object handed in, so ``tasks`` never imports the fleet."""
 
     def sync(self, config: Config) -> object:
