@@ -13,6 +13,7 @@ from typing import NoReturn
 
 import click
 
+from mainboard.cli import common
 from mainboard.errors import BrokerError, MainboardError, first_line
 from mainboard.redact import install_log_redaction, redact_text
 
@@ -132,4 +133,7 @@ _register()
 
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="mainboard")
+    try:
+        cli(prog_name="mainboard")
+    except SystemExit as done:  # click's standalone mode always ends with one
+        common.end(done.code)

@@ -48,6 +48,7 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
     from mainboard.integrators.spec_parents import ParentSpec
     from mainboard.tasks.runner import integrate as run_integration
 
+    common.leave_at_once()  # the runner's session let everything go before it returns
     config = common.load(ctx)
     overrides = {"stop.max_samples": max_samples} if max_samples is not None else None
     spec = _naming_ignored(run_file, partial(load_run, run_file, overrides))
