@@ -11,11 +11,13 @@ import select
 import shlex
 import time
 from collections.abc import Callable
-from typing import Protocol
-
-import paramiko
+from typing import TYPE_CHECKING, Protocol
 
 from mainboard.bridges.transport import Output, StreamName
+from mainboard.names import lazy
+
+if TYPE_CHECKING:  # the channel comes from bridges/ssh.py, which loaded paramiko already
+    import paramiko
 
 _TILDE = re.compile(r"~([A-Za-z0-9._-]*)(?:/|\Z)")
 PGID_TAG = "mainboard-pgid="
@@ -108,5 +110,5 @@ def send_stdin(channel: paramiko.Channel, data: bytes) -> None:
     try:
         channel.sendall(data)
         channel.shutdown_write()
-    except (OSError, paramiko.SSHException):
+    except (OSError, lazy("paramiko").SSHException):
         pass

@@ -27,6 +27,9 @@ LAZY: dict[str, str] = {
     "cryptography.ec": "cryptography.hazmat.primitives.asymmetric.ec",
     "flower.monitor": "flower.views.monitor",           # Flower's own process only
     "tornado.web": "tornado.web",
+    "fleet.sync": "mainboard.fleet.sync:sync_fleet",    # paramiko, the mirror: a fleet only
+    "fleet.standby": "mainboard.fleet.sync:standby_pool",
+    "paramiko": "paramiko",                             # ~0.25 s: ssh hosts only, not a quoted word
     "numba.stratified": "mainboard.integrators.grid_kernel:stratified_slice",  # numba: optional
     "numba.training": "mainboard.integrators.grid_kernel:training_sums",
 }

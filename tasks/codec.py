@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import re
 import struct
+import sys
 from typing import Any
 
 import msgpack
@@ -74,7 +75,8 @@ def _array_dtype_problem(dtype: np.dtype) -> str | None:
 
 def _leaf_problem(obj: Any) -> str | None:
     """Why ``obj`` (not a plain leaf or container) cannot be encoded, or None."""
-    if isinstance(obj, np.ma.MaskedArray):
+    masked = sys.modules.get("numpy.ma")  # never loaded: no masked array exists (saves its import)
+    if masked is not None and isinstance(obj, masked.MaskedArray):
         return "masked arrays are not supported (the mask would be lost); send data and mask"
     if isinstance(obj, np.ndarray | np.generic):
         return _array_dtype_problem(obj.dtype)

@@ -25,10 +25,8 @@ from celery import Celery
 
 from mainboard.bridges.envs import worker_python
 from mainboard.config import Config, load_config
-from mainboard.config.brokerurl import BROKER_URL_ENV
 from mainboard.errors import UserError
 from mainboard.integrators.driver import RunResult, RunState
-from mainboard.integrators.gammaboard_python import check_evaluator
 from mainboard.integrators.runfile import load_run
 from mainboard.integrators.spec import RunSpec, parse_run
 from mainboard.integrators.spec_parents import ParentSpec, is_parent, parse_parent
@@ -47,6 +45,7 @@ from mainboard.tasks.goal import start_deadline
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS, where
 from mainboard.tasks.paths import places, use_import_roots
+from mainboard.tasks.preflight import preflight, uses_embedded
 from mainboard.tasks.states import restore_state
 from mainboard.tasks.tasklist import drive, finished_result, has_tasks
 from mainboard.tasks.workers import (
@@ -65,12 +64,12 @@ Report = Callable[[Any], None]  # a parent's report of each child that ended (pa
 # The layers above, by name (``names.symbol_by_name``): the fleet and the parents build on this
 # module, so it never imports them. The fleet's side of a run: the workspace synced to the
 # hosts whose workers evaluate it (``prepare=None``: nothing). A parent's loop on a session.
-FLEET_PREPARE = "mainboard.fleet.sync:PREPARE"
+FLEET_PREPARE = "mainboard.fleet.prepare:PREPARE"
 PARENT_DRIVER = "mainboard.parents.driver:drive"
 
 
 class Prepare(Protocol):
-    """What the layer above (the fleet, ``mainboard.fleet.sync.PREPARE``) does for a run
+    """What the layer above (the fleet, ``mainboard.fleet.prepare.PREPARE``) does for a run
     once its lease is held; an object handed in, so ``tasks`` never imports the fleet."""
 
     def sync(self, config: Config) -> object:
@@ -144,9 +143,7 @@ class Session:
 
 def _embedded_idle(cfg: Config, broker_url: str | None) -> bool:
     """True when the run would use the embedded broker and it is not running."""
-    if broker_url or os.environ.get(BROKER_URL_ENV, "").strip() or cfg.broker.url:
-        return False
-    return not EmbeddedBroker(cfg.state_dir).status().running
+    return uses_embedded(cfg, broker_url) and not EmbeddedBroker(cfg.state_dir).status().running
 
 
 @contextmanager
@@ -266,11 +263,8 @@ def integrate(run: RunLike, workers: int | None = None, *, config: Config | None
             drive_parent = symbol_by_name(PARENT_DRIVER)
             return drive_parent(s, spec, history, report, str(run_file or spec.name))
     run_id = spec.run_id()
-    # Built before anything starts: an integrand that cannot be imported or built is a
-    # user error, refused while no broker, worker or receipt exists yet.
-    check_evaluator(spec, None if run_file is None else str(run_file))
+    deadline = preflight(spec, run_file, cfg)  # refused while nothing of the run exists
     fresh = None if resume else restore_state(spec, None, fresh_stop=False)
-    deadline = start_deadline(spec, str(run_file) if run_file else None)  # in the past: refused
     with session(run_id, cfg, broker_url, workers, prepare=prepare,
                  run_file=run_file, appends=True) as s:
         history = s.store.history(run_id) if resume else None

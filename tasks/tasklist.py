@@ -36,7 +36,7 @@ from mainboard.tasks.appends import Inbox
 from mainboard.tasks.coordinator import Coordinator, Progress
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.outage import BROKER_ERRORS
-from mainboard.tasks.raster import Raster
+from mainboard.tasks.rasterrun import Raster
 from mainboard.tasks.states import restore_state
 
 HALTED = ("paused", "stopped")

@@ -13,13 +13,25 @@ from typing import NoReturn
 
 import click
 
+from mainboard.cli import common
 from mainboard.errors import BrokerError, MainboardError, first_line
+from mainboard.names import symbol_by_name
 from mainboard.redact import install_log_redaction, redact_text
 
 # Connection failures of the broker client libraries, by class name so that this module
 # imports neither (kombu belongs to tasks/; redis-py costs every verb ~0.2 s at start-up).
 _BROKER_ERRORS = frozenset({"redis.exceptions.ConnectionError", "redis.exceptions.TimeoutError",
                             "kombu.exceptions.OperationalError"})
+# Every verb, imported when it is asked for (`mainboard integrate` loads no other verb's
+# module: ~0.1 s of a run's start-up); `runs` brings the modules that add their subcommands
+# (logs, pause, stop, remove, trace; tasks, append) to it.
+VERBS: dict[str, str] = {
+    name: f"mainboard.cli.{name}:{name}" for name in (
+        "run", "facts", "compute", "broker", "config", "integrate", "runs", "flower", "submit",
+        "jobs", "monitor", "fleet", "batch", "study", "dashboard", "metrics", "up", "env",
+        "trace")}
+VERB_EXTRAS: dict[str, tuple[str, ...]] = {"runs": ("mainboard.cli.runctl",
+                                                   "mainboard.cli.runtasks")}
 # Bare `mainboard` (click >= 8.2 raises this to print the help), never one error line.
 _NO_ARGS_IS_HELP: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -65,6 +77,26 @@ class _Group(click.Group):
         except click.exceptions.UsageError as exc:
             _usage_exit(exc)
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *VERBS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The verb's module imported on first use (:data:`VERBS`)."""
+        if cmd_name not in self.commands and cmd_name in VERBS:
+            for module in VERB_EXTRAS.get(cmd_name, ()):
+                symbol_by_name(module)
+            self.add_command(symbol_by_name(VERBS[cmd_name]), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        """An unknown verb's suggestions drawn from every verb, loaded or not."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx) from None
+
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
@@ -96,40 +128,9 @@ def cli(ctx: click.Context, debug: bool, config_path: str | None) -> None:
     ctx.obj["config_path"] = config_path
 
 
-def _register() -> None:
-    from mainboard.cli import (
-        runctl,  # noqa: F401 - adds logs/pause/stop/remove/trace to runs
-        runtasks,  # noqa: F401 - adds tasks/append to runs
-    )
-    from mainboard.cli.batch import batch
-    from mainboard.cli.broker import broker
-    from mainboard.cli.compute import compute
-    from mainboard.cli.config import config
-    from mainboard.cli.dashboard import dashboard
-    from mainboard.cli.env import env
-    from mainboard.cli.facts import facts
-    from mainboard.cli.fleet import fleet
-    from mainboard.cli.flower import flower
-    from mainboard.cli.integrate import integrate
-    from mainboard.cli.jobs import jobs
-    from mainboard.cli.metrics import metrics
-    from mainboard.cli.monitor import monitor
-    from mainboard.cli.run import run
-    from mainboard.cli.runs import runs
-    from mainboard.cli.study import study
-    from mainboard.cli.submit import submit
-    from mainboard.cli.trace import trace
-    from mainboard.cli.up import up
-
-    for command in (run, facts, compute, broker, config, integrate, runs, flower, submit, jobs,
-                    monitor, fleet, batch, study, dashboard, metrics, up, env,
-                    trace):
-        cli.add_command(command)
-
-
-_register()
-
-
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="mainboard")
+    try:
+        cli(prog_name="mainboard")
+    except SystemExit as done:  # click's standalone mode always ends with one
+        common.end(done.code)

@@ -46,8 +46,9 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
     from mainboard.cli.runview import ProgressBar, emit
     from mainboard.integrators.runfile import load_run
     from mainboard.integrators.spec_parents import ParentSpec
-    from mainboard.tasks.runner import integrate as run_integration
+    from mainboard.tasks.preflight import preflight, start_in_background
 
+    common.leave_at_once()  # the runner's session let everything go before it returns
     config = common.load(ctx)
     overrides = {"stop.max_samples": max_samples} if max_samples is not None else None
     spec = _naming_ignored(run_file, partial(load_run, run_file, overrides))
@@ -56,9 +57,19 @@ def integrate(ctx: click.Context, run_file: str, workers: int | None, max_sample
 
         parentview.integrate(spec, run_file, config, workers, as_json)
         return
-    with ProgressBar(spec.name, spec.stop.max_samples, stop=spec.stop) as bar:
-        result = run_integration(spec, workers, config=config, progress=bar.update,
-                                 run_file=run_file)
+    preflight(spec, run_file, config)  # a refused run starts nothing, not even the broker
+    # Redis boots on a thread while the runner (Celery, the coordinator) is imported; the
+    # session waits for it under the broker's lock. `--workers 0` never starts it.
+    starting = start_in_background(config) if workers != 0 else None
+    try:
+        from mainboard.tasks.runner import integrate as run_integration
+
+        with ProgressBar(spec.name, spec.stop.max_samples, stop=spec.stop) as bar:
+            result = run_integration(spec, workers, config=config, progress=bar.update,
+                                     run_file=run_file)
+    finally:
+        if starting is not None:
+            starting.join()
     emit(result, as_json)
 
 

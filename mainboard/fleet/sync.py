@@ -6,8 +6,9 @@ worker there (workers import it from the host's root, see ``mainboard.tasks.path
 The sync is the delta mirror jobs use (:mod:`mainboard.hosts.mirror`): only files changed
 since the host's last sync travel, so a run with nothing changed costs one manifest
 comparison and no transfer. A host that cannot be synced refuses the run in one line,
-before any batch is sent. :data:`PREPARE` is the ``prepare`` step the run verbs of
-``mainboard.tasks.runner`` take by name (``FLEET_PREPARE``): tasks/ never imports fleet/.
+before any batch is sent. The run verbs of ``mainboard.tasks.runner`` reach it through
+``fleet.prepare.PREPARE`` (``FLEET_PREPARE``), which loads this module only where a fleet
+is: tasks/ never imports fleet/.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from mainboard.config import Config, ProviderHost
 from mainboard.errors import FleetSyncError, MainboardError, UserError, first_line
 from mainboard.fleet.keeperclient import keeper_pid
 from mainboard.fleet.launch import ssh_from_dict
+from mainboard.fleet.prepare import batch_workers
 from mainboard.fleet.records import pool_active, pool_paused, read_fleet
 from mainboard.fleet.workers import allocation_entry, broker_route, fleet_entries
 from mainboard.hosts.access import Hosts
@@ -52,11 +54,6 @@ class HostSync:
     seconds: float
 
 
-def _batch_workers(config: Config) -> list[WorkerStarted]:
-    """Fleet workers started, not stopped, consuming the batch queue (receipts only)."""
-    return [w for w in read_fleet(config.state_dir).live() if BATCH_QUEUE in w.queues]
-
-
 def evaluating(config: Config, route: BrokerRoute) -> list[WorkerStarted]:
     """Live fleet workers that consume the batch queue and have not gone silent (a worker
     that never beat yet is still starting: it will take batches too)."""
@@ -64,7 +61,7 @@ def evaluating(config: Config, route: BrokerRoute) -> list[WorkerStarted]:
     # fleet workers to look at
     from mainboard.fleet import status
 
-    live = _batch_workers(config)
+    live = batch_workers(config)
     if not live:
         return []
     try:
@@ -159,7 +156,7 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
     nothing to do."""
     standby: list[str] = []
     if workers is None:
-        live = _batch_workers(config)
+        live = batch_workers(config)
         route = broker_route(config, start=False) if live else None
         workers = evaluating(config, route) if route is not None else []
         standby = _standby_hosts(config, {w.host for w in workers})
@@ -180,21 +177,5 @@ def sync_fleet(config: Config, workers: Sequence[WorkerStarted] | None = None
         return [f.result() for f in futures]
 
 
-class FleetPrepare:
-    """The fleet's side of a run (``mainboard.tasks.runner.Prepare``): the workspace synced
-    to every host whose workers evaluate the run, and the standby pool that starts workers
-    on demand. The runner finds it by name (``runner.FLEET_PREPARE``): ``tasks`` never
-    imports the fleet."""
-
-    def sync(self, config: Config) -> list[HostSync]:
-        return sync_fleet(config)
-
-    def standby(self, config: Config) -> str | None:
-        return standby_pool(config)
-
-
-PREPARE = FleetPrepare()
-
-
-__all__ = ["PREPARE", "FleetPrepare", "HostSync", "evaluating", "mirror_of", "standby_pool",
+__all__ = ["HostSync", "evaluating", "mirror_of", "standby_pool",
            "standby_pools", "sync_fleet"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mainboard.fleet.sync import PREPARE
+from mainboard.fleet.prepare import PREPARE
 from mainboard.integrators.spec_parents import parse_parent
 from mainboard.tasks.runner import integrate as integrate_parent
 from tests.support.fleet_helpers import (
