@@ -95,7 +95,8 @@ class Launcher:
             stored = pipe.execute()[-1]
         pending = set(range(len(sizes))) - {int(f) for f in stored}
         base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
-        units = self.dispatch.plan(pending, self.slots())
+        # Sent ahead, it shares the workers with the iteration in hand: cut for half of them.
+        units = self.dispatch.plan(pending, self.slots(), overlapping=2 if ahead else 1)
         # One message per unit (bundle or chain), not a group: a group subscribes the result
         # backend to its id, and a dangling subscription raises at exit once the broker is
         # gone. All of them go out in one pipeline.
