@@ -10,11 +10,12 @@ run identical:
   order they were handed over (one thread, one queue), and the coordinator waits for it
   (``flush``) before it returns, fails or halts. A crash before a line is written is a
   crash before that iteration was recorded: the resume redoes it, from the same seeds.
-- :class:`Launch` is one iteration whose batches are out. The coordinator sends iteration
-  k+1 while k is still being computed only when k+1's sizes and sampler do not depend on
-  k's results (:meth:`~mainboard.integrators.driver.RunState.lookahead`); once k is merged,
-  the launch is used only if the real sizes and sampler snapshot are byte for byte the
-  ones sent (:meth:`Launch.matches`), else it is dropped and its messages refused.
+- :class:`Launch` is one iteration whose batches are out. The coordinator sends iterations
+  k+1 and k+2 while k is still being computed only when their sizes and sampler do not
+  depend on k's results (:meth:`~mainboard.integrators.driver.RunState.lookahead`); once
+  the one before is merged, a launch is used only if the real sizes and sampler snapshot
+  are byte for byte the ones sent (:meth:`Launch.matches`), else it is dropped (with those
+  after it) and its messages refused.
 """
 
 from __future__ import annotations
