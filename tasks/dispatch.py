@@ -56,16 +56,18 @@ class Dispatch:
 
     # ----- planning -------------------------------------------------------------------------
 
-    def plan(self, pending: Iterable[int], workers: int = 0) -> list[Bundle]:
+    def plan(self, pending: Iterable[int], workers: int = 0, overlapping: int = 1
+             ) -> list[Bundle]:
         """Cut the batches still to compute into units (bundles of a fused run, single
-        batches of a chained one); ``workers``: worker slots known to be there. They are
-        the iteration in hand once :meth:`use` says so (the next one may be planned and
-        sent while this one is collected)."""
+        batches of a chained one); ``workers``: worker slots known to be there,
+        ``overlapping``: iterations out at once, sharing them. They are the iteration in
+        hand once :meth:`use` says so (the next one may be planned and sent while this one
+        is collected)."""
         todo = sorted(pending)
         size = 1
         if self.fused:
             self.sizer.next_iteration()
-            size = self.sizer.size(len(todo), self.batch_size, workers)
+            size = self.sizer.size(len(todo), self.batch_size, workers, overlapping)
         return plan_bundles(todo, size)
 
     def use(self, units: list[Bundle]) -> None:
