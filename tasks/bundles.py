@@ -14,9 +14,10 @@ number. A lost bundle is re-sent whole; its worker skips members stored already,
 the store writes each member set-if-absent, so a batch counts once whatever happens.
 
 The worker stores a bundle's results with one script call (one round trip) and pushes one
-entry on the iteration's done list: the member indices it stored, the seconds it computed
-and which worker slot ran it (``3,4,5@0.0123@host|pid|thread``); a plain ``7`` from a
-chained run's last stage is the one-member case.
+entry on the iteration's done list: the member indices it stored, the CPU seconds it
+computed (its thread's: on a busy machine wall time would say the batches are long when
+they are only waiting) and which worker slot ran it (``3,4,5@0.0123@host|pid|thread``);
+a plain ``7`` from a chained run's last stage is the one-member case.
 """
 
 from __future__ import annotations
