@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import pstats
+import resource
 import shutil
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from profile_gauss import _cum, profile  # noqa: E402
 
 import mainboard  # noqa: E402
 from mainboard.integrators import kernels  # noqa: E402
+from mainboard.integrators.driver import integrate_local  # noqa: E402
 
 #: (label, file ending, function): cumulative seconds in a pool child, outermost first.
 CHILD_PARTS = [
@@ -52,9 +54,16 @@ CHILD_PARTS = [
 ]
 
 
-def worker_cpu(procs: list[psutil.Process]) -> tuple[float, float]:
-    """(parents', pool children's) user + system CPU seconds so far."""
+def _minflt(pid: int) -> int:
+    """Minor page faults of a process so far (/proc/PID/stat, field 10)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+
+
+def worker_cpu(procs: list[psutil.Process]) -> tuple[float, float, int]:
+    """(parents', pool children's) user + system CPU seconds so far, and the children's
+    minor page faults."""
     parent = child = 0.0
+    faults = 0
     for p in procs:
         try:
             t = p.cpu_times()
@@ -62,14 +71,16 @@ def worker_cpu(procs: list[psutil.Process]) -> tuple[float, float]:
             for c in p.children(recursive=True):
                 tc = c.cpu_times()
                 child += tc.user + tc.system
-        except psutil.NoSuchProcess:
+                faults += _minflt(c.pid)
+        except (psutil.NoSuchProcess, FileNotFoundError):
             pass
-    return parent, child
+    return parent, child, faults
 
 
 def run_workers(budget: int, profile_dir: Path | None, config: object, url: str,
-                root: Path) -> tuple[float, float, float]:
-    """(wall s, parents' CPU s, children's CPU s) of one timed run on 2 warm workers."""
+                root: Path) -> tuple[float, float, float, int]:
+    """(wall s, parents' CPU s, children's CPU s, children's minor page faults) of one
+    timed run on 2 warm workers."""
     env = {kernels.ENV: "1"}
     if profile_dir is not None:
         path = os.pathsep.join([str(BENCH / "profhook"), str(BENCH), str(REPO),
@@ -82,12 +93,12 @@ def run_workers(budget: int, profile_dir: Path | None, config: object, url: str,
         mainboard.integrate(gauss_spec(warm, name="warm"), workers=0, config=config)
         if profile_dir is not None:
             (profile_dir / "reset").touch()
-        p0, c0 = worker_cpu(procs)
+        p0, c0, f0 = worker_cpu(procs)
         began = time.perf_counter()
         mainboard.integrate(gauss_spec(budget, name="profiled"), workers=0, config=config)
         wall = time.perf_counter() - began
-        p1, c1 = worker_cpu(procs)
-        return wall, p1 - p0, c1 - c0
+        p1, c1, f1 = worker_cpu(procs)
+        return wall, p1 - p0, c1 - c0, f1 - f0
     finally:
         fleet.stop()
 
@@ -102,10 +113,17 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f} (at start); {budget:,} samples")
     with bench_workspace("profw") as (config, url, root), \
             tempfile.TemporaryDirectory(prefix="mb-prof-") as tmp:
-        wall, parent, child = run_workers(budget, None, config, url, root)
+        wall, parent, child, faults = run_workers(budget, None, config, url, root)
         print(f"unprofiled, 2 workers: wall {wall:.2f} s, parents {parent:.2f} CPU s, "
               f"pool children {child:.2f} CPU s ({budget / (parent + child) / 1e6:.1f} M "
-              "samples per CPU s)")
+              f"samples per CPU s), children's minor page faults {faults:,}")
+        kernels.preload()
+        spec = gauss_spec(budget, name="plain-local")
+        integrate_local(gauss_spec(budget // 10, name="warm-local", batches=1))
+        f0, c0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time()
+        integrate_local(spec)
+        print(f"unprofiled, local driver: {time.process_time() - c0:.2f} CPU s, minor page "
+              f"faults {resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0:,}")
         run_workers(budget, Path(tmp), config, url, root)
         children = [str(p) for p in Path(tmp).glob("child-*.prof")]
         parents = [str(p) for p in Path(tmp).glob("parent-*.prof")]
