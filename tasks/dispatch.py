@@ -64,11 +64,12 @@ class Dispatch:
         hand once :meth:`use` says so (the next one may be planned and sent while this one
         is collected)."""
         todo = sorted(pending)
-        size = 1
-        if self.fused:
-            self.sizer.next_iteration()
-            size = self.sizer.size(len(todo), self.batch_size, workers, overlapping)
-        return plan_bundles(todo, size)
+        if not self.fused:
+            return plan_bundles(todo, 1)
+        self.sizer.next_iteration()
+        size = self.sizer.size(len(todo), self.batch_size, workers, overlapping)
+        share = max(1, self.sizer.workers(workers) // max(1, overlapping))
+        return plan_bundles(todo, size, share)
 
     def use(self, units: list[Bundle]) -> None:
         """Make ``units`` those of the iteration in hand (completions, re-sends)."""
