@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import sys
 import time
@@ -35,20 +34,10 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=2_000)
     parser.add_argument("--samples", type=int, default=800_000)
     parser.add_argument("--all", action="store_true", help="every function, not mainboard's")
-    parser.add_argument("--out", help="also dump the profile there (pstats format)")
-    parser.add_argument("--worker-profile", metavar="DIR",
-                        help="profile the workers too: one pstats file per process in DIR")
     args = parser.parse_args()
     run = spec(args.size, args.samples, fuse=True)
     with bench_workspace("profile") as (config, url, root):
-        env = None
-        if args.worker_profile:
-            Path(args.worker_profile).mkdir(parents=True, exist_ok=True)
-            env = {"MAINBOARD_WORKER_PROFILE": str(Path(args.worker_profile).resolve()),
-                   "PYTHONPATH": os.pathsep.join([str(BENCH / "worker_profile"), str(BENCH),
-                                                  str(BENCH.parent),
-                                                  os.environ.get("PYTHONPATH", "")])}
-        fleet = start_fleet(2, url, root / "logs", env=env)
+        fleet = start_fleet(2, url, root / "logs")
         try:
             for _ in range(2):
                 began = time.perf_counter()
@@ -61,8 +50,6 @@ def main() -> None:
             profile.disable()
         finally:
             fleet.stop()
-    if args.out:
-        profile.dump_stats(args.out)
     stats = pstats.Stats(profile).sort_stats("cumulative")
     if args.all:
         stats.print_stats(60)

@@ -95,36 +95,32 @@ class RunState:
                                          int(spec.batching.batches_per_iteration))
         return [latent.n for latent in self.latents]
 
-    def lookahead(self, sizes: list[int], depth: int = 1) -> tuple[list[int], Sampler] | None:
-        """The batch sizes and sampler of the ``depth``-th iteration after the planned one
-        (of ``sizes``) when neither depends on the results before it, else None.
+    def lookahead(self, sizes: list[int]) -> tuple[list[int], Sampler] | None:
+        """The batch sizes and sampler of the iteration after the planned one (of ``sizes``)
+        when neither depends on its results, else None.
 
         Why: a coordinator sends those batches while this iteration is still out, so
         workers never wait for its merge and bookkeeping. That holds for a sampler that
         does not learn (naive) or is ``frozen``, outside a training phase and a process
-        sampler, and when no stop rule but the error targets can end the run before that
-        iteration (a target met leaves the batches sent ahead unused, never merged). Each
-        iteration ahead is planned from the one before it, as :meth:`apply` would.
+        sampler, and when no stop rule but the error targets can end the run after this
+        iteration (a target met leaves the batches sent ahead unused, never merged).
         """
         if owned(self.sampler) is not None or self.training or self.stop is not None or \
                 (self.sampler.learns and not self.frozen):
             return None
-        spec, samples, sampler = self.run.spec, self.samples, self.sampler
-        iterations = len(self.accumulator.iterations)
-        for _ in range(depth):
-            samples, iterations = samples + int(sum(sizes)), iterations + 1
-            if stop_reason(spec.stop, samples=samples, iterations=iterations, result=None,
-                           kind=self.run.kind) is not None:
-                return None
-            sizes = plan_iteration(spec.stop, spec.batching, samples)
-            if not sizes:
-                return None
-            sampler = restore_sampler(sampler.snapshot(), self.run.domain)
-            if not self.frozen:  # as apply() does, with the training data it has none of
-                sampler.ingest({})
-                sampler.adapt()
-            sampler.plan(sizes)
-        return sizes, sampler
+        spec, samples = self.run.spec, self.samples + int(sum(sizes))
+        if stop_reason(spec.stop, samples=samples, iterations=len(self.accumulator.iterations)
+                       + 1, result=None, kind=self.run.kind) is not None:
+            return None
+        after = plan_iteration(spec.stop, spec.batching, samples)
+        if not after:
+            return None
+        sampler = restore_sampler(self.sampler.snapshot(), self.run.domain)
+        if not self.frozen:  # as apply() does, with the training data it has none of
+            sampler.ingest({})
+            sampler.adapt()
+        sampler.plan(after)
+        return after, sampler
 
     def _samples_left(self) -> int | None:
         cap = self.run.spec.stop.max_samples

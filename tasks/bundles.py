@@ -181,16 +181,12 @@ class Sizer:
         seen = len(self.slots | self.before)
         return max(known, seen) or UNKNOWN_WORKERS
 
-    def size(self, batches: int, batch_size: int, known_workers: int = 0,
-             overlapping: int = 1) -> int:
-        """Batches per bundle for an iteration of ``batches`` batches of ``batch_size``;
-        ``overlapping``: iterations out at once (2 when one is sent ahead), which share the
-        worker slots, so each needs only its part of them busy (fewer, bigger tasks: one
-        per iteration of small batches on two slots, the other slot on the next one)."""
+    def size(self, batches: int, batch_size: int, known_workers: int = 0) -> int:
+        """Batches per bundle for an iteration of ``batches`` batches of ``batch_size``."""
         per = self.per_batch_s if self.per_batch_s is not None else \
             batch_size * PRIOR_S_PER_SAMPLE
         by_time = max(1, int(TARGET_S / max(per, 1e-9)))
-        share = math.ceil(batches / max(1, self.workers(known_workers) // max(1, overlapping)))
+        share = math.ceil(batches / self.workers(known_workers))
         return max(1, min(by_time, share, self.max_bundle or AUTO_MAX))
 
 

@@ -23,7 +23,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -175,16 +174,7 @@ def _drop_samplers(run_id: str, before: int | None = None) -> None:
 
 def load_iteration(r: redis.Redis, ref: BatchRef) -> tuple[Run, Sampler]:
     """The run and the sampler batches of (run, iteration) use, from Redis once per
-    iteration and worker process; stale batches are skipped (see :func:`load_and_control`)."""
-    run, sampler, _ = load_and_control(r, ref, control=False)
-    return run, sampler
-
-
-def load_and_control(r: redis.Redis, ref: BatchRef, *, control: bool
-                     ) -> tuple[Run, Sampler, list[bytes | None]]:
-    """:func:`load_iteration`, and with ``control`` the run's pause/stop request read in the
-    same round trip when Redis is asked at all (``[request]``; ``[]``: not read, the
-    iteration came from the cache), which saves a bundle's hold a round trip.
+    iteration and worker process; stale batches are skipped.
 
     The definition comes in the same round trip as the sampler: a run with ``[[tasks]]``
     publishes each task's tables under the run's id, so a changed definition (by digest)
@@ -200,14 +190,12 @@ def load_and_control(r: redis.Redis, ref: BatchRef, *, control: bool
         if key in st.samplers and ref.run in st.runs:
             st.samplers.move_to_end(key)
             st.runs.move_to_end(ref.run)
-            return st.runs[ref.run][1], st.samplers[key], []
+            return st.runs[ref.run][1], st.samplers[key]
     with r.pipeline(transaction=False) as pipe:
         pipe.get(keys.iteration_sampler(ref.run, ref.iteration))
         pipe.get(keys.run_definition(ref.run))
         pipe.get(keys.run_places(ref.run))
-        if control:
-            pipe.hget(keys.run_state(ref.run), "control")
-        raw_sampler, raw, places, *request = pipe.execute()
+        raw_sampler, raw, places = pipe.execute()
     if raw is None:
         raise Skip(f"run {ref.run} is not defined in this broker (deleted?); batch skipped")
     if raw_sampler is None:
@@ -226,7 +214,7 @@ def load_and_control(r: redis.Redis, ref: BatchRef, *, control: bool
     # iteration k is only published once k-1 is merged: older samplers of the run are stale
     _drop_samplers(ref.run, before=ref.iteration)
     return run, _remember(st.samplers, key, restore_sampler(codec.loads(raw_sampler),
-                                                            run.domain)), request
+                                                            run.domain))
 
 
 def release_run(run_id: str) -> None:
@@ -306,61 +294,29 @@ def process_scope(url: str, run: Run, run_id: str) -> Iterator[None]:
         yield
 
 
-class _Beats:
-    """The claims this worker process holds, kept alive by one thread of its own.
-
-    Why one thread: a thread started and joined per claim cost a small bundle as much as a
-    Redis round trip; the beat (every ``HEARTBEAT_S``, within ``CLAIM_TTL_MS``) is the same.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()  # held while beating: no beat after a claim is let go
-        self.held: dict[str, tuple[redis.Redis, str]] = {}
-        self.thread: threading.Thread | None = None
-        self.pid = 0  # the process that started the thread (a fork has none)
-
-    def add(self, r: redis.Redis, key: str, holder: str) -> None:
-        with self.lock:
-            self.held[key] = (r, holder)
-            if self.thread is None or self.pid != os.getpid() or not self.thread.is_alive():
-                self.pid = os.getpid()
-                self.thread = threading.Thread(target=self._beat, name="claims", daemon=True)
-                self.thread.start()
-
-    def drop(self, key: str) -> None:
-        with self.lock:
-            self.held.pop(key, None)
-
-    def _beat(self) -> None:
-        while True:
-            time.sleep(HEARTBEAT_S)
-            with self.lock:
-                if self.pid != os.getpid():
-                    return
-                for key, (r, holder) in list(self.held.items()):
-                    try:
-                        r.set(key, holder, px=CLAIM_TTL_MS)
-                    except redis.RedisError:  # a missed beat only risks a harmless duplicate
-                        continue
-
-
-_BEATS = _Beats()
-
-
 class Claim:
-    """A short-TTL key saying "this worker is running this attempt", kept alive by the
-    process's claim thread while held."""
+    """A short-TTL key saying "this worker is running this attempt", kept alive by a thread."""
 
     def __init__(self, r: redis.Redis, key: str, holder: str) -> None:
         self.r, self.key, self.holder = r, key, holder
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"claim {key}", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self.r.set(self.key, self.holder, px=CLAIM_TTL_MS)
+            except redis.RedisError:  # a missed beat only risks a harmless duplicate
+                continue
 
     def __enter__(self) -> Claim:
         self.r.set(self.key, self.holder, px=CLAIM_TTL_MS)
-        _BEATS.add(self.r, self.key, self.holder)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _BEATS.drop(self.key)
+        self._stop.set()
+        self._thread.join()
 
 
 class StageContext:
@@ -370,24 +326,21 @@ class StageContext:
         self.ref, self.stage, self.url = ref, stage, broker_url
         self.r = client(broker_url)
         self.holder = f"{hostname or socket.gethostname()}|{os.getpid()}|{stage}"
-        self._control: list[bytes | None] = []  # the pause/stop request load() read, if any
 
-    def load(self, check_stored: bool = True, hold: bool = False) -> None:
-        """Fetch run and sampler (cached); raise Skip for a batch already merged or stale.
-        ``hold``: :meth:`hold` follows, its pause/stop request read in the same round trip."""
+    def load(self, check_stored: bool = True) -> None:
+        """Fetch run and sampler (cached); raise Skip for a batch already merged or stale."""
         ref = self.ref
         if check_stored and self.r.hexists(keys.iteration_results(ref.run, ref.iteration),
                                            str(ref.batch)):
             raise Skip(f"{ref}: already stored once; duplicate delivery skipped")
-        self.run, self.sampler, self._control = load_and_control(self.r, ref, control=hold)
+        self.run, self.sampler = load_iteration(self.r, ref)
 
     def hold(self, batches: Sequence[int] = ()) -> None:
         """Before sampling: a run asked to pause or stop samples nothing new; the batch (or
         each batch of a bundle) is parked (``p:<batch>`` on the done list tells the
         coordinator) and skipped."""
         ref = self.ref
-        read, self._control = self._control, []  # read by load(), else asked now
-        if (read[0] if read else self.r.hget(keys.run_state(ref.run), "control")) is None:
+        if self.r.hget(keys.run_state(ref.run), "control") is None:
             return
         self.r.lpush(keys.iteration_done(ref.run, ref.iteration),
                      *[f"p:{b}" for b in (batches or (ref.batch,))])
@@ -445,5 +398,5 @@ class StageContext:
 
 
 __all__ = ["CLAIM_TTL_MS", "HEARTBEAT_S", "BatchRef", "Claim", "Skip", "StageContext", "client",
-           "close_sampler", "load_and_control", "load_iteration", "process_scope",
-           "release_all", "release_run", "run_ended", "watch_processes"]
+           "close_sampler", "process_scope", "release_all", "release_run", "run_ended",
+           "watch_processes"]

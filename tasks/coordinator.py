@@ -158,6 +158,7 @@ class Coordinator:
         for unit in launch.units:
             live.sent(unit.lead, base)
         self.dispatch.use(launch.units)
+        ahead = self.launcher.ahead
         if not launch.ahead:  # else said as the iteration before it ended
             self._demand(len(pending))
         started = time.monotonic()
@@ -176,7 +177,7 @@ class Coordinator:
             raise Halt(self.steer.halting or "pause", len(sizes) - len(pending))
         self.steer.mark("complete")
         with self.r.pipeline(transaction=False) as pipe:  # one round trip: the results, and
-            self._demand(self.launcher.outstanding(), pipe)  # what is out ahead
+            self._demand(len(ahead.pending) if ahead is not None else 0, pipe)  # what is out
             pipe.hmget(results_key, [str(i) for i in range(len(sizes))])
             raw = pipe.execute()[-1]
         try:

@@ -56,20 +56,17 @@ class Dispatch:
 
     # ----- planning -------------------------------------------------------------------------
 
-    def plan(self, pending: Iterable[int], workers: int = 0, overlapping: int = 1
-             ) -> list[Bundle]:
+    def plan(self, pending: Iterable[int], workers: int = 0) -> list[Bundle]:
         """Cut the batches still to compute into units (bundles of a fused run, single
-        batches of a chained one); ``workers``: worker slots known to be there,
-        ``overlapping``: iterations out at once, sharing them. They are the iteration in
-        hand once :meth:`use` says so (the next one may be planned and sent while this one
-        is collected)."""
+        batches of a chained one); ``workers``: worker slots known to be there. They are
+        the iteration in hand once :meth:`use` says so (the next one may be planned and
+        sent while this one is collected)."""
         todo = sorted(pending)
         if not self.fused:
             return plan_bundles(todo, 1)
         self.sizer.next_iteration()
-        size = self.sizer.size(len(todo), self.batch_size, workers, overlapping)
-        share = max(1, self.sizer.workers(workers) // max(1, overlapping))
-        return plan_bundles(todo, size, share)
+        size = self.sizer.size(len(todo), self.batch_size, workers)
+        return plan_bundles(todo, size, self.sizer.workers(workers))
 
     def use(self, units: list[Bundle]) -> None:
         """Make ``units`` those of the iteration in hand (completions, re-sends)."""

@@ -10,12 +10,11 @@ run identical:
   order they were handed over (one thread, one queue), and the coordinator waits for it
   (``flush``) before it returns, fails or halts. A crash before a line is written is a
   crash before that iteration was recorded: the resume redoes it, from the same seeds.
-- :class:`Launch` is one iteration whose batches are out. The coordinator sends iterations
-  k+1 and k+2 while k is still being computed only when their sizes and sampler do not
-  depend on k's results (:meth:`~mainboard.integrators.driver.RunState.lookahead`); once
-  the one before is merged, a launch is used only if the real sizes and sampler snapshot
-  are byte for byte the ones sent (:meth:`Launch.matches`), else it is dropped (with those
-  after it) and its messages refused.
+- :class:`Launch` is one iteration whose batches are out. The coordinator sends iteration
+  k+1 while k is still being computed only when k+1's sizes and sampler do not depend on
+  k's results (:meth:`~mainboard.integrators.driver.RunState.lookahead`); once k is merged,
+  the launch is used only if the real sizes and sampler snapshot are byte for byte the
+  ones sent (:meth:`Launch.matches`), else it is dropped and its messages refused.
 """
 
 from __future__ import annotations
@@ -40,8 +39,6 @@ from mainboard.tasks.outage import Outage
 
 OUTAGE_ATTEMPTS = 100  # attempts sent after the n-th broker outage are numbered from 100 n
 PIPELINE_ENV = "MAINBOARD_PIPELINE"  # "0": no iteration is sent ahead (bench/overhead.py)
-DEPTH = 2  # iterations sent ahead at most: k+1 and k+2 while k is out (one with an error
-# target, which may end the run after any iteration: what is ahead then is computed for nothing)
 
 
 def iteration_keys(run_id: str, k: int) -> list[str]:
@@ -76,19 +73,17 @@ class Launch:
 
 
 class Launcher:
-    """Sends a run's iterations: the one in hand, and the next ``DEPTH`` ahead where the
-    run's state says their batches do not depend on this one's results, the run is fused
-    (a chained run's later stages share the queue) and its bundles were sized from a
-    measured batch (the first iteration's). Two ahead, not one: an iteration of small
-    batches is one task on two workers (cut for half the slots), so while one worker ends
-    k the other has k+1, and k+2 waits for the first instead of the coordinator's merge."""
+    """Sends a run's iterations: the one in hand, and the next one ahead where the run's
+    state says its batches do not depend on this one's results, the run is fused (a
+    chained run's later stages share the queue) and its bundles were sized from a measured
+    batch (the first iteration's)."""
 
     def __init__(self, r: redis.Redis, run_id: str, dispatch: Dispatch, outage: Outage,
                  slots: Callable[[], int]) -> None:
         self.r, self.run_id, self.dispatch, self.outage = r, run_id, dispatch, outage
         self.slots = slots  # worker slots known to be there
         self.enabled = os.environ.get(PIPELINE_ENV, "1") != "0"
-        self.ahead: list[Launch] = []  # sent before the iteration before each was merged
+        self.ahead: Launch | None = None  # sent before the iteration before it was merged
 
     def launch(self, k: int, sizes: list[int], sampler: bytes, ahead: bool = False) -> Launch:
         """Publish iteration ``k``'s sampler and send what is not stored yet (a resumed or
@@ -100,8 +95,7 @@ class Launcher:
             stored = pipe.execute()[-1]
         pending = set(range(len(sizes))) - {int(f) for f in stored}
         base = OUTAGE_ATTEMPTS * self.outage.count  # after an outage: numbers never used yet
-        # Sent ahead, it shares the workers with the iteration in hand: cut for half of them.
-        units = self.dispatch.plan(pending, self.slots(), overlapping=2 if ahead else 1)
+        units = self.dispatch.plan(pending, self.slots())
         # One message per unit (bundle or chain), not a group: a group subscribes the result
         # backend to its id, and a dangling subscription raises at exit once the broker is
         # gone. All of them go out in one pipeline.
@@ -114,60 +108,47 @@ class Launcher:
     def take(self, k: int, sizes: list[int], sampler: bytes) -> Launch:
         """Iteration ``k`` sent: the launch sent ahead when it is exactly this one, again
         after an outage (what is stored is kept), else now."""
-        launch = self.ahead.pop(0) if self.ahead and self.ahead[0].k == k else None
+        launch = self.ahead if self.ahead is not None and self.ahead.k == k else None
         if launch is not None:  # else none, or k+1 sent before an outage made this a redo
+            self.ahead = None
             if not launch.matches(k, sizes, sampler, launch.outages, self.dispatch.gen):
-                self.drop(launch)  # and those after it, sent on the same assumption
+                self.drop(launch)
                 launch = None
         if launch is None or launch.outages != self.outage.count:
             launch = self.launch(k, sizes, sampler)
         return launch
 
     def send_ahead(self, state: RunState, sizes: list[int]) -> None:
-        """Send the iterations after the one in hand (of ``sizes``) now, up to ``DEPTH``,
-        when their batches do not depend on its results (``RunState.lookahead``): the
-        workers go on while it is merged and recorded."""
-        if not self.enabled:
+        """Send the iteration after the one in hand (of ``sizes``) now, when its batches do
+        not depend on that one's results (``RunState.lookahead``): the workers go on while
+        it is merged and recorded."""
+        if self.ahead is not None or not self.enabled:  # sent already (before an outage)
             return
         if not self.dispatch.fused:  # a chain's later stages would queue behind the next
             return  # iteration's first ones: this iteration would end later, not earlier
         if self.dispatch.sizer.per_batch_s is None:
             return  # bundles not sized from a measured batch yet: one per batch, far too many
-        stop = state.run.spec.stop
-        most = 1 if stop.relative_error is not None or stop.absolute_error is not None \
-            else DEPTH
-        # those sent already (before an outage too) stay; the next ones follow them
-        while len(self.ahead) < most and (
-                not self.ahead or self.ahead[-1].k == state.iteration + len(self.ahead)):
-            depth = len(self.ahead) + 1
-            nxt = state.lookahead(sizes, depth)
-            if nxt is None:
-                return
+        nxt = state.lookahead(sizes)
+        if nxt is not None:
             after, sampler = nxt
-            self.ahead.append(self.launch(state.iteration + depth, after,
-                                          dumps(sampler.snapshot()), ahead=True))
-
-    def outstanding(self) -> int:
-        """Batches of the iterations sent ahead not stored yet (as far as known here)."""
-        return sum(len(launch.pending) for launch in self.ahead)
+            self.ahead = self.launch(state.iteration + 1, after, dumps(sampler.snapshot()),
+                                     ahead=True)
 
     def drop(self, launch: Launch) -> None:
-        """An iteration sent ahead that is not used: its keys go, and those of every one
-        sent after it (late results are no-ops); as the same iterations are sent again, a
-        new owner generation refuses their messages' results."""
-        later, self.ahead = self.ahead, []
-        doomed = [launch, *later]
-        self.r.delete(*[key for d in doomed for key in iteration_keys(self.run_id, d.k)])
-        if any(d.gen == self.dispatch.gen for d in doomed):
+        """An iteration sent ahead that is not used: its keys go (late results are no-ops)
+        and, as the same iteration is sent again, a new owner generation refuses its
+        messages' results."""
+        self.r.delete(*iteration_keys(self.run_id, launch.k))
+        if launch.gen == self.dispatch.gen:
             self.dispatch.gen += 1
             self.r.hset(keys.run_state(self.run_id), "generation", self.dispatch.gen)
 
     def discard(self) -> None:
-        """The run ends: the iterations sent ahead go (their late results are no-ops; a
+        """The run ends: an iteration sent ahead goes (its late results are no-ops; a
         resume runs under a new owner generation)."""
-        ahead, self.ahead = self.ahead, []
-        if ahead:
-            self.r.delete(*[key for d in ahead for key in iteration_keys(self.run_id, d.k)])
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            self.r.delete(*iteration_keys(self.run_id, ahead.k))
 
 
 class ReceiptWriter:
@@ -218,5 +199,5 @@ class ReceiptWriter:
         self._raise()
 
 
-__all__ = ["DEPTH", "OUTAGE_ATTEMPTS", "PIPELINE_ENV", "Launch", "Launcher", "ReceiptWriter",
+__all__ = ["OUTAGE_ATTEMPTS", "PIPELINE_ENV", "Launch", "Launcher", "ReceiptWriter",
            "iteration_keys"]

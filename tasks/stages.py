@@ -78,9 +78,8 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
         if members is not None:
             ctx.stage = "sample"  # a load failure is its first stage's, as in a chain
         # an instant stage leaves the check to the next one, a bundle to its body
-        holds = stage == "sample" or members is not None
-        ctx.load(check_stored=claim and members is None, hold=holds)
-        if holds:
+        ctx.load(check_stored=claim and members is None)
+        if stage == "sample" or members is not None:
             ctx.hold(members or ())
         with ctx.claim() if claim else nullcontext(), ctx.processes():
             out = body(ctx)

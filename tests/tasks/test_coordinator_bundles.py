@@ -150,16 +150,6 @@ def test_sizer_aims_at_the_target_time_and_gives_every_worker_a_share() -> None:
     assert Sizer(per_batch_s=5.0).size(400, 2000, 2) == 1  # slow batches: one per task
 
 
-def test_an_iteration_sent_ahead_is_cut_for_its_part_of_the_slots() -> None:
-    """Two iterations out at once share the slots: small batches go one task per iteration
-    on two slots, per half of them on four; slow batches stay one per task."""
-    fast = Sizer(per_batch_s=1e-4)
-    assert fast.size(20, 2000, 2, overlapping=2) == 20
-    assert fast.size(20, 2000, 4, overlapping=2) == 10
-    assert fast.size(20, 2000, 1, overlapping=2) == 20  # never fewer than one slot
-    assert Sizer(per_batch_s=5.0).size(20, 2000, 2, overlapping=2) == 1
-
-
 def test_done_entries() -> None:
     assert parse_done(b"7") == Done((7,))
     assert parse_done(b"3,4,5@0.012500@node@h|12|34") == Done((3, 4, 5), 0.0125, "node@h|12|34")
