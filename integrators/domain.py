@@ -92,10 +92,6 @@ class Batch:
     idx: np.ndarray
     weights: np.ndarray
     aux: dict[str, np.ndarray] = field(default_factory=dict)
-    #: the ``x`` a compiled draw found inside [0, 1) as it wrote it (issue 30: validate then
-    #: skips reading the whole batch twice more); trusted only while it *is* ``x``, so a
-    #: batch given other points (a transform, a copy, the wire) is checked in full
-    cube_checked: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def n(self) -> int:
@@ -159,8 +155,7 @@ def validate(batch: Batch, domain: Domain, stage: str, *, dim: int | None = None
                                     f"(first at sample {first}: {weights[first]!r})")
     if n and weights.min() < 0:
         raise BatchError(stage, "weights must be >= 0 (a Jacobian over a density)")
-    if not (region is Region.CUBE and batch.cube_checked is batch.x):
-        _check_points(stage, batch.x, region, center, radius)
+    _check_points(stage, batch.x, region, center, radius)
     if domain.discrete:
         cards = np.asarray(domain.discrete, dtype=np.int64)
         out = (batch.idx < 0) | (batch.idx >= cards)

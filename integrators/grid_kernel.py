@@ -29,21 +29,17 @@ ONE_BELOW = np.nextafter(1.0, 0.0)
 def stratified_slice(u: np.ndarray, step: np.ndarray, corners: np.ndarray,
                      starts: np.ndarray, factors: np.ndarray, lower: np.ndarray,
                      width: np.ndarray, nbins: int, x: np.ndarray, jac: np.ndarray,
-                     bins: np.ndarray, scale: np.ndarray, lo: int,
-                     inside: np.ndarray) -> None:  # pragma: no cover
+                     bins: np.ndarray, scale: np.ndarray, lo: int) -> None:  # pragma: no cover
     """Rows lo .. lo + rows of a batch from their uniforms ``u`` (d, rows).
 
     ``corners`` (d, runs) and ``factors`` (runs,) belong to the batch's runs of strata,
     ``starts`` (runs + 1) are the runs' first rows; ``lower``/``width`` the grid's flat
     tables (axis j's bins at j * nbins); x, bins (d, n), jac and scale (n,) the batch's
-    outputs. ``inside[0]`` is cleared when a point is not in [0, 1) (NaN included): the
-    batch's range check, done while the row is in a register, so validate need not read
-    the whole batch twice more (x.min(), x.max())."""
+    outputs."""
     d, rows = u.shape
     hi = lo + rows
     first = np.searchsorted(starts, lo, side="right") - 1
     scale_n = float(nbins)
-    ok = True
     for j in range(d):
         s = step[j]
         lower_j = lower[j * nbins:(j + 1) * nbins]
@@ -58,17 +54,13 @@ def stratified_slice(u: np.ndarray, step: np.ndarray, corners: np.ndarray,
                 whole = np.floor(y)
                 b = min(int(whole), nbins - 1)
                 w = width_j[b]
-                v = min(lower_j[b] + (y - whole) * w, ONE_BELOW)
-                x_j[row] = v
-                ok &= (v >= 0.0) & (v < 1.0)
+                x_j[row] = min(lower_j[b] + (y - whole) * w, ONE_BELOW)
                 bins_j[row] = b
                 if j == 0:
                     jac[row] = w * scale_n
                 else:
                     jac[row] = jac[row] * (w * scale_n)
             r0, run = r1, run + 1
-    if not ok:
-        inside[0] = False
     run, r0 = first, lo
     while r0 < hi:
         r1 = min(starts[run + 1], hi)

@@ -83,38 +83,34 @@ def _import_kernels() -> dict[str, Callable[..., None] | None]:
 
 def stratified_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,
                     tables: GridTables, step: np.ndarray, corners: np.ndarray,
-                    starts: np.ndarray, factors: np.ndarray, inside: np.ndarray | None = None
+                    starts: np.ndarray, factors: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x (d, n), Jacobians with the stratum factor (n,), bins (d, n), factors (n,)) of a
     stratified batch: the uniforms drawn slice by slice exactly as the numpy path draws
     them, each slice mapped by ``kernel``. ``corners`` (d, runs), ``starts`` (runs + 1) and
-    ``factors`` (runs,) describe the batch's runs of strata. ``inside`` (a bool array of
-    one, set True by the caller) is cleared when a point falls outside [0, 1)."""
+    ``factors`` (runs,) describe the batch's runs of strata."""
     d = tables.dim
     x, jac, scale = np.empty((d, n)), np.empty(n), np.empty(n)
     bins = np.empty((d, n), dtype=tables.bin_dtype)
     slices = row_slices(n)
     buffer = np.empty(d * (slices[0].stop - slices[0].start))
     corners = np.ascontiguousarray(corners)
-    flag = np.ones(1, dtype=np.bool_) if inside is None else inside
     for sl in slices:
         part = buffer[:d * (sl.stop - sl.start)].reshape(d, sl.stop - sl.start)
         rng.random(out=part)
         kernel(part, step, corners, starts, factors, tables.lower, tables.width,
-               tables.bins, x, jac, bins, scale, sl.start, flag)
+               tables.bins, x, jac, bins, scale, sl.start)
     return x, jac, bins, scale
 
 
 def classic_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,
-                 tables: GridTables, inside: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 tables: GridTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(x, Jacobians, bins) of an unstratified batch of one grid, as ``tables.draw(rng, n)``
-    gives them: one run over the whole batch, step N, corner 0, factor 1 (exact no-ops);
-    ``inside`` as in :func:`stratified_draw`."""
+    gives them: one run over the whole batch, step N, corner 0, factor 1 (exact no-ops)."""
     d = tables.dim
     x, jac, bins, _ = stratified_draw(
         kernel, rng, n, tables, np.full(d, float(tables.bins)), np.zeros((d, 1)),
-        np.array([0, n], dtype=np.intp), np.ones(1), inside)
+        np.array([0, n], dtype=np.intp), np.ones(1))
     return x, jac, bins
 
 

@@ -245,11 +245,10 @@ class VegasSampler(Sampler):
         strata follow from the plan and its index, see :meth:`strata_layout`)."""
         rng = latent.rng()
         idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
-        inside = np.ones(1, dtype=np.bool_)  # cleared by a compiled draw for a point off [0, 1)
         if self.strata is None or not self.strata.covers(latent.batch_index, latent.n):
             kernel = stratified_kernel(latent.n) if self.tables.groups == 1 else None
             if kernel is not None:  # the same numbers, in one compiled pass
-                x, jac, bins = classic_draw(kernel, rng, latent.n, self.tables, inside)
+                x, jac, bins = classic_draw(kernel, rng, latent.n, self.tables)
             else:
                 x, jac, bins = self.tables.draw(rng, latent.n)
             aux = {"bins": bins.T}
@@ -260,7 +259,7 @@ class VegasSampler(Sampler):
             if kernel is not None:  # the same numbers, in one compiled pass
                 x, jac, bins, scale = stratified_draw(
                     kernel, rng, latent.n, self.tables, step, self.bin_corners[:, span],
-                    run_starts(local), self.strata.factors[span], inside)
+                    run_starts(local), self.strata.factors[span])
             else:
                 fill = StratifiedFill(self.bin_corners, self.strata.nstrat, step, first, local)
                 x, jac, bins = self.tables.draw(rng, latent.n, into=fill)
@@ -269,10 +268,7 @@ class VegasSampler(Sampler):
             aux = {"bins": bins.T, "stratum_factor": scale}
         if factor != 1.0:
             jac *= factor
-        batch = Batch(x=x.T, idx=idx, weights=jac, aux=aux)
-        if kernel is not None and inside[0]:  # range checked as drawn: validate skips it
-            batch.cube_checked = batch.x
-        return batch
+        return Batch(x=x.T, idx=idx, weights=jac, aux=aux)
 
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
         """Per-dimension per-bin sums of |w f|^2 and counts (stratified: |w f|^2 without

@@ -14,10 +14,9 @@ number. A lost bundle is re-sent whole; its worker skips members stored already,
 the store writes each member set-if-absent, so a batch counts once whatever happens.
 
 The worker stores a bundle's results with one script call (one round trip) and pushes one
-entry on the iteration's done list: the member indices it stored, the CPU seconds it
-computed (its thread's: on a busy machine wall time would say the batches are long when
-they are only waiting) and which worker slot ran it (``3,4,5@0.0123@host|pid|thread``);
-a plain ``7`` from a chained run's last stage is the one-member case.
+entry on the iteration's done list: the member indices it stored, the seconds it computed
+and which worker slot ran it (``3,4,5@0.0123@host|pid|thread``); a plain ``7`` from a
+chained run's last stage is the one-member case.
 """
 
 from __future__ import annotations
@@ -30,10 +29,7 @@ import redis
 
 from mainboard import keys
 
-# compute time one task should carry: a task's own cost is about 5 ms of CPU in the prefork
-# parent (delivery, ack) and a few Redis round trips in the pool child (docs/performance.md,
-# issue 30), 3-5% of 0.2 s of work, 5-10% of the 0.1 s aimed at before
-TARGET_S = 0.2
+TARGET_S = 0.1  # compute time one task should carry (the middle of 50-200 ms)
 PRIOR_S_PER_SAMPLE = 1e-6  # before anything was measured: a guess that keeps tasks short
 UNKNOWN_WORKERS = 8  # bundles per iteration at least, before any worker was seen
 AUTO_MAX = 4096  # the cap when the run sets no max_bundle
@@ -81,29 +77,12 @@ class Bundle:
         return self.members[0]
 
 
-def plan_bundles(indices: Iterable[int], size: int, workers: int = 1) -> list[Bundle]:
+def plan_bundles(indices: Iterable[int], size: int) -> list[Bundle]:
     """Cut the batch indices still to compute (of one iteration) into bundles of at most
-    ``size``, in index order, so the first bundles hold the first batches.
-
-    The count (``ceil(n / size)``) is rounded up to a multiple of ``workers`` (never above
-    one bundle per batch) and the cut is even (sizes differ by one at most, the bigger
-    first): each worker slot gets as many bundles and batches as the others, so none idles
-    at the iteration's end while another computes a bundle twice its peers' (10 batches in
-    bundles of at most 4 on 2 slots: 3, 3, 2, 2 rather than 4, 4, 2).
-    """
+    ``size``, in index order, so the first bundles hold the first batches."""
     ordered = sorted(indices)
-    if not ordered:
-        return []
-    count = math.ceil(len(ordered) / max(1, size))
-    if workers > 1:
-        count = min(len(ordered), math.ceil(count / workers) * workers)
-    base, extra = divmod(len(ordered), count)
-    bundles, lo = [], 0
-    for j in range(count):
-        hi = lo + base + (1 if j < extra else 0)
-        bundles.append(Bundle(tuple(ordered[lo:hi])))
-        lo = hi
-    return bundles
+    size = max(1, size)
+    return [Bundle(tuple(ordered[i:i + size])) for i in range(0, len(ordered), size)]
 
 
 @dataclass(frozen=True)

@@ -239,9 +239,7 @@ def bundle(self: Task, message: Message) -> Message:
     def body(c: StageContext) -> Message:
         ship = telemetry.shipper(c.url, node or c.holder)
         todo = _unstored(c, lead, members)
-        # CPU seconds of this thread, not wall: a bundle is sized to amortise a task's CPU
-        # cost, and on a busy machine wall time would shrink bundles when CPU is scarcest
-        results, cpu = [], time.thread_time()
+        results, clock = [], time.perf_counter()
         for j, (i, n) in todo:
             c.ref = replace(lead, batch=i, n=n)  # an error names the member that failed
             began, t0 = time.time(), time.perf_counter()
@@ -256,7 +254,7 @@ def bundle(self: Task, message: Message) -> Message:
         c.ref = lead
         slot = f"{node or c.holder}|{os.getpid()}|{threading.get_ident()}"
         stored = store_bundle(c.r, lead.run, lead.iteration, lead.batch, lead.attempt, results,
-                              time.thread_time() - cpu, slot, lead.gen)
+                              time.perf_counter() - clock, slot, lead.gen)
         if stored > 0:  # counted: on a replica too before a failover can lose it
             wait_replicas(c.r, min_replicas(c.url))
         return c.forward(stored=stored > 0, batches=[i for _, (i, _) in todo])

@@ -74,7 +74,7 @@ def rows(fleet: Path) -> dict[str, ComputeRow]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("MB_TEST_VAST_KEY", SECRET)
         env.delenv("MB_TEST_RUNPOD_KEY", raising=False)
-        listed = list_compute(load_config(fleet), timeout=5.0)
+        listed = list_compute(load_config(fleet), timeout=60.0)  # every host answers
     assert len({row.name for row in listed}) == len(listed)
     return {row.name: row for row in listed}
 
@@ -200,9 +200,10 @@ def test_silent_host_is_one_unreachable_row(tmp_path: Path, sshd_server: SshServ
 
 
 def test_cli_outputs_agree_and_never_show_the_key(fleet: Path, rows: dict[str, ComputeRow]) -> None:
-    as_json = run_cli(fleet, "compute", "--json", env=KEY_ENV)
-    agent = run_cli(fleet, "compute", "--agent", env=KEY_ENV)
-    human = run_cli(fleet, "compute", env=KEY_ENV)
+    # every host answers: the timeout only bounds a failure on a busy machine
+    as_json = run_cli(fleet, "compute", "--json", "--timeout", "60", env=KEY_ENV)
+    agent = run_cli(fleet, "compute", "--agent", "--timeout", "60", env=KEY_ENV)
+    human = run_cli(fleet, "compute", "--timeout", "60", env=KEY_ENV)
     for done in (as_json, agent, human):
         assert done.returncode == 0, done.stderr
         assert SECRET not in done.stdout and SECRET not in done.stderr

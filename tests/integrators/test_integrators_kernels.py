@@ -10,15 +10,12 @@ dependency: a kernel that does not load here is a failure, not a skip.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import numpy as np
 import pytest
 
-from mainboard.errors import BatchError
 from mainboard.integrators import kernels
-from mainboard.integrators.domain import validate
 from mainboard.integrators.driver import RunState, integrate_local, step
 from mainboard.integrators.grid import ONE_BELOW, GridTables
 from mainboard.integrators.stages import build_run
@@ -212,41 +209,3 @@ def test_a_run_with_a_mask_gives_the_same_result_with_and_without_kernels(
         assert r.nan_count > 0  # the mask was used
         results.append((float(r.estimate).hex(), float(r.error).hex(), r.samples))
     assert results[0] == results[1]
-
-
-def test_the_draw_checks_the_range_and_validate_trusts_only_that_x(
-        monkeypatch: pytest.MonkeyPatch, small_kernel_rows: None) -> None:
-    """A compiled draw marks the x it found inside [0, 1) as it wrote it; validate skips its
-    range check for that array only: a batch given other points is checked in full."""
-    domain = build_run(SPEC).domain
-    numpy_side = _batches(monkeypatch, "0")
-    kernel_side = _batches(monkeypatch, "1")
-    assert all(b.cube_checked is None for b in numpy_side)
-    for b in kernel_side:
-        assert b.cube_checked is b.x and validate(b, domain, "materialize") is b
-    b = kernel_side[0]
-    bad = b.x.copy()
-    bad[3, 1] = 1.5
-    moved = dataclasses.replace(b, x=bad)  # carries cube_checked, of another array
-    with pytest.raises(BatchError, match=r"1 of \d+ points outside the unit cube \[0, 1\) "
-                                         r"\(first at sample 3"):
-        validate(moved, domain, "transform")
-
-
-@pytest.mark.parametrize("low", [-0.25, float("nan")])
-def test_a_point_off_the_cube_clears_the_draws_flag(low: float) -> None:
-    """Grid edges below 0 or NaN (a corrupt grid): the kernel's points leave [0, 1), its
-    flag says so, and the batch goes through validate's full check."""
-    assert kernels.preload(), "numba did not load"
-    kernel = kernels.stratified_kernel(10 ** 6)
-    assert kernel is not None
-    good = GridTables(np.sort(np.random.default_rng(4).random((1, 3, 9)), axis=-1))
-    inside = np.ones(1, dtype=np.bool_)
-    kernels.classic_draw(kernel, np.random.default_rng(5), 20_000, good, inside)
-    assert inside[0]
-    edges = np.sort(np.random.default_rng(4).random((1, 3, 9)), axis=-1)
-    edges[0, 1, 0] = low
-    inside = np.ones(1, dtype=np.bool_)
-    x, _, _ = kernels.classic_draw(kernel, np.random.default_rng(5), 20_000,
-                                   GridTables(edges), inside)
-    assert not inside[0] and not ((x >= 0.0) & (x < 1.0)).all()
