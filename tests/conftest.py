@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support import cpuclock
 from tests.support.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.support.services import RedisServer, SshServer, start_redis, start_sshd
 from tests.support.sim_provider import SimulatedProviderServer, start_simulated_provider
@@ -108,3 +109,21 @@ def _nothing_written_into_the_repository(request: pytest.FixtureRequest) -> Iter
     if not before and state.exists():
         pytest.fail(f"{state} appeared during {request.node.nodeid} (or a test running beside "
                     f"it on another xdist worker): give that test a workspace (tmp_path)")
+
+
+_CLOCK: cpuclock.CpuClock | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`MAINBOARD_TEST_CPU=DIR`: each test's CPU seconds, its processes included
+    (tests/support/cpuclock.py)."""
+    global _CLOCK
+    _CLOCK = cpuclock.start(os.environ.get("PYTEST_XDIST_WORKER", "main"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if _CLOCK is None:
+        yield
+        return
+    yield from cpuclock.timed(_CLOCK, item.nodeid)
