@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -58,12 +59,25 @@ def room_of(path: str) -> str:
     return "elsewhere: " + path  # a copy combine did not map back ([tool.coverage.paths])
 
 
+def record_unexecuted(data: Path) -> None:
+    """One process that imports our packages under coverage, with the walk of the source
+    folders left on (tests/covboot skips it in every other process): the files no test ran
+    count with 0 lines run. Only where the suite's processes were measured."""
+    if not os.environ.get("COVERAGE_PROCESS_START"):
+        return
+    env = {**os.environ, "MAINBOARD_COVERAGE_FIND_UNEXECUTED": "1",
+           "COVERAGE_FILE": str(data / "cov")}
+    subprocess.run([sys.executable, "-c", "import mainboard, gammaboard_process"],
+                   cwd=ROOT, env=env, check=True)
+
+
 def combine(data: Path) -> dict[str, dict[str, object]]:
     """Combine the per-process files in ``data``; the per-file summaries, relative paths."""
     import coverage
 
     os.environ.setdefault("MAINBOARD_COVERAGE_ROOT", str(ROOT))
     os.chdir(ROOT)
+    record_unexecuted(data)
     cov = coverage.Coverage(data_file=str(data / "cov"), config_file=str(ROOT / "pyproject.toml"))
     parts = [p for p in data.iterdir() if p.name.startswith("cov.")]
     if parts:

@@ -90,6 +90,30 @@ def _run_stdin_program() -> None:
     os._exit(code)
 
 
+FIND_UNEXECUTED = "MAINBOARD_COVERAGE_FIND_UNEXECUTED"
+
+
+def _quicken(coverage: object) -> None:
+    """Two costs coverage pays in each process, which the suite's thousands of processes
+    need once: about 0.2 s of CPU each in a forked child of a process that imported much.
+
+    - ``Collector.__init__`` keeps ``short_stack()``, for debug output only: ``inspect.stack()``,
+      which looks up every loaded module's file per frame (0.13 s with celery loaded, paid
+      again by each fork: a billiard pool child, a CLI fork-server child).
+    - ``save`` walks every source folder to record the files no line of ran (0.06 s): one
+      process does it for the whole suite (scripts/coverage_report.py, with
+      ``MAINBOARD_COVERAGE_FIND_UNEXECUTED`` set).
+    Either is left as it is when a coverage release no longer has the name.
+    """
+    collector = getattr(coverage, "collector", None)
+    if collector is not None and hasattr(collector, "short_stack"):
+        collector.short_stack = lambda *args, **kwargs: ""
+    inorout = getattr(coverage, "inorout", None)
+    if (not os.environ.get(FIND_UNEXECUTED) and inorout is not None
+            and hasattr(inorout.InOrOut, "find_possibly_unexecuted_files")):
+        inorout.InOrOut.find_possibly_unexecuted_files = lambda self: iter(())
+
+
 def start() -> None:
     """Start coverage when asked; take over a shipped program read from stdin."""
     if not os.environ.get("COVERAGE_PROCESS_START"):
@@ -97,6 +121,12 @@ def start() -> None:
     coverage = _import_coverage()
     if coverage is None:
         return
+    try:
+        import coverage.collector
+        import coverage.inorout
+        _quicken(coverage)
+    except Exception:  # another coverage release: slower, still right
+        pass
     try:
         coverage.process_startup()  # type: ignore[attr-defined]
     except Exception:

@@ -48,6 +48,11 @@ PRELOAD = ("mainboard.cli", "mainboard.cli.integrate", "mainboard.cli.fleet",
            "mainboard.tasks.runner", "mainboard.integrators.runfile", "mainboard.fleet.sync",
            "celery.app", "numpy", "paramiko", "redis", "rich.console")
 MAIN_FILE = str(ROOT / "mainboard" / "__main__.py")
+# Under coverage (scripts/bootstrap test) the server itself runs unmeasured and each child
+# starts coverage afresh: a child forked from a measured server restarted coverage in its
+# at-fork handler and, on leaving, saved the server's whole pre-fork data again through the
+# chained os._exit patches: about 0.25 s of CPU a command, ten times the command's own cost.
+COVERAGE_PRELOAD = "MAINBOARD_CLISERVER_COVERAGE"
 
 
 # ---------------------------------------------------------------- the server (its own process)
@@ -68,6 +73,12 @@ def _child(request: dict[str, Any]) -> None:
         os.close(opened)
     sys.argv = [MAIN_FILE, *request["argv"]]
     sys.path[0] = os.getcwd()
+    if os.environ.get("COVERAGE_PROCESS_START"):  # measured from here: see _server_env
+        try:  # tests/covboot: coverage started as in every other process of the suite
+            importlib.import_module("mainboard_coverage_start").start()
+        except ImportError:
+            import coverage
+            coverage.process_startup()
     code = 0
     try:
         from mainboard.cli import main
@@ -99,6 +110,9 @@ def serve(path: str) -> None:
     """Accept commands on ``path`` until the client closes our stdin."""
     for name in PRELOAD:
         importlib.import_module(name)
+    if os.environ.get(COVERAGE_PRELOAD):
+        for name in ("coverage", "coverage.collector", "coverage.inorout"):
+            importlib.import_module(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -165,12 +179,20 @@ def _ensure_server() -> str:
             _socket_path = os.path.join(folder, "s")
             _server = subprocess.Popen([sys.executable, "-m", "tests.support.cliserver",
                                         _socket_path], cwd=ROOT, stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE)
+                                       stdout=subprocess.PIPE, env=_server_env())
             assert _server.stdout is not None
             line = _server.stdout.readline()
             if line.strip() != b"ready":
                 raise RuntimeError(f"tests/support/cliserver.py did not start: {line!r}")
         return _socket_path
+
+
+def _server_env() -> dict[str, str]:
+    """The server's environment: unmeasured, with coverage loaded for its children."""
+    env = dict(os.environ)
+    if env.pop("COVERAGE_PROCESS_START", None):
+        env[COVERAGE_PRELOAD] = "1"
+    return env
 
 
 def _use_server(env: Mapping[str, str]) -> bool:

@@ -22,6 +22,7 @@ import pytest
 from mainboard.config import Config, load_config
 from tests.support.cliserver import run_mainboard
 from tests.support.services import SshServer
+from tests.support.waiting import poll
 
 HOST_PYTHON = "/usr/bin/python3"  # the same base python on every "host": one shared env
 
@@ -82,15 +83,12 @@ def status(ws: Path, *flags: str, env: Mapping[str, str] | None = None) -> list[
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.3) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not after {timeout}s")
-        time.sleep(every)
+    """Poll ``check`` until it returns something truthy (at a rate its cost bounds:
+    tests/support/waiting.py); fail naming ``what``."""
+    try:
+        return poll(check, timeout, what, every)
+    except AssertionError as exc:
+        pytest.fail(str(exc))
 
 
 def wait_keeper_looks(ws: Path, looks: int, timeout: float = 120.0) -> None:

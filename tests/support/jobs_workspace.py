@@ -8,7 +8,6 @@ directories under the test's tmp dir.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from mainboard.jobs.job import Job
 from tests.support.boards import TomlValue, ssh_host, write_config
 from tests.support.services import SlurmCluster, SshServer
 from tests.support.sim_provider import SimulatedProviderServer
+from tests.support.waiting import poll
 from tests.support.workspace import toml_tables
 
 SCRATCH_MEM = "min(100, attempt * 50)"
@@ -63,12 +63,9 @@ def provider_workspace(tmp: Path, sim: SimulatedProviderServer, key_env: str,
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Poll ``predicate`` until true; AssertionError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not true after {timeout}s")
-        time.sleep(0.1)
+    """Poll ``predicate`` until true (tests/support/waiting.py); AssertionError naming
+    ``what`` after ``timeout``."""
+    poll(predicate, timeout, what, every=0.1)
 
 
 def wait_running(job: Job, timeout: float = 60.0) -> None:
