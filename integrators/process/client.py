@@ -145,8 +145,8 @@ class ProcessClient:
                 self._signal(proc, sig)
         self._exit = proc.wait()
         self._drop_fds(proc)
-        if self._stderr_thread is not None:
-            self._stderr_thread.join(timeout=1.0)
+        assert self._stderr_thread is not None  # start() made it with the pipes
+        self._stderr_thread.join(timeout=1.0)
 
     def forget_after_fork(self) -> None:
         """In a forked child: release our copies of the pipes without signalling anything."""
