@@ -32,7 +32,7 @@ def _continued_fraction_q(a: float, x: float) -> float:
     c = 1.0 / _FPMIN
     d = 1.0 / b
     h = d
-    for i in range(1, _ITMAX):  # converges within 900 of _ITMAX steps
+    for i in range(1, _ITMAX):  # converges in under 1,000 of _ITMAX steps
         an = -i * (i - a)
         b += 2.0
         d = an * d + b
