@@ -83,8 +83,6 @@ class DiscreteSampler(Sampler):
                 "channel_count": np.bincount(flat, weights=weight, minlength=c)}
 
     def _adapt(self, training: Training) -> None:
-        if "grid_sum" not in training:
-            return
         self.tables = GridTables(adapt_edges(self.tables.edges, training["grid_sum"],
                                              training["grid_count"], self.alpha))
         counts = training["channel_count"]

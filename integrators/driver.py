@@ -88,8 +88,6 @@ class RunState:
         budget = self._samples_left()
         if self.training:
             budget = phase if budget is None else min(budget, phase)
-        if budget is not None and budget <= 0:
-            return []
         prepare_sampler(self.run, self.sampler)  # the evaluator's metadata, before it starts
         self.latents = produce_iteration(self.sampler, spec.seed, self.iteration, budget,
                                          int(spec.batching.batches_per_iteration))
@@ -112,9 +110,7 @@ class RunState:
         if stop_reason(spec.stop, samples=samples, iterations=len(self.accumulator.iterations)
                        + 1, result=None, kind=self.run.kind) is not None:
             return None
-        after = plan_iteration(spec.stop, spec.batching, samples)
-        if not after:
-            return None
+        after = plan_iteration(spec.stop, spec.batching, samples)  # samples < max: not empty
         sampler = restore_sampler(self.sampler.snapshot(), self.run.domain)
         if not self.frozen:  # as apply() does, with the training data it has none of
             sampler.ingest({})

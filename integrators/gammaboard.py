@@ -108,9 +108,7 @@ def translate_file(doc: dict[str, Any], file: str) -> dict[str, Any]:
     refusal names the file."""
     try:
         return translate(doc, resources=str(Path(file).resolve().parent))
-    except ConfigError as exc:
-        if exc.file is not None:
-            raise
+    except ConfigError as exc:  # translate's refusals name no file
         raise ConfigError(exc.detail, file=file, key=exc.key, value=exc.value,
                           valid=exc.valid) from None
 

@@ -29,7 +29,7 @@ ONE_BELOW = np.nextafter(1.0, 0.0)
 def stratified_slice(u: np.ndarray, step: np.ndarray, corners: np.ndarray,
                      starts: np.ndarray, factors: np.ndarray, lower: np.ndarray,
                      width: np.ndarray, nbins: int, x: np.ndarray, jac: np.ndarray,
-                     bins: np.ndarray, scale: np.ndarray, lo: int) -> None:  # pragma: no cover
+                     bins: np.ndarray, scale: np.ndarray, lo: int) -> None:
     """Rows lo .. lo + rows of a batch from their uniforms ``u`` (d, rows).
 
     ``corners`` (d, runs) and ``factors`` (runs,) belong to the batch's runs of strata,
@@ -74,7 +74,7 @@ def stratified_slice(u: np.ndarray, step: np.ndarray, corners: np.ndarray,
 @numba.njit(cache=True, nogil=True)
 def training_sums(bins: np.ndarray, f2: np.ndarray, scale: np.ndarray, use_scale: bool,
                   mask: np.ndarray, use_mask: bool, slice_rows: int, sums: np.ndarray,
-                  counts: np.ndarray) -> None:  # pragma: no cover
+                  counts: np.ndarray) -> None:
     """Per-axis per-bin sums of ``f2`` and counts of one grid (``GridTables.training`` for
     G = 1) into ``sums`` (d, N) and ``counts`` (d, N), from bins (d, n).
 

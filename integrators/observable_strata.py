@@ -39,8 +39,6 @@ def strata_terms(values: np.ndarray, keep: np.ndarray | None, stratum: np.ndarra
     m = values.shape[1]
     out: dict[str, Any] = {"csum2": np.zeros((groups, m)), "sq": np.zeros((groups, m)),
                            "split": {}}
-    if stratum.size == 0:
-        return out
     first = int(stratum[0])
     local = stratum - first
     held = np.bincount(local)  # rows of each stratum in this slice (contiguous runs)

@@ -104,11 +104,6 @@ class Sampler(ABC):
         shares its strata out over them); samplers that do not care ignore it."""
         del sizes
 
-    @property
-    def stratified(self) -> bool:
-        """Whether :meth:`strata_sums` wants the batch's signed weighted values."""
-        return False
-
     def strata_sums(self, batch: Batch, batch_index: int, width: int) -> StrataSums | None:
         """Per-stratum sums for batch ``batch_index``, fed slice by slice with its signed
         values w f (``width`` columns) by evaluate; None for unstratified batches."""
@@ -233,11 +228,6 @@ class VegasSampler(Sampler):
             self.corner_shape = shape
         self.strata = StrataPlan.build(shape, sizes, self.sigf if same else None)
 
-    @property
-    def stratified(self) -> bool:
-        """Whether batches are stratified (this iteration has a plan)."""
-        return self.strata is not None
-
     def materialize(self, latent: LatentBatch) -> Batch:
         """Uniform y mapped through the grid (drawn in fixed row slices, see
         ``GridTables.draw``); bin numbers kept for training. Stratified: each y moved into
@@ -302,9 +292,8 @@ class VegasSampler(Sampler):
         return StrataSums(first, local, self.strata.counts.size, width)
 
     def _adapt(self, training: Training) -> None:
-        if "grid_sum" in training:
-            self.tables = GridTables(adapt_edges(self.tables.edges, training["grid_sum"],
-                                                 training["grid_count"], self.alpha))
+        self.tables = GridTables(adapt_edges(self.tables.edges, training["grid_sum"],
+                                             training["grid_count"], self.alpha))
         if self.strata is not None and "strata_count" in training:
             self.sigf, self.sigf_shape = learn(training, self.beta), self.strata.nstrat
         self.strata = None  # the owner plans the next iteration

@@ -33,11 +33,7 @@ def check_transforms(transforms: list[Any], d: int) -> None:
                                 t.kind, valid="process transforms first, then at most one "
                                 "unit_ball or spherical, then affine ones")
         if t.kind in ("unit_ball", "spherical"):
-            out = t.output_dim(dim)
-            if t.kind == "spherical" and out < 2:
-                raise SpecError(f"transforms.{i}.kind", "spherical needs at least one "
-                                "continuous dimension", t.kind,
-                                valid="domain.continuous >= 1 before a spherical transform")
+            out = t.output_dim(dim)  # dim >= 1 here: a sphere's is at least 2
             if t.center is not None and len(t.center) != out:
                 raise SpecError(f"transforms.{i}.center", f"center needs {out} entries",
                                 t.center, valid=_numbers(out))

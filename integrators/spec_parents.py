@@ -45,14 +45,6 @@ class ScanParameter(_Model):
     name: Path_
     values: list[Any] = Field(min_length=1)
 
-    def grid_count(self, grid_points: int) -> int:
-        """Every value, whatever ``grid_points``."""
-        return len(self.values)
-
-    def grid_value(self, k: int, grid_points: int) -> Any:
-        """The k-th of ``values``."""
-        return self.values[k]
-
 
 class ScanSpec(_Model):
     """``[scan]``: the full grid of every parameter's values, ``max_concurrent_runs`` at once."""
@@ -374,7 +366,8 @@ def check_children(spec: ParentSpec, file: str) -> None:
                               valid="tune.samples_per_trial, or [stop] max_samples in the child")
         for point in spec.tune.corners():
             spec.child_spec(point, samples=spec.trial_samples(), file=file)
-    elif spec.campaign is not None:
+    else:  # a campaign: a parent is exactly one kind
+        assert spec.campaign is not None
         for i, c in enumerate(spec.campaign.children):
             assert isinstance(c.run, dict)
             run = apply_point(c.run, {}, samples=spec.campaign.min_samples_per_child,

@@ -118,10 +118,9 @@ def describe(annotation: Any, metadata: list[Any] | None = None, *, plural: bool
 
 def describe_field(field: FieldInfo, name: str = "", *, item: bool = False) -> str:
     """What a model field takes (``item``: what one entry of its array or table takes)."""
-    if item:
-        for member in _members(field.annotation):
-            if get_origin(member) in (list, dict):
-                return describe(get_args(member)[-1], name=name)
+    if item:  # such a field has an array or table member (no run-file field is a tuple)
+        member = next(m for m in _members(field.annotation) if get_origin(m) in (list, dict))
+        return describe(get_args(member)[-1], name=name)
     return describe(field.annotation, field.metadata, name=name)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from mainboard.errors import ConfigError, MergeError
+from mainboard.errors import MergeError
 from mainboard.integrators.accumulators import IterationEstimate, Partial, real_columns
 from mainboard.integrators.chunking import SLICE_ROWS, row_slices
 from mainboard.integrators.domain import Batch, Domain, validate
@@ -44,7 +44,7 @@ from mainboard.integrators.samplers import (
     restore_sampler,
 )
 from mainboard.integrators.seeding import LatentBatch
-from mainboard.integrators.spec import RunSpec, component_count, parse_run
+from mainboard.integrators.spec import RunSpec, parse_run
 from mainboard.integrators.strata import stratified_variance
 from mainboard.integrators.transforms import TransformChain
 
@@ -89,10 +89,6 @@ def build_run(spec: RunSpec | Mapping[str, Any]) -> Run:
     exact = transforms.exact(spec.integrand.kind, integrand.exact)
     if exact is not integrand.exact:  # the transformed problem's, or unknown
         integrand = replace(integrand, exact=exact)
-    if integrand.components != component_count(spec.integrand):
-        raise ConfigError(f"integrand kind {spec.integrand.kind!r} gives "
-                          f"{integrand.components} component(s), its spec says "
-                          f"{component_count(spec.integrand)}", key="integrand.kind")
     kind = spec.accumulator_kind
     observables = Observables.build(spec.accumulator, integrand.width, bool(domain.discrete),
                                     load_target)

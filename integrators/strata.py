@@ -48,17 +48,16 @@ def strata_shape(total: int, dim: int) -> np.ndarray:
     target = min((1.0 - ADAPTIVE_FRACTION) * total / 2.0, float(MAX_STRATA))
     if dim == 0 or target < 2:
         return np.ones(dim, dtype=np.int64)
-    ns = max(1, int(target ** (1.0 / dim)))
+    # The largest ns with ns ** dim <= target, counted up from one below the float root
+    # (which may round up past an integer).
+    ns = max(1, int(target ** (1.0 / dim)) - 1)
     while (ns + 1) ** dim <= target:
         ns += 1
-    while ns > 1 and ns ** dim > target:
-        ns -= 1
+    # Axes grown one by one while the product stays within the target; growing all of them
+    # would pass it ((ns + 1) ** dim > target), so one axis is the first too many.
+    grown = next(j for j in range(dim) if (ns + 1) ** (j + 1) * ns ** (dim - j - 1) > target)
     shape = np.full(dim, ns, dtype=np.int64)
-    for j in range(dim):  # grow axes one by one while the product stays under the target
-        shape[j] += 1
-        if np.prod(shape, dtype=np.float64) > target:
-            shape[j] -= 1
-            break
+    shape[:grown] += 1
     return shape
 
 
@@ -233,9 +232,7 @@ class StrataSums:
         """Rows ``lo, lo + 1, ...`` of the batch: their w f (rows, m) and, for one column,
         their squares with non-finite rows zeroed (None: squared here); ``finite`` (None:
         all are) says which rows count."""
-        rows = wf.shape[0]
-        if rows == 0:
-            return
+        rows = wf.shape[0]  # at least one: batches and their slices are never empty
         a = int(np.searchsorted(self.starts, lo, side="right")) - 1  # run holding row lo
         b = int(np.searchsorted(self.starts, lo + rows, side="left"))  # first run after
         heads = self.starts[a:b] - lo
@@ -265,11 +262,8 @@ def add_span(out: dict[str, np.ndarray], part: Mapping[str, np.ndarray]) -> None
     for key in KEYS:
         arr = np.asarray(part[key], dtype=np.float64)
         full = out.get(key)
-        if full is None:
+        if full is None:  # one iteration's batches share its plan: one strata count
             full = out[key] = np.zeros((*arr.shape[:-1], strata))
-        elif full.shape[-1] != strata:
-            raise ValueError(f"training {key!r}: a batch's span is of {strata} strata, "
-                             f"the merged array has {full.shape[-1]}")
         full[..., first:first + arr.shape[-1]] += arr
 
 
@@ -297,8 +291,6 @@ def stratified_variance(training: Mapping[str, np.ndarray]) -> np.ndarray | None
 
 def learn(training: Mapping[str, np.ndarray], beta: float) -> np.ndarray | None:
     """Next iteration's allocation weights sigma_h^beta (summed over components), or None
-    (even) when there are no strata data or the integrand looked constant."""
-    if "strata_count" not in training:
-        return None
+    (even) when the integrand looked constant; ``training`` holds strata data."""
     sigf = combine(training)[1].sum(axis=0) ** (beta / 2.0)
     return sigf if np.any(sigf > 0) else None

@@ -100,8 +100,8 @@ class ProcessClient:
             raise ProcessError(f"cannot start the {self.role} process (cwd "
                                f"{self.cwd or os.getcwd()}): {exc}", self.label) from None
         assert self._proc.stdin and self._proc.stdout and self._proc.stderr
-        tune_pipe(self._proc.stdin.fileno(), nonblocking=True)
-        tune_pipe(self._proc.stdout.fileno(), nonblocking=True)
+        tune_pipe(self._proc.stdin.fileno())
+        tune_pipe(self._proc.stdout.fileno())
         self._reader = FrameReader(self._proc.stdout.fileno(), self.label, self._stray)
         self._stderr_thread = threading.Thread(
             target=self._pump_stderr, args=(self._proc.stderr,),
@@ -145,8 +145,8 @@ class ProcessClient:
                 self._signal(proc, sig)
         self._exit = proc.wait()
         self._drop_fds(proc)
-        if self._stderr_thread is not None:
-            self._stderr_thread.join(timeout=1.0)
+        assert self._stderr_thread is not None  # start() made it with the pipes
+        self._stderr_thread.join(timeout=1.0)
 
     def forget_after_fork(self) -> None:
         """In a forked child: release our copies of the pipes without signalling anything."""
@@ -156,18 +156,16 @@ class ProcessClient:
 
     @staticmethod
     def _drop_fds(proc: subprocess.Popen[bytes]) -> None:
-        for stream in (proc.stdin, proc.stdout):
+        for stream in (proc.stdin, proc.stdout):  # both pipes: start() made them
             with contextlib.suppress(OSError):
-                if stream is not None:
-                    stream.close()
+                stream.close()  # type: ignore[union-attr]
 
     @staticmethod
     def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-        try:
+        """The child's whole group: it leads its own session (``start_new_session``), so the
+        group is there while the child is; a group gone means the child is gone too."""
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, sig)
-        except OSError:
-            with contextlib.suppress(OSError):
-                proc.send_signal(sig)
 
     def kill(self) -> None:
         """Kill the child's whole process group now (after a timeout or a protocol error)."""

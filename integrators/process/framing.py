@@ -9,7 +9,6 @@ large binary blocks are read straight into their final buffer (no intermediate c
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -34,12 +33,11 @@ _PIPE_SIZE = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
-def tune_pipe(fd: int, *, nonblocking: bool) -> None:
+def tune_pipe(fd: int) -> None:
     """Grow the pipe to 1 MiB where the OS allows (fewer wake-ups per batch); set O_NONBLOCK."""
     with contextlib.suppress(OSError):
         fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
-    if nonblocking:
-        os.set_blocking(fd, False)
+    os.set_blocking(fd, False)
 
 
 def _wait(fd: int, event: int, deadline: float, where: str) -> None:
@@ -60,7 +58,7 @@ def write_parts(fd: int, buffers: list[Any], deadline: float) -> None:
         _wait(fd, select.POLLOUT, deadline, "writing the request")
         try:
             written = os.writev(fd, parts)
-        except BlockingIOError:
+        except BlockingIOError:  # ready, yet would block
             continue
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise StreamClosed("writing the request (stdin closed)") from exc
@@ -84,11 +82,9 @@ class FrameReader:
         _wait(self._fd, select.POLLIN, deadline, where)
         try:
             chunk = os.read(self._fd, _READ_CHUNK)
-        except BlockingIOError:
+        except BlockingIOError:  # ready, yet would block
             return
-        except OSError as exc:
-            if exc.errno == errno.EINTR:
-                return
+        except OSError as exc:  # EINTR is retried by Python itself (PEP 475)
             raise StreamClosed(f"{where} ({exc})") from exc
         if not chunk:
             raise StreamClosed(where)
@@ -125,7 +121,7 @@ class FrameReader:
             _wait(self._fd, select.POLLIN, deadline, where)
             try:
                 count = os.readv(self._fd, [view[got:]])
-            except BlockingIOError:
+            except BlockingIOError:  # ready, yet would block
                 continue
             if count == 0:
                 raise StreamClosed(f"{where} ({got} of {size} bytes received)")

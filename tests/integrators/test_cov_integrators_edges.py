@@ -193,11 +193,11 @@ def test_vegas_plus_plans_strata_only_when_two_fit_and_keeps_a_plan_asked_twice(
 
     sampler = VegasSampler(Domain(2), bins=8, beta=0.75)
     sampler.plan([3])
-    assert not sampler.stratified  # 3 samples: no two strata
+    assert sampler.strata is None  # 3 samples: no two strata
     sampler.plan([1000, 1000])
     plan = sampler.strata
     sampler.plan([1000, 1000])
-    assert sampler.stratified and sampler.strata is plan  # the owner asks again: same plan
+    assert plan is not None and sampler.strata is plan  # the owner asks again: same plan
     with pytest.raises(ValueError, match=r"batch 5 of 10 samples is not in the sampler's plan"):
         plan.share(5, 10)
     with pytest.raises(ValueError, match="unknown sampler kind 'sobol'; valid: discrete, "):

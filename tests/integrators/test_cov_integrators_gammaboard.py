@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import tomllib
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mainboard.errors import ConfigError
 from mainboard.integrators.gammaboard import IgnoredKeys, translate
+from mainboard.integrators.runfile import load_run
 from tests.support.gammaboard_cases import MULTI, UNIT_NEW, UNIT_OLD
 
 SAMPLER = '{ kind = "naive_monte_carlo" }'
@@ -157,3 +159,51 @@ def test_queue_tuning_of_a_sample_task_becomes_a_configure_task_before_it() -> N
     kinds = [(t["kind"], t.get("name"), t.get("batching")) for t in out["tasks"]]
     assert kinds[1:3] == [("configure", None, {"batch_size": 500}),
                           ("sample", "sample-initial", None)]
+
+
+def _task(out: dict[str, Any], kind: str) -> dict[str, Any]:
+    (found,) = [t for t in out["tasks"] if t["kind"] == kind]
+    return found
+
+
+def test_a_plot_line_task_s_observable_forms_and_its_queue_tuning() -> None:
+    """``observable = { config = NAME }`` names the observable; a table of another form and
+    the queue tuning of a raster task (it sizes no samples) are named as ignored."""
+    line = 'kind = "plot_line"\nobservable = "scalar"\n'
+    out, notes = translated(MULTI.replace(line, 'kind = "plot_line"\n'
+                                          'observable = { config = "complex" }\n'))
+    assert _task(out, "plot_line")["observable"] == "complex" and notes == []
+    out, notes = translated(MULTI.replace(line, 'kind = "plot_line"\nobservable = "latest"\n'))
+    assert "observable" not in _task(out, "plot_line") and notes == []
+    out, notes = translated(MULTI.replace(line, 'kind = "plot_line"\n'
+                                          'observable = { kind = "complex" }\n'))
+    assert "observable" not in _task(out, "plot_line")
+    assert "task_queue.2.observable" in notes[0]
+    out, notes = translated(MULTI.replace(line, line + "queue_tuning = { max_batch_size = 10 }\n"))
+    assert "batching" not in _task(out, "plot_line")
+    assert "task_queue.2.queue_tuning" in notes[0]
+
+
+def test_a_target_that_is_no_scalar_value_is_named_and_one_seed_twice_is_no_conflict() -> None:
+    python = UNIT_NEW.replace('kind = "unit"', 'kind = "python_scalar"\nmodule = "m"\n'
+                              'class = "C"')
+    out, notes = translated('target = { kind = "complex", re = 1.0 }\n' + python)
+    assert "exact" not in out["integrand"]
+    assert notes == ["gammaboard keys with no meaning in mainboard, ignored: target "
+                     "(see docs/gammaboard.md)"]
+    out, _ = translated('target = { kind = "scalar", value = 0.5 }\n' + python)
+    assert out["integrand"]["exact"] == 0.5
+    second = ('[[task_queue]]\nkind = "sample"\nnr_samples = 10\nsampler_aggregator = '
+              '{ config = { kind = "naive_monte_carlo", seed = 3 } }\n')
+    out, notes = translated(UNIT_NEW.replace(SAMPLER, '{ kind = "naive_monte_carlo", seed = 3 }')
+                            + second)
+    assert out["seed"] == 3 and notes == []
+
+
+def test_a_gammaboard_file_refused_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text(UNIT_NEW.replace('kind = "unit"', 'kind = "gammaloop"'))
+    with pytest.raises(ConfigError, match=r"evaluator.kind: needs GammaLoop, which mainboard "
+                                          r"does not run") as info:
+        load_run(path)
+    assert info.value.file == str(path) and str(info.value).startswith(f"{path}: ")

@@ -43,7 +43,7 @@ def _batches(monkeypatch: pytest.MonkeyPatch, switch: str) -> list:
     step(state)  # a learned, uneven allocation: runs of many lengths cross the slice edge
     sizes = state.next_batches()
     smp = state.sampler
-    assert smp.stratified
+    assert smp.strata is not None
     return [smp.materialize(smp.sample(run.spec.seed, state.iteration, b, n))
             for b, n in enumerate(sizes)]
 
@@ -70,11 +70,14 @@ class _Draws:
 
 
 def test_kernel_puts_a_sum_that_rounds_up_to_the_bin_count_in_the_last_bin() -> None:
-    nstrat, bins = np.array([3, 3]), 64  # step 64 / 3: the top stratum's sum rounds to 64
+    nstrat, bins = np.array([2, 2]), 64  # step 32: ONE_BELOW * 32 + 32 rounds to 64
     tables = GridTables(np.sort(np.random.default_rng(2).random((1, 2, bins + 1)), axis=-1))
     plan = StrataPlan.build(nstrat, [90], None)
     first, local = plan.share(0, 90)
     corners, step_ = StrataPlan.corners_of(nstrat, bins), bins / nstrat
+    scaled = np.empty((2, 90))
+    StratifiedFill(corners, nstrat, step_, first, local)(_Draws(), scaled, slice(0, 90), None)
+    assert (scaled == bins).any()  # the sum that rounds up to N happens in this draw
     x, jac, got_bins = tables.draw(_Draws(), 90, into=StratifiedFill(corners, nstrat, step_,
                                                                 first, local))
     jac = jac * np.repeat(plan.factors[first:first + local.size], local)
