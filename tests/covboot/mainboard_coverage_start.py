@@ -114,6 +114,27 @@ def _quicken(coverage: object) -> None:
         inorout.InOrOut.find_possibly_unexecuted_files = lambda self: iter(())
 
 
+def _children_leave_parents_data(coverage: object) -> None:
+    """A forked child (billiard's pool children, forking daemons) measures itself from the
+    fork; on leaving it also saved its parent's whole pre-fork data, which the parent saves
+    when it ends, through the parent's os._exit patch its own wraps: a save of every file the
+    parent imported, per child. The parent's object is made to save nothing in the child."""
+    current = getattr(getattr(coverage, "Coverage", None), "current", None)
+    if current is None:
+        return
+    stash: dict[str, object] = {}
+
+    def before() -> None:
+        stash["parent"] = current()
+
+    def in_child() -> None:
+        parent = stash.get("parent")
+        if parent is not None and parent is not current():
+            parent.save = lambda: None  # type: ignore[attr-defined]
+
+    os.register_at_fork(before=before, after_in_child=in_child)
+
+
 def start() -> None:
     """Start coverage when asked; take over a shipped program read from stdin."""
     if not os.environ.get("COVERAGE_PROCESS_START"):
@@ -125,6 +146,7 @@ def start() -> None:
         import coverage.collector
         import coverage.inorout
         _quicken(coverage)
+        _children_leave_parents_data(coverage)
     except Exception:  # another coverage release: slower, still right
         pass
     try:
