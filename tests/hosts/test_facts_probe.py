@@ -134,7 +134,9 @@ def test_gpus_ask_nvidia_smi_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyP
     found = facts_probe.gpus()
     assert [g["uuid"] for g in found] == ["GPU-f75045e8-4d87-49d1-2eb9-39ec2baddf9b",
                                           "GPU-b91556d8-5215-d0ed-50b8-a88720e5b29c"]
-    facts = validate_facts({**probe_facts_data, "gpus": found})
+    facts = validate_facts({**probe_facts_data, "gpus": found, "cpu_name": "AMD EPYC 9454",
+                            "cpu_logical": 96, "cpu_physical": 48})
+    assert "AMD EPYC 9454 96 cpus/48 cores" in summary(facts)  # SMT: threads, then cores
     assert "2x NVIDIA H100 80GB HBM3 79 GiB" in summary(facts)
     fake_nvidia_smi(tmp_path / "down", facts_probe.NVIDIA_QUERY, f'echo "{DRIVER_DOWN}"\nexit 9\n')
     monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path / "down"), "/usr/bin", "/bin"]))

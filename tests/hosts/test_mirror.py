@@ -144,6 +144,8 @@ def test_first_sync_sends_all_then_an_unchanged_tree_sends_nothing(setup: Setup)
     assert recorded["root"] == str(setup.remote) and recorded["synced_at"]
     assert set(recorded["files"]) == set(CARRIED)
     assert set(recorded["files"]["main.py"]) == {"size", "mtime_ns", "mode", "sha256"}
+    shown = json.loads(json.dumps(first.as_json()))  # what a caller prints as JSON
+    assert shown["synced_at"] == first.synced_at.isoformat() and shown["files"] == CARRIED
 
     assert [text.split()[0] for text, _ in setup.transport.sent] == ["command", "tar"]
     second = setup.sync()
@@ -325,6 +327,8 @@ def test_a_moved_root_starts_a_fresh_mirror(setup: Setup, tmp_path: Path) -> Non
                        root=str(tmp_path / "moved")).sync()
     assert moved.files == CARRIED and moved.deleted == []
     assert json.loads(setup.manifest.read_text())["root"] == str(tmp_path / "moved")
+    with pytest.raises(TypeError, match="needs the host name and its root"):
+        mirror_for(setup.board.config, setup.host)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"version": 1, "host": "box"}',
