@@ -158,6 +158,7 @@ def test_one_changed_file_sends_exactly_that_file(setup: Setup) -> None:
     (setup.workspace / "pkg/mod.py").write_text("x = 2\n")
     touched = setup.workspace / "main.py"
     os.utime(touched, ns=(1, 1_000_000_000))  # new mtime, same content: must not ship
+    os.utime(setup.workspace / "latest", ns=(1, 2_000_000_000), follow_symlinks=False)  # a link too
     report = setup.sync()
     assert report.files == ["pkg/mod.py"] and report.raw_bytes == 6
     assert setup.streams() == [["pkg/mod.py"]]
