@@ -25,7 +25,7 @@ __all__ = ["KINDS", "Offer", "ProviderAdapter", "Rental", "RentalGuard", "Rental
 
 
 def adapter_for(name: str, provider: Any, env: Mapping[str, str] | None = None
-                ) -> ProviderAdapter:
+                ) -> RestProvider:
     """The adapter for one ``ProviderConfig`` (kind, api_key_env, api_url, image, region)."""
     if provider.kind not in KINDS:
         raise ConfigError("unknown provider kind", key=f"providers.{name}.kind",

@@ -17,7 +17,7 @@ from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from mainboard.config.hostkinds import HOST_KINDS, HOST_MODELS, LocalHost
+from mainboard.config.hostkinds import HOST_KINDS, HOST_MODELS
 from mainboard.config.interpolate import has_placeholder, interpolate
 from mainboard.config.models import Config
 from mainboard.config.pins import ECOSYSTEM_FIX, OTHER_ECOSYSTEMS
@@ -334,9 +334,9 @@ class Loader:
             elif isinstance(node, list) and isinstance(part, int):
                 out.append(part)
                 node = node[part] if part < len(node) else None
-            elif node is None:
-                out.append(part)
-            # else: a leaf value; remaining parts are pydantic union tags
+            # else: a leaf value, or past the last key written (pydantic names a missing key
+            # last, and the loader validates no key the file lacks); remaining parts are
+            # pydantic union tags
         return tuple(out)
 
     def _model_at(self, loc: KeyPath) -> type[BaseModel] | None:
@@ -344,26 +344,23 @@ class Loader:
         model: type[BaseModel] = Config
         index = 0
         while index < len(loc):
-            field = _field_names(model).get(str(loc[index]))
-            if field is None:
-                return None
-            if model is Config and field == "hosts":
-                if index + 1 >= len(loc):
-                    return None
-                model = HOST_MODELS.get(self._kind_at(loc[:index + 2]) or "", LocalHost)
+            field = _field_names(model)[str(loc[index])]  # a raw path's keys were all checked
+            if model is Config and field == "hosts" and index + 1 < len(loc):
+                model = HOST_MODELS[self._host_kind(loc[index + 1])]
                 index += 2
                 continue
             sub = _submodel(model, field)
-            if sub is None:
+            if sub is None:  # a leaf, a table of values, or [hosts] itself
                 return None
             model = sub[1]
             index += 1 if sub[0] == "one" else 2
         return model
 
     def _kind_at(self, loc: KeyPath) -> str | None:
-        """The kind of the host a key path points into, if it points into one."""
-        if len(loc) >= 2 and loc[0] == "hosts":
-            table = self.raw.get("hosts", {}).get(loc[1])
-            if isinstance(table, dict) and isinstance(table.get("kind"), str):
-                return table["kind"]
-        return None
+        """The kind of the host a key path points into, if it points into one (``_hosts``
+        checked every host's table and kind before anything is validated)."""
+        return self._host_kind(loc[1]) if len(loc) >= 2 and loc[0] == "hosts" else None
+
+    def _host_kind(self, name: str | int) -> str:
+        """Host ``name``'s kind as written (``_hosts`` checked it is one)."""
+        return str(self.raw["hosts"][name]["kind"])

@@ -34,7 +34,7 @@ from mainboard.bridges.pins import (
     python_problem,
     read_versions,
 )
-from mainboard.bridges.providers import Offer, RestProvider, adapter_for
+from mainboard.bridges.providers import Offer, adapter_for
 from mainboard.bridges.ssh import SshTransport
 from mainboard.bridges.ssh_session import remote_word
 from mainboard.bridges.transport import LocalTransport
@@ -148,8 +148,8 @@ def _remote_access(board: Hosts | None, name: str, host: HostConfig, config: Con
         params = host.ssh_params()
         assert params is not None
         transport = SshTransport.from_params(params, name)
-    if isinstance(transport, SshTransport):
-        transport.connect_timeout = min(transport.connect_timeout, timeout)
+    assert isinstance(transport, SshTransport)  # a remote host that is no provider's
+    transport.connect_timeout = min(transport.connect_timeout, timeout)
     try:
         left = max(timeout - (time.monotonic() - started), 0.5)
         result = transport.run(["/bin/bash", "-c", _check_script(host, config)], timeout=left,
@@ -247,8 +247,7 @@ def quote(config: Config, name: str, *, gpu: str | None = None,
         adapter = adapter_for(name, config.providers[name])
     except MainboardError as exc:
         return Quote(name, error=_short(exc))
-    if isinstance(adapter, RestProvider):  # a listing asks once, within its own budget
-        adapter.timeout, adapter.attempts = timeout, 1
+    adapter.timeout, adapter.attempts = timeout, 1  # a listing asks once, within its budget
     errors: list[str] = []
     offer: Offer | None = None
     balance: float | None = None
@@ -260,9 +259,9 @@ def quote(config: Config, name: str, *, gpu: str | None = None,
         try:
             balance = adapter.balance()
         except MainboardError as exc:
-            if _short(exc) not in errors:  # an unreachable API says so once
-                errors.append(_short(exc))
-    return Quote(name, offer, balance, "; ".join(errors) or None)
+            errors.append(_short(exc))
+    # an unreachable API says so once
+    return Quote(name, offer, balance, "; ".join(dict.fromkeys(errors)) or None)
 
 
 def offer_sentence(offer: Offer | None) -> str:

@@ -15,6 +15,7 @@ import csv
 import json
 import os
 import platform
+import plistlib
 import re
 import shutil
 import socket
@@ -43,15 +44,18 @@ VERSION_SNIPPET = "import sys; print('%d.%d.%d' % tuple(sys.version_info[:3]))"
 WARNINGS = []  # type: List[str]
 
 
-def os_name() -> str:
-    """Human OS name: /etc/os-release PRETTY_NAME, macOS version, else system + release."""
-    text = _read("/etc/os-release") or _read("/usr/lib/os-release")
-    if text:
-        for line in text.splitlines():
-            if line.startswith("PRETTY_NAME="):
-                return line.split("=", 1)[1].strip().strip("\"'")
-    if sys.platform == "darwin" and platform.mac_ver()[0]:
-        return "macOS " + platform.mac_ver()[0]
+def os_name(root: str = "/") -> str:
+    """Human OS name: os-release's PRETTY_NAME, macOS's ProductVersion (the file
+    ``platform.mac_ver`` reads), else system + release. ``root`` points it at a recording."""
+    text = _read(os.path.join(root, "etc/os-release")) or _read(
+        os.path.join(root, "usr/lib/os-release"))
+    for line in (text or "").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.split("=", 1)[1].strip().strip("\"'")
+    plist = os.path.join(root, "System/Library/CoreServices/SystemVersion.plist")
+    if os.path.isfile(plist):
+        with open(plist, "rb") as handle:
+            return "macOS " + plistlib.load(handle)["ProductVersion"]
     return (platform.system() + " " + platform.release()).strip()
 
 
@@ -62,10 +66,13 @@ def cpu_usable() -> Optional[int]:
     return os.cpu_count()
 
 
-def memory() -> Tuple[Optional[int], Optional[int]]:
-    """(total, available) bytes from /proc/meminfo; sysconf/sysctl fallbacks for total."""
+def memory(meminfo: Optional[str] = None) -> Tuple[Optional[int], Optional[int]]:
+    """(total, available) bytes from /proc/meminfo (or the recorded ``meminfo``); macOS's
+    sysctl, else sysconf, for the total where it has none."""
+    if meminfo is None:
+        meminfo = _read("/proc/meminfo") or ""
     values = {}  # type: Dict[str, int]
-    for line in (_read("/proc/meminfo") or "").splitlines():
+    for line in meminfo.splitlines():
         key, _, rest = line.partition(":")
         parts = rest.split()
         if parts and parts[0].isdigit():
@@ -76,11 +83,8 @@ def memory() -> Tuple[Optional[int], Optional[int]]:
         sysctl = _sysctl("hw.memsize")
         if sysctl and sysctl.isdigit():
             total = int(sysctl)
-        elif hasattr(os, "sysconf"):
-            try:
-                total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-            except (ValueError, OSError):
-                total = None
+        else:  # every Unix python has sysconf; an odd one's error is the collector's warning
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     return total, values.get("MemAvailable")
 
 
@@ -112,9 +116,7 @@ def _cgroup_dirs(mountinfo: str, proc_cgroup: str) -> Tuple[Optional[str], Dict[
     v2 = None  # type: Optional[str]
     v1 = {}  # type: Dict[str, str]
     for line in proc_cgroup.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
+        parts = line.split(":", 2)  # the kernel writes ID:CONTROLLERS:PATH, always three
         if parts[0] == "0" and parts[1] == "":
             v2 = locate("cgroup2", "", parts[2])
         for controller in parts[1].split(","):
@@ -194,6 +196,11 @@ def gpus() -> List[Dict[str, Any]]:
     if code != 0:
         WARNINGS.append(f"gpus: nvidia-smi exited {code}: {(err or out).strip()[:200]}")
         return []
+    return parse_gpus(out)
+
+
+def parse_gpus(out: str) -> List[Dict[str, Any]]:
+    """The rows of nvidia-smi's ``NVIDIA_QUERY`` csv; an odd row is a warning, not a GPU."""
     found = []
     for row in csv.reader(out.splitlines(), skipinitialspace=True):
         if not row or not row[0].strip():
@@ -216,16 +223,16 @@ def scratch() -> List[Dict[str, Any]]:
     seen = set()
     found = []
     for source, path in candidates:
-        if not path or not os.path.isdir(path):
+        if not path:
             continue
-        real = os.path.realpath(path)
-        if real in seen:
-            continue
-        seen.add(real)
         try:
             stat = os.statvfs(path)
-        except OSError:
+        except OSError:  # absent, or an automount that failed to mount
             continue
+        real = os.path.realpath(path)
+        if not os.path.isdir(path) or real in seen:
+            continue
+        seen.add(real)
         found.append({"path": path, "source": source,
                       "free_bytes": stat.f_bavail * stat.f_frsize,
                       "total_bytes": stat.f_blocks * stat.f_frsize,
@@ -257,7 +264,7 @@ def _version_key(name: str) -> Tuple[int, int]:
     return (1, int(minor)) if minor.isdigit() else (0, 0)
 
 
-def _versions(paths: List[str]) -> Dict[str, Optional[str]]:
+def _versions(paths: List[str], timeout: float = 10.0) -> Dict[str, Optional[str]]:
     """Ask each interpreter for its version, all at once (pyenv shims take ~0.2 s each)."""
     procs = {}  # type: Dict[str, Any]
     for path in paths:
@@ -270,7 +277,7 @@ def _versions(paths: List[str]) -> Dict[str, Optional[str]]:
     versions = dict.fromkeys(paths)  # type: Dict[str, Optional[str]]
     for path, proc in procs.items():
         try:
-            out = proc.communicate(timeout=10.0)[0].strip()
+            out = proc.communicate(timeout=timeout)[0].strip()
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()

@@ -17,7 +17,6 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 # Implementer -> (vendor as the page writes it, {part: core name}): lscpu-arm.c's names
@@ -61,8 +60,9 @@ def _run(argv: List[str], timeout: float = 15.0) -> Tuple[int, str, str]:
 
 
 def _sysctl(name: str) -> Optional[str]:
-    """A BSD/macOS sysctl value, None where sysctl is absent (Linux)."""
-    if not shutil.which("sysctl") or sys.platform != "darwin":
+    """A macOS sysctl value; None without sysctl or where it has no such name (Linux's
+    sysctl knows none of the ``hw.``/``machdep.`` names asked, and exits non-zero)."""
+    if not shutil.which("sysctl"):
         return None
     code, out, _ = _run(["sysctl", "-n", name], timeout=5.0)
     return out.strip() if code == 0 and out.strip() else None
@@ -71,10 +71,10 @@ def _sysctl(name: str) -> Optional[str]:
 def _lscpu() -> str:
     """lscpu's plain output in the C locale ('' without lscpu); run once per probe."""
     if not _LSCPU:
-        out = ""
+        code, out = 1, ""
         if shutil.which("lscpu"):
             code, out, _ = _run(["env", "LC_ALL=C", "lscpu"], timeout=10.0)
-        _LSCPU.append(out if out and code == 0 else "")
+        _LSCPU.append(out if code == 0 else "")
     return _LSCPU[0]
 
 
@@ -130,11 +130,16 @@ def model_name(root: str = "/", lscpu: Optional[str] = None) -> Optional[str]:
     models = lscpu_models(_lscpu() if lscpu is None and root == "/" else lscpu or "")
     if models:
         return models[0][0]
-    for key in ("hardware", "cpu model", "model", "cpu"):
+    # an ARM board's SoC, Alpha/MIPS's cpu model, POWER's cpu (its "model" is the machine's)
+    for key in ("hardware", "cpu model", "cpu", "model"):
         if fields.get(key):
             return fields[key]
-    if root != "/":
-        return None
+    return live_model_name() if root == "/" else None  # a recording has no live fallback
+
+
+def live_model_name() -> Optional[str]:
+    """This machine's model where no file names it (macOS): sysctl's brand string, else
+    the platform module's word."""
     return _sysctl("machdep.cpu.brand_string") or platform.processor() or None
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from mainboard.bridges.providers import adapter_for
 from mainboard.config import Config, ProviderHost
-from mainboard.errors import MainboardError, UserError, first_line
+from mainboard.errors import MainboardError, first_line
 from mainboard.hosts.facts import cached_record
 
 if TYPE_CHECKING:
@@ -65,10 +65,8 @@ def host_rate(config: Config, name: str, *, gpus: int | None = None,
             return Rate(float(declared), f"declared usd_hr of {name}", hardware, facts=facts)
         return Rate(0.0, f"owned {host.kind} host (no usd_hr declared)", hardware, facts=facts)
 
-    provider = config.providers.get(host.provider)
+    provider = config.providers[host.provider]  # the config refuses an undeclared one
     try:
-        if provider is None:
-            raise UserError(f"provider {host.provider!r} is not declared")
         offers = _fitting(adapter_for(host.provider, provider).offers(host.gpu, host.max_usd_hr),
                           gpus, mem_gb)
     except (MainboardError, OSError) as exc:

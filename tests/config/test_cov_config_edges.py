@@ -79,6 +79,9 @@ BAD: dict[str, tuple[str, str]] = {
     "broker-not-a-table": ("broker = 1\n", "1: broker: wrong type: expected a table"),
     "deps-not-a-table": ("deps = 1\n", "1: deps: wrong type: expected a table"),
     "pools-not-a-table": ("[fleet]\npools = 1\n", "2: fleet.pools: wrong type: expected a table"),
+    "provider-option-not-a-scalar": ('[providers.v]\nkind = "vast"\noptions = {x = [1]}\n',
+                                     "3: providers.v.options.x: wrong type: expected a quoted "
+                                     "string (got [1])"),  # pydantic adds the union's tag
     "modules-not-an-array": ('[hosts.c]\nkind = "slurm"\nmodules = 1\n',
                              "3: hosts.c.modules: wrong type: expected an array"),
     "interpolation-syntax": ('[workspace]\nname = "{{ env( }}"\n',
@@ -130,6 +133,7 @@ def test_each_host_kind_answers_what_jobs_and_submits_ask() -> None:
     local, box, c, p, r = (config.host(n) for n in ("local", "box", "c", "p", "r"))
     assert [h.interpreter() for h in (local, box, c, r)] == \
         ["python3", "python3.12", "python3", "python3.11"]
+    assert [h.env_modules() for h in (local, box, c, r)] == [[], [], [], []]
     assert [h.default_queue() for h in (local, c, p)] == [None, "gpu", "short"]
     assert [h.default_account() for h in (local, c)] == [None, "proj"]
     assert local.submit_gate() is None and p.submit_gate().max_jobs is None

@@ -21,7 +21,7 @@ import pytest
 
 from mainboard.board import Board
 from mainboard.cli.columns import columns, read_columns
-from mainboard.config import load_config
+from mainboard.config import load_config, loads_config
 from mainboard.hosts.compute import AGENT_KEYS, ComputeRow, list_compute
 from mainboard.hosts.facts import probe_facts
 from tests.support.boards import ssh_host, write_config
@@ -57,8 +57,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, sshd_server: SshServer) -> I
                           python=f"python3'; touch {directory}/pwned2; echo '"),
         "sl": {"kind": "slurm"},
         "pb": {"kind": "pbs"},
+        # a SLURM login over ssh whose PATH (its env) holds no sbatch: no root key to check
+        "slssh": ssh_host(sshd_server, good_kh, kind="slurm", python="/usr/bin/python3"),
         "rent": {"kind": "provider", "provider": "vast", "gpu": "H100", "max-usd-hr": 3.5},
     }, extra=toml_tables({
+        "hosts.slssh.env": {"PATH": str(directory / "empty-path")},
         # a closed loopback port: the key is never sent off this machine, the API is "down"
         "providers.vast": {"kind": "vast", "api-key-env": "MB_TEST_VAST_KEY",
                            "api-url": f"http://127.0.0.1:{free_port()}"},
@@ -87,6 +90,7 @@ def test_every_row(rows: dict[str, ComputeRow], fleet: Path) -> None:
         "nopython": ("host", "ssh", "not-set-up"), HOSTILE: ("host", "ssh", "not-set-up"),
         "sl": ("host", "slurm", "ready" if shutil.which("sbatch") else "not-set-up"),
         "pb": ("host", "pbs", "ready" if shutil.which("qsub") else "not-set-up"),
+        "slssh": ("host", "slurm", "not-set-up"),
         "rent": ("host", "provider", "ready"), "vast": ("provider", "vast", "keyed"),
         "runpod": ("provider", "runpod", "missing"),
     }
@@ -97,6 +101,7 @@ def test_every_row(rows: dict[str, ComputeRow], fleet: Path) -> None:
     assert "CHANGED" in rows["wrongkey"].reason
     assert rows["noroot"].reason == "root /nonexistent/mainboard-root missing"
     assert rows["nopython"].reason == "python3-not-here not found"
+    assert rows["slssh"].reason == "sbatch not found"
     assert "missing" in rows[HOSTILE].reason and "not found" in rows[HOSTILE].reason
     assert not (fleet.parent / "pwned1").exists() and not (fleet.parent / "pwned2").exists()
     assert rows["runpod"].reason == "set $MB_TEST_RUNPOD_KEY"
@@ -121,6 +126,24 @@ def test_batch_hosts_without_scheduler_are_not_set_up(tmp_path: Path,
     assert rows["pb"].access_text == "not-set-up (qsub not found on PATH)"
     assert rows["free"].access_text == "missing (providers.free.api_key_env is not set)"
     assert rows["g"].access_text == "not-set-up (providers.free.api_key_env is not set)"
+
+
+def test_a_config_built_in_code_and_a_provider_kind_no_adapter_knows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No mainboard.toml: a remote host is reached with its keys as given. A provider kind
+    no adapter knows is one row saying so; a [deps] pin this machine meets keeps it here."""
+    monkeypatch.setenv("MB_TEST_ODD_KEY", SECRET)
+    config = loads_config(toml_tables({
+        "deps": {"git": ">=1.0"},
+        "hosts.gone": {"kind": "ssh", "host": "127.0.0.1", "port": free_port(),
+                       "known_hosts": "/dev/null"},
+        "providers.odd": {"kind": "nosuch", "api-key-env": "MB_TEST_ODD_KEY"}}))
+    assert config.path is None
+    rows = {row.name: row for row in list_compute(config, timeout=30.0)}
+    assert rows["local"].access == "here"
+    assert rows["gone"].access == "unreachable" and "connection refused" in rows["gone"].reason
+    assert rows["odd"].access == "keyed" and "unknown provider kind" in rows["odd"].detail
+    assert SECRET not in rows["odd"].model_dump_json()
 
 
 def test_access_values_are_exactly_the_documented_ones(rows: dict[str, ComputeRow]) -> None:

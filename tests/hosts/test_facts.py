@@ -23,10 +23,8 @@ import pytest
 
 from mainboard.board import Board
 from mainboard.errors import FactsError, UnknownHost
-from mainboard.hosts import facts_probe
 from mainboard.hosts.facts import (
     Facts,
-    IbDevice,
     cache_path,
     cached_facts,
     cached_record,
@@ -41,13 +39,6 @@ from tests.support.services import SshServer, free_port, require, unavailable
 from tests.support.workspace import run_cli
 
 HOSTILE = "hostile-python"  # plain name (hostile names are refused); its python is hostile
-# Values from published real nvidia-smi output: names/UUIDs from an `nvidia-smi -L` listing of
-# an 8x H100 node, 81559 MiB as nvidia-smi reports an H100 80GB, driver from a 535-series host.
-RECORDED_CSV = (
-    "NVIDIA H100 80GB HBM3, 81559, GPU-f75045e8-4d87-49d1-2eb9-39ec2baddf9b, 535.86.10\n"
-    "NVIDIA H100 80GB HBM3, 81559, GPU-b91556d8-5215-d0ed-50b8-a88720e5b29c, 535.86.10\n")
-DRIVER_DOWN = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-               "Make sure that the latest NVIDIA driver is installed and running.")
 MUST_AGREE = ("hostname", "os", "system", "arch", "kernel", "cpu_name", "cpu_kinds", "cpu_logical",
               "cpu_physical", "memory_total", "gpus", "infiniband", "cgroup_version")
 
@@ -180,45 +171,6 @@ def test_local_facts_agree_with_this_machine(tmp_path: Path) -> None:
     assert cached_facts(board.config.state_dir, "local") == facts
 
 
-def test_no_nvidia_smi_means_no_gpus(tmp_path: Path) -> None:
-    path = os.pathsep.join([str(tmp_path), "/usr/bin", "/bin"])
-    assert shutil.which("nvidia-smi", path=path) is None
-    assert run_probe(path).gpus == []
-
-
-def _fake_nvidia_smi(bin_dir: Path, body: str) -> None:
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    script = bin_dir / "nvidia-smi"
-    expected = " ".join(facts_probe.NVIDIA_QUERY)
-    script.write_text("#!/bin/sh\n"
-                      f'[ "$*" = "{expected}" ] || {{ echo "unexpected args: $*" >&2; exit 2; }}\n'
-                      + body)
-    script.chmod(0o755)
-
-
-def test_fake_nvidia_smi_recorded_output_is_parsed(tmp_path: Path) -> None:
-    """SIMULATION: no NVIDIA GPU or nvidia-smi can exist here, so a script on PATH prints
-    csv in nvidia-smi's exact --format=csv,noheader,nounits layout (values from real output)."""
-    _fake_nvidia_smi(tmp_path / "bin", f"cat <<'EOF'\n{RECORDED_CSV}EOF\n")
-    facts = run_probe(os.pathsep.join([str(tmp_path / "bin"), "/usr/bin", "/bin"]))
-    assert [g.model_dump() for g in facts.gpus] == [
-        {"name": "NVIDIA H100 80GB HBM3", "memory_mb": 81559,
-         "uuid": "GPU-f75045e8-4d87-49d1-2eb9-39ec2baddf9b", "driver": "535.86.10"},
-        {"name": "NVIDIA H100 80GB HBM3", "memory_mb": 81559,
-         "uuid": "GPU-b91556d8-5215-d0ed-50b8-a88720e5b29c", "driver": "535.86.10"}]
-    assert facts.warnings == []
-    assert "2x NVIDIA H100 80GB HBM3 79 GiB" in summary(facts)
-
-
-def test_fake_nvidia_smi_driver_failure_gives_no_gpus_and_a_warning(tmp_path: Path) -> None:
-    """SIMULATION: nvidia-smi present but the driver is not loaded (its real message, exit 9)."""
-    _fake_nvidia_smi(tmp_path / "bin", f"echo \"{DRIVER_DOWN}\"\nexit 9\n")
-    facts = run_probe(os.pathsep.join([str(tmp_path / "bin"), "/usr/bin", "/bin"]))
-    assert facts.gpus == []
-    assert len(facts.warnings) == 1 and "exited 9" in facts.warnings[0]
-    assert "couldn't communicate with the NVIDIA driver" in facts.warnings[0]
-
-
 # ----- schema ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("change", "field"), [
@@ -268,86 +220,6 @@ def test_summary_is_one_line_with_limits(probe_data: dict) -> None:
 
 
 # ----- cgroups -----------------------------------------------------------------------------------
-
-def test_cgroup_v2_recorded_layout(tmp_path: Path) -> None:
-    """A cgroup2 tree in the kernel's file formats (this machine runs v1, so v2 is laid out
-    in a directory): the tighter parent memory.max wins, cpu.max gives quota/period."""
-    mount = tmp_path / "cg root"  # a space: mountinfo escapes it as \040
-    job = mount / "user.slice" / "job-1"
-    job.mkdir(parents=True)
-    files = {mount / "cgroup.controllers": "cpuset cpu io memory pids",
-             mount / "user.slice" / "cgroup.controllers": "cpu memory pids",
-             job / "cgroup.controllers": "",  # a leaf the parent delegates nothing to
-             mount / "cgroup.procs": "", mount / "user.slice" / "cgroup.procs": "",
-             mount / "user.slice" / "memory.max": "1073741824",
-             mount / "user.slice" / "cpu.max": "max 100000",
-             job / "cgroup.procs": "", job / "memory.max": "2147483648",
-             job / "cpu.max": "150000 100000"}
-    for path, text in files.items():
-        path.write_text(text + "\n")
-    escaped = str(mount).replace(" ", "\\040")
-    mountinfo = f"41 31 0:38 / {escaped} rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n"
-    limits = facts_probe.cgroup_limits(mountinfo, "0::/user.slice/job-1\n")
-    assert limits == {"cgroup_version": 2, "cgroup_memory_limit": 1024**3, "cgroup_cpu_limit": 1.5}
-    (job / "memory.max").write_text("max\n")
-    (mount / "user.slice" / "memory.max").write_text("max\n")
-    (job / "cpu.max").write_text("max 100000\n")
-    assert facts_probe.cgroup_limits(mountinfo, "0::/user.slice/job-1\n") == {
-        "cgroup_version": 2, "cgroup_memory_limit": None, "cgroup_cpu_limit": None}
-
-
-def test_cgroup_v1_recorded_layout_with_an_empty_unified_mount(tmp_path: Path) -> None:
-    """A hybrid (v1 + empty cgroup2) layout in the kernel's file formats: v1 limits count,
-    the tighter of a cgroup and its parent wins, and v1's huge "no limit" is None."""
-    memory, cpu, unified = tmp_path / "memory", tmp_path / "cpu,cpuacct", tmp_path / "unified"
-    files = {memory / "cgroup.procs": "", memory / "memory.limit_in_bytes": "9223372036854771712",
-             memory / "job-1" / "cgroup.procs": "",
-             memory / "job-1" / "memory.limit_in_bytes": str(256 * 1024**2),
-             cpu / "cgroup.procs": "", cpu / "cpu.cfs_quota_us": "-1",
-             cpu / "cpu.cfs_period_us": "100000", cpu / "job-1" / "cgroup.procs": "",
-             cpu / "job-1" / "cpu.cfs_quota_us": "150000",
-             cpu / "job-1" / "cpu.cfs_period_us": "100000",
-             unified / "cgroup.controllers": "", unified / "cgroup.procs": ""}
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n")
-    mountinfo = (f"33 25 0:28 / {cpu} rw,nosuid shared:9 - cgroup cgroup rw,cpu,cpuacct\n"
-                 f"35 25 0:30 / {memory} rw,nosuid shared:15 - cgroup cgroup rw,memory\n"
-                 f"30 25 0:26 / {unified} rw,nosuid shared:6 - cgroup2 cgroup2 rw,nsdelegate\n")
-    own = "9:memory:/job-1\n4:cpu,cpuacct:/job-1\n0::/job-1\n"
-    assert facts_probe.cgroup_limits(mountinfo, own) == {
-        "cgroup_version": 1, "cgroup_memory_limit": 256 * 1024**2, "cgroup_cpu_limit": 1.5}
-    (memory / "job-1" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
-    (cpu / "job-1" / "cpu.cfs_quota_us").write_text("-1\n")
-    assert facts_probe.cgroup_limits(mountinfo, own) == {
-        "cgroup_version": 1, "cgroup_memory_limit": None, "cgroup_cpu_limit": None}
-    assert facts_probe.cgroup_limits("", "") == {
-        "cgroup_version": None, "cgroup_memory_limit": None, "cgroup_cpu_limit": None}
-
-
-def test_infiniband_recorded_sysfs_layout(tmp_path: Path) -> None:
-    """/sys/class/infiniband as the kernel lays it out (this machine has no HCA): an HDR
-    InfiniBand port, a down RoCE port, ports sorted numerically; the schema accepts it."""
-    ports = {("mlx5_0", "1"): ("4: ACTIVE", "200 Gb/sec (4X HDR)", "InfiniBand"),
-             ("mlx5_0", "2"): ("1: DOWN", "10 Gb/sec (4X SDR)", "InfiniBand"),
-             ("mlx5_0", "10"): ("4: ACTIVE", "100 Gb/sec (4X EDR)", "InfiniBand"),
-             ("mlx5_1", "1"): ("1: DOWN", "40 Gb/sec (4X QDR)", "Ethernet")}
-    for (device, port), values in ports.items():
-        directory = tmp_path / device / "ports" / port
-        directory.mkdir(parents=True)
-        for name, value in zip(("state", "rate", "link_layer"), values, strict=True):
-            (directory / name).write_text(value + "\n")
-    (tmp_path / "mlx5_2").mkdir()  # a device whose ports vanished mid-read
-    found = facts_probe.infiniband(str(tmp_path))
-    assert [d["name"] for d in found] == ["mlx5_0", "mlx5_1", "mlx5_2"]
-    assert found[0]["ports"] == [
-        {"port": 1, "state": "ACTIVE", "rate": "200 Gb/sec (4X HDR)", "link_layer": "InfiniBand"},
-        {"port": 2, "state": "DOWN", "rate": "10 Gb/sec (4X SDR)", "link_layer": "InfiniBand"},
-        {"port": 10, "state": "ACTIVE", "rate": "100 Gb/sec (4X EDR)", "link_layer": "InfiniBand"}]
-    assert found[1]["ports"][0]["link_layer"] == "Ethernet" and found[2]["ports"] == []
-    assert [IbDevice.model_validate(d).name for d in found] == ["mlx5_0", "mlx5_1", "mlx5_2"]
-    assert facts_probe.infiniband(str(tmp_path / "absent")) == []
-
 
 def _make_cgroup(name: str) -> tuple[list[Path], str] | None:
     """Real cgroup dirs limited to 256 MiB and 1.5 CPUs, plus the shell text that joins them."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mainboard.errors import UserError
 from mainboard.hosts.gitignore import RuleSet, Selection, gitignored, parse, parse_line
 from tests.support.services import require
 
@@ -39,6 +40,10 @@ TABLE: list[tuple[list[str], str, bool, bool]] = [
     (["[!abc].py"], "d.py", False, True),
     (["[!abc].py"], "a.py", False, False),
     (["[a-c]x"], "bx", False, True),
+    (["[]a]x"], "]x", False, True),               # a ] first in a class is one of its chars
+    (["[]a]x"], "bx", False, False),
+    (["[\\]b]y"], "]y", False, True),              # so is an escaped one anywhere
+    (["[\\]b]y"], "\\y", False, False),
     (["*.log", "!keep.log"], "keep.log", False, False),
     (["*.log", "!keep.log"], "other.log", False, True),
     (["!keep.log", "*.log"], "keep.log", False, True),  # the last match wins
@@ -108,6 +113,7 @@ def test_selection_agrees_with_git(tmp_path: Path) -> None:
     _write(tmp_path, TREE)
     os.symlink("a.py", tmp_path / "link.py")
     os.symlink("build", tmp_path / "dirlink")  # a symlink is a file, even to a directory
+    os.mkfifo(tmp_path / "pipe")  # neither a file nor a directory: git lists none, nor do we
     subprocess.run([git, "init", "-q", str(tmp_path)], check=True)
     listed = subprocess.run([git, "-C", str(tmp_path), "ls-files", "-z", "--others",
                              "--exclude-standard"], check=True, capture_output=True).stdout
@@ -128,3 +134,16 @@ def test_exclude_list_and_always_excluded(tmp_path: Path) -> None:
     selection = Selection(exclude=["data/", "*.bin", "!keep.bin"], skip=["main.py"])
     ours = sorted(name for name, _ in selection.walk(tmp_path))
     assert ours == [".gitignore", "keep.bin", "notes/.venv", "pkg/m.py"]
+
+
+def test_a_workspace_that_cannot_be_read_is_one_line_naming_the_place(tmp_path: Path) -> None:
+    """Root runs the suite, so permissions stop nothing here: a .gitignore that is a symlink
+    loop cannot be read (ELOOP), and a root that is a file cannot be listed (ENOTDIR)."""
+    (tmp_path / "ws").mkdir()
+    os.symlink(".gitignore", tmp_path / "ws" / ".gitignore")
+    with pytest.raises(UserError, match=r"cannot read .*/ws/\.gitignore: Too many levels"):
+        list(Selection().walk(tmp_path / "ws"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match=r"cannot list workspace directory .*/file: Not a "
+                                        r"directory; fix its permissions or add it"):
+        list(Selection().walk(tmp_path / "file"))

@@ -144,6 +144,8 @@ def test_first_sync_sends_all_then_an_unchanged_tree_sends_nothing(setup: Setup)
     assert recorded["root"] == str(setup.remote) and recorded["synced_at"]
     assert set(recorded["files"]) == set(CARRIED)
     assert set(recorded["files"]["main.py"]) == {"size", "mtime_ns", "mode", "sha256"}
+    shown = json.loads(json.dumps(first.as_json()))  # what a caller prints as JSON
+    assert shown["synced_at"] == first.synced_at.isoformat() and shown["files"] == CARRIED
 
     assert [text.split()[0] for text, _ in setup.transport.sent] == ["command", "tar"]
     second = setup.sync()
@@ -156,6 +158,7 @@ def test_one_changed_file_sends_exactly_that_file(setup: Setup) -> None:
     (setup.workspace / "pkg/mod.py").write_text("x = 2\n")
     touched = setup.workspace / "main.py"
     os.utime(touched, ns=(1, 1_000_000_000))  # new mtime, same content: must not ship
+    os.utime(setup.workspace / "latest", ns=(1, 2_000_000_000), follow_symlinks=False)  # a link too
     report = setup.sync()
     assert report.files == ["pkg/mod.py"] and report.raw_bytes == 6
     assert setup.streams() == [["pkg/mod.py"]]
@@ -325,6 +328,8 @@ def test_a_moved_root_starts_a_fresh_mirror(setup: Setup, tmp_path: Path) -> Non
                        root=str(tmp_path / "moved")).sync()
     assert moved.files == CARRIED and moved.deleted == []
     assert json.loads(setup.manifest.read_text())["root"] == str(tmp_path / "moved")
+    with pytest.raises(TypeError, match="needs the host name and its root"):
+        mirror_for(setup.board.config, setup.host)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"version": 1, "host": "box"}',

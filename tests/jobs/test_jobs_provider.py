@@ -171,6 +171,26 @@ def test_a_price_ceiling_below_every_offer_rents_nothing(
         assert owned_rentals(board.config.state_dir) == [] and sim.market(KEY_ENV).list_rentals() == []
 
 
+def test_a_recorded_rental_the_provider_no_longer_runs_is_not_reached(
+        tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job rental on record that the provider no longer has (destroyed behind our back):
+    asking about the host's jobs is a HostError, not a connection to a gone machine; a key
+    the provider refuses fails a submit with the provider's own words, renting nothing."""
+    config = _config(tmp_path, sim)
+    with Board(config) as board:
+        state = board.config.state_dir
+        rental_receipts(state).append(RentalCreated(
+            provider="sim", rental_id="990001", offer_id="1", label="mainboard-gpu",
+            usd_hr=0.5, host="gpu", owner="jobs"))
+        with pytest.raises(HostError, match="no live rental on provider 'sim'"):
+            board.on("gpu").reach(rent=False)
+    monkeypatch.setenv(KEY_ENV, "not-the-key")
+    with Board(config) as board, pytest.raises(
+            ProviderError, match=f"credentials refused for provider sim \\(env var {KEY_ENV}\\)"):
+        board.on("gpu").submit("echo never")
+    assert [r.rental_id for r in owned_rentals(state)] == ["990001"]
+
+
 def test_a_fleet_rental_on_the_same_host_is_never_used_nor_released_by_jobs(
         tmp_path: Path, sim: SimulatedProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
     config = _config(tmp_path, sim)
