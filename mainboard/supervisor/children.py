@@ -11,6 +11,7 @@ relaunched under their node name.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import os
@@ -32,27 +33,27 @@ DASHBOARD_START_S = 60.0  # a loaded 2-core machine imports tornado and folds re
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL
 
 
-class Child:
+class Child(abc.ABC):
     """One supervised process: ``name`` in messages, ``log`` for its last lines."""
 
     name: str = "child"
     log: Path
 
+    @abc.abstractmethod
     def pid(self) -> int | None:
         """The pid while it runs, None once it is gone."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def start(self) -> None:
         """Start it (again); SupervisorError or the service's error when it does not come up."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def stop(self) -> None:
         """Stop it, within a few seconds."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def exit_code(self) -> int | None:
         """Its exit code (negative: the signal) once ended, None when unknown."""
-        return None
 
     def why(self, hide: list[str]) -> str:
         """Why it is gone, in a few words, with its last log lines (secrets in ``hide`` cut)."""
