@@ -165,6 +165,8 @@ def test_the_embedded_broker_gives_workers_their_own_user(workspace: Path) -> No
     config = load_config(workspace / "mainboard.toml")
     worker = worker_url(broker.url(), config)
     assert worker == broker.url(user=WORKER) and f"//{WORKER}:" in worker
+    other = f"redis://127.0.0.1:{free_port()}/0"  # not this broker's: passed on as it is
+    assert worker_url(other, config) == other
 
 
 @pytest.mark.parametrize(("url", "shown"), [
@@ -212,6 +214,7 @@ def test_flower_on_a_busy_port_is_one_line_exit_2_and_starts_nothing(
     assert not Flower(tmp_path / "elsewhere").answers(free_port(), timeout=0.5)
     again = free_port()
     assert flower._port(None, again) == again  # the last port, while it is free
+    assert flower._port(again, None) == again  # the port asked for, while it is free
 
 
 def test_flowers_open_endpoints_are_guarded_once(tmp_path: Path) -> None:
