@@ -27,7 +27,7 @@ from typing import Any
 
 from mainboard.daemon import Daemon, die_with_parent, exit_reason, log_tail
 from mainboard.errors import SupervisorError
-from mainboard.tasks.workers import LocalWorkers, warm_stop
+from mainboard.tasks.workers import LocalWorkers
 
 DASHBOARD_START_S = 60.0  # a loaded 2-core machine imports tornado and folds receipts first
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL
@@ -179,10 +179,9 @@ class WorkerChild(Child):
     def start(self) -> None:
         self.workers.launch(self.index)
 
-    def stop(self) -> None:  # all workers stop together (LocalWorkers.stop): warm, in parallel
-        proc = self._proc()
-        if proc is not None:
-            warm_stop(proc)
+    def stop(self) -> None:
+        """Never asked of one slot: `up` stops all workers together (``LocalWorkers.stop``:
+        warm, in parallel, SIGKILL past the budget; ``Supervisor._stop_all``)."""
 
 
 __all__ = ["Child", "DaemonChild", "DashboardChild", "SupervisorError", "WorkerChild"]

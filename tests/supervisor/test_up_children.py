@@ -10,6 +10,7 @@ import collections
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,23 @@ def test_a_child_that_does_not_start_again_is_told_and_counted(tmp_path: Path) -
     assert json.loads(sup.state_path.read_text())["children"]["dashboard"]["running"] is False
     with pytest.raises(SupervisorError, match="dashboard died 2 times within 60 s"):
         sup._restart(child)  # past the budget: the crash loop ends everything
+    forgetful = Supervisor(config, UpOptions(max_restarts=1, window_s=0), said.append)
+    forgetful.deaths[child.name] = collections.deque()
+    for _ in range(2):  # each death leaves the window before the next: never a crash loop
+        forgetful._restart(child)
+    assert said[-1].startswith("dashboard died (exited with code 4) and did not start again "
+                               "(1 of 1 restarts within 0 s)")
+
+
+def test_the_dashboard_child_gets_a_private_token_file_and_no_config_flag_without_one(
+        tmp_path: Path) -> None:
+    sup = Supervisor(Config(root=tmp_path), UpOptions(token="t0ken", port=8123), print)
+    sup.dir.mkdir(parents=True)
+    child = sup._dashboard()
+    assert "--config" not in child.argv and child.argv[child.argv.index("--port") + 1] == "8123"
+    token = Path(child.argv[child.argv.index("--token-file") + 1])
+    assert token.read_text() == "t0ken\n" and stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert "MAINBOARD_CONFIG" not in child.env
 
 
 def test_a_stop_that_fails_is_one_line_and_the_others_go_on(tmp_path: Path) -> None:
