@@ -101,10 +101,6 @@ class Children:
         """How many more children may start now."""
         return self.limit - len(self.active)
 
-    def history(self, label: str) -> RunHistory | None:
-        """The receipts of a child so far (None before it ever started)."""
-        return self.s.store.history(child_id(self.parent_id, label))
-
     def start(self, child: Child) -> Outcome | None:
         """Start ``child`` (or find it finished: its outcome at once, nothing run)."""
         run_id = child_id(self.parent_id, child.label)

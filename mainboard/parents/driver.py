@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from mainboard.config import Config, load_config
-from mainboard.errors import IntegrationFailed, UserError
+from mainboard.errors import IntegrationFailed
 from mainboard.integrators.plain import to_plain
 from mainboard.integrators.spec_parents import ParentSpec, parse_parent
 from mainboard.names import symbol_by_name
@@ -31,7 +31,7 @@ from mainboard.receipts import (
     RunPaused,
     RunResumed,
 )
-from mainboard.runs.store import RunHistory, RunStore
+from mainboard.runs.store import RunHistory
 from mainboard.tasks.paths import use_import_roots
 from mainboard.tasks.runner import FLEET_PREPARE, Prepare, Session, session
 
@@ -84,9 +84,8 @@ def resume_parent(history: RunHistory, workers: int | None = None, *,
                   config: Config | None = None, broker_url: str | None = None,
                   prepare: Prepare | str | None = FLEET_PREPARE, report: Report | None = None
                   ) -> dict[str, Any]:
-    """Continue a parent whose coordinator died: ended children stay, the rest run."""
-    if history.created.kind is None:
-        raise UserError(f"run {history.run_id} is not a scan, tune or campaign")
+    """Continue a parent (a run with a ``kind``: `runs resume` asks this of parents only)
+    whose coordinator died: ended children stay, the rest run."""
     if history.status == "finished":
         return table.view(history)
     cfg = config if config is not None else load_config()
@@ -97,9 +96,4 @@ def resume_parent(history: RunHistory, workers: int | None = None, *,
         return _drive(s, spec, current, report, f"<parent {history.run_id}>")
 
 
-def find(config: Config, what: str) -> RunHistory:
-    """A run (parent or not) by id, prefix or name."""
-    return RunStore(config.state_dir).find(what)
-
-
-__all__ = ["LOOPS", "drive", "find", "resume_parent"]
+__all__ = ["LOOPS", "drive", "resume_parent"]

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mainboard.receipts import ChildDone, ChildStarted
+from mainboard.receipts import ChildStarted
 from mainboard.runs.store import RunHistory
 
 COLUMNS = ("estimate", "error", "chi2_dof", "samples", "wall_s")
@@ -57,7 +57,7 @@ def child_rows(history: RunHistory) -> list[dict[str, Any]]:
                                            "point": dict(item.point)})
         if isinstance(item, ChildStarted):
             row.update(status="running", budget=item.budget)
-        elif isinstance(item, ChildDone):
+        else:  # ChildDone
             row.update({k: item.result.get(k) for k in COLUMNS}, status=item.status,
                        budget=item.budget, failure=item.error)
     return list(rows.values())
@@ -100,7 +100,7 @@ def view(history: RunHistory) -> dict[str, Any]:
         scored = [r for r in rows if r["objective"] is not None]
         pick = min if goal["mode"] == "minimize" else max
         out["best"] = pick(scored, key=lambda r: r["objective"]) if scored else None
-    elif kind == "campaign":
+    else:  # campaign
         coeff = {c["name"]: float(c["coefficient"]) for c in spec["campaign"]["children"]}
         for row in rows:
             row["coefficient"] = coeff[row["label"]]
@@ -118,8 +118,6 @@ def _fmt(value: Any, digits: int = 6) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.{digits}g}"
-    if isinstance(value, list | dict):
-        return str(value)
     return str(value)
 
 

@@ -141,8 +141,6 @@ def drive(ctx: Context) -> dict[str, Any]:
                  objective(done.result, metric) if done.status == "finished" else None)
     in_hand = sorted((n for n in started if n not in ended), key=_number)  # were running
     next_number = max((_number(n) for n in (*started, *ended)), default=-1) + 1
-    best: dict[str, Any] | None = None
-
     def learn(outcome: Outcome) -> None:
         value = objective(outcome.row, metric) if outcome.status == "finished" else None
         opt.tell(_number(outcome.child.label), outcome.child.point, value)
@@ -164,10 +162,9 @@ def drive(ctx: Context) -> dict[str, Any]:
             for outcome in pool.wait():
                 learn(outcome)
     done = ctx.s.store.history(ctx.parent_id)
-    if done is not None:
-        best = view(done).get("best")
+    assert done is not None  # its run.created came first
     return {"trials": opt.trials, "metric": metric, "mode": tune.objective.mode,
-            "best": best}
+            "best": view(done).get("best")}
 
 
 def _start(ctx: Context, pool: Children, label: str, params: dict[str, Any]

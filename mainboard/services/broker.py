@@ -278,7 +278,13 @@ class EmbeddedBroker(Daemon):
     def _write_conf(self, port: int, password: str, tls: bool) -> None:
         """The generated redis.conf and aclfile: the only places besides the secret files
         holding the passwords. ``tls``: the TLS port only, no plain-text listener."""
-        write_private(self.acl_path, acl_text(password, self._worker_password()))
+        worker = self._worker_password()
+        for path, secret in ((self.secret_path, password), (self.worker_secret_path, worker)):
+            if any(c.isspace() for c in secret):  # an aclfile line ends at the first space
+                raise ConfigError("the broker password in it holds whitespace", file=str(path),
+                                  valid="one word without spaces (delete the file: the next "
+                                        "`mainboard broker up` makes a new one)")
+        write_private(self.acl_path, acl_text(password, worker))
         listen = [f"port {port}"]
         if tls:
             files = ensure_tls(self.tls_files.ca.parent)
@@ -324,6 +330,19 @@ class EmbeddedBroker(Daemon):
             return self._start([binary, str(self.conf_path)], port,
                                [password, self._worker_password()], lambda: _pings(client))
 
+    def _launch_retrying(self, binary: str, port: int, password: str, tls: bool
+                         ) -> tuple[int, int]:
+        """``_launch`` on ``port``, or on a fresh one when someone grabbed it between the
+        check and redis-server's bind (three tries); (pid, port)."""
+        for attempt in range(3):
+            try:
+                return self._launch(binary, port, password, tls), port
+            except BrokerError as exc:
+                if attempt == 2 or "in use" not in str(exc):
+                    raise
+                port = fresh_port()
+        raise AssertionError("unreachable")
+
     # ----- public API ----------------------------------------------------------------------
 
     def status(self) -> BrokerStatus:
@@ -364,14 +383,7 @@ class EmbeddedBroker(Daemon):
             previous = current.port
             port = previous if previous and previous not in FORBIDDEN_PORTS \
                 and port_is_free(previous) else fresh_port()
-            for attempt in range(3):
-                try:
-                    pid = self._launch(binary, port, password, tls)
-                    break
-                except BrokerError as exc:  # someone grabbed the port between check and bind
-                    if attempt == 2 or "in use" not in str(exc):
-                        raise
-                    port = fresh_port()
+            pid, port = self._launch_retrying(binary, port, password, tls)
             self._record(pid=pid, port=port, conf=str(self.conf_path), started_at=time.time(),
                          acl=True, tls=tls)
         return replace(self.status(), action="started", note=current.note)
@@ -384,7 +396,7 @@ class EmbeddedBroker(Daemon):
                 with contextlib.suppress(FileNotFoundError):
                     self.pidfile_path.unlink()  # left behind by a killed server
                 if current.note:  # stale pid: forget it, keep the port for the next start
-                    self._record(port=current.port, tls=self._mode()[1])
+                    self._record(port=current.port, acl=self._mode()[0], tls=self._mode()[1])
                 return replace(current, action="not running")
             pid, port = current.pid, current.port
             try:
@@ -400,7 +412,7 @@ class EmbeddedBroker(Daemon):
                 if not self._wait_gone(pid, STOP_TIMEOUT):
                     raise BrokerError(f"redis-server pid {pid} did not stop after SHUTDOWN and "
                                       f"SIGTERM; see {self.log_path}")
-            self._record(port=port, tls=self._mode()[1])  # kept for the next start
+            self._record(port=port, acl=self._mode()[0], tls=self._mode()[1])  # for the next start
         return BrokerStatus(running=False, state_dir=str(self.state_dir), pid=pid, port=port,
                             action="stopped")
 

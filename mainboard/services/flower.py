@@ -143,9 +143,9 @@ class Flower(Daemon):
         write_private(self.conf_path, "\n".join(lines) + "\n")
 
     def _port(self, wanted: int | None, previous: int | None) -> int:
+        """``wanted`` (1-65535: the verbs' --port checks that) when free, else the last
+        port when free, else a fresh one."""
         if wanted is not None:
-            if not 0 < wanted < 65536:
-                raise UserError(f"--port {wanted}: not a TCP port; valid: 1-65535")
             if not port_is_free(wanted):
                 raise UserError(f"port {wanted} on {HOST} is in use; choose another --port "
                                 "or leave it out to pick a free one")

@@ -11,6 +11,7 @@ relaunched under their node name.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import os
@@ -26,33 +27,33 @@ from typing import Any
 
 from mainboard.daemon import Daemon, die_with_parent, exit_reason, log_tail
 from mainboard.errors import SupervisorError
-from mainboard.tasks.workers import LocalWorkers, warm_stop
+from mainboard.tasks.workers import LocalWorkers
 
 DASHBOARD_START_S = 60.0  # a loaded 2-core machine imports tornado and folds receipts first
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL
 
 
-class Child:
+class Child(abc.ABC):
     """One supervised process: ``name`` in messages, ``log`` for its last lines."""
 
     name: str = "child"
     log: Path
 
+    @abc.abstractmethod
     def pid(self) -> int | None:
         """The pid while it runs, None once it is gone."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def start(self) -> None:
         """Start it (again); SupervisorError or the service's error when it does not come up."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def stop(self) -> None:
         """Stop it, within a few seconds."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def exit_code(self) -> int | None:
         """Its exit code (negative: the signal) once ended, None when unknown."""
-        return None
 
     def why(self, hide: list[str]) -> str:
         """Why it is gone, in a few words, with its last log lines (secrets in ``hide`` cut)."""
@@ -178,10 +179,9 @@ class WorkerChild(Child):
     def start(self) -> None:
         self.workers.launch(self.index)
 
-    def stop(self) -> None:  # all workers stop together (LocalWorkers.stop): warm, in parallel
-        proc = self._proc()
-        if proc is not None:
-            warm_stop(proc)
+    def stop(self) -> None:
+        """Never asked of one slot: `up` stops all workers together (``LocalWorkers.stop``:
+        warm, in parallel, SIGKILL past the budget; ``Supervisor._stop_all``)."""
 
 
 __all__ = ["Child", "DaemonChild", "DashboardChild", "SupervisorError", "WorkerChild"]
