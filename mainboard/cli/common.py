@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -99,7 +99,6 @@ def end(code: object) -> None:
     (logging's flush, external processes released) and the streams flushed first, so only
     the teardown is skipped; else a plain ``sys.exit``."""
     import atexit
-    import os
     import sys
     import threading
 
@@ -112,9 +111,19 @@ def end(code: object) -> None:
         print(code, file=sys.stderr)
         code = 1
     atexit._run_exitfuncs()
+    _flush_and_exit(code or 0)
+
+
+def _flush_and_exit(code: int) -> NoReturn:
+    """The streams flushed (with what atexit handlers printed), then the process ends.
+    Apart from :func:`end` because it runs after coverage's own atexit handler has stopped
+    measuring: pyproject.toml's ``exclude_also`` names it."""
+    import os
+    import sys
+
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a reader that went away, a closed stream
             pass
-    os._exit(code or 0)
+    os._exit(code)
