@@ -98,7 +98,6 @@ def end(code: object) -> None:
     asked (:func:`leave_at_once`): its non-daemon threads joined, atexit handlers run
     (logging's flush, external processes released) and the streams flushed first, so only
     the teardown is skipped; else a plain ``sys.exit``."""
-    import atexit
     import sys
     import threading
 
@@ -110,17 +109,18 @@ def end(code: object) -> None:
     if code is not None and not isinstance(code, int):  # sys.exit("text"): shown, exit 1
         print(code, file=sys.stderr)
         code = 1
-    atexit._run_exitfuncs()
-    _flush_and_exit(code or 0)
+    _exit_now(code or 0)
 
 
-def _flush_and_exit(code: int) -> NoReturn:
-    """The streams flushed (with what atexit handlers printed), then the process ends.
-    Apart from :func:`end` because it runs after coverage's own atexit handler has stopped
-    measuring: pyproject.toml's ``exclude_also`` names it."""
+def _exit_now(code: int) -> NoReturn:
+    """Atexit handlers run, the streams flushed (with what those printed), the process ended.
+    Apart from :func:`end` because coverage's own atexit handler stops measuring: the lines
+    after it would show as missed in every process (pyproject.toml's ``exclude_also``)."""
+    import atexit
     import os
     import sys
 
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
