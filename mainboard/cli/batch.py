@@ -50,12 +50,12 @@ def _event_line(payload: Payload) -> str:
         return f"dispatched {payload.name} -> {payload.target}: job {payload.job}{how}"
     if isinstance(payload, BatchDispatchFailed):
         return f"{payload.outcome} {payload.name} -> {payload.target}: {payload.reason}"
-    if isinstance(payload, BatchAnnounced):
-        code = "" if payload.exit_code is None else f" (exit {payload.exit_code})"
-        got = f"; pulled {', '.join(payload.pulled)}" if payload.pulled else ""
-        why = f"; {payload.reason}" if payload.reason else ""
-        return f"{payload.outcome}: {payload.name} on {payload.target}{code}{got}{why}"
-    return str(payload)
+    # dispatch writes the two above; a watch step announces outcomes, and nothing else
+    assert isinstance(payload, BatchAnnounced), payload
+    code = "" if payload.exit_code is None else f" (exit {payload.exit_code})"
+    got = f"; pulled {', '.join(payload.pulled)}" if payload.pulled else ""
+    why = f"; {payload.reason}" if payload.reason else ""
+    return f"{payload.outcome}: {payload.name} on {payload.target}{code}{got}{why}"
 
 
 def _event_json(payload: Payload) -> dict[str, Any]:

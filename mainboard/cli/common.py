@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -98,8 +98,6 @@ def end(code: object) -> None:
     asked (:func:`leave_at_once`): its non-daemon threads joined, atexit handlers run
     (logging's flush, external processes released) and the streams flushed first, so only
     the teardown is skipped; else a plain ``sys.exit``."""
-    import atexit
-    import os
     import sys
     import threading
 
@@ -111,10 +109,21 @@ def end(code: object) -> None:
     if code is not None and not isinstance(code, int):  # sys.exit("text"): shown, exit 1
         print(code, file=sys.stderr)
         code = 1
+    _exit_now(code or 0)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Atexit handlers run, the streams flushed (with what those printed), the process ended.
+    Apart from :func:`end` because coverage's own atexit handler stops measuring: the lines
+    after it would show as missed in every process (pyproject.toml's ``exclude_also``)."""
+    import atexit
+    import os
+    import sys
+
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a reader that went away, a closed stream
             pass
-    os._exit(code or 0)
+    os._exit(code)

@@ -232,6 +232,13 @@ walltime = "2h"
         + shown["local-4"]["wire_bytes"])
     at = agent.output.splitlines()[0].index("target")  # aligned: every row's target starts there
     assert all(ln[at - 1] == " " != ln[at] for ln in agent.output.splitlines())
+    people = invoke(plain, "batch", "prepare", str(path))  # a table, then a line a target
+    assert "1 files, 20.0 kB -> " in people.stdout  # big/table.csv, the extra data
+    assert f"mainboard: warning: edge: {cols['edge-2']['access']}" in people.stderr.splitlines()
+    both = invoke(plain, "batch", "prepare", str(path), "--json", "--agent")
+    assert both.exit_code == 2 and both.stdout == ""
+    assert both.stderr.endswith(" batch prepare: error: --json and --agent are alternatives; "
+                                "give one\n")
     refused = invoke(plain, "batch", "run", str(path))  # the policy refusal stops the batch
     assert refused.exit_code == 2 and "job 'hpc-5' would be refused by hpc" in refused.output
     assert not (ws / ".mainboard" / "batches").exists()
@@ -335,6 +342,8 @@ def test_estimate_adds_the_hosts_timed_env_builds_until_the_set_is_built(plain: 
         build("another set", 4.0)
         build("another set", 8.0)
         assert envs()[1] == ("edge", "to build", 2, 6.0)
+        table = invoke(plain, "batch", "estimate", str(path)).stdout.splitlines()
+        assert "incl. env build (2)" in next(row for row in table if " edge " in row)
         assert estimate(board, fleet)[1].setup.p50_s is None  # job setup never timed there
         build(manifest_digest(board.config, "edge"), 5.0)
         assert envs()[1] == ("edge", "built", 0, None)

@@ -185,3 +185,16 @@ def test_a_queue_the_host_itself_names_goes_unchecked(tmp_path: Path) -> None:
     pbs = loads_config('[hosts.c]\nkind = "pbs"\nqueue = "workq"\n'
                        '[hosts.c.queues.big]\nmax-walltime = "1h"\nmem-ceiling-gb = 8\n')
     assert silent(pbs, "c").prepare(command="x", walltime="5h").queue == "workq"
+
+
+def test_a_kind_no_row_declares_is_one_line_naming_the_host_and_the_valid_kinds() -> None:
+    """A worker's kind comes back from receipts: one of another version is refused by name."""
+    from mainboard.bridges import bridge_class
+    from mainboard.config.hostkinds import HOST_TABLE
+
+    with pytest.raises(UserError) as refused:
+        bridge_class("lsf", "big")
+    assert str(refused.value) == (f"host 'big': no bridge for kind 'lsf'; valid kinds: "
+                                  f"{', '.join(HOST_TABLE)}")
+    with pytest.raises(UserError, match="^no bridge for kind 'lsf'"):
+        bridge_class("lsf")

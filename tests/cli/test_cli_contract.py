@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from mainboard.errors import UserError
+from tests.support.cliserver import run_mainboard
 from tests.support.services import RedisServer, free_port, require
 from tests.support.workspace import run_cli
 
@@ -300,6 +301,8 @@ def test_every_message_ends_with_a_newline(embedded: Path, down: tuple[Path, int
     (("batch", "watch", "b1", "--interval", "0.01"), ("batch watch", "--interval", "0.01",
                                                         "0.05")),
     (("fleet", "up", "--jobs", "many"), ("mainboard fleet up", "--jobs", "'many'", "integer")),
+    (("submit", "--on", "auto", "--runtime", "soon", "--", "true"),
+     ("mainboard submit", "--runtime", "not a duration (got 'soon')", '"90s"')),
 ])
 def test_a_usage_error_is_one_line_naming_the_option_and_value(tmp_path: Path,
                                                                args: tuple[str, ...],
@@ -309,3 +312,18 @@ def test_a_usage_error_is_one_line_naming_the_option_and_value(tmp_path: Path,
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
     assert len(lines(done.stderr)) == 1, done.stderr  # not click's usage block
     assert all(name in done.stderr for name in names), done.stderr
+
+
+def test_bare_mainboard_prints_the_help_with_every_verb(tmp_path: Path) -> None:
+    """Not one error line: the help, as asked (click's exit code for it); `mainboard
+    --config X` alone is a usage error, one line."""
+    env = {k: v for k, v in os.environ.items() if k != "MAINBOARD_CONFIG"}
+    done = run_mainboard([], cwd=tmp_path, env=env, timeout=120)
+    shown = done.stdout + done.stderr  # click 8.2 on: stderr and exit 2, as a usage error
+    assert done.returncode in (0, 2) and "" in (done.stdout, done.stderr)
+    assert shown.startswith("Usage: mainboard [OPTIONS] COMMAND [ARGS]...")
+    assert {"integrate", "jobs", "fleet", "study"} <= {
+        line.split()[0] for line in shown.split("Commands:")[1].splitlines() if line}
+    alone = mb(workspace(tmp_path / "alone"))
+    assert (alone.returncode, alone.stdout, alone.stderr) == (
+        2, "", "mainboard: error: Missing command.\n")

@@ -113,7 +113,12 @@ def test_unassign_and_assign_move_a_live_worker_off_and_on_the_batch_queue(pair:
     assert all(len(r["uuid"]) == 32 for r in shown.values())  # name + process uuid
     on = _roles(pair.ws, "assign", one.worker_id, "--queues", BATCH_QUEUE)
     assert [BATCH_QUEUE in q for q in on["consumed"].values()] == [True]
-    _roles(pair.ws, "unassign", two.node, "--queues", BATCH_QUEUE)
+    said = cli(pair.ws, "fleet", "unassign", two.node, "--queues", BATCH_QUEUE)  # as people read it
+    assert said.returncode == 0, said.stderr
+    head, *consumers = said.stdout.splitlines()
+    assert head == f"{two.host}: worker {two.node} no longer consumes {BATCH_QUEUE}"
+    assert len(consumers) == 1 and consumers[0].startswith(f"  {two.node}@")
+    assert BATCH_QUEUE not in consumers[0].partition(": consuming ")[2].split(",")
     try:
         assert _probe_nodes(pair.ws, 3) == {one.node}  # back on the queue: it takes them
     finally:
@@ -184,9 +189,9 @@ def test_fleet_stop_stops_one_of_two_while_a_run_goes_on_identical(pair: Pair,
     try:
         before = {r["worker_id"]: r["tasks_done"] for r in status(pair.ws)}
         wait_until(lambda: gone_done() > baseline, 120, "the worker to stop took a batch of the run")
-        stopped = cli(pair.ws, "fleet", "stop", gone.node, "--json")
+        stopped = cli(pair.ws, "fleet", "stop", gone.node)
         assert stopped.returncode == 0, stopped.stderr
-        assert json.loads(stopped.stdout)["outcome"] == "completed"
+        assert stopped.stdout == f"{gone.host}: worker {gone.node} completed\n"
         assert not done, "the run ended before the stop: the gate did not hold it"
     finally:
         gate.write_text("open")

@@ -212,14 +212,14 @@ def test_a_profile_of_a_running_job_shows_its_python_stacks(
         out = tmp_path / "job-profile.json"
         try:
             got = run_cli(workspace.path, "trace", "profile", job.id, "--seconds", "1", "-o",
-                          str(out), "--json", env=subprocess_env())
+                          str(out), env=subprocess_env())
         finally:
             (job_dir / "stop").touch()
         assert job.wait(timeout=90, poll=0.3) is JobState.COMPLETED
-    assert got.returncode == 0, got.stderr
-    summary = json.loads(got.stdout)
-    assert summary["skipped"] == [] and summary["profiled"] == [f"busy-{host} ({job.id})"]
+    assert (got.returncode, got.stderr) == (0, "")  # nothing skipped: no warning line
     doc = json.loads(out.read_text())
+    assert doc["otherData"]["profiled"] == [f"busy-{host} ({job.id})"]
+    assert got.stdout == f"wrote {out}: {doc['otherData']['spans']} frames of 1 processes\n"
     machines = check_perfetto(doc)
     assert set(machines.values()) == {host}
     frames = {e["name"] for e in doc["traceEvents"] if e["ph"] == "X"}
