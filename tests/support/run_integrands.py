@@ -31,6 +31,27 @@ def gated_gauss(x: np.ndarray, gate: str, a: float = 5.0, budget: float = 120.0)
     return slow_gauss(x, 0.0, a)
 
 
+def held_gauss(x: np.ndarray, ledger: str, gate: str, free_rows: int, a: float = 5.0,
+               budget: float = 120.0) -> np.ndarray:
+    """slow_gauss whose rows past the first ``free_rows`` of the run (summed over every worker
+    in the file ``ledger``) wait for the file ``gate``: a run held inside its second iteration
+    until a test has done what it must there (an event, not a delay); the budget only bounds
+    a test that never opens it."""
+    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{x.shape[0]}\n".encode())
+    finally:
+        os.close(fd)
+    with open(ledger) as file:
+        asked = sum(int(n) for n in file.read().split())
+    deadline = time.monotonic() + budget
+    while asked > free_rows and not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gate {gate} never opened")
+        time.sleep(0.01)
+    return slow_gauss(x, 0.0, a)
+
+
 def spanned_gauss(x: np.ndarray, delay: float = 0.0, a: float = 5.0) -> np.ndarray:
     """slow_gauss inside a user span (``mainboard.span``), its rows as the span's attribute."""
     with mainboard.span("user-gauss", rows=int(x.shape[0])):

@@ -280,8 +280,15 @@ def test_a_task_paused_midway_resumes_to_the_uninterrupted_numbers(
         workspace: Config, redis_server: RedisServer,
         tmp_path_factory: pytest.TempPathFactory) -> None:
     """`runs pause` inside a sample task, then `runs resume`: the task goes on from its
-    last snapshot and every task ends with the numbers of an uninterrupted run."""
-    text = slow_head("tasks-midway", 0.2) + (
+    last snapshot and every task ends with the numbers of an uninterrupted run. The task's
+    second iteration waits for a gate the test opens once the pause is asked (a faster run
+    had ended the task before the `runs pause` command had started)."""
+    gate = tmp_path_factory.mktemp("gate")
+    text = HEAD.replace('"tasks-gauss"', '"tasks-midway"').replace(
+        'kind = "genz.gaussian"\na = [3.0, 3.0, 3.0]\nu = [0.4, 0.5, 0.6]',
+        'kind = "python"\ntarget = "tests.support.run_integrands:held_gauss"\n'
+        f'params = {{ ledger = "{gate / "rows"}", gate = "{gate / "open"}", '
+        'free_rows = 16000, a = 3.0 }') + (  # one iteration: 4 batches of 4000
         new_task("sample", "train", nr_samples=64000) + new_task("sample", frozen=True, nr_samples=32000))
     path = workspace.root / "midway.toml"
     path.write_text(text)
@@ -295,6 +302,7 @@ def test_a_task_paused_midway_resumes_to_the_uninterrupted_numbers(
     finally:
         r.close()
     paused = cli(workspace, "runs", "pause", run_id)
+    (gate / "open").touch()
     out, err = runner.communicate(timeout=120)
     assert paused.returncode == 0 and runner.returncode == 0, paused.stderr + err
     table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
