@@ -38,8 +38,12 @@ def test_batch_list_shows_each_batch_with_what_it_still_owes(tmp_path: Path) -> 
     assert warning.startswith(f"mainboard: warning: {config.parent / '.mainboard'}") \
         and BROKEN in warning and "no readable batch.created line" in warning, warning
 
+    jobs = config.parent / ".mainboard" / "jobs"
+    (jobs / "20260101-000000-torn-abcdef.ndjson").write_text("{torn\n")  # each sweep says so
     watched = run_cli(config, "batch", "watch", batch_id, "--interval", "0.05")
     assert watched.returncode == 1, watched.stderr  # a job did not complete
+    assert f"mainboard: warning: {jobs / '20260101-000000-torn-abcdef.ndjson'}:1: not a JSON " \
+        "receipt line" in watched.stderr
     assert "completed: quick on scratch (exit 0)" in watched.stdout.splitlines()
     again = run_cli(config, "batch", "watch", batch_id)  # a watch started again
     assert again.returncode == 1, again.stderr

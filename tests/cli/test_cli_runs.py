@@ -46,6 +46,9 @@ def test_runs_show_reads_the_timeline_and_refuses_csv_for_a_single_run(config: P
     assert (refused.returncode, refused.stdout) == (2, "")
     assert refused.stderr == ("mainboard runs show: error: --csv exports the table of a scan, "
                               f"tune or campaign; run {RUN_ID} is a single run (use --json)\n")
+    copy_run(CAPTURED, config.parent / ".mainboard", "fedcba9876543210", "cut", keep=1)
+    cut = run_cli(config, "runs", "show", "cut").stdout.splitlines()  # no run.finished line
+    assert cut[1] == "status     unfinished" and not any(ln.startswith("result") for ln in cut)
     tasks = run_cli(config, "runs", "tasks", "captured")
     assert tasks.stdout == (f"run {RUN_ID} has no [[tasks]]: it is one sample task "
                             f"(`mainboard runs show {RUN_ID}`)\n")
