@@ -9,8 +9,10 @@ starts, :func:`mainboard.tasks.fleet.apply_roles`) and as a ``worker.roles`` rec
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -22,6 +24,9 @@ from mainboard.fleet.workers import broker_route, fleet_entries, registry, stop_
 from mainboard.names import lazy
 from mainboard.receipts import WorkerRoles, WorkerStarted
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE
+
+if TYPE_CHECKING:  # Celery loads only where a message is sent
+    from celery import Celery
 
 ROLES = {"evaluator": BATCH_QUEUE, "coordinator": COORDINATOR_QUEUE}
 REPLY_TIMEOUT_S = 5.0
@@ -97,11 +102,26 @@ def _tell(url: str, nodes: list[str], queues: Sequence[str], *, consume: bool
             else:
                 app.control.cancel_consumer(queue, destination=nodes, reply=True,
                                             timeout=REPLY_TIMEOUT_S)
-        active = app.control.inspect(destination=nodes, timeout=REPLY_TIMEOUT_S)
-        replies = active.active_queues() or {}
+        return _consumed_after(app, nodes, queues, consume=consume)
     finally:
         app.close()
-    return {node: sorted(q["name"] for q in replies.get(node, [])) for node in nodes}
+
+
+def _consumed_after(app: Celery, nodes: list[str], queues: Sequence[str], *, consume: bool
+                    ) -> dict[str, list[str]]:
+    """What each node consumes once the change shows. A worker applies add/cancel consumer
+    on its next loop turn, after replying: a busy worker that read both messages at once
+    answers the question before it made the change, so the question is asked again (until
+    every node that answers shows it, or REPLY_TIMEOUT_S)."""
+    deadline = time.monotonic() + REPLY_TIMEOUT_S
+    while True:
+        active = app.control.inspect(destination=nodes, timeout=REPLY_TIMEOUT_S)
+        replies = active.active_queues() or {}
+        now = {node: sorted(q["name"] for q in replies.get(node, [])) for node in nodes}
+        shown = all((q in now[node]) == consume for node in replies for q in queues)
+        if shown or time.monotonic() >= deadline:
+            return now
+        time.sleep(0.1)
 
 
 def stop_one(config: Config, worker: WorkerStarted, *, timeout: float) -> str:
