@@ -13,6 +13,7 @@ Usage: ``ReverseTunnel(lambda: ssh.paramiko_transport, 0, local_port=broker_port
 
 from __future__ import annotations
 
+import contextlib
 import random
 import socket
 import threading
@@ -30,6 +31,14 @@ TransportFactory = Callable[[], paramiko.Transport]
 
 
 @dataclass(frozen=True)
+
+def close_channel(channel: paramiko.Channel) -> None:
+    """Close a forwarded channel whose transport may be gone already (the host dropped the
+    connection): paramiko then raises EOFError from close, which would end the pump thread
+    with a traceback for a connection that is over anyway."""
+    with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+        channel.close()
+
 class Backoff:
     """Delays between reconnect attempts: ``base * 2**attempt`` capped at ``cap``, minus up to
     ``jitter`` of it at random so many tunnels cut at once do not reconnect in lockstep."""
@@ -183,7 +192,7 @@ class ReverseTunnel:
                 log.warning("tunnel %s: could not cancel remote port %d: %s", self.name,
                             self._granted, exc)
         for channel, sock in conns:
-            channel.close()
+            close_channel(channel)
             sock.close()
 
     def _dead(self, transport: paramiko.Transport | None, probe: bool) -> str | None:
@@ -243,7 +252,7 @@ class ReverseTunnel:
     def _serve(self, channel: paramiko.Channel) -> None:
         """One forwarded connection (in its own thread): connect locally and pump."""
         if self._stopping.is_set():
-            channel.close()
+            close_channel(channel)
             return
         try:
             sock = socket.create_connection((self.local_host, self.local_port),
@@ -251,7 +260,7 @@ class ReverseTunnel:
         except OSError as exc:
             log.warning("tunnel %s: cannot reach %s for a forwarded connection: %s",
                         self.name, self.local, exc.strerror or exc)
-            channel.close()
+            close_channel(channel)
             return
         sock.settimeout(None)
         conn = (channel, sock)
@@ -263,7 +272,7 @@ class ReverseTunnel:
         finally:
             with self._lock:
                 self._conns.discard(conn)
-            channel.close()
+            close_channel(channel)
             sock.close()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import redis
 
@@ -24,9 +24,6 @@ from mainboard.fleet.workers import broker_route, fleet_entries, registry, stop_
 from mainboard.names import lazy
 from mainboard.receipts import WorkerRoles, WorkerStarted
 from mainboard.tasks import BATCH_QUEUE, COORDINATOR_QUEUE
-
-if TYPE_CHECKING:  # Celery loads only where a message is sent
-    from celery import Celery
 
 ROLES = {"evaluator": BATCH_QUEUE, "coordinator": COORDINATOR_QUEUE}
 REPLY_TIMEOUT_S = 5.0
@@ -107,7 +104,7 @@ def _tell(url: str, nodes: list[str], queues: Sequence[str], *, consume: bool
         app.close()
 
 
-def _consumed_after(app: Celery, nodes: list[str], queues: Sequence[str], *, consume: bool
+def _consumed_after(app: Any, nodes: list[str], queues: Sequence[str], *, consume: bool
                     ) -> dict[str, list[str]]:
     """What each node consumes once the change shows. A worker applies add/cancel consumer
     on its next loop turn, after replying: a busy worker that read both messages at once
