@@ -30,8 +30,6 @@ _RETRYABLE = (HostError, paramiko.SSHException, EOFError, OSError)
 TransportFactory = Callable[[], paramiko.Transport]
 
 
-@dataclass(frozen=True)
-
 def close_channel(channel: paramiko.Channel) -> None:
     """Close a forwarded channel whose transport may be gone already (the host dropped the
     connection): paramiko then raises EOFError from close, which would end the pump thread
@@ -39,6 +37,8 @@ def close_channel(channel: paramiko.Channel) -> None:
     with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
         channel.close()
 
+
+@dataclass(frozen=True)
 class Backoff:
     """Delays between reconnect attempts: ``base * 2**attempt`` capped at ``cap``, minus up to
     ``jitter`` of it at random so many tunnels cut at once do not reconnect in lockstep."""
