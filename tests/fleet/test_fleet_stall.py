@@ -15,6 +15,7 @@ stalled worker held is re-sent, and the run ends with the local driver's numbers
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ import redis
 import mainboard
 from mainboard import keys
 from mainboard.fleet.autoscale import SCALE_TICK_ENV
+from mainboard.fleet.keeperclient import keeper_pid
 from mainboard.fleet.records import fleet_receipts, read_fleet
 from mainboard.fleet.status import fleet_status
 from mainboard.fleet.workers import broker_route, fleet_entries
@@ -76,6 +78,7 @@ def test_a_stalled_worker_is_shown_said_restarted_and_the_run_is_bit_identical(
         tmp_path: Path) -> None:
     ws = workspace(tmp_path / "ws", POOL)
     env = {SCALE_TICK_ENV: "0.2"}
+    keeper = None
     try:
         up_ok(ws, "--no-flower", env=env)
         cfg = config(ws)
@@ -86,6 +89,11 @@ def test_a_stalled_worker_is_shown_said_restarted_and_the_run_is_bit_identical(
                            90, "the worker's first heartbeat")
         frozen = _children(int(entry))
         assert frozen, "a prefork worker has pool processes"
+        # The keeper is held while the status is read: it would restart the worker as soon
+        # as the status could call it stalled, and a look between two of its ticks races it.
+        keeper = keeper_pid(ws / ".mainboard")
+        assert keeper is not None
+        os.kill(keeper, signal.SIGSTOP)
         for pid in frozen:
             os.kill(pid, signal.SIGSTOP)
         out: dict[str, Any] = {}
@@ -98,6 +106,7 @@ def test_a_stalled_worker_is_shown_said_restarted_and_the_run_is_bit_identical(
 
         (row,) = wait_until(seen_stalled, 60, "fleet status showing the worker stalled")
         assert row.worker_id == first.worker_id and "task(s) wait" in row.reason
+        os.kill(keeper, signal.SIGCONT)
         (said,) = wait_until(lambda: _stalled_receipts(ws), 60, "a worker.stalled receipt")
         assert said.worker_id == first.worker_id and said.pool == "stally"
         assert said.idle_s >= 3 and said.queue_depth > 0
@@ -126,6 +135,9 @@ def test_a_stalled_worker_is_shown_said_restarted_and_the_run_is_bit_identical(
         rows = json.loads(done.stdout)
         assert [r["state"] for r in rows if r["worker_id"] == second.worker_id] == ["online"]
     finally:
+        if keeper is not None:  # held above: a failure before it went on must not freeze it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(keeper, signal.SIGCONT)
         tear_down(ws, "--timeout", "10")
         stop_broker(ws)
 
