@@ -1,7 +1,8 @@
-"""Local batch workers: ``celery worker`` subprocesses that a run starts and stops itself.
+"""Local batch workers: Celery worker subprocesses that a run starts and stops itself.
 
 Why subprocesses and not threads: a worker is what a user would start by hand
-(``celery -A mainboard.tasks.app worker -Q mainboard.batches --concurrency=1``), one
+(``celery -A mainboard.tasks.app worker -Q mainboard.batches --concurrency=1``, which
+:mod:`mainboard.tasks.worker_main` starts without Celery's command-line program), one
 process per core with real isolation, so the local case exercises exactly the code a
 fleet runs. The broker URL (with its password) reaches them through the environment,
 never the command line, where ``ps`` would show it. Each worker gets its own process
@@ -39,19 +40,23 @@ from mainboard.tasks.paths import pythonpath
 
 log = logging.getLogger(__name__)
 
+WORKER_MAIN = "mainboard.tasks.worker_main"  # `python -m` this: tasks/worker_main.py
 STOP_TIMEOUT_S = 15.0
 FLEET_WAIT_S = 5.0  # how long `workers=0` asks for a fleet worker before giving up
 
 
 def worker_argv(python: str, queues: Sequence[str], concurrency: int,
                 include: Sequence[str] = ()) -> list[str]:
-    """The ``celery worker`` command line every worker of ours runs, local or on the fleet,
-    before its node name (no secrets in it: the broker URL comes in the environment).
+    """The worker command line every worker of ours runs, local or on the fleet, before its
+    node name (no secrets in it: the broker URL comes in the environment): ``celery worker``'s
+    options through :mod:`mainboard.tasks.worker_main`, the same worker without Celery's
+    command-line program and its plugins (0.4 s of CPU less a start).
 
     Without ``include`` no ``-I``: the app includes mainboard's task modules itself, so a
-    local worker runs exactly the command a user, the systemd unit or compose runs.
+    local worker is the one a user, the systemd unit or compose starts with ``celery -A
+    mainboard.tasks.app worker``.
     """
-    argv = [python, "-m", "celery", "-A", "mainboard.tasks.app", "worker",
+    argv = [python, "-m", WORKER_MAIN,
             "-Q", ",".join(queues), "-c", str(concurrency), "--pool=prefork",
             "--without-mingle", "--without-gossip", "--loglevel=INFO"]
     return argv + ["-I", ",".join(include)] if include else argv

@@ -140,8 +140,8 @@ def test_worker_command_keeps_the_url_out_of_argv_and_quotes_everything(tmp_path
     subprocess.run(["/bin/bash", "-c", text], env={"OUT": str(out), "PATH": "/usr/bin:/bin"},
                    check=True)
     argv = out.read_text().splitlines()
-    assert argv[:6] == ["-m", "celery", "-A", "mainboard.tasks.app", "worker", "-Q"]
-    assert argv[6:10] == ["q1,mainboard.host.a_b", "-c", "2", "--pool=prefork"]
+    assert argv[:3] == ["-m", "mainboard.tasks.worker_main", "-Q"]
+    assert argv[3:7] == ["q1,mainboard.host.a_b", "-c", "2", "--pool=prefork"]
     assert "mb-x-1@%h" in argv and ",".join(WORKER_MODULES) in argv
     assert WORKER_MODULES[:2] == ("mainboard.tasks.fleet", "mainboard.tasks.stages")
     assert not any("pw" in a for a in argv)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import socket
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from mainboard.config import Config
 from mainboard.errors import UnknownRun
 from mainboard.runs.store import RunStore
+from mainboard.tasks import worker_main
 from mainboard.tasks.workers import LocalWorkers
 from tests.support.integration import write_workspace
 from tests.support.services import RedisServer, start_redis
@@ -37,6 +39,9 @@ def test_broker_password_reaches_workers_by_environment_only(tmp_path: Path) -> 
             time.sleep(0.1)
         text = log.read_text()
         assert " ready." in text and password not in text
+        # mainboard.tasks.worker_main names the node as `celery worker -n` does (%h: this host)
+        node = workers.nodes[0].replace("%h", socket.gethostname())
+        assert f"{node} ready." in text
     finally:
         workers.stop()
         server.stop()
@@ -100,3 +105,18 @@ def test_stop_without_waiting_returns_and_the_workers_still_exit(tmp_path: Path,
     while any(p.poll() is None for p in procs):  # reaped by the stop's thread
         assert time.monotonic() < deadline, "local workers still running after 60 s"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["-c", "0"], "-c 0: the pool needs at least 1 process"),
+    (["-P", "gevent"], "invalid choice: 'gevent'"),
+    (["-Q", ","], "give one or more names, comma-separated"),
+    (["--beat"], "unrecognized arguments: --beat"),
+])
+def test_a_bad_worker_option_is_one_line_and_exit_2(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        worker_main.main(argv)
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("python -m mainboard.tasks.worker_main: ") and said in line
