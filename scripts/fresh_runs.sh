@@ -15,7 +15,7 @@ for i in $(seq 1 "$N"); do
   (cd "$dir/main" && CI=true bash .ci/run) > "$OUT/run-$i.log" 2>&1
   rc=$?; took=$((SECONDS - began))
   summary=$(grep -E "^=+ .*(passed|failed).* in " "$OUT/run-$i.log" | tail -1 | tr -d '=')
-  total=$(grep -E "^TOTAL " "$OUT/run-$i.log" | tail -1 | awk '{print $NF}')
+  total=$(grep -E "^TOTAL " "$OUT/run-$i.log" | tail -1 | awk '{print $(NF-1)}')
   echo "run $i of $HEAD: exit $rc, ${took} s (clone, venv, suite, report);${summary}; coverage ${total:-?}" | tee -a "$OUT/summary.txt"
   [ "$rc" = 0 ] || failed=1
   rm -rf "$dir"
