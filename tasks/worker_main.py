@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from celery.utils.nodenames import default_nodename, host_format
 
-from mainboard.tasks.app import app
+from mainboard.tasks.app import get_app
 
 POOLS = ("prefork", "solo", "threads")
 
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = parser().parse_args(argv)
     if opts.concurrency is not None and opts.concurrency < 1:
         parser().error(f"-c {opts.concurrency}: the pool needs at least 1 process")
-    worker = app.Worker(
+    worker = get_app().Worker(
         hostname=host_format(default_nodename(opts.hostname)), queues=opts.queues,
         include=opts.include, concurrency=opts.concurrency, pool_cls=opts.pool,
         loglevel=opts.loglevel, without_mingle=opts.without_mingle,

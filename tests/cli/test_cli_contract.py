@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from mainboard.errors import UserError
+from mainboard.tasks.workers import WORKER_MAIN
 from tests.support.cliserver import run_mainboard
 from tests.support.services import RedisServer, free_port, require
 from tests.support.workspace import run_cli
@@ -198,7 +199,7 @@ def _kill_worker(node: str) -> None:
                 args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if f"-n {node}@" in args and "celery" in args:
+            if f"-n {node}@" in args and WORKER_MAIN in args:
                 os.killpg(os.getpgid(int(entry.name)), signal.SIGKILL)
                 return
     raise AssertionError(f"no process of worker {node}")

@@ -19,6 +19,7 @@ import redis
 from mainboard.fleet.records import read_fleet
 from mainboard.integrators.driver import integrate_local
 from mainboard.services.broker import EmbeddedBroker
+from mainboard.tasks.workers import WORKER_MAIN
 from tests.support.brokers import acl_denials, passwords
 from tests.support.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.support.fleet_helpers import (
@@ -98,9 +99,9 @@ def test_no_password_in_ps_scontrol_the_batch_script_or_the_receipts(
     script = subprocess.run(["scontrol", "write", "batch_script", str(job), "-"], env=env,
                             capture_output=True, text=True, timeout=30)
     assert shown.returncode == 0 and f"JobId={job}" in shown.stdout, shown.stderr
-    assert script.returncode == 0 and "celery" in script.stdout, script.stderr
+    assert script.returncode == 0 and WORKER_MAIN in script.stdout, script.stderr
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert "mainboard.tasks.app worker" in ps
+    assert WORKER_MAIN in ps
     texts = [shown.stdout, script.stdout, ps, (ws / ".mainboard" / "fleet.ndjson").read_text(),
              *(p.read_text() for p in tls_fleet.root.glob(".mainboard/jobs/*/job.sh"))]
     for text in texts:

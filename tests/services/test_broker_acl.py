@@ -19,6 +19,7 @@ import redis
 from mainboard.integrators.driver import integrate_local
 from mainboard.services.acl import COORDINATOR, WORKER
 from mainboard.services.broker import EmbeddedBroker
+from mainboard.tasks.workers import WORKER_MAIN
 from tests.support.brokers import acl_denials, passwords
 from tests.support.integration import GAUSS_4D, spec, subprocess_env, toml
 from tests.support.services import require
@@ -136,7 +137,7 @@ def watch_argv(proc: subprocess.Popen[str], state: Path) -> list[str]:
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
         listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-        if "mainboard.tasks.app worker" in listing:
+        if WORKER_MAIN in listing:
             seen.append(listing)
             if len(seen) >= 3:
                 break
