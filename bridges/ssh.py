@@ -449,18 +449,24 @@ class SshTransport(Transport):
                 channel.shutdown_write()
             deadline = None if timeout is None else time.monotonic() + timeout
             if not drain(channel, sink, deadline):
-                if sink.pgid is None:  # timed out before the shell even reported in
-                    drain(channel, sink, time.monotonic() + self.connect_timeout,
-                          lambda: sink.pgid is not None)
-                self._kill_group(sink.pgid)
+                self._kill_group(self._reported_pgid(channel, sink))
                 return None
             code = channel.recv_exit_status()
             return 255 if code == -1 else code  # no exit-status (killed by a signal): as ssh does
-        except KeyboardInterrupt:
-            self._kill_group(sink.pgid)  # Ctrl-C here stops the command there too
+        except KeyboardInterrupt:  # Ctrl-C here stops the command there too
+            self._kill_group(self._reported_pgid(channel, sink))
             raise
         finally:
             channel.close()
+
+    def _reported_pgid(self, channel: paramiko.Channel, sink: PgidCatcher) -> int | None:
+        """The command's process group, read on from the channel when the shell's report has
+        not been read yet: a timeout or a Ctrl-C can come while it is still in flight (the
+        command already running there), and a group never read is a group never killed."""
+        if sink.pgid is None:
+            drain(channel, sink, time.monotonic() + self.connect_timeout,
+                  lambda: sink.pgid is not None)
+        return sink.pgid
 
     def _kill_group(self, pgid: int | None) -> None:
         """Kill a command's process group from a second channel (sshd only signals non-root
