@@ -8,6 +8,7 @@ other tunnel on the connection). Global requests get the deadline paramiko lacks
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import select
@@ -54,6 +55,14 @@ def within(timeout: float, transport: paramiko.Transport, what: str, call: Calla
         assert isinstance(value, BaseException)
         raise value
     return value  # type: ignore[return-value]
+
+
+def close_channel(channel: paramiko.Channel) -> None:
+    """Close a forwarded channel whose transport may be gone already (the host dropped the
+    connection): paramiko then raises EOFError from close, which would end the pump thread
+    with a traceback for a connection that is over anyway."""
+    with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
+        channel.close()
 
 
 @dataclass
@@ -109,7 +118,7 @@ class Forwards:
             serve = self.routes.get(port)
         if serve is None:
             log.warning("tunnel: connection for unforwarded remote port %d refused", port)
-            channel.close()
+            close_channel(channel)
             return
         serve(channel)
 

@@ -13,7 +13,6 @@ Usage: ``ReverseTunnel(lambda: ssh.paramiko_transport, 0, local_port=broker_port
 
 from __future__ import annotations
 
-import contextlib
 import random
 import socket
 import threading
@@ -23,19 +22,11 @@ from dataclasses import dataclass
 
 import paramiko
 
-from mainboard.bridges.forwards import forwards_of, log, pump
+from mainboard.bridges.forwards import close_channel, forwards_of, log, pump
 from mainboard.errors import HostError, TunnelError, UserError
 
 _RETRYABLE = (HostError, paramiko.SSHException, EOFError, OSError)
 TransportFactory = Callable[[], paramiko.Transport]
-
-
-def close_channel(channel: paramiko.Channel) -> None:
-    """Close a forwarded channel whose transport may be gone already (the host dropped the
-    connection): paramiko then raises EOFError from close, which would end the pump thread
-    with a traceback for a connection that is over anyway."""
-    with contextlib.suppress(EOFError, OSError, paramiko.SSHException):
-        channel.close()
 
 
 @dataclass(frozen=True)

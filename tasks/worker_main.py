@@ -24,6 +24,7 @@ POOLS = ("prefork", "solo", "threads")
 
 
 def _names(text: str) -> list[str]:
+    """A comma-separated option's names (``-Q a,b``), refused when it names none."""
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise argparse.ArgumentTypeError(f"{text!r}: give one or more names, comma-separated")
@@ -58,9 +59,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one worker until it is told to stop; its exit code is Celery's."""
-    opts = parser().parse_args(argv)
+    options = parser()
+    opts = options.parse_args(argv)
     if opts.concurrency is not None and opts.concurrency < 1:
-        parser().error(f"-c {opts.concurrency}: the pool needs at least 1 process")
+        options.error(f"-c {opts.concurrency}: the pool needs at least 1 process")
     worker = get_app().Worker(
         hostname=host_format(default_nodename(opts.hostname)), queues=opts.queues,
         include=opts.include, concurrency=opts.concurrency, pool_cls=opts.pool,
