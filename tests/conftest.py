@@ -10,7 +10,13 @@ import pytest
 
 from tests.support import cpuclock
 from tests.support.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
-from tests.support.services import RedisServer, SshServer, start_redis, start_sshd
+from tests.support.services import (
+    RedisServer,
+    SshServer,
+    clear_stale_pyenv_lock,
+    start_redis,
+    start_sshd,
+)
 from tests.support.sim_provider import SimulatedProviderServer, start_simulated_provider
 
 # The suite's scheduler hosts submit far faster than a site's polite default (30 a minute,
@@ -116,9 +122,11 @@ _CLOCK: cpuclock.CpuClock | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     """`MAINBOARD_TEST_CPU=DIR`: each test's CPU seconds, its processes included
-    (tests/support/cpuclock.py)."""
+    (tests/support/cpuclock.py); a stale pyenv lock an earlier, killed run left is cleared."""
     global _CLOCK
     _CLOCK = cpuclock.start(os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # once, before any worker starts
+        clear_stale_pyenv_lock()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -41,6 +41,19 @@ def require(program: str, why: str = "") -> str:
                 "(run the README test command)")
 
 
+def clear_stale_pyenv_lock() -> None:
+    """Remove pyenv's rehash lock when no rehash holds it. The hosts' ``python3`` may be a
+    pyenv shim, which rehashes after ``python -m pip install`` under a lock file; a rehash
+    killed mid-way (an earlier run stopped by SIGKILL) leaves the lock, and every later
+    install on the host then waits 60 s and fails ("cannot overwrite existing file")."""
+    lock = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "shims" / ".pyenv-shim"
+    if not lock.exists():
+        return
+    running = subprocess.run(["pgrep", "-f", "pyenv-rehash"], capture_output=True, check=False)
+    if running.returncode != 0:  # nothing holds it
+        lock.unlink(missing_ok=True)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now."""
     with socket.socket() as s:
