@@ -11,10 +11,12 @@ run refused here still starts nothing. Calling it twice is harmless.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import threading
 
 import redis
+from redis.utils import get_lib_version
 
 from mainboard.config import Config
 from mainboard.config.brokerurl import BROKER_URL_ENV
@@ -52,6 +54,12 @@ def start_in_background(config: Config) -> threading.Thread | None:
     if not uses_embedded(config):
         return None
     broker = EmbeddedBroker(config.state_dir, tls=config.broker.tls)
+    # What the thread would import, imported here first (3 ms): two threads importing at once
+    # broke the caller's `import celery` (KeyError 'celery.local' in importlib, seen once in
+    # a full suite run) while this thread's first client read redis-py's version
+    # (importlib.metadata -> email.parser) and resolved a host name (the idna codec).
+    importlib.import_module("encodings.idna")
+    get_lib_version()
 
     def start() -> None:
         with contextlib.suppress(MainboardError, OSError, redis.RedisError):
