@@ -52,11 +52,21 @@ FLEET_TARGET = 1.5
 INTEGRATE_TARGET_S = 0.6  # issue 30 (issue 13's was 1.2 s)
 
 
-def _cli(ws: Path, *args: str, timeout: float = 600, python: str = sys.executable
-         ) -> subprocess.CompletedProcess[str]:
+def bytecode_env(ws: Path, bytecode: bool = True) -> dict[str, str]:
+    """This environment with bytecode caches written and read as an installed mainboard's
+    are, or (``bytecode`` False) every module compiled from source on each start, as under
+    ``PYTHONDONTWRITEBYTECODE`` with no cache to read (an empty prefix of its own)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if not bytecode:
+        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(ws / "no-pycache"))
+    return env
+
+
+def _cli(ws: Path, *args: str, timeout: float = 600, python: str = sys.executable,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([python, "-m", "mainboard", "--config",
                            str(ws / "mainboard.toml"), *args], cwd=ws, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
     if done.returncode != 0:
         raise SystemExit(f"mainboard {' '.join(args)} failed ({done.returncode}): "
                          f"{done.stderr.strip()[-400:]}")
@@ -148,10 +158,12 @@ def fleet_part(base: Path, runs: int, other: str | None) -> list[str]:
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gauss-8d.toml"
 
 
-def integrate_part(base: Path, runs: int, samples: int, other: str | None) -> list[str]:
+def integrate_part(base: Path, runs: int, samples: int, other: str | None,
+                   bytecode: bool = True) -> list[str]:
     from mainboard.services.broker import EmbeddedBroker
 
     ws = workspace(base / "ws-integrate")
+    env = bytecode_env(ws, bytecode)  # the command's and its workers' imports
     run_file = ws / "gauss-8d.toml"
     sides = {"": sys.executable, **({" (--other)": other} if other else {})}
     command: dict[str, list[float]] = {label: [] for label in sides}
@@ -164,7 +176,7 @@ def integrate_part(base: Path, runs: int, samples: int, other: str | None) -> li
             run_file.write_text(EXAMPLE.read_text().replace('"gauss-8d"', f'"startup-{i}-{j}"'))
             start, before = time.perf_counter(), os.times()
             done = _cli(ws, "integrate", str(run_file), "--max-samples", str(samples), "--json",
-                        python=python)
+                        python=python, env=env)
             command[label].append(time.perf_counter() - start)
             after = os.times()  # the command's own CPU: its workers are not waited for
             cpu[label].append(after.children_user - before.children_user
@@ -173,7 +185,8 @@ def integrate_part(base: Path, runs: int, samples: int, other: str | None) -> li
             time.sleep(2.0)  # the workers of the last run leave
     EmbeddedBroker(ws / ".mainboard").down()
     lines = [f"integrate on an idle workspace (examples/gauss-8d.toml, --max-samples {samples:g};"
-             f" {runs} runs, medians)"]
+             f" {runs} runs, medians, "
+             f"{'with bytecode caches' if bytecode else 'compiled from source each time'})"]
     for label in sides:
         cmd, integ = statistics.median(command[label]), statistics.median(inner[label])
         over = cmd - integ
@@ -191,9 +204,7 @@ def _timed(ws: Path, python: str, args: list[str], bytecode: bool) -> tuple[floa
     """Wall and CPU (user + sys) seconds of one ``python -m mainboard ARGS`` in ``ws``: with
     bytecode caches written and read as an installed mainboard's are, or (``bytecode``
     False) every module compiled from source, as under ``PYTHONDONTWRITEBYTECODE``."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    if not bytecode:  # no cache read either: an empty prefix of its own
-        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(ws / "no-pycache"))
+    env = bytecode_env(ws, bytecode)
     before = os.times()
     start = time.perf_counter()
     subprocess.run([python, "-m", "mainboard", *args], cwd=ws, env=env, check=True,
@@ -248,8 +259,9 @@ def main() -> None:
                         help="also time this interpreter's mainboard (another checkout's venv, "
                              "e.g. before a change) in the same rounds")
     parser.add_argument("--no-bytecode", action="store_true",
-                        help="cli: compile every module each time (PYTHONDONTWRITEBYTECODE "
-                             "with no cache to read), as this machine's shells run")
+                        help="cli, integrate: compile every module each time "
+                             "(PYTHONDONTWRITEBYTECODE with no cache to read), as this "
+                             "machine's shells run")
     args = parser.parse_args()
     parts = {p for p in args.parts.split(",") if p}
     base = Path(tempfile.mkdtemp(prefix="mb-bench-startup-"))
@@ -260,7 +272,8 @@ def main() -> None:
         if "cli" in parts:
             lines += cli_part(base, args.runs, args.other, bytecode=not args.no_bytecode)
         if "integrate" in parts:
-            lines += integrate_part(base, args.runs, args.samples, args.other)
+            lines += integrate_part(base, args.runs, args.samples, args.other,
+                                    bytecode=not args.no_bytecode)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     lines.append(f"load after: {os.getloadavg()[0]:.2f} (1-min)")
