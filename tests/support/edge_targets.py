@@ -1,5 +1,6 @@
-"""Python targets for tests/test_cov_integrators_*.py: an integrand of a discrete domain that
-is not finite in one corner, an observable of the discrete index, and a column result."""
+"""Python targets for tests/integrators/test_numerics_unusual_data.py and
+test_engine_guards.py: an integrand of a discrete domain that is not finite in one corner,
+an observable of the discrete index, and a column result."""
 
 from __future__ import annotations
 

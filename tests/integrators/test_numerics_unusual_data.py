@@ -80,7 +80,7 @@ def test_moments_of_a_stratified_run_leave_its_non_finite_points_out() -> None:
     summed over the finite points only, and every number the run shows is finite."""
     result = integrate_local({
         "name": "strata-moments", "seed": 3, "domain": {"continuous": 2, "discrete": [2]},
-        "integrand": {"kind": "python", "target": "tests.support.cov_targets:channel_peak"},
+        "integrand": {"kind": "python", "target": "tests.support.edge_targets:channel_peak"},
         "sampler": {"kind": "vegas", "bins": 8, "beta": 0.75},
         "accumulator": {"moments": 2},
         "batching": {"batch_size": 1000, "batches_per_iteration": 2},
@@ -145,7 +145,7 @@ def test_a_vector_integrand_trains_on_a_component_named_by_its_label() -> None:
     integrand; ``imag`` of a real one is refused with what is valid."""
     spec = parse_run({
         "name": "proj", "seed": 1, "domain": {"continuous": 1},
-        "integrand": {"kind": "python", "target": "tests.support.cov_targets:as_column",
+        "integrand": {"kind": "python", "target": "tests.support.edge_targets:as_column",
                       "components": 2},
         "stop": {"max_samples": 10}}).integrand
     assert check_projection("value1", spec) is None

@@ -109,12 +109,12 @@ def test_histograms_and_moments_of_a_discrete_run_with_a_non_finite_corner() -> 
     """A Python observable of (x, idx) bins every finite point; the histogram's bins add up
     to the total and to the first moment; with every iteration discarded the last stands."""
     run = {"name": "obs", "seed": 2, "domain": {"continuous": 1, "discrete": [2]},
-           "integrand": {"kind": "python", "target": "tests.support.cov_targets:channel_peak",
+           "integrand": {"kind": "python", "target": "tests.support.edge_targets:channel_peak",
                          "params": {"scale": 2.0}},
            "sampler": {"kind": "naive"}, "stop": {"max_samples": 1600},
            "batching": {"batch_size": 400, "batches_per_iteration": 2},
            "accumulator": {"kind": "scalar", "discard": 3, "moments": 2, "histograms": [
-               {"name": "h", "of": "tests.support.cov_targets:channel_and_x", "bins": 4,
+               {"name": "h", "of": "tests.support.edge_targets:channel_and_x", "bins": 4,
                 "range": [0, 2]}]}}
     result = integrate_local(run).to_dict()
     assert result["nan_count"] > 0 and result["samples"] == 1600
@@ -133,12 +133,12 @@ def test_python_integrands_in_their_other_shapes() -> None:
     from mainboard.integrators.integrands import make_integrand
 
     x, idx = np.full((3, 2), 0.5), np.zeros((3, 0), np.int64)
-    column = make_integrand({"kind": "python", "target": "tests.support.cov_targets:as_column"}, 2)
+    column = make_integrand({"kind": "python", "target": "tests.support.edge_targets:as_column"}, 2)
     assert column.evaluate(x, idx).tolist() == [0.5, 0.5, 0.5]  # (n, 1) taken as (n,)
-    cplx = make_integrand({"kind": "python", "target": "tests.support.cov_targets:as_column",
+    cplx = make_integrand({"kind": "python", "target": "tests.support.edge_targets:as_column",
                            "components": "complex", "exact": [1.0, 2.0]}, 2)
     assert cplx.exact == 1 + 2j
-    vector = make_integrand({"kind": "python", "target": "tests.support.cov_targets:as_column",
+    vector = make_integrand({"kind": "python", "target": "tests.support.edge_targets:as_column",
                              "components": 2, "exact": [1.0, 2.0]}, 2)
     assert vector.exact == [1.0, 2.0]
     with pytest.raises(ConfigError, match=r"integrand\.a: wrong type"):
