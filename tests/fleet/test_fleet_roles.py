@@ -37,6 +37,7 @@ from mainboard.tasks.app import make_app
 from mainboard.tasks.fleet import PROBE_TASK
 from mainboard.tasks.workers import worker_command, worker_env
 from tests.support.fleet_helpers import cli, config, status, tear_down, up_ok, wait_until, workspace
+from tests.support.waiting import answered
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
 
@@ -150,7 +151,8 @@ def test_a_worker_started_again_under_its_id_keeps_its_roles(pair: Pair,
             with registry(route) as client:
                 return client.hget(keys.worker(node), "queues")
         assert wait_until(registered, 60, "the restarted worker registered") == "mainboard.extra"
-        found = app.control.inspect(destination=[node], timeout=5).active_queues() or {}
+        found = answered(lambda rest: app.control.inspect(destination=rest, timeout=5)
+                         .active_queues(), [node], 60, "the restarted worker's queues")
         assert sorted(q["name"] for q in found[node]) == ["mainboard.extra"]
     finally:
         app.close()

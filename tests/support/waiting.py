@@ -10,7 +10,7 @@ one takes at most a quarter of the time. The timeout bounds only a failure.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -32,3 +32,19 @@ def poll(check: Callable[[], T], timeout: float, what: str, every: float = 0.3) 
             raise AssertionError(f"{what}: not after {timeout}s")
         pause = max(every, min(MAX_PAUSE_S, COST_FACTOR * (now - started)))
         time.sleep(min(pause, max(0.0, deadline - now) + 0.01))
+
+
+def answered(ask: Callable[[list[str]], Mapping[str, T] | None], names: Sequence[str],
+             timeout: float, what: str) -> dict[str, T]:
+    """Each node's answer to a Celery broadcast (``ask(nodes)``: an inspect call for those
+    nodes), asked again of the nodes that have not answered yet: a worker logs ``ready``
+    before its remote-control subscription is in place on Redis, and a broadcast published
+    before it reaches nobody (seen once in a fresh clone: one of four workers silent)."""
+    got: dict[str, T] = {}
+
+    def everyone() -> bool:
+        got.update(ask([n for n in names if n not in got]) or {})
+        return all(n in got for n in names)
+
+    poll(everyone, timeout, what)
+    return got

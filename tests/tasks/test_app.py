@@ -37,6 +37,7 @@ from mainboard.tasks.app import (
 )
 from tests.support.pickles import PICKLE, TouchOnUnpickle
 from tests.support.services import RedisServer, require, start_redis
+from tests.support.waiting import answered
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -311,6 +312,8 @@ def test_a_pickled_message_is_refused_logged_and_not_executed(worker: Worker,
 def test_remote_control_speaks_the_codec(worker: Worker) -> None:
     """Ping and inspect (what Flower uses) round-trip through the codec-only accept list."""
     control = worker.client.control
+    answered(lambda rest: control.inspect(destination=rest, timeout=5).ping(), [worker.name],
+             60, "the worker's first pong")  # its remote-control subscription is in place
     assert control.ping(destination=[worker.name], timeout=5) == [{worker.name: {"ok": "pong"}}]
     inspect = control.inspect(destination=[worker.name], timeout=5)
     assert "probe.scale" in inspect.registered()[worker.name]

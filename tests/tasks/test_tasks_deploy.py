@@ -55,6 +55,7 @@ from mainboard.tasks import INTEGRATE_TASK as TASK_NAME
 from mainboard.tasks.app import BROKER_URL_ENV, TASK_ROUTES, make_app
 from tests.support.pickles import PICKLE, TouchOnUnpickle
 from tests.support.services import RedisServer, free_port, require, start_redis, wait_port
+from tests.support.waiting import answered
 
 live = pytest.mark.live
 REPO = Path(__file__).resolve().parents[2]
@@ -688,8 +689,10 @@ def client(broker: RedisServer) -> Iterator[Celery]:
 def test_shipped_workers_know_every_task_and_serve_only_their_queue(
         deployed: dict[str, Deployed], client: Celery) -> None:
     names = [w.name for w in deployed.values()]
-    inspect = client.control.inspect(destination=names, timeout=10)
-    registered, queues = inspect.registered(), inspect.active_queues()
+    registered = answered(lambda rest: client.control.inspect(
+        destination=rest, timeout=5).registered(), names, 90, "every worker's tasks")
+    queues = answered(lambda rest: client.control.inspect(
+        destination=rest, timeout=5).active_queues(), names, 90, "every worker's queues")
     for label, worker in deployed.items():
         assert TASKS <= set(registered[worker.name]), (label, registered[worker.name])
         assert [q["name"] for q in queues[worker.name]] == [worker.queue], label
