@@ -38,6 +38,7 @@ from mainboard.fleet.records import (
     FleetState,
     fleet_receipts,
     pool_active,
+    pool_changes,
     pool_events,
     pool_paused,
     read_fleet,
@@ -364,7 +365,11 @@ class Autoscaler:
         for _ in range(decision.count):
             began = time.monotonic()
             try:
-                started = start_one(launcher, pool.host)
+                with pool_changes(self.config.state_dir):
+                    if not pool_active(read_fleet(self.config.state_dir), name):
+                        log.info("pool %s: stopped since this look; nothing submitted", name)
+                        return
+                    started = start_one(launcher, pool.host)
             except JobCapReached as exc:  # the site's cap: wait, said once, never a pause
                 self.act(name, pool, view, replace(decision, action="hold",
                                                    reason=first_line(exc)), {})

@@ -28,7 +28,7 @@ from mainboard.fleet.keeperclient import ensure_keeper, stop_keeper, wait_tunnel
 from mainboard.fleet.launch import BrokerRoute, Launcher, UpOptions, plan
 from mainboard.fleet.pools import plan_pools
 from mainboard.fleet.provider import start_rented
-from mainboard.fleet.records import fleet_receipts, pool_active, read_fleet
+from mainboard.fleet.records import fleet_receipts, pool_active, pool_changes, read_fleet
 from mainboard.fleet.workers import (
     DRAIN_TIMEOUT_S,
     broker_route,
@@ -205,14 +205,23 @@ def fleet_down(config: Config, hosts: Sequence[str] | None = None, *,
     for name in hosts or ():
         config.host(name)  # an unknown name is refused, listing the declared ones
     fleet = read_fleet(config.state_dir)
-    live = fleet.live(set(hosts) if hosts else None)
+    which = set(hosts) if hosts else None
+    live = fleet.live(which)
     if live or config.broker.url:  # draining asks the workers over the broker
         fleet_broker(config, start=False, workers=live)
+    stopping = [name for name, pool in config.fleet.pools.items()  # a pool on a host going
+                if pool_active(fleet, name) and (not hosts or pool.host in hosts)]  # down too
+    if stopping:
+        with pool_changes(config.state_dir):  # a submission in flight lands first; none after
+            for name in stopping:
+                fleet_receipts(config.state_dir).append(FleetScale(
+                    pool=name, action="stop", reason="fleet down"))
+        fleet = read_fleet(config.state_dir)
+        landed = fleet.live(which)  # with what a submission in flight started
+        if {w.worker_id for w in landed} - {w.worker_id for w in live}:
+            fleet_broker(config, start=False, workers=landed)
+        live = landed
     report = DownReport(workers=live)
-    for name, pool in config.fleet.pools.items():  # a pool on a host going down stops too
-        if pool_active(fleet, name) and (not hosts or pool.host in hosts):
-            fleet_receipts(config.state_dir).append(FleetScale(
-                pool=name, action="stop", reason="fleet down"))  # before: no new submission
     lost = frozenset(fleet.lost) if force else frozenset()
     report.outcome = stop_workers(config, live, reason="fleet down", timeout=timeout,
                                   force=force, skip=lost)

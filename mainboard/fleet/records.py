@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mainboard.errors import UserError
 from mainboard.ids import safe_word
+from mainboard.locks import flocked
 from mainboard.receipts import (
     FleetScale,
     Receipts,
@@ -29,6 +32,7 @@ from mainboard.receipts import (
 
 FLEET_FILE = "fleet.ndjson"
 OWNER_FILE = "fleet-owner"
+POOLS_LOCK = "fleet-pools.lock"
 TAG_PREFIX = "mbf-"
 HOST_QUEUE_PREFIX = "mainboard.host."
 _QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
@@ -132,6 +136,17 @@ def pool_active(state: FleetState, name: str) -> bool:
     """Started by ``fleet up`` and not stopped by ``fleet down`` since."""
     marks = [s.action for s in pool_events(state, name) if s.action in ("start", "stop")]
     return bool(marks) and marks[-1] == "start"
+
+
+@contextmanager
+def pool_changes(state_dir: Path) -> Iterator[None]:
+    """Held by a pool's submission (from its last check that the pool is active to its
+    ``worker.started``) and by ``fleet down`` while it stops the pools: a submission lands
+    wholly before the stop, so the down sees its worker and stops it, or not at all. (A
+    keeper's look that began before the stop submitted after it, and the new allocation was
+    left running, seen once in a fresh clone.)"""
+    with flocked(Path(state_dir) / POOLS_LOCK):
+        yield
 
 
 def pool_paused(state: FleetState, name: str) -> bool:

@@ -1,4 +1,4 @@
-"""The reconciler against a submission that races its pass (no services needed).
+"""The reconciler, and a pool's submission, against what races them (no services needed).
 
 Seen live (test_fleet_reconcile.py, about one run in six): ``fleet up`` submitted the
 ssh pool's worker while the keeper it had just started was reconciling; the keeper had
@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from mainboard.fleet import autoscale
+from mainboard.fleet.launch import BrokerRoute
 from mainboard.fleet.reconcile import Reconciler
-from mainboard.fleet.records import fleet_receipts, owner_prefix
-from mainboard.receipts import WorkerSubmitting
+from mainboard.fleet.records import fleet_receipts, owner_prefix, read_fleet
+from mainboard.fleet.scaling import Decision, PoolView
+from mainboard.receipts import FleetScale, WorkerSubmitting
 from tests.support.fleet_helpers import config, table, workspace
 from tests.support.services import RedisServer
 
@@ -146,3 +150,34 @@ def test_the_restarted_keepers_first_look_keeps_the_adopted_tunnelled_worker(
     finally:
         r.delete(keys.worker("ssh-lo-job8@box"))
         r.zrem(keys.workers_index(), "ssh-lo-job8@box")
+
+
+def test_a_pool_stopped_between_a_look_and_its_submission_gets_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen once in a fresh clone (test_fleet_nodes): `fleet down` wrote the pool's stop while
+    a keeper's look, taken before it, went on to submit; the new allocation was left running.
+    The submission checks the pool again under the lock `fleet down` stops pools under."""
+    ws = workspace(tmp_path / "ws", table("fleet.pools.p", host="local", queues=["q"], jobs=1))
+    cfg = config(ws)
+    fleet_receipts(cfg.state_dir).append(FleetScale(pool="p", action="start", reason="fleet up"))
+    submitted: list[str] = []
+
+    def start_one(launcher: object, host: str) -> SimpleNamespace:  # the scheduler's submit
+        submitted.append(host)
+        return SimpleNamespace(worker_id=f"w{len(submitted)}")
+
+    monkeypatch.setattr(autoscale, "start_one", start_one)
+    monkeypatch.setattr(autoscale, "broker_route",
+                        lambda config, start: BrokerRoute("redis://127.0.0.1:1"))
+    scaler = autoscale.Autoscaler(cfg)
+    view = PoolView("p", cfg.fleet.pools["p"])  # the look: active, nothing running
+    decision = Decision("submit", "1 task queued", count=1)
+    fleet_receipts(cfg.state_dir).append(FleetScale(pool="p", action="stop",
+                                                    reason="fleet down"))
+    scaler.submit("p", cfg.fleet.pools["p"], view, decision)
+    assert submitted == []
+    assert [s.action for s in read_fleet(cfg.state_dir).scale] == ["start", "stop"]
+    fleet_receipts(cfg.state_dir).append(FleetScale(pool="p", action="start", reason="fleet up"))
+    scaler.submit("p", cfg.fleet.pools["p"], view, decision)  # active again: it submits
+    assert submitted == ["local"]
+    assert read_fleet(cfg.state_dir).scale[-1].worker_ids == ["w1"]  # its submit receipt
