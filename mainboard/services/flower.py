@@ -142,17 +142,19 @@ class Flower(Daemon):
                  f"basic_auth = [{credential!r}]", "persistent = False"]
         write_private(self.conf_path, "\n".join(lines) + "\n")
 
-    def _port(self, wanted: int | None, previous: int | None) -> int:
+    def _port(self, wanted: int | None, previous: int | None) -> tuple[int, str | None]:
         """``wanted`` (1-65535: the verbs' --port checks that) when free, else the last
-        port when free, else a fresh one."""
+        port when free, else a fresh one; with a note when the last port could not be had
+        (a bookmarked URL changes: say why)."""
         if wanted is not None:
             if not port_is_free(wanted):
                 raise UserError(f"port {wanted} on {HOST} is in use; choose another --port "
                                 "or leave it out to pick a free one")
-            return wanted
+            return wanted, None
         if previous and port_is_free(previous):
-            return previous
-        return fresh_port()
+            return previous, None
+        return fresh_port(), (f"its last port, {previous}, was in use: started on another"
+                              if previous else None)
 
     def up(self, broker_url: str, port: int | None = None, *,
            python: str = sys.executable, config_path: Path | None = None) -> FlowerStatus:
@@ -165,11 +167,11 @@ class Flower(Daemon):
                         "first to change the port") if port and port != current.port else None
                 return replace(current, action="already running", note=note)
             password = self._ensure_password()
-            chosen = self._port(port, current.port)
+            chosen, note = self._port(port, current.port)
             self._write_conf(chosen, password, config_path)
             pid = self._launch(python, broker_url, chosen, [password, *url_secrets(broker_url)])
             self._record(pid=pid, port=chosen, started_at=time.time())
-        return replace(self.status(), action="started")
+        return replace(self.status(), action="started", note=note)
 
     def _launch(self, python: str, broker_url: str, port: int, hide: list[str]) -> int:
         """Start Flower in its own session; return its pid once /healthcheck answers."""

@@ -19,7 +19,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 from mainboard.cli import cli
-from mainboard.daemon import port_is_free
 from mainboard.errors import FlowerError
 from mainboard.services.broker import EmbeddedBroker
 from mainboard.services.flower import USER, Flower
@@ -188,11 +187,25 @@ def test_status_rerun_stop_and_restart(site: Site) -> None:
                                     "choose another --port or leave it out to pick a free one")
     restarted = json.loads(invoke(site, "flower", "--json").stdout)
     assert restarted["action"] == "started"
-    # The last port is reused unless someone else took it meanwhile (a busy machine may).
+    # The last port is reused unless something held it at the restart (a busy machine's
+    # connections take ephemeral ports from the same range): then the reply says so.
     previous = int(str(site.status["port"]))
-    assert restarted["port"] == previous or not port_is_free(previous)
+    assert restarted["port"] == previous or restarted["note"] == (
+        f"its last port, {previous}, was in use: started on another"), restarted
     assert Path(str(restarted["secret_file"])).read_text().strip() == site.password
     assert get(str(restarted["url"]) + "api/workers", (USER, site.password))[0] == 200
+    # its last port held by another program: a new one, and the reply says why
+    assert json.loads(invoke(site, "flower", "stop", "--json").stdout)["action"] == "stopped"
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", int(restarted["port"])))
+        holder.listen()
+        moved = json.loads(invoke(site, "flower", "--json").stdout)
+    assert moved["action"] == "started" and moved["port"] != restarted["port"]
+    assert moved["note"] == f"its last port, {restarted['port']}, was in use: started on another"
+    assert json.loads(invoke(site, "flower", "stop", "--json").stdout)["action"] == "stopped"
+    back = json.loads(invoke(site, "flower", "--port", str(previous), "--json").stdout)
+    assert back["port"] == previous  # where the module's other tests find it
 
 
 def test_a_flower_that_dies_is_reported_without_its_secrets(tmp_path: Path) -> None:
