@@ -204,7 +204,7 @@ def test_flower_on_a_busy_port_is_one_line_exit_2_and_starts_nothing(
         taken.listen()
         port = taken.getsockname()[1]
         line = one_line(mainboard(tmp_path, "flower", "--port", str(port)), 2)
-        assert Flower(tmp_path / ".mainboard")._port(None, port) != port  # taken: a fresh one
+        assert Flower(tmp_path / ".mainboard")._port(None, port)[0] != port  # taken: a fresh one
     assert f"port {port} on 127.0.0.1 is in use" in line and "--port" in line
     flower = Flower(tmp_path / ".mainboard")
     assert flower.running_pid() is None
@@ -213,8 +213,8 @@ def test_flower_on_a_busy_port_is_one_line_exit_2_and_starts_nothing(
     # before any start there is no password to send, and nobody answers
     assert not Flower(tmp_path / "elsewhere").answers(free_port(), timeout=0.5)
     again = free_port()
-    assert flower._port(None, again) == again  # the last port, while it is free
-    assert flower._port(again, None) == again  # the port asked for, while it is free
+    assert flower._port(None, again) == (again, None)  # the last port, while it is free
+    assert flower._port(again, None) == (again, None)  # the port asked for, while it is free
 
 
 def test_flowers_open_endpoints_are_guarded_once(tmp_path: Path) -> None:
