@@ -8,8 +8,9 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ class Dashboard:
 
     proc: subprocess.Popen[str]
     url: str
+    stderr: list[str] = field(default_factory=list)  # read as it comes: a full pipe would block it
+    reader: threading.Thread | None = None
 
     @property
     def base(self) -> str:
@@ -52,7 +55,9 @@ def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = Non
                     python: str = sys.executable, cwd: Path | None = None) -> Dashboard:
     """`mainboard --config C dashboard --json ARGS` (under ``python``, in ``cwd``); returns
     once it printed its URL."""
-    env = {**os.environ, **(env or {})}
+    # faulthandler: a dashboard that hangs on Ctrl-C is stopped with SIGABRT, which prints
+    # every thread's stack (stop_dashboard puts them in the failure)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
     env.pop("MAINBOARD_CONFIG", None)
     proc = subprocess.Popen([python, "-m", "mainboard", "--config", str(config.path),
                              "dashboard", "--json", *args], stdout=subprocess.PIPE,
@@ -62,17 +67,31 @@ def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = Non
     if not line:
         proc.kill()
         raise AssertionError(f"dashboard printed no URL: {proc.communicate()[1]}")
-    return Dashboard(proc, json.loads(line)["url"])
+    dash = Dashboard(proc, json.loads(line)["url"])
+    dash.reader = threading.Thread(target=dash.stderr.extend, args=(proc.stderr,),
+                                   daemon=True, name="dashboard-stderr")
+    dash.reader.start()
+    return dash
 
 
 def stop_dashboard(dash: Dashboard) -> None:
+    """Ctrl-C, and the conventional exit 130 without a traceback; a dashboard still running
+    after it (60 s: a hang guard) fails the test with its threads' stacks."""
     dash.proc.send_signal(signal.SIGINT)
     try:
-        assert dash.proc.wait(60) == 130  # Ctrl-C: the conventional exit (60 s: a hang guard)
-    finally:
-        if dash.proc.poll() is None:
+        code = dash.proc.wait(60)
+    except subprocess.TimeoutExpired:
+        dash.proc.send_signal(signal.SIGABRT)  # faulthandler prints the stacks, then it dies
+        try:
+            dash.proc.wait(30)
+        finally:
             dash.proc.kill()
-    assert "Traceback" not in (dash.proc.stderr.read() if dash.proc.stderr else "")
+        dash.reader.join(10)  # type: ignore[union-attr]
+        raise AssertionError("the dashboard did not exit on Ctrl-C; its threads:\n"
+                             + "".join(dash.stderr)) from None
+    dash.reader.join(10)  # type: ignore[union-attr]  (the pipe ends with the process)
+    err = "".join(dash.stderr)
+    assert code == 130 and "Traceback" not in err, (code, err)
 
 
 # what a person sees: the page wider than the window, and each box that sticks out of it
