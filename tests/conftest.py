@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 
@@ -122,8 +123,13 @@ _CLOCK: cpuclock.CpuClock | None = None
 
 def pytest_configure(config: pytest.Config) -> None:
     """`MAINBOARD_TEST_CPU=DIR`: each test's CPU seconds, its processes included
-    (tests/support/cpuclock.py); a stale pyenv lock an earlier, killed run left is cleared."""
+    (tests/support/cpuclock.py); a stale pyenv lock an earlier, killed run left is cleared.
+    A suite started with Ctrl-C ignored (a background job of a shell without job control,
+    nohup, some CI runners) would pass that on to every command a test stops with Ctrl-C:
+    they would run on (each such test failed so); Ctrl-C gets its usual meaning back here."""
     global _CLOCK
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     _CLOCK = cpuclock.start(os.environ.get("PYTEST_XDIST_WORKER", "main"))
     if "PYTEST_XDIST_WORKER" not in os.environ:  # once, before any worker starts
         clear_stale_pyenv_lock()

@@ -18,6 +18,7 @@ import logging
 import math
 import re
 import secrets
+import signal
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -248,11 +249,24 @@ async def serve(config: Config, host: str, port: int, token: str,
     server = HTTPServer(make_app(views, token, bound, base), xheaders=False)
     server.add_sockets(sockets)
     ready(url_of(host, bound, token, base))
+    interrupted = _ctrl_c_event()
     try:
-        await asyncio.Event().wait()
+        await interrupted.wait()
     finally:
         server.stop()
         views.close()
+    raise KeyboardInterrupt  # as Ctrl-C anywhere else: the CLI exits 130
+
+
+def _ctrl_c_event() -> asyncio.Event:
+    """Set by Ctrl-C. ``asyncio.run``'s own handler is a plain signal handler: a SIGINT the
+    kernel hands to one of the pool's threads leaves the loop asleep in ``select`` until the
+    next request comes (seen in tests). The loop's handler writes to its wakeup fd, which
+    wakes it whichever thread took the signal. A Ctrl-C ignored on purpose (nohup) stays so."""
+    event = asyncio.Event()
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, event.set)
+    return event
 
 
 __all__ = ["clean_base_path", "listen", "make_app", "serve", "url_of"]

@@ -378,3 +378,33 @@ def test_chi2_over_one_iteration_is_undefined_not_zero() -> None:
     assert series[0] == (None, None) and all(v is not None for pair in series[1:] for v in pair)
     assert _chi2_now(snapshot([1.0, 1.01, 0.99], discard=2)) is None  # one kept after discard
     assert _chi2_now(snapshot([1.0, 1.01, 0.99])) == series[-1][0]
+
+
+def _threads(pid: int) -> list[int]:
+    return sorted(int(t.name) for t in Path(f"/proc/{pid}/task").iterdir())
+
+
+def test_ctrl_c_taken_by_a_pool_thread_still_stops_it_and_an_ignored_one_does_not(
+        workspace: Config) -> None:
+    """The kernel hands a process's SIGINT to any of its threads: one landing on a request
+    thread must wake the server (it slept in select until the next request); a dashboard
+    started with Ctrl-C ignored (nohup, a background job) serves on."""
+    import ctypes
+    import signal
+
+    dash = start_dashboard(workspace)
+    pid = dash.proc.pid
+    dash.api("/api/runs")  # the request pool has its threads now
+    others = [tid for tid in _threads(pid) if tid != pid]
+    assert others, "no thread besides the main one"
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(234, pid, others[-1], signal.SIGINT) == 0  # tgkill (x86-64)
+    assert dash.proc.wait(60) == 130  # a hang guard, as stop_dashboard's
+
+    dash = start_dashboard(workspace, ignore_ctrl_c=True)
+    try:
+        dash.proc.send_signal(signal.SIGINT)  # discarded by the kernel: SIG_IGN
+        assert dash.api("/api/runs")["total"] >= 0 and dash.proc.poll() is None
+    finally:
+        dash.proc.terminate()
+        dash.proc.wait(60)

@@ -52,16 +52,18 @@ class Dashboard:
 
 
 def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = None,
-                    python: str = sys.executable, cwd: Path | None = None) -> Dashboard:
-    """`mainboard --config C dashboard --json ARGS` (under ``python``, in ``cwd``); returns
-    once it printed its URL."""
+                    python: str = sys.executable, cwd: Path | None = None,
+                    ignore_ctrl_c: bool = False) -> Dashboard:
+    """`mainboard --config C dashboard --json ARGS` (under ``python``, in ``cwd``, with
+    Ctrl-C ignored as nohup does if asked); returns once it printed its URL."""
     # faulthandler: a dashboard that hangs on Ctrl-C is stopped with SIGABRT, which prints
     # every thread's stack (stop_dashboard puts them in the failure)
     env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
     env.pop("MAINBOARD_CONFIG", None)
     proc = subprocess.Popen([python, "-m", "mainboard", "--config", str(config.path),
                              "dashboard", "--json", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                            preexec_fn=_ignore_ctrl_c if ignore_ctrl_c else None)
     ready, _, _ = select.select([proc.stdout], [], [], 30)
     line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
     if not line:
@@ -72,6 +74,10 @@ def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = Non
                                    daemon=True, name="dashboard-stderr")
     dash.reader.start()
     return dash
+
+
+def _ignore_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def stop_dashboard(dash: Dashboard) -> None:
