@@ -156,7 +156,9 @@ def test_an_append_racing_the_runs_end_is_done_exactly_once(
     run_id, gate, runner = start_gated(config, "append-race")
     wait_for(lambda: inbox_state(r, run_id) == "open", r, runner)
     lock = keys.run_append_lock(run_id)
-    assert r.set(lock, "the-test", nx=True, px=60_000)
+    # the inbox reads "open" a moment before the coordinator lets the lock go (it sets the
+    # state under the lock): the test takes it once it is free
+    wait_for(lambda: bool(r.set(lock, "the-test", nx=True, px=60_000)), r, runner)
     task = config.root / "more.toml"
     task.write_text(MORE)
     got: list[object] = []
