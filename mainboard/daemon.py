@@ -68,6 +68,15 @@ def fresh_port() -> int:
             return port
 
 
+def process_exiting(pid: int) -> bool:
+    """True while ``pid`` exists and has not yet exited (not a zombie); False without /proc."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[:1]
+    except OSError:  # gone, or no /proc (macOS): nothing more to wait for
+        return False
+    return state not in (["Z"], ["X"])
+
+
 def process_cmdline(pid: int) -> str | None:
     """Command line of a live (non-zombie) process, or None if it is gone."""
     proc = Path(f"/proc/{pid}")
@@ -237,12 +246,17 @@ class Daemon:
         return pid if self._is_ours(pid) else None
 
     def _wait_gone(self, pid: int, timeout: float) -> bool:
-        """True once ``pid`` is no longer our service, False after ``timeout``."""
+        """True once ``pid`` is no longer our service, False after ``timeout``. An exiting
+        process's command line empties (its memory goes first) a moment before its files
+        close, its listening socket among them: a stop that reported then left the port
+        taken for the next start (seen in tests), so the exit is waited for too."""
         deadline = time.monotonic() + timeout
         while self._is_ours(pid):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
+        while process_exiting(pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
         return True
 
     def _abandon(self, proc: subprocess.Popen[bytes]) -> None:

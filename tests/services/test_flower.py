@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import socket
 import stat
@@ -194,18 +195,36 @@ def test_status_rerun_stop_and_restart(site: Site) -> None:
         f"its last port, {previous}, was in use: started on another"), restarted
     assert Path(str(restarted["secret_file"])).read_text().strip() == site.password
     assert get(str(restarted["url"]) + "api/workers", (USER, site.password))[0] == 200
-    # its last port held by another program: a new one, and the reply says why
+    # its last port held by another program: a new one, and the reply says why. That port is
+    # one the test chose below the machine's ephemeral range, where no other program's
+    # connection can take it in between (a free pick, as above, is an ephemeral port).
+    assert json.loads(invoke(site, "flower", "stop", "--json").stdout)["action"] == "stopped"
+    pinned = json.loads(invoke(site, "flower", "--port", str(fixed := _unused_fixed_port()),
+                               "--json").stdout)
+    assert pinned["port"] == fixed, pinned
     assert json.loads(invoke(site, "flower", "stop", "--json").stdout)["action"] == "stopped"
     with socket.socket() as holder:
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        holder.bind(("127.0.0.1", int(restarted["port"])))
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past its TIME_WAITs
+        holder.bind(("127.0.0.1", fixed))
         holder.listen()
         moved = json.loads(invoke(site, "flower", "--json").stdout)
-    assert moved["action"] == "started" and moved["port"] != restarted["port"]
-    assert moved["note"] == f"its last port, {restarted['port']}, was in use: started on another"
-    assert json.loads(invoke(site, "flower", "stop", "--json").stdout)["action"] == "stopped"
-    back = json.loads(invoke(site, "flower", "--port", str(previous), "--json").stdout)
-    assert back["port"] == previous  # where the module's other tests find it
+    assert moved["action"] == "started" and moved["port"] != fixed
+    assert moved["note"] == f"its last port, {fixed}, was in use: started on another"
+    assert get(str(moved["url"]) + "api/workers", (USER, site.password))[0] == 200
+    site.status.update(moved)  # where the module's other tests find it
+
+
+def _unused_fixed_port() -> int:
+    """A free port below the ephemeral range (which bind(0) and outgoing connections use)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(20000, low), 200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port among 200 tried in 20000-{low - 1}")
 
 
 def test_a_flower_that_dies_is_reported_without_its_secrets(tmp_path: Path) -> None:
