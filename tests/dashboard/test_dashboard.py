@@ -7,9 +7,11 @@ the fleet tier keeps Flower's); its path is printed and recorded as a test prope
 
 from __future__ import annotations
 
+import ctypes
 import json
 import re
 import shutil
+import signal
 import socket
 import time
 import urllib.error
@@ -380,6 +382,9 @@ def test_chi2_over_one_iteration_is_undefined_not_zero() -> None:
     assert _chi2_now(snapshot([1.0, 1.01, 0.99])) == series[-1][0]
 
 
+SYS_TGKILL = 234  # x86-64: a signal to one thread of another process (no Python wrapper)
+
+
 def _threads(pid: int) -> list[int]:
     return sorted(int(t.name) for t in Path(f"/proc/{pid}/task").iterdir())
 
@@ -389,16 +394,13 @@ def test_ctrl_c_taken_by_a_pool_thread_still_stops_it_and_an_ignored_one_does_no
     """The kernel hands a process's SIGINT to any of its threads: one landing on a request
     thread must wake the server (it slept in select until the next request); a dashboard
     started with Ctrl-C ignored (nohup, a background job) serves on."""
-    import ctypes
-    import signal
-
     dash = start_dashboard(workspace)
     pid = dash.proc.pid
     dash.api("/api/runs")  # the request pool has its threads now
     others = [tid for tid in _threads(pid) if tid != pid]
     assert others, "no thread besides the main one"
     libc = ctypes.CDLL(None, use_errno=True)
-    assert libc.syscall(234, pid, others[-1], signal.SIGINT) == 0  # tgkill (x86-64)
+    assert libc.syscall(SYS_TGKILL, pid, others[-1], signal.SIGINT) == 0
     assert dash.proc.wait(60) == 130  # a hang guard, as stop_dashboard's
 
     dash = start_dashboard(workspace, ignore_ctrl_c=True)
