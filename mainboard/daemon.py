@@ -68,22 +68,27 @@ def fresh_port() -> int:
             return port
 
 
+def _proc_state(pid: int) -> str | None:
+    """The state letter of ``/proc/PID/stat`` (R, S, Z...), None if gone or without /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[0] if fields else None
+
+
 def process_exiting(pid: int) -> bool:
     """True while ``pid`` exists and has not yet exited (not a zombie); False without /proc."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[:1]
-    except OSError:  # gone, or no /proc (macOS): nothing more to wait for
-        return False
-    return state not in (["Z"], ["X"])
+    return _proc_state(pid) not in (None, "Z", "X")
 
 
 def process_cmdline(pid: int) -> str | None:
     """Command line of a live (non-zombie) process, or None if it is gone."""
     proc = Path(f"/proc/{pid}")
     if Path("/proc/self").is_dir():
+        if _proc_state(pid) in (None, "Z"):
+            return None
         try:
-            if (proc / "stat").read_text().rpartition(")")[2].split()[:1] == ["Z"]:
-                return None
             raw = (proc / "cmdline").read_bytes()
         except OSError:
             return None
