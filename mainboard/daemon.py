@@ -68,18 +68,26 @@ def fresh_port() -> int:
             return port
 
 
-def _proc_state(pid: int) -> str | None:
-    """The state letter of ``/proc/PID/stat`` (R, S, Z...), None if gone or without /proc."""
+def _proc_state(pid: int, tid: int | None = None) -> str | None:
+    """The state letter (R, S, Z...) of ``/proc/PID/stat``, or of one thread's, None if gone
+    or without /proc."""
+    where = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        fields = Path(where).read_text().rpartition(")")[2].split()
     except OSError:
         return None
     return fields[0] if fields else None
 
 
 def process_exiting(pid: int) -> bool:
-    """True while ``pid`` exists and has not yet exited (not a zombie); False without /proc."""
-    return _proc_state(pid) not in (None, "Z", "X")
+    """True while any thread of ``pid`` has not yet exited; False once it is a zombie, gone,
+    or without /proc. The main thread can be a zombie while the others still exit, holding
+    the files they share (a listening socket): each thread is looked at."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return False
+    return any(_proc_state(pid, tid) not in (None, "Z", "X") for tid in tids)
 
 
 def process_cmdline(pid: int) -> str | None:

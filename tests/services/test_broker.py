@@ -21,7 +21,6 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from mainboard.daemon import process_exiting
 from mainboard.errors import ConfigError, MissingDependency
 from mainboard.services.broker import (
     REDIS_SERVER_ENV,
@@ -411,20 +410,3 @@ def test_deploy_redis_conf_is_valid_and_hardened(tmp_path: Path) -> None:
     for hint in ("# requirepass", '# rename-command FLUSHALL ""', '# rename-command CONFIG ""',
                  '# rename-command DEBUG ""'):
         assert hint in text
-
-
-
-def test_a_process_is_exiting_until_it_is_a_zombie_or_gone() -> None:
-    """What a service's stop waits for once its command line is gone: the exit itself (a
-    zombie has closed its files, the listening socket among them)."""
-    proc = subprocess.Popen(["sleep", "600"])
-    assert process_exiting(proc.pid)
-    proc.kill()
-    stat_file = Path(f"/proc/{proc.pid}/stat")
-    deadline = time.monotonic() + 60  # a hang guard: the event is the zombie state
-    while stat_file.read_text().rpartition(")")[2].split()[0] != "Z":
-        assert time.monotonic() < deadline, stat_file.read_text()
-        time.sleep(0.01)
-    assert not process_exiting(proc.pid)  # a zombie, not yet reaped
-    proc.wait()
-    assert not process_exiting(proc.pid)  # gone
