@@ -12,8 +12,10 @@ the per-file figures in ``DATA/coverage.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tomllib
@@ -71,6 +73,30 @@ def record_unexecuted(data: Path) -> None:
                    cwd=ROOT, env=env, check=True)
 
 
+def _finished(part: Path) -> bool:
+    """Whether a process's data file holds coverage's schema (one killed while it saved
+    leaves the file without it)."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{part}?mode=ro", uri=True)) as db:
+            return bool(db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                   "name = 'coverage_schema'").fetchone())
+    except sqlite3.Error:
+        return False
+
+
+def drop_torn(parts: list[Path]) -> list[Path]:
+    """The data files that hold coverage's schema; the others (a process killed while it
+    saved) are named in one line and deleted, where coverage would warn of each with a
+    SQLite error."""
+    torn = [p for p in parts if not _finished(p)]
+    if torn:
+        print(f"coverage_report: {len(torn)} data file(s) left unfinished by a process killed "
+              f"while saving (skipped): {', '.join(p.name for p in torn)}", file=sys.stderr)
+        for p in torn:
+            p.unlink()
+    return [p for p in parts if p not in torn]
+
+
 def combine(data: Path) -> dict[str, dict[str, object]]:
     """Combine the per-process files in ``data``; the per-file summaries, relative paths."""
     import coverage
@@ -79,7 +105,7 @@ def combine(data: Path) -> dict[str, dict[str, object]]:
     os.chdir(ROOT)
     record_unexecuted(data)
     cov = coverage.Coverage(data_file=str(data / "cov"), config_file=str(ROOT / "pyproject.toml"))
-    parts = [p for p in data.iterdir() if p.name.startswith("cov.")]
+    parts = drop_torn([p for p in data.iterdir() if p.name.startswith("cov.")])
     if parts:
         cov.combine([str(p) for p in parts], keep=False)
         cov.save()
