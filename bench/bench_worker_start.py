@@ -5,9 +5,10 @@
 Each round starts, on a private redis-server, one worker as a user starts it by hand
 (``python -m celery -A mainboard.tasks.app worker ...``, the peer) and one with mainboard's
 own command line (``tasks.workers.worker_command``: ``python -m mainboard.tasks.worker_main``,
-the same options), alternating, each until its log says ``ready``, then stops it (warm
-shutdown) and takes the CPU it and its pool child used in their whole life. Prints the
-medians and the ratios mainboard / by hand.
+the same options), and the same mainboard worker with its start-up's garbage-collector
+hold turned off (``MAINBOARD_GC_HOLD=0``: the code before it), in turn, each until its log
+says ``ready``, then stops it (warm shutdown) and takes the CPU it and its pool child used
+in their whole life. Prints the medians and the ratios to the worker by hand.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mainboard.daemon import GC_HOLD_ENV  # noqa: E402
 from mainboard.tasks.workers import worker_command, worker_env  # noqa: E402
 from tests.support.services import start_redis  # noqa: E402
 
@@ -58,11 +60,15 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="mb-bench-worker-"))
     server = start_redis(folder / "redis")
     env = worker_env(server.url)
-    got: dict[str, list[tuple[float, float]]] = {"by hand": [], "mainboard": []}
+    no_hold = {**env, GC_HOLD_ENV: "0"}
+    got: dict[str, list[tuple[float, float]]] = {"by hand": [], "mainboard": [],
+                                                 "no gc hold": []}
     try:
         for i in range(args.runs):
             got["by hand"].append(one(by_hand(f"hand{i}@%h"), env, folder / f"hand{i}.log"))
             got["mainboard"].append(one(worker_command(f"mb{i}@%h"), env, folder / f"mb{i}.log"))
+            got["no gc hold"].append(one(worker_command(f"nh{i}@%h"), no_hold,
+                                         folder / f"nh{i}.log"))
     finally:
         server.stop()
     load = os.getloadavg()[0]
@@ -71,8 +77,11 @@ def main() -> None:
     print(f"worker start, {args.runs} rounds, load {load:.1f} (medians)")
     for name, (ready, cpu) in med.items():
         print(f"  {name:10s} ready {ready:.3f} s   CPU of its life {cpu:.3f} s")
-    hand, ours = med["by hand"], med["mainboard"]
-    print(f"  ratio mainboard / by hand: ready {ours[0] / hand[0]:.2f}x, CPU {ours[1] / hand[1]:.2f}x")
+    hand = med["by hand"]
+    for name in ("mainboard", "no gc hold"):
+        ours = med[name]
+        print(f"  ratio {name} / by hand: ready {ours[0] / hand[0]:.2f}x, "
+              f"CPU {ours[1] / hand[1]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from celery import Celery
 
 from mainboard.bridges.envs import worker_python
 from mainboard.config import Config, load_config
+from mainboard.daemon import release_gc
 from mainboard.errors import UserError
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.runfile import load_run
@@ -204,6 +205,7 @@ def session(run_id: str, config: Config | None = None, broker_url: str | None = 
             if count:
                 local = LocalWorkers(count, worker_url(url, cfg), cfg.state_dir / "workers",
                                      python=worker_python(cfg)).start()
+        release_gc()  # a held command's start is over: the run may go on for hours
         yield Session(app, r, RunStore(cfg.state_dir), local, lease, where(url),
                       float(cfg.broker.outage), places(run_file, cfg.root), inbox)
         finished = True

@@ -15,10 +15,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from celery.utils.nodenames import default_nodename, host_format
+from mainboard.daemon import WORKER_GC_LIMIT_S, hold_gc, release_gc
 
-from mainboard.tasks.app import get_app
+if __name__ == "__main__":  # the program, not a module imported: before Celery's imports
+    hold_gc(limit=WORKER_GC_LIMIT_S)  # released once the worker is ready
+
+from celery import signals  # noqa: E402
+from celery.utils.nodenames import default_nodename, host_format  # noqa: E402
+
+from mainboard.tasks.app import get_app  # noqa: E402
 
 POOLS = ("prefork", "solo", "threads")
 
@@ -55,6 +62,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--without-mingle", action="store_true")
     p.add_argument("--without-gossip", action="store_true")
     return p
+
+
+@signals.worker_ready.connect
+@signals.worker_process_init.connect
+def _started(**_: Any) -> None:
+    """The worker's start is over (the parent ready, or a pool child forked from it while
+    held): the collector back on, what the start loaded frozen."""
+    release_gc()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

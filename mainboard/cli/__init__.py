@@ -14,6 +14,7 @@ from typing import NoReturn
 import click
 
 from mainboard.cli import common
+from mainboard.daemon import hold_gc
 from mainboard.errors import BrokerError, MainboardError, first_line
 from mainboard.names import symbol_by_name
 from mainboard.redact import install_log_redaction, redact_text
@@ -130,6 +131,7 @@ def cli(ctx: click.Context, debug: bool, config_path: str | None) -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    hold_gc()  # a verb's imports walked by no collection; released as it ends at the latest
     try:
         cli(prog_name="mainboard")
     except SystemExit as done:  # click's standalone mode always ends with one

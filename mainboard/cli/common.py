@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+from mainboard.daemon import release_gc
 from mainboard.redact import redact_text
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def end(code: object) -> None:
     import sys
     import threading
 
+    release_gc()  # what the verb loaded frozen: the exit's collection does not walk it
     if not _AT_ONCE:
         sys.exit(code)
     for thread in threading.enumerate():

@@ -6,6 +6,7 @@ integration tasks live in ``mainboard.tasks``.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -46,3 +47,9 @@ def gated(started: str, gate: str, budget: float = 120.0) -> str:
             raise TimeoutError(f"gate {gate} never opened")
         time.sleep(0.01)
     return "done"
+
+
+@shared_task(name="probe.gc")
+def gc_state() -> dict[str, Any]:
+    """The garbage collector as the process running tasks has it (test_tasks_workers.py)."""
+    return {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}

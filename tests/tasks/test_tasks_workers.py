@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from mainboard.config import Config
+from mainboard.config.brokerurl import BROKER_URL_ENV
+from mainboard.daemon import GC_HOLD_ENV
 from mainboard.errors import UnknownRun
 from mainboard.runs.store import RunStore
 from mainboard.tasks import worker_main
+from mainboard.tasks.app import make_app
 from mainboard.tasks.workers import LocalWorkers
 from tests.support.integration import write_workspace
 from tests.support.services import RedisServer, start_redis
 from tests.support.workspace import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.live
@@ -120,3 +128,36 @@ def test_a_bad_worker_option_is_one_line_and_exit_2(
     assert stopped.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("python -m mainboard.tasks.worker_main: ") and said in line
+
+
+@pytest.mark.live
+def test_a_worker_has_its_collector_back_frozen_once_ready_in_parent_and_pool_child(
+        tmp_path: Path, redis_server: RedisServer) -> None:
+    """worker_main holds the garbage collector off while it starts (mainboard/daemon.hold_gc);
+    the process that runs tasks has it on again with the start's objects frozen: the
+    parent itself (solo pool, released when ready) and a prefork pool child (released as
+    it starts); ``MAINBOARD_GC_HOLD=0`` leaves it as Python sets it."""
+    app = make_app(broker_url=redis_server.url)
+    kinds = {"solo": {}, "prefork": {}, "unheld": {GC_HOLD_ENV: "0"}}
+    procs = {}
+    for kind, extra in kinds.items():
+        env = {**os.environ, BROKER_URL_ENV: redis_server.url, "PYTHONPATH": str(ROOT), **extra}
+        pool = "solo" if kind == "solo" else "prefork"
+        argv = [sys.executable, "-m", "mainboard.tasks.worker_main", "-I",
+                "tests.support.app_probe_tasks", "-P", pool, "-c", "1", "-n",
+                f"gc-{kind}-{tmp_path.name}@%h", "-Q", f"gc-{kind}-{tmp_path.name}",
+                "--without-mingle", "--without-gossip"]
+        with (tmp_path / f"{kind}.log").open("wb") as log:
+            procs[kind] = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        got = {kind: app.send_task("probe.gc", queue=f"gc-{kind}-{tmp_path.name}").get(timeout=120)
+               for kind in kinds}
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+        for proc in procs.values():
+            proc.wait(60)
+        app.close()
+    assert got["solo"]["enabled"] and got["solo"]["frozen"] > 10_000, got
+    assert got["prefork"]["enabled"] and got["prefork"]["frozen"] > 10_000, got
+    assert got["unheld"] == {"enabled": True, "frozen": 0}, got
