@@ -22,10 +22,10 @@ from mainboard.daemon import WORKER_GC_LIMIT_S, hold_gc, release_gc
 if __name__ == "__main__":  # the program, not a module imported: before Celery's imports
     hold_gc(limit=WORKER_GC_LIMIT_S)  # released once the worker is ready
 
-from celery import signals  # noqa: E402
-from celery.utils.nodenames import default_nodename, host_format  # noqa: E402
+from celery import signals
+from celery.utils.nodenames import default_nodename, host_format
 
-from mainboard.tasks.app import get_app  # noqa: E402
+from mainboard.tasks.app import get_app
 
 POOLS = ("prefork", "solo", "threads")
 

@@ -27,6 +27,11 @@ import threading
 import time
 from pathlib import Path
 
+from mainboard.daemon import hold_gc, release_gc
+
+if __name__ == "__main__":  # the program, not a module imported: before the fleet's imports
+    hold_gc()  # released once the keeper is built
+
 from mainboard.bridges.tunnel import TunnelManager, TunnelStatus
 from mainboard.config import load_config
 from mainboard.fleet.autoscale import SCALE_TICK_ENV, SCALE_TICK_S, Autoscaler, run_autoscaler
@@ -197,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     install_log_redaction()  # tunnel and worker errors may quote a broker URL
     os.chdir(args.root)
     keeper = Keeper(args.root, args.config)
+    release_gc()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: (keeper.stop.set(), keeper.wake.set()))
     signal.signal(WAKE_SIGNAL, lambda *_: keeper.wake.set())  # before the pid is published
