@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import tempfile
@@ -133,6 +134,13 @@ def pytest_configure(config: pytest.Config) -> None:
     _CLOCK = cpuclock.start(os.environ.get("PYTEST_XDIST_WORKER", "main"))
     if "PYTEST_XDIST_WORKER" not in os.environ:  # once, before any worker starts
         clear_stale_pyenv_lock()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection loaded (the test modules, mainboard, numpy, Celery...) frozen: the
+    collector's full passes during the ~500 tests of each xdist worker no longer walk it
+    (as mainboard's own processes do after their start, mainboard.daemon.hold_gc)."""
+    gc.freeze()
 
 
 @pytest.hookimpl(hookwrapper=True)

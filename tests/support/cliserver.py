@@ -21,6 +21,7 @@ env, the three file paths); the server answers ``pid N`` when the child runs and
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import json
 import os
@@ -108,11 +109,14 @@ def _child(request: dict[str, Any]) -> None:
 
 def serve(path: str) -> None:
     """Accept commands on ``path`` until the client closes our stdin."""
-    for name in PRELOAD:
+    gc.disable()  # as the command does (mainboard.daemon.hold_gc): no collection walks
+    for name in PRELOAD:  # the preload's objects, in the server or in any child
         importlib.import_module(name)
     if os.environ.get(COVERAGE_PRELOAD):
         for name in ("coverage", "coverage.collector", "coverage.inorout"):
             importlib.import_module(name)
+    gc.freeze()
+    gc.enable()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
