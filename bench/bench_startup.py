@@ -4,8 +4,10 @@ hand over ssh, each to its first task done; and the `integrate` command vs the i
 Run from the repository root:
 
     .venv/bin/python bench/bench_startup.py [--runs 3] [--parts fleet,integrate] [--other PY]
+        [--gc-side]
 
-``--other PY`` times another checkout's mainboard (its venv's python, e.g. the commit
+``--gc-side`` also times this checkout with ``MAINBOARD_GC_HOLD=0`` (before the start-up's
+garbage-collector hold, mainboard/daemon.hold_gc). ``--other PY`` times another checkout's mainboard (its venv's python, e.g. the commit
 before a change) in the same rounds, so before and after share the load.
 
 fleet: a real loopback sshd (tests/support/services.start_sshd) whose host root holds the worker
@@ -42,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
+from mainboard.daemon import GC_HOLD_ENV  # noqa: E402
 from mainboard.fleet.records import host_queue  # noqa: E402
 from mainboard.fleet.workers import broker_route  # noqa: E402
 from mainboard.tasks.app import make_app  # noqa: E402
@@ -158,25 +161,37 @@ def fleet_part(base: Path, runs: int, other: str | None) -> list[str]:
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gauss-8d.toml"
 
 
+def _sides(other: str | None, gc_side: bool) -> dict[str, tuple[str, dict[str, str]]]:
+    """Label -> (python, extra environment) of each side timed in the same rounds: this
+    checkout; ``--other``'s; this checkout without the start-up's garbage-collector hold
+    (``MAINBOARD_GC_HOLD=0``, the code before it; its workers inherit the variable)."""
+    sides = {"": (sys.executable, {})}
+    if other:
+        sides[" (--other)"] = (other, {})
+    if gc_side:
+        sides[" (no gc hold)"] = (sys.executable, {GC_HOLD_ENV: "0"})
+    return sides
+
+
 def integrate_part(base: Path, runs: int, samples: int, other: str | None,
-                   bytecode: bool = True) -> list[str]:
+                   bytecode: bool = True, gc_side: bool = False) -> list[str]:
     from mainboard.services.broker import EmbeddedBroker
 
     ws = workspace(base / "ws-integrate")
     env = bytecode_env(ws, bytecode)  # the command's and its workers' imports
     run_file = ws / "gauss-8d.toml"
-    sides = {"": sys.executable, **({" (--other)": other} if other else {})}
+    sides = _sides(other, gc_side)
     command: dict[str, list[float]] = {label: [] for label in sides}
     inner: dict[str, list[float]] = {label: [] for label in sides}
     cpu: dict[str, list[float]] = {label: [] for label in sides}
     for i in range(runs):
-        for j, (label, python) in enumerate(sides.items()):
+        for j, (label, (python, extra)) in enumerate(sides.items()):
             EmbeddedBroker(ws / ".mainboard").down()  # idle: the broker starts from nothing
             # a new name each time: a new run, not the finished one again
             run_file.write_text(EXAMPLE.read_text().replace('"gauss-8d"', f'"startup-{i}-{j}"'))
             start, before = time.perf_counter(), os.times()
             done = _cli(ws, "integrate", str(run_file), "--max-samples", str(samples), "--json",
-                        python=python, env=env)
+                        python=python, env={**env, **extra})
             command[label].append(time.perf_counter() - start)
             after = os.times()  # the command's own CPU: its workers are not waited for
             cpu[label].append(after.children_user - before.children_user
@@ -200,11 +215,12 @@ def integrate_part(base: Path, runs: int, samples: int, other: str | None,
 CLI_TARGETS_S = {"--help": 0.2, "runs list": 0.5}
 
 
-def _timed(ws: Path, python: str, args: list[str], bytecode: bool) -> tuple[float, float]:
+def _timed(ws: Path, python: str, args: list[str], bytecode: bool,
+           extra: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall and CPU (user + sys) seconds of one ``python -m mainboard ARGS`` in ``ws``: with
     bytecode caches written and read as an installed mainboard's are, or (``bytecode``
     False) every module compiled from source, as under ``PYTHONDONTWRITEBYTECODE``."""
-    env = bytecode_env(ws, bytecode)
+    env = {**bytecode_env(ws, bytecode), **(extra or {})}
     before = os.times()
     start = time.perf_counter()
     subprocess.run([python, "-m", "mainboard", *args], cwd=ws, env=env, check=True,
@@ -215,7 +231,8 @@ def _timed(ws: Path, python: str, args: list[str], bytecode: bool) -> tuple[floa
                   + after.children_system - before.children_system)
 
 
-def cli_part(base: Path, runs: int, other: str | None, bytecode: bool = True) -> list[str]:
+def cli_part(base: Path, runs: int, other: str | None, bytecode: bool = True,
+             gc_side: bool = False) -> list[str]:
     """`mainboard --help` and `runs list` (a workspace with one finished run, the broker
     down), each side in turn per round; medians of wall and CPU time."""
     from mainboard.services.broker import EmbeddedBroker
@@ -224,16 +241,17 @@ def cli_part(base: Path, runs: int, other: str | None, bytecode: bool = True) ->
     (ws / "run.toml").write_text(EXAMPLE.read_text())
     _cli(ws, "integrate", str(ws / "run.toml"), "--max-samples", "100000")
     EmbeddedBroker(ws / ".mainboard").down()
-    sides = {"": sys.executable, **({" (--other)": other} if other else {})}
+    sides = _sides(other, gc_side)
     verbs = {"--help": ["--help"], "runs list": ["runs", "list"]}
     times: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for python in sides.values():  # warm: bytecode written, page cache filled
+    for python, extra in sides.values():  # warm: bytecode written, page cache filled
         for args in verbs.values():
-            _timed(ws, python, args, bytecode)
+            _timed(ws, python, args, bytecode, extra)
     for _ in range(runs):
         for verb, args in verbs.items():
-            for label, python in sides.items():
-                times.setdefault((verb, label), []).append(_timed(ws, python, args, bytecode))
+            for label, (python, extra) in sides.items():
+                times.setdefault((verb, label), []).append(
+                    _timed(ws, python, args, bytecode, extra))
     lines = [f"CLI start ({runs} rounds, medians; wall / CPU user+sys; "
              f"{'with bytecode caches' if bytecode else 'compiled from source each time'})"]
     for verb in verbs:
@@ -243,10 +261,10 @@ def cli_part(base: Path, runs: int, other: str | None, bytecode: bool = True) ->
             target = CLI_TARGETS_S[verb]
             lines.append(f"  mainboard {verb:10}{label:11} wall {wall:5.3f} s  cpu {cpu:5.3f} s"
                          f"   (target <= {target} s: {'met' if wall <= target else 'NOT met'})")
-        if other:
+        for label in list(sides)[1:]:
             ratio = (statistics.median(t[0] for t in times[verb, ""])
-                     / statistics.median(t[0] for t in times[verb, " (--other)"]))
-            lines.append(f"  ratio {verb} this / other: {ratio:4.2f}x")
+                     / statistics.median(t[0] for t in times[verb, label]))
+            lines.append(f"  ratio {verb} this / {label.strip(' ()')}: {ratio:4.2f}x")
     return lines
 
 
@@ -258,6 +276,9 @@ def main() -> None:
     parser.add_argument("--other", default=None, metavar="PYTHON",
                         help="also time this interpreter's mainboard (another checkout's venv, "
                              "e.g. before a change) in the same rounds")
+    parser.add_argument("--gc-side", action="store_true",
+                        help="cli, integrate: also time this checkout with MAINBOARD_GC_HOLD=0 "
+                             "(before the start-up's garbage-collector hold) in the same rounds")
     parser.add_argument("--no-bytecode", action="store_true",
                         help="cli, integrate: compile every module each time "
                              "(PYTHONDONTWRITEBYTECODE with no cache to read), as this "
@@ -270,10 +291,11 @@ def main() -> None:
         if "fleet" in parts:
             lines += fleet_part(base, args.runs, args.other)
         if "cli" in parts:
-            lines += cli_part(base, args.runs, args.other, bytecode=not args.no_bytecode)
+            lines += cli_part(base, args.runs, args.other, bytecode=not args.no_bytecode,
+                              gc_side=args.gc_side)
         if "integrate" in parts:
             lines += integrate_part(base, args.runs, args.samples, args.other,
-                                    bytecode=not args.no_bytecode)
+                                    bytecode=not args.no_bytecode, gc_side=args.gc_side)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     lines.append(f"load after: {os.getloadavg()[0]:.2f} (1-min)")
