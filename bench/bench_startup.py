@@ -7,7 +7,7 @@ Run from the repository root:
         [--gc-side]
 
 ``--gc-side`` also times this checkout with ``MAINBOARD_GC_HOLD=0`` (before the start-up's
-garbage-collector hold, mainboard/daemon.hold_gc). ``--other PY`` times another checkout's mainboard (its venv's python, e.g. the commit
+garbage-collector hold, mainboard/names.hold_gc). ``--other PY`` times another checkout's mainboard (its venv's python, e.g. the commit
 before a change) in the same rounds, so before and after share the load.
 
 fleet: a real loopback sshd (tests/support/services.start_sshd) whose host root holds the worker
@@ -44,9 +44,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.*
 
-from mainboard.daemon import GC_HOLD_ENV  # noqa: E402
 from mainboard.fleet.records import host_queue  # noqa: E402
 from mainboard.fleet.workers import broker_route  # noqa: E402
+from mainboard.names import GC_HOLD_ENV  # noqa: E402
 from mainboard.tasks.app import make_app  # noqa: E402
 from mainboard.tasks.fleet import PROBE_TASK  # noqa: E402
 from tests.support.fleet_helpers import HOST_PYTHON, config, ssh_host, workspace  # noqa: E402

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mainboard.daemon import GC_HOLD_ENV  # noqa: E402
+from mainboard.names import GC_HOLD_ENV  # noqa: E402
 from mainboard.tasks.workers import worker_command, worker_env  # noqa: E402
 from tests.support.services import start_redis  # noqa: E402
 

@@ -25,14 +25,13 @@ from celery import Celery
 
 from mainboard.bridges.envs import worker_python
 from mainboard.config import Config, load_config
-from mainboard.daemon import release_gc
 from mainboard.errors import UserError
 from mainboard.integrators.driver import RunResult, RunState
 from mainboard.integrators.runfile import load_run
 from mainboard.integrators.spec import RunSpec, parse_run
 from mainboard.integrators.spec_parents import ParentSpec, is_parent, parse_parent
 from mainboard.integrators.spec_taskfile import load_task_file
-from mainboard.names import symbol_by_name
+from mainboard.names import release_gc, symbol_by_name
 from mainboard.receipts import RunCreated, RunResumed, TasksAppended
 from mainboard.redisclient import redis_client
 from mainboard.runs.control import connect

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from mainboard.daemon import WORKER_GC_LIMIT_S, hold_gc, release_gc
+from mainboard.names import WORKER_GC_LIMIT_S, hold_gc, release_gc
 
 if __name__ == "__main__":  # the program, not a module imported: before Celery's imports
     hold_gc(limit=WORKER_GC_LIMIT_S)  # released once the worker is ready

@@ -139,7 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection loaded (the test modules, mainboard, numpy, Celery...) frozen: the
     collector's full passes during the ~500 tests of each xdist worker no longer walk it
-    (as mainboard's own processes do after their start, mainboard.daemon.hold_gc)."""
+    (as mainboard's own processes do after their start, mainboard.names.hold_gc)."""
     gc.freeze()
 
 

@@ -14,9 +14,8 @@ from typing import NoReturn
 import click
 
 from mainboard.cli import common
-from mainboard.daemon import hold_gc
 from mainboard.errors import BrokerError, MainboardError, first_line
-from mainboard.names import symbol_by_name
+from mainboard.names import hold_gc, symbol_by_name
 from mainboard.redact import install_log_redaction, redact_text
 
 # Connection failures of the broker client libraries, by class name so that this module

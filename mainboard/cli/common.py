@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from mainboard.daemon import release_gc
 from mainboard.redact import redact_text
 
 if TYPE_CHECKING:
@@ -101,6 +100,8 @@ def end(code: object) -> None:
     the teardown is skipped; else a plain ``sys.exit``."""
     import sys
     import threading
+
+    from mainboard.names import release_gc
 
     release_gc()  # what the verb loaded frozen: the exit's collection does not walk it
     if not _AT_ONCE:

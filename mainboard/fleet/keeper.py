@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from mainboard.daemon import hold_gc, release_gc
+from mainboard.names import hold_gc, release_gc
 
 if __name__ == "__main__":  # the program, not a module imported: before the fleet's imports
     hold_gc()  # released once the keeper is built

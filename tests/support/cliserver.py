@@ -109,7 +109,7 @@ def _child(request: dict[str, Any]) -> None:
 
 def serve(path: str) -> None:
     """Accept commands on ``path`` until the client closes our stdin."""
-    gc.disable()  # as the command does (mainboard.daemon.hold_gc): no collection walks
+    gc.disable()  # as the command does (mainboard.names.hold_gc): no collection walks
     for name in PRELOAD:  # the preload's objects, in the server or in any child
         importlib.import_module(name)
     if os.environ.get(COVERAGE_PRELOAD):

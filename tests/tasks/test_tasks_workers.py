@@ -14,8 +14,8 @@ import pytest
 
 from mainboard.config import Config
 from mainboard.config.brokerurl import BROKER_URL_ENV
-from mainboard.daemon import GC_HOLD_ENV
 from mainboard.errors import UnknownRun
+from mainboard.names import GC_HOLD_ENV
 from mainboard.runs.store import RunStore
 from mainboard.tasks import worker_main
 from mainboard.tasks.app import make_app
@@ -133,7 +133,7 @@ def test_a_bad_worker_option_is_one_line_and_exit_2(
 @pytest.mark.live
 def test_a_worker_has_its_collector_back_frozen_once_ready_in_parent_and_pool_child(
         tmp_path: Path, redis_server: RedisServer) -> None:
-    """worker_main holds the garbage collector off while it starts (mainboard/daemon.hold_gc);
+    """worker_main holds the garbage collector off while it starts (mainboard/names.hold_gc);
     the process that runs tasks has it on again with the start's objects frozen: the
     parent itself (solo pool, released when ready) and a prefork pool child (released as
     it starts); ``MAINBOARD_GC_HOLD=0`` leaves it as Python sets it."""
