@@ -68,7 +68,7 @@ def fresh_port() -> int:
             return port
 
 
-def _proc_state(pid: int, tid: int | None = None) -> str | None:
+def proc_state(pid: int, tid: int | None = None) -> str | None:
     """The state letter (R, S, Z...) of ``/proc/PID/stat``, or of one thread's, None if gone
     or without /proc."""
     where = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
@@ -87,14 +87,14 @@ def process_exiting(pid: int) -> bool:
         tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:
         return False
-    return any(_proc_state(pid, tid) not in (None, "Z", "X") for tid in tids)
+    return any(proc_state(pid, tid) not in (None, "Z", "X") for tid in tids)
 
 
 def process_cmdline(pid: int) -> str | None:
     """Command line of a live (non-zombie) process, or None if it is gone."""
     proc = Path(f"/proc/{pid}")
     if Path("/proc/self").is_dir():
-        if _proc_state(pid) in (None, "Z"):
+        if proc_state(pid) in (None, "Z"):
             return None
         try:
             raw = (proc / "cmdline").read_bytes()
@@ -164,6 +164,7 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
 
 class Daemon:
     """A detached loopback service whose files live under the workspace's ``state_dir``.

@@ -54,7 +54,6 @@ def lazy(name: str) -> Any:
     return symbol_by_name(LAZY[name])
 
 
-
 # ----- the garbage collector while a process of ours starts -----------------------------
 #
 # Held off while the process imports, then given back with everything loaded so far frozen.

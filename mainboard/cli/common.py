@@ -101,7 +101,8 @@ def end(code: object) -> None:
     import sys
     import threading
 
-    from mainboard.names import release_gc
+    from mainboard.names import release_gc  # inside, as every import here: test_jobs holds
+    # this module's top-level imports to a light list (mainboard --help)
 
     release_gc()  # what the verb loaded frozen: the exit's collection does not walk it
     if not _AT_ONCE:

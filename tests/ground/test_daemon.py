@@ -8,9 +8,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
-from mainboard.daemon import port_is_free, process_exiting
+from mainboard.daemon import port_is_free, proc_state, process_exiting
 
 
 def test_a_process_is_exiting_until_it_is_a_zombie_or_gone() -> None:
@@ -20,13 +19,12 @@ def test_a_process_is_exiting_until_it_is_a_zombie_or_gone() -> None:
     assert process_exiting(proc.pid)
     proc.kill()
     deadline = time.monotonic() + 60  # a hang guard: the event is the zombie state
-    while _state(proc.pid) != "Z":
+    while proc_state(proc.pid) != "Z":
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert not process_exiting(proc.pid)  # a zombie, not yet reaped
     proc.wait()
     assert not process_exiting(proc.pid)  # gone
-
 
 
 SYS_EXIT = {"x86_64": 60, "aarch64": 93}  # exit(2): ends the calling thread only
@@ -50,7 +48,7 @@ def test_a_process_whose_main_thread_exited_first_is_exiting_until_its_last_thre
     assert proc.stdout and proc.stdin
     port = int(proc.stdout.readline())
     deadline = time.monotonic() + 60  # hang guards: the events are the thread states
-    while _state(proc.pid) != "Z":
+    while proc_state(proc.pid) != "Z":
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert process_exiting(proc.pid) and not port_is_free(port)
@@ -61,7 +59,3 @@ def test_a_process_whose_main_thread_exited_first_is_exiting_until_its_last_thre
         time.sleep(0.01)
     assert port_is_free(port)
     assert proc.wait() == 0
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]

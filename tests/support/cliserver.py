@@ -21,7 +21,6 @@ env, the three file paths); the server answers ``pid N`` when the child runs and
 from __future__ import annotations
 
 import atexit
-import gc
 import importlib
 import json
 import os
@@ -36,6 +35,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from mainboard.names import hold_gc, release_gc
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the verbs import between them (celery, numpy, paramiko, redis, pydantic models):
@@ -109,14 +110,13 @@ def _child(request: dict[str, Any]) -> None:
 
 def serve(path: str) -> None:
     """Accept commands on ``path`` until the client closes our stdin."""
-    gc.disable()  # as the command does (mainboard.names.hold_gc): no collection walks
-    for name in PRELOAD:  # the preload's objects, in the server or in any child
+    hold_gc(limit=None)  # as the command does: no collection walks the preload's objects,
+    for name in PRELOAD:  # in the server or in any child
         importlib.import_module(name)
     if os.environ.get(COVERAGE_PRELOAD):
         for name in ("coverage", "coverage.collector", "coverage.inorout"):
             importlib.import_module(name)
-    gc.freeze()
-    gc.enable()
+    release_gc()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
