@@ -36,6 +36,7 @@ from tests.support.batch_helpers import (
     raw_receipts,
 )
 from tests.support.boards import ssh_host
+from tests.support.cliserver import popen_mainboard
 from tests.support.jobs_workspace import make_workspace, wait_until
 from tests.support.services import SlurmCluster, SshServer, free_port
 from tests.support.terminal import on_terminal
@@ -180,8 +181,8 @@ class _Lines:
 
 def _watch(config: Path, batch_id: str, log: Path) -> subprocess.Popen[str]:
     with log.open("a") as err:
-        return subprocess.Popen(
-            [sys.executable, "-m", "mainboard", "--config", str(config), "batch", "watch",
+        return popen_mainboard(
+            ["--config", str(config), "batch", "watch",
              batch_id, "--json", "--interval", "0.3"], cwd=config.parent,
             stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, "COLUMNS": "200"})
 

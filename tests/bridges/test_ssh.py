@@ -7,7 +7,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from mainboard.errors import (
     UserError,
 )
 from tests.support.boards import interrupt_cli_run, process_gone, ssh_host, write_config
+from tests.support.cliserver import run_mainboard
 from tests.support.services import SshServer, free_port, start_sshd
 
 HOSTILE = "a'; echo pwned $(touch {mark}) `touch {mark}` \"q\" x"
@@ -367,10 +367,10 @@ def _children(parent: int) -> list[int]:
 
 def test_cli_run_on_an_ssh_host(board: Board, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "MAINBOARD_CONFIG"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mainboard", "--config", str(tmp_path / "mainboard.toml"), "run",
+    proc = run_mainboard(
+        ["--config", str(tmp_path / "mainboard.toml"), "run",
          "--on", "box", "--", "sh", "-c", "echo out; echo err >&2; exit 3"],
-        capture_output=True, text=True, env=env, cwd="/", timeout=60)
+        env=env, cwd="/", timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\n", "err\n")
 
 

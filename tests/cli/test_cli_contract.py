@@ -22,7 +22,7 @@ import pytest
 
 from mainboard.errors import UserError
 from mainboard.tasks.workers import WORKER_MAIN
-from tests.support.cliserver import run_mainboard
+from tests.support.cliserver import popen_mainboard, run_mainboard
 from tests.support.services import RedisServer, free_port, require
 from tests.support.workspace import run_cli
 
@@ -109,8 +109,8 @@ def test_submit_wait_exits_with_the_jobs_own_code(tmp_path: Path) -> None:
         assert len(lines(done.stdout)) == 1  # the id; progress went to stderr
     late = mb(config, "submit", "--walltime", "1", "--wait", "--", "sleep 30")
     assert late.returncode == 124, late.stderr  # timeout: no exit code of its own
-    waiting = subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(config), "submit", "--wait", "--",
+    waiting = popen_mainboard(
+        ["--config", str(config), "submit", "--wait", "--",
          "sleep 60"], cwd=config.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     assert waiting.stdout is not None

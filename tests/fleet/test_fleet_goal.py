@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 
 from mainboard.fleet.autoscale import SCALE_TICK_ENV
 from mainboard.fleet.records import read_fleet
+from tests.support.cliserver import popen_mainboard
 from tests.support.fleet_helpers import cli, config, table, tear_down, wait_until, workspace
 
 SLOW = '''import time
@@ -56,11 +56,11 @@ def goal_workspace(tmp_path: Path, max_jobs: int, **stop: Any) -> Path:
 def start_run(ws: Path) -> subprocess.Popen[str]:
     import os
 
-    return subprocess.Popen([sys.executable, "-m", "mainboard", "--config",
-                             str(ws / "mainboard.toml"), "integrate", "run.toml",
-                             "--workers", "0", "--json"], cwd=ws, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, SCALE_TICK_ENV: "0.2"})
+    return popen_mainboard(["--config",
+                            str(ws / "mainboard.toml"), "integrate", "run.toml",
+                            "--workers", "0", "--json"], cwd=ws, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env={**os.environ, SCALE_TICK_ENV: "0.2"})
 
 
 @contextmanager

@@ -21,7 +21,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import pytest
 
 from mainboard.fleet.autoscale import SCALE_TICK_ENV
 from mainboard.fleet.records import read_fleet
+from tests.support.cliserver import popen_mainboard
 from tests.support.fixtures_slurm import slurm_cluster  # noqa: F401 - the session's one SLURM
 from tests.support.fleet_helpers import (
     HOST_PYTHON,
@@ -130,8 +130,8 @@ def test_a_run_survives_two_workers_killed_in_turn_each_replaced_before_the_next
     try:
         up_ok(ws, "--pool", "kill", "--no-flower", env=env)
         wait_until(lambda: len(_registered(ws)) == 2, 90, "both allocations' workers online")
-        run = subprocess.Popen(
-            [sys.executable, "-m", "mainboard", "--config", str(ws / "mainboard.toml"),
+        run = popen_mainboard(
+            ["--config", str(ws / "mainboard.toml"),
              "integrate", "run.toml", "--workers", "0", "--json"], cwd=ws, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env})
         began = time.monotonic()

@@ -15,6 +15,7 @@ from mainboard.board import Board
 from mainboard.bridges.transport import Completed, LocalTransport
 from mainboard.errors import CommandFailed, CommandTimeout, UnknownHost, UserError
 from tests.support.boards import interrupt_cli_run, process_gone, write_config
+from tests.support.cliserver import popen_mainboard
 
 WAIT_FOR_FLAG = ("echo first; i=0; while [ ! -e {flag} ] && [ $i -lt 200 ]; do sleep 0.05; "
                  "i=$((i+1)); done; [ -e {flag} ] && echo second || echo never-saw-flag")
@@ -189,8 +190,8 @@ def test_unknown_host_lists_the_declared_ones(board: Board) -> None:
 def _mainboard(*args: str, cwd: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("MAINBOARD_CONFIG", None)
-    return subprocess.Popen([sys.executable, "-m", "mainboard", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return popen_mainboard([*args], cwd=cwd, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_cli_run_exits_with_the_command_code_and_both_streams(board: Board,

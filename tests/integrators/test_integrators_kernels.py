@@ -131,7 +131,7 @@ def test_switched_off_kernels_and_a_missing_numba_keep_to_numpy(
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba -> ImportError
     monkeypatch.delitem(sys.modules, "mainboard.integrators.grid_kernel",
                         raising=False)
-    assert kernels.stratified_kernel(10 ** 6) is None and not kernels.preload()
+    assert not kernels.preload() and kernels.stratified_kernel(10 ** 6) is None
     assert kernels.training_kernel(10 ** 6) is None
     monkeypatch.setattr(kernels, "KERNEL_ROWS", 1)
     for spec, want in zip((SPEC, classic), with_kernels, strict=True):

@@ -32,6 +32,7 @@ from mainboard.hosts.leases import LEASE_S, LEASES
 from mainboard.jobs.job import Job, store_of
 from mainboard.jobs.monitor import LOCK_FILE, monitor_log, monitor_pass, release_rentals
 from mainboard.receipts import JobPulled, JobSubmitted
+from tests.support.cliserver import popen_mainboard
 from tests.support.jobs_workspace import make_workspace, wait_until
 from tests.support.services import free_port, start_sshd
 from tests.support.sim_provider import SimulatedProviderServer
@@ -102,9 +103,9 @@ def test_concurrent_passes_announce_each_job_exactly_once(board: Board) -> None:
     announced: Counter[str] = Counter()
 
     def two_at_once() -> bool:
-        procs = [subprocess.Popen([sys.executable, "-m", "mainboard", "--config", str(config),
-                                   "monitor", "--json"], stdout=subprocess.PIPE, text=True,
-                                  cwd=config.parent) for _ in range(2)]
+        procs = [popen_mainboard(["--config", str(config),
+                                  "monitor", "--json"], stdout=subprocess.PIPE, text=True,
+                                 cwd=config.parent) for _ in range(2)]
         for proc in procs:
             out, _ = proc.communicate(timeout=60)
             report = json.loads(out)

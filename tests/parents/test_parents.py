@@ -17,7 +17,6 @@ import json
 import math
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from mainboard.receipts import ChildDone, ChildStarted, Receipts, RunCreated, Ru
 from mainboard.runs.store import RECEIPTS_NAME, RunStore
 from mainboard.tasks.runner import integrate as integrate_parent
 from mainboard.tasks.workers import LocalWorkers
+from tests.support.cliserver import popen_mainboard
 from tests.support.integration import module_fixtures, subprocess_env
 from tests.support.workspace import run_cli
 
@@ -293,8 +293,8 @@ def test_a_killed_parent_resumes_without_rerunning_finished_children(
     path.write_text(_toml(spec))
     parent = parse_parent(spec).run_id()
     assert workspace.path is not None
-    coordinator = subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+    coordinator = popen_mainboard(
+        ["--config", str(workspace.path), "integrate",
          str(path), "--workers", "0"], env=subprocess_env(), cwd=workspace.root,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     receipts = workspace.state_dir / "runs" / parent / RECEIPTS_NAME
@@ -345,8 +345,8 @@ def test_a_child_paused_by_hand_pauses_its_parent_and_resume_continues_it(
                                                   "values": [0.5, 1.0]}]}}
     parent = parse_parent(spec).run_id()
     first = child_id(parent, "p0")
-    background = subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+    background = popen_mainboard(
+        ["--config", str(workspace.path), "integrate",
          "--workers", "0", "--json", str(_write_scan(workspace, spec))], env=subprocess_env(),
         cwd=workspace.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     receipts = workspace.state_dir / "runs" / first / RECEIPTS_NAME

@@ -28,6 +28,7 @@ from mainboard.runs.logs import LogLine, append_logs, follow_logs, stream_id_ord
 from mainboard.runs.store import RunStore
 from mainboard.tasks.runner import integrate, load_spec, resume
 from mainboard.tasks.workers import LocalWorkers
+from tests.support.cliserver import popen_mainboard
 from tests.support.integration import module_fixtures, slow_spec, spec, subprocess_env
 from tests.support.workspace import run_cli
 
@@ -225,10 +226,10 @@ def follow(workspace: Config, run_id: str) -> subprocess.Popen[str]:
     with redis.Redis.from_url(workspace.broker.url) as r:
         append_logs(r, run_id, [LogLine(time.time(), "info", "tester", "here",
                                         "before the follow")])
-    proc = subprocess.Popen([sys.executable, "-m", "mainboard", "--config",
-                             str(workspace.path), "runs", "logs", run_id[:8], "--follow"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=subprocess_env())
+    proc = popen_mainboard(["--config",
+                            str(workspace.path), "runs", "logs", run_id[:8], "--follow"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=subprocess_env())
     # earlier lines of the run (its "run started") come first, printed at once with the
     # marker: only the first waits on the pipe (later ones may sit in the reader's buffer)
     ready, _, _ = select.select([proc.stdout], [], [], 30)

@@ -21,6 +21,7 @@ from mainboard.services.acl import COORDINATOR, WORKER
 from mainboard.services.broker import EmbeddedBroker
 from mainboard.tasks.workers import WORKER_MAIN
 from tests.support.brokers import acl_denials, passwords
+from tests.support.cliserver import popen_mainboard, run_mainboard
 from tests.support.integration import GAUSS_4D, spec, subprocess_env, toml
 from tests.support.services import require
 
@@ -101,9 +102,10 @@ def test_an_integration_on_the_acl_broker_runs_its_workers_as_the_worker_user(
     (ws / "run.toml").write_text(toml(RUN))
     broker = EmbeddedBroker(ws / ".mainboard")
     try:
-        proc = subprocess.Popen(
-            [*run_cli_argv(ws), "integrate", "run.toml", "--workers", "2", "--json"], cwd=ws,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+        proc = popen_mainboard(
+            ["--config", str(ws / "mainboard.toml"), "integrate", "run.toml", "--workers", "2",
+             "--json"], cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=subprocess_env())
         seen = watch_argv(proc, ws / ".mainboard")
         out, err = proc.communicate(timeout=150)
         assert proc.returncode == 0, err[-2000:]
@@ -122,13 +124,6 @@ def test_an_integration_on_the_acl_broker_runs_its_workers_as_the_worker_user(
     if tls:
         conf = (ws / ".mainboard" / "redis" / "redis.conf").read_text()
         assert "\nport 0\n" in conf and "tls-port " in conf  # no plain-text listener
-
-
-def run_cli_argv(ws: Path) -> list[str]:
-    """``python -m mainboard --config WS/mainboard.toml`` (argv without a verb)."""
-    import sys
-
-    return [sys.executable, "-m", "mainboard", "--config", str(ws / "mainboard.toml")]
 
 
 def watch_argv(proc: subprocess.Popen[str], state: Path) -> list[str]:
@@ -165,8 +160,8 @@ def test_broker_worker_url_and_tls_are_checked_and_never_shown(tmp_path: Path) -
     config = load_config(path)
     assert worker_url("redis://c:pw2@h:1/0", config) == "redis://worker:pw3@h:1/0"
     assert worker_url("redis://other:pw@h:1/0", config) == "redis://other:pw@h:1/0"
-    done = subprocess.run([*run_cli_argv(tmp_path), "config", "check", "--json"],
-                          capture_output=True, text=True, cwd=tmp_path, env=subprocess_env())
+    done = run_mainboard(["--config", str(tmp_path / "mainboard.toml"), "config", "check",
+                          "--json"], cwd=tmp_path, env=subprocess_env())
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["broker"]["worker_url"] == "redis://worker:***@h:1/0"
     assert "pw3" not in done.stdout and "pw2" not in done.stdout

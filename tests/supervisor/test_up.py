@@ -13,7 +13,6 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -35,6 +34,7 @@ from mainboard.services.broker import EmbeddedBroker
 from mainboard.services.flower import USER
 from mainboard.tasks.app import make_app
 from tests.support.chromium import Tab, drive
+from tests.support.cliserver import popen_mainboard
 from tests.support.integration import spec, subprocess_env, write_workspace
 from tests.support.nginx import start_nginx
 from tests.support.services import RedisServer, free_port, require
@@ -84,9 +84,9 @@ class Up:
 
 def start_up(directory: Path, *args: str) -> Up:
     """`mainboard up --json ARGS` in ``directory``; returns once it printed its URLs."""
-    proc = subprocess.Popen([sys.executable, "-m", "mainboard", "up", "--json", *args],
-                            cwd=directory, env=subprocess_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = popen_mainboard(["up", "--json", *args],
+                           cwd=directory, env=subprocess_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
     up = Up(proc, directory, {})
 
     def read_stderr() -> None:
@@ -315,10 +315,10 @@ def proxied_workspace(tmp_path_factory: pytest.TempPathFactory,
 def dashboard_at_board(proxied_workspace: tuple[Config, str]) -> Iterator[str]:
     """`mainboard dashboard --base-path /board/ --json`: the URL it printed."""
     config = proxied_workspace[0]
-    proc = subprocess.Popen([sys.executable, "-m", "mainboard", "--config", str(config.path),
-                             "dashboard", "--base-path", "/board/", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=subprocess_env())
+    proc = popen_mainboard(["--config", str(config.path),
+                            "dashboard", "--base-path", "/board/", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=subprocess_env())
     ready, _, _ = select.select([proc.stdout], [], [], 60)
     line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
     try:

@@ -6,12 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.cliserver import popen_mainboard
 from tests.support.services import SshServer
 
 TomlValue = str | int | float | bool
@@ -60,8 +60,8 @@ def process_gone(pid: int, patience: float = 120.0) -> bool:
 def interrupt_cli_run(args: list[str], pidfile: Path, cwd: Path) -> tuple[int, int]:
     """Start `mainboard <args>` whose command writes a background child's pid to ``pidfile``,
     press Ctrl-C (SIGINT) once it has, and return (exit code, that child's pid)."""
-    proc = subprocess.Popen([sys.executable, "-m", "mainboard", *args], cwd=cwd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = popen_mainboard([*args], cwd=cwd,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not (pidfile.exists() and pidfile.read_text().strip()):
         if proc.poll() is not None or time.monotonic() > deadline:

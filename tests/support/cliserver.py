@@ -1,27 +1,35 @@
 """The real `mainboard` command in a real process, without paying for a new interpreter.
 
-Most tests run ``python -m mainboard ARGS`` and read its exit code, stdout and stderr. A new
-interpreter importing the CLI costs 0.4 to 2.5 s of CPU under coverage, and the suite runs
-the command thousands of times on two cores. So each pytest process starts ONE server
-(``python -m tests.support.cliserver SOCKET``) that imports the CLI and its heavy libraries
-once; each command is then a child forked from it (as ``multiprocessing``'s forkserver
-does), in the request's working directory and environment, with ``sys.path[0]`` and
-``sys.argv`` as ``python -m mainboard`` sets them, its stdin, stdout and stderr in files,
-its exit code the server's ``waitpid`` status (a signal is a negative code, as with
-``subprocess``). Interpreter-level settings (``PYTHON*`` variables) cannot change after
-start: a request that changes them runs a new interpreter instead, as does any call when
-``MAINBOARD_TEST_FORKSERVER=0``. Tests of start-up itself (what a verb imports, signals to
-a running command) start their own processes.
+Most tests run ``python -m mainboard ARGS``, read its exit code, stdout and stderr, or talk
+to it while it runs. A new interpreter importing the CLI costs 0.4 to 2.5 s of CPU under
+coverage, and the suite runs the command thousands of times on two cores. So each pytest
+process starts ONE server (``python -m tests.support.cliserver SOCKET``) that imports the
+CLI and its heavy libraries once; each command is then a child forked from it (as
+``multiprocessing``'s forkserver does), in the request's working directory and environment,
+with ``sys.path`` and ``sys.argv`` as ``python -m mainboard`` sets them, its stdin, stdout and
+stderr the descriptors the client passed (files, pipes, /dev/null), its exit code the
+server's ``waitpid`` status (a signal is a negative code, as with ``subprocess``).
+:func:`run_mainboard` is ``subprocess.run``; :func:`popen_mainboard` is ``subprocess.Popen``
+(pid, pipes, ``poll``, ``wait``, ``communicate``, signals). Interpreter-level settings
+(``PYTHON*`` variables) cannot change after start: a request that changes them (other than
+adding ``PYTHONPATH`` entries or turning on ``PYTHONFAULTHANDLER`` or ``PYTHONUNBUFFERED``,
+which the child does itself) runs a new interpreter instead, as does any call when
+``MAINBOARD_TEST_FORKSERVER=0``. Tests of start-up itself (what a verb imports, a terminal,
+a process tree) start their own processes.
 
-Wire (one Unix-socket connection per command): the client sends one JSON line (argv, cwd,
-env, the three file paths); the server answers ``pid N`` when the child runs and
+Wire (one Unix-socket connection per command): the client sends ``LENGTH\n`` with the
+three descriptors attached (SCM_RIGHTS), then a JSON request of LENGTH bytes (argv, cwd,
+env, whether to start a new session); the server answers ``pid N`` when the child runs and
 ``exit CODE`` when it has ended.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import faulthandler
 import importlib
+import io
 import json
 import os
 import select
@@ -34,9 +42,10 @@ import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from mainboard.names import hold_gc, release_gc
+from tests.support.served import ServedProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 # What the verbs import between them (celery, numpy, paramiko, redis, pydantic models):
@@ -55,26 +64,29 @@ MAIN_FILE = str(ROOT / "mainboard" / "__main__.py")
 # at-fork handler and, on leaving, saved the server's whole pre-fork data again through the
 # chained os._exit patches: about 0.25 s of CPU a command, ten times the command's own cost.
 COVERAGE_PRELOAD = "MAINBOARD_CLISERVER_COVERAGE"
+# Interpreter settings a child can still take on after the fork (_interpreter_settings).
+EMULATED = ("PYTHONFAULTHANDLER", "PYTHONUNBUFFERED")
 
 
 # ---------------------------------------------------------------- the server (its own process)
 
-def _child(request: dict[str, Any]) -> None:
+def _child(request: dict[str, Any], fds: list[int]) -> None:
     """In the forked child: become ``python -m mainboard ARGV`` and exit with its code."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if request.get("session"):
+        os.setsid()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    for fd, path, mode in ((0, request["stdin"], os.O_RDONLY),
-                           (1, request["stdout"], os.O_WRONLY),
-                           (2, request["stderr"], os.O_WRONLY)):
-        opened = os.open(path, mode)
-        os.dup2(opened, fd)
-        os.close(opened)
+    for fd, passed in enumerate(fds):
+        os.dup2(passed, fd)
+    for passed in set(fds):
+        os.close(passed)
     sys.argv = [MAIN_FILE, *request["argv"]]
-    sys.path[0] = os.getcwd()
+    sys.path[:] = _request_path(request["env"])
+    _interpreter_settings(request["env"])
     if os.environ.get("COVERAGE_PROCESS_START"):  # measured from here: see _server_env
         try:  # tests/covboot: coverage started as in every other process of the suite
             importlib.import_module("mainboard_coverage_start").start()
@@ -108,6 +120,46 @@ def _child(request: dict[str, Any]) -> None:
     os._exit(code)
 
 
+def _interpreter_settings(env: Mapping[str, str]) -> None:
+    """What ``PYTHONFAULTHANDLER`` and ``PYTHONUNBUFFERED`` do at an interpreter's start."""
+    if env.get("PYTHONFAULTHANDLER"):
+        faulthandler.enable()
+    if env.get("PYTHONUNBUFFERED"):
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            setattr(sys, name, io.TextIOWrapper(io.FileIO(stream.fileno(), "w", closefd=False),
+                                                encoding=stream.encoding, errors=stream.errors,
+                                                write_through=True))
+
+
+def _entries(env: Mapping[str, str]) -> list[str]:
+    """``PYTHONPATH``'s folders as the interpreter puts them on ``sys.path``: absolute."""
+    return [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+# resolved in the server's folder, as at its start; on sys.path after its first entry
+_SERVER_ENTRIES = list(dict.fromkeys(_entries(os.environ)))
+
+
+def _request_path(env: Mapping[str, str]) -> list[str]:
+    """``sys.path`` as ``python -m`` in the request's folder with its ``PYTHONPATH`` builds
+    it: the folder, the variable's entries, then the interpreter's own (stdlib, site, and
+    what a ``sitecustomize`` added, duplicates kept as the interpreter keeps them)."""
+    own = sys.path[1 + len(_SERVER_ENTRIES):]
+    return [os.getcwd(), *dict.fromkeys(_entries(env)), *own]
+
+
+def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """One request: ``LENGTH\\n`` carrying stdin, stdout and stderr, then its JSON."""
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    while b"\n" not in data:
+        data += conn.recv(1 << 16)
+    head, body = data.split(b"\n", 1)
+    while len(body) < int(head):
+        body += conn.recv(1 << 16)
+    return json.loads(body), fds
+
+
 def serve(path: str) -> None:
     """Accept commands on ``path`` until the client closes our stdin."""
     hold_gc(limit=None)  # as the command does: no collection walks the preload's objects,
@@ -137,14 +189,16 @@ def serve(path: str) -> None:
             os.read(wake_r, 4096)
         if listener in ready:
             conn, _ = listener.accept()
-            request = json.loads(conn.makefile("rb").readline())
+            request, fds = _receive(conn)
             pid = os.fork()
             if pid == 0:
                 for other in (listener, conn, *waiting.values()):
                     other.close()
                 for fd in (wake_r, wake_w):
                     os.close(fd)
-                _child(request)
+                _child(request, fds)
+            for fd in fds:  # the child's now: a pipe's end left open here would never close
+                os.close(fd)
             conn.sendall(f"pid {pid}\n".encode())
             waiting[pid] = conn
         while waiting:
@@ -200,8 +254,18 @@ def _server_env() -> dict[str, str]:
 
 
 def _use_server(env: Mapping[str, str]) -> bool:
-    return (os.environ.get("MAINBOARD_TEST_FORKSERVER", "1") != "0"
-            and _interpreter_env(env) == _interpreter_env(os.environ))
+    """Whether a child of the server can be the command: interpreter settings as the
+    server's, but for ``PYTHONPATH`` entries added (the child puts them on ``sys.path``;
+    one taken away could leave a module importable that a new interpreter would not find)."""
+    if os.environ.get("MAINBOARD_TEST_FORKSERVER", "1") == "0":
+        return False
+    mine, theirs = _interpreter_env(os.environ), _interpreter_env(env)
+    for name in EMULATED:  # the child turns them on as an interpreter's start does
+        if name not in mine:
+            theirs.pop(name, None)
+    mine_path, their_path = mine.pop("PYTHONPATH", ""), theirs.pop("PYTHONPATH", "")
+    return mine == theirs and set(_entries({"PYTHONPATH": mine_path})) <= set(
+        _entries({"PYTHONPATH": their_path}))
 
 
 def run_mainboard(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
@@ -209,35 +273,69 @@ def run_mainboard(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = N
                   timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([python, -m, mainboard, *args], capture_output=True, text=True)``:
     the same result, from a child of this process's server when the environment allows."""
+    with popen_mainboard(args, cwd=cwd, env=env, stdin=subprocess.PIPE, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        try:
+            out, err = proc.communicate(input or "", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(proc.args, timeout or 0, out, err) from None
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+Stream = int | IO[Any] | None
+
+
+def popen_mainboard(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
+                    env: Mapping[str, str] | None = None, stdin: Stream = None,
+                    stdout: Stream = None, stderr: Stream = None, text: bool = False,
+                    start_new_session: bool = False, **other: Any
+                    ) -> ServedProcess | subprocess.Popen[Any]:
+    """``subprocess.Popen([python, -m, mainboard, *args], ...)``: a child of this process's
+    server when the environment allows (and no other Popen option is asked for)."""
     argv = [sys.executable, "-m", "mainboard", *args]
     full_env = dict(os.environ if env is None else env)
-    if not _use_server(full_env):
-        return subprocess.run(argv, cwd=cwd, env=full_env, input=input, capture_output=True,
-                              text=True, timeout=timeout)
-    path = _ensure_server()
-    with tempfile.TemporaryDirectory(prefix="mb-cli-run-") as folder:
-        files = {name: os.path.join(folder, name) for name in ("stdin", "stdout", "stderr")}
-        Path(files["stdin"]).write_text(input or "")
-        for name in ("stdout", "stderr"):
-            Path(files[name]).touch()
-        request = {"argv": list(args), "cwd": os.path.abspath(cwd or os.getcwd()),
-                   "env": full_env, **files}
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(path)
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            replies = conn.makefile("rb")
-            pid = int(replies.readline().split()[1])
-            conn.settimeout(timeout)
-            try:
-                line = replies.readline()
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)  # the server reaps it; its answer goes unread
-                raise subprocess.TimeoutExpired(argv, timeout or 0,
-                                                Path(files["stdout"]).read_text(),
-                                                Path(files["stderr"]).read_text()) from None
-        code = int(line.split()[1])
-        return subprocess.CompletedProcess(argv, code, Path(files["stdout"]).read_text(),
-                                           Path(files["stderr"]).read_text())
+    other = {k: v for k, v in other.items() if v is not None}
+    if other or not _use_server(full_env):
+        return subprocess.Popen(argv, cwd=cwd, env=full_env, stdin=stdin, stdout=stdout,
+                                stderr=stderr, text=text, start_new_session=start_new_session,
+                                **other)
+    ours: list[IO[Any] | None] = []
+    theirs: list[int] = []
+    with contextlib.ExitStack() as closing:  # our copies of what the child gets
+        for fd, want in enumerate((stdin, stdout, stderr)):
+            mine, passed = _stream(fd, want, theirs, closing)
+            mode = ("w" if fd == 0 else "r") + ("" if text else "b")
+            ours.append(None if mine is None else open(mine, mode))
+            theirs.append(passed)
+        request = json.dumps({"argv": list(args), "cwd": os.path.abspath(cwd or os.getcwd()),
+                              "env": full_env, "session": start_new_session}).encode()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(_ensure_server())
+        socket.send_fds(conn, [b"%d\n" % len(request)], theirs)
+        conn.sendall(request)
+    return ServedProcess(argv, conn, (ours[0], ours[1], ours[2]))
+
+
+def _stream(fd: int, want: Stream, passed: list[int], closing: contextlib.ExitStack
+            ) -> tuple[int | None, int]:
+    """(our end of a pipe or None, the descriptor the child gets as ``fd``)."""
+    if want == subprocess.PIPE:
+        read, write = os.pipe()
+        mine, theirs = (write, read) if fd == 0 else (read, write)
+        closing.callback(os.close, theirs)
+        return mine, theirs
+    if want == subprocess.DEVNULL:
+        theirs = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+        closing.callback(os.close, theirs)
+        return None, theirs
+    if want == subprocess.STDOUT:
+        return None, passed[1]
+    if want is None:
+        return None, fd
+    return None, want if isinstance(want, int) else want.fileno()
 
 
 if __name__ == "__main__":

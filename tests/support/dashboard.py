@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mainboard.config import Config
+from tests.support.cliserver import popen_mainboard
 
 # non-white pixels of a canvas: a plot that drew its data has thousands
 INK = """(() => { const c = document.querySelector('#%s canvas');
@@ -60,10 +61,12 @@ def start_dashboard(config: Config, *args: str, env: dict[str, str] | None = Non
     # every thread's stack (stop_dashboard puts them in the failure)
     env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
     env.pop("MAINBOARD_CONFIG", None)
-    proc = subprocess.Popen([python, "-m", "mainboard", "--config", str(config.path),
-                             "dashboard", "--json", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
-                            preexec_fn=_ignore_ctrl_c if ignore_ctrl_c else None)
+    argv = ["--config", str(config.path), "dashboard", "--json", *args]
+    options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
+                               "text": True, "env": env, "cwd": cwd,
+                               "preexec_fn": _ignore_ctrl_c if ignore_ctrl_c else None}
+    proc = (popen_mainboard(argv, **options) if python == sys.executable else
+            subprocess.Popen([python, "-m", "mainboard", *argv], **options))
     ready, _, _ = select.select([proc.stdout], [], [], 30)
     line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
     if not line:

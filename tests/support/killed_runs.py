@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from mainboard.config import Config
 from mainboard.integrators.driver import RunResult
 from mainboard.receipts import Receipts
+from tests.support.cliserver import popen_mainboard
 from tests.support.integration import subprocess_env, write_run
 from tests.support.outage import reference, run_id_of, wait_iteration
 from tests.support.run_tasks import cli
@@ -34,8 +34,8 @@ def kill_after(workspace: Config, name: str, run: dict[str, Any], iteration: int
     path = write_run(workspace, name, run)
     uninterrupted = reference(run)  # the same values without the sleeping
     assert workspace.path is not None
-    coordinator = subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+    coordinator = popen_mainboard(
+        ["--config", str(workspace.path), "integrate",
          str(path), "--workers", "2"], env=subprocess_env(), cwd=workspace.root,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_id = run_id_of(run)

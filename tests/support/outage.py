@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from mainboard.integrators.driver import RunResult, integrate_local
 from mainboard.receipts import IterationDone, Receipts
 from mainboard.tasks.runner import load_spec
+from tests.support.cliserver import popen_mainboard
 from tests.support.integration import slow_spec, spec, subprocess_env
 
 DELAY = 0.15
@@ -58,9 +58,9 @@ def sentinel_broker(entries: list[str], master: str) -> str:
 
 def start(ws: Path, *args: str) -> subprocess.Popen[str]:
     """``mainboard ARGS`` in the workspace, in a new process (stdout and stderr piped)."""
-    return subprocess.Popen([sys.executable, "-m", "mainboard", "--config",
-                             str(ws / "mainboard.toml"), *args], cwd=ws, env=subprocess_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return popen_mainboard(["--config",
+                            str(ws / "mainboard.toml"), *args], cwd=ws, env=subprocess_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def run_id_of(run: dict[str, Any]) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import numpy as np
 from mainboard.config import Config
 from mainboard.receipts import Receipts, TaskDone
 from mainboard.runs.store import RECEIPTS_NAME
+from tests.support.cliserver import popen_mainboard
 from tests.support.integration import subprocess_env
 from tests.support.workspace import run_cli
 
@@ -50,8 +50,8 @@ def task_receipts(config: Config, run_id: str) -> list[TaskDone]:
 
 def integrate_in_background(workspace: Config, path: Path) -> subprocess.Popen[str]:
     """`mainboard integrate PATH --workers 1 --json` started, not waited for."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "mainboard", "--config", str(workspace.path), "integrate",
+    return popen_mainboard(
+        ["--config", str(workspace.path), "integrate",
          str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
