@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from mainboard.integrators.driver import integrate_local
 from mainboard.services.acl import COORDINATOR, WORKER
@@ -60,16 +62,16 @@ def test_a_worker_connection_gets_noperm_on_flushall_config_keys_and_foreign_key
 def test_unauthenticated_and_default_user_connections_are_refused(
         broker: EmbeddedBroker) -> None:
     port = broker.status().port
-    anonymous = redis.Redis(port=port, protocol=2, socket_timeout=5)
+    once = {"port": port, "socket_timeout": 5, "retry": Retry(NoBackoff(), 0)}  # a refusal
+    anonymous = redis.Redis(protocol=2, **once)  # is final: redis-py would retry it for ~4 s
     with pytest.raises(redis.exceptions.AuthenticationError):  # NOAUTH
         anonymous.set("mainboard:x", "1")
     with pytest.raises(redis.exceptions.AuthenticationError):  # HELLO without AUTH
-        redis.Redis(port=port, protocol=3, socket_timeout=5).ping()
+        redis.Redis(protocol=3, **once).ping()
     coordinator_password = passwords(broker.state_dir)[0]
     for password in (coordinator_password, "", "nopass"):  # default is off, whatever is tried
         with pytest.raises(redis.exceptions.AuthenticationError):
-            redis.Redis(port=port, username="default", password=password or None,
-                        socket_timeout=5).ping()
+            redis.Redis(username="default", password=password or None, **once).ping()
     assert oct((broker.acl_path).stat().st_mode & 0o777) == "0o600"
 
 
