@@ -15,6 +15,7 @@ from tests.support.importgraph import (
     local_imports,
     module_graph,
     modules,
+    parse,
     unit_graph,
 )
 
@@ -143,7 +144,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def scheduler_literals(path: Path, rel: str) -> list[str]:
     """``rel:line: text`` for each string in code (not a docstring; comments are not strings)
     that names a scheduler command as a word, or is a scheduler host kind."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = parse(path)
     words = re.compile(r"\b(" + "|".join(SCHEDULER_WORDS) + r")\b")
     skip = _docstrings(tree)
     return [f"{rel}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
@@ -293,7 +294,7 @@ def test_error_classes_are_imported_from_errors_py_only() -> None:
         f"{path.relative_to(REPO)}:{node.lineno} takes {alias.name} from {node.module}"
         for folder in ("mainboard", "bridges", "tasks", "integrators", "tests", "bench")
         for path in (REPO / folder).rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(parse(path))
         if isinstance(node, ast.ImportFrom) and node.module not in (None, "mainboard.errors")
         and node.module.startswith("mainboard")
         for alias in node.names if alias.name in tree)
@@ -304,7 +305,7 @@ def imports_of_test_modules(path: Path, rel: str) -> list[str]:
     """``rel:line module`` for each import of a test module (``test_*``) in ``path``, lazy
     ones too: what files share lives in tests/support/, so a test file can move alone."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

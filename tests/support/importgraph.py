@@ -11,6 +11,7 @@ import that breaks a cycle at run time is still a dependency of the design.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,18 @@ class Module:
     @property
     def is_package(self) -> bool:
         return self.path.name == "__init__.py"
+
+
+def parse(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per content: the architecture tests walk every
+    file of the tree a dozen times (read it, do not change it)."""
+    stat = path.stat()
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
 
 
 def modules(repo: Path = REPO) -> dict[str, Module]:
@@ -59,8 +72,7 @@ def _absolute(module: Module, node: ast.ImportFrom) -> str:
 def imported(module: Module, known: dict[str, Module]) -> Iterator[str]:
     """Dotted names ``module`` imports: a module of the tree where one matches, else the
     top-level distribution name (``celery``, ``numpy``)."""
-    tree = ast.parse(module.path.read_text(encoding="utf-8"), str(module.path))
-    for node in ast.walk(tree):
+    for node in ast.walk(parse(module.path)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -116,7 +128,7 @@ def local_imports(repo: Path = REPO, skip: tuple[str, ...] = ("mainboard/cli/",)
                 continue
             text = path.read_text(encoding="utf-8")
             lines = text.splitlines()
-            for func in ast.walk(ast.parse(text, str(path))):
+            for func in ast.walk(parse(path)):
                 if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
                     continue
                 for node in ast.walk(func):
