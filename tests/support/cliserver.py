@@ -256,11 +256,12 @@ def _server_env() -> dict[str, str]:
 def _use_server(env: Mapping[str, str]) -> bool:
     """Whether a child of the server can be the command: interpreter settings as the
     server's, but for ``PYTHONPATH`` entries added (the child puts them on ``sys.path``;
-    one taken away could leave a module importable that a new interpreter would not find)."""
+    one taken away could leave a module importable that a new interpreter would not find)
+    and ``EMULATED`` ones the server has not set (the child turns them on)."""
     if os.environ.get("MAINBOARD_TEST_FORKSERVER", "1") == "0":
         return False
     mine, theirs = _interpreter_env(os.environ), _interpreter_env(env)
-    for name in EMULATED:  # the child turns them on as an interpreter's start does
+    for name in EMULATED:
         if name not in mine:
             theirs.pop(name, None)
     mine_path, their_path = mine.pop("PYTHONPATH", ""), theirs.pop("PYTHONPATH", "")

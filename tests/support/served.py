@@ -16,6 +16,15 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (a ``time.monotonic()`` value), None for no deadline."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
 class _Replies:
     """The server's answer lines on one connection, read with a timeout."""
 
@@ -24,10 +33,9 @@ class _Replies:
 
     def line(self, timeout: float | None) -> bytes | None:
         """The next line, or None when ``timeout`` passed first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _deadline(timeout)
         while b"\n" not in self.buffer:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self.conn], [], [], left)[0]:
+            if not select.select([self.conn], [], [], _left(deadline))[0]:
                 return None
             chunk = self.conn.recv(4096)
             if not chunk:
@@ -92,7 +100,7 @@ class ServedProcess:
                     ) -> tuple[Any, Any]:
         """Write ``input``, read both pipes to their end, wait: as ``Popen.communicate``
         (after a ``TimeoutExpired`` a second call goes on where the first stopped)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _deadline(timeout)
         if self.stdin is not None and not self.stdin.closed:
             try:
                 if input:
@@ -114,12 +122,12 @@ class ServedProcess:
                 out.append(None)
                 continue
             reader, got = self._readers[name]
-            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            reader.join(_left(deadline))
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
             out.append(got[0])
             getattr(self, name).close()
-        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self.wait(_left(deadline))
         return out[0], out[1]
 
     def __enter__(self) -> ServedProcess:
