@@ -91,6 +91,7 @@ def _run_stdin_program() -> None:
 
 
 FIND_UNEXECUTED = "MAINBOARD_COVERAGE_FIND_UNEXECUTED"
+TRACE_FOREIGN_IMPORTS = "MAINBOARD_COVERAGE_TRACE_FOREIGN_IMPORTS"  # 1: as coverage alone does
 
 
 def _quicken(coverage: object) -> None:
@@ -153,6 +154,9 @@ def start() -> None:
         coverage.process_startup()  # type: ignore[attr-defined]
     except Exception:
         return
+    if os.environ.get(TRACE_FOREIGN_IMPORTS) != "1":
+        import foreign_imports
+        foreign_imports.install(ROOT)
     if sys.argv[:1] == ["-"] and not sys.stdin.isatty():
         _run_stdin_program()
 
