@@ -48,11 +48,14 @@ def task_receipts(config: Config, run_id: str) -> list[TaskDone]:
     return [p for p in Receipts(path).read() if isinstance(p, TaskDone)]
 
 
-def integrate_in_background(workspace: Config, path: Path) -> subprocess.Popen[str]:
-    """`mainboard integrate PATH --workers 1 --json` started, not waited for."""
+def integrate_in_background(workspace: Config, path: Path,
+                            workers: int = 1) -> subprocess.Popen[str]:
+    """`mainboard integrate PATH --workers N --json` started, not waited for (``workers=0``:
+    on a fleet the test module started)."""
     return popen_mainboard(
         ["--config", str(workspace.path), "integrate",
-         str(path), "--workers", "1", "--json"], env=subprocess_env(), cwd=workspace.root,
+         str(path), "--workers", str(workers), "--json"], env=subprocess_env(),
+        cwd=workspace.root,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

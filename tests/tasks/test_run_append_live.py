@@ -2,9 +2,10 @@
 finish; an append racing the run's end is neither lost nor doubled; a coordinator that
 cannot take appends (a scan's child, another workspace's run) refuses in one line.
 
-Real Redis, real `mainboard` subprocesses and Celery workers. The runs are held live by a
-gate (``tests.support.run_integrands:gated_gauss`` waits for a file), so every step waits for an
-event: a receipt line, the run's inbox in Redis, a process exit.
+Real Redis, real `mainboard` subprocesses, and the module's fleet of 2 Celery workers
+(``--workers 0``: each run's own workers are not what these tests are about). The runs are
+held live by a gate (``tests.support.run_integrands:gated_gauss`` waits for a file), so
+every step waits for an event: a receipt line, the run's inbox in Redis, a process exit.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from mainboard.runs.store import RECEIPTS_NAME, RunStore
 from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.runner import append as append_tasks
-from tests.support.integration import write_workspace
+from mainboard.tasks.workers import LocalWorkers
+from tests.support.integration import module_fixtures, write_workspace
 from tests.support.run_tasks import HEAD, cli, integrate_in_background, task, task_receipts
 from tests.support.services import RedisServer
 
@@ -76,6 +78,15 @@ def tasks_of(config: Config, run_id: str) -> tuple[str, list[tuple[str, str, int
     return table["status"], [(t["name"], t["state"], t["samples"]) for t in table["tasks"]]
 
 
+_, fleet_fixture = module_fixtures(2)  # the fleet; each test writes its own workspaces
+
+
+@pytest.fixture(autouse=True)
+def _module_fleet(fleet: LocalWorkers) -> LocalWorkers:
+    """Every run here is served by the module's fleet (``--workers 0``)."""
+    return fleet
+
+
 @pytest.fixture()
 def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_server.url)
@@ -89,7 +100,7 @@ def start_gated(config: Config, name: str, tail: str = "") -> tuple[str, Path,
     gate = config.root / f"{name}.gate"
     path = config.root / f"{name}.toml"
     path.write_text(gated_head(name, gate) + tail)
-    return load_run_file(path).run_id(), gate, integrate_in_background(config, path)
+    return load_run_file(path).run_id(), gate, integrate_in_background(config, path, workers=0)
 
 
 # ---------------------------------------------------------------- live append
@@ -100,7 +111,7 @@ def test_a_live_run_takes_an_appended_task_and_ends_with_it_done(
         r: redis.Redis, own: str) -> None:
     """Appended while the run's (implicit or own) sample task runs: `--json` says the live
     run took it, the run ends with it done (recorded once), and its numbers equal those of
-    the same task appended after the run finished, on 2 workers."""
+    the same task appended after the run finished."""
     config = write_workspace(tmp_path_factory.mktemp("live"), redis_server)
     run_id, gate, runner = start_gated(config, "append-live", own)
     wait_for(lambda: inbox_state(r, run_id) == "open", r, runner)
@@ -129,14 +140,14 @@ def test_a_live_run_takes_an_appended_task_and_ends_with_it_done(
     assert isinstance(lines[-1], RunFinished)
     assert not r.exists(keys.run_inbox(run_id)) and not r.exists(keys.run_lease(run_id))
 
-    # the same task appended once the run finished, on 2 workers: the same numbers
+    # the same task appended once the run finished: the same numbers
     other = write_workspace(tmp_path_factory.mktemp("after"), redis_server)
     path = other.root / "append-live.toml"
     path.write_text(gated_head("append-live", gate) + own)
-    assert mainboard.integrate(path, workers=2, config=other).run_id == run_id
+    assert mainboard.integrate(path, workers=0, config=other).run_id == run_id
     (other.root / "more.toml").write_text(MORE)
     after = cli(other, "runs", "append", run_id, str(other.root / "more.toml"),
-                "--workers", "2", "--json")
+                "--workers", "0", "--json")
     assert after.returncode == 0, after.stderr[-3000:]
     assert json.loads(after.stdout)["live"] is False
     assert [(t.name, t.samples, t.estimate, t.error) for t in task_receipts(other, run_id)] \
@@ -165,7 +176,7 @@ def test_an_append_racing_the_runs_end_is_done_exactly_once(
 
     def append() -> None:  # in this process: it reaches the lock long before the run ends
         try:
-            got.append(append_tasks(run_id, task, 1, config=config))
+            got.append(append_tasks(run_id, task, 0, config=config))
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             got.append(exc)
 
@@ -207,7 +218,7 @@ def test_an_append_after_the_inbox_closed_continues_the_ended_run(
         r.blpop(["mainboard-test:never"], timeout=0.05)  # until it closed its inbox
     task = config.root / "more.toml"
     task.write_text(MORE)
-    done = cli(config, "runs", "append", run_id, str(task), "--workers", "1", "--json")
+    done = cli(config, "runs", "append", run_id, str(task), "--workers", "0", "--json")
     out, err = runner.communicate(timeout=180)
     assert done.returncode == 0 and runner.returncode == 0, done.stderr[-2000:] + err[-2000:]
     got = json.loads(done.stdout)
@@ -231,7 +242,7 @@ def test_an_append_to_a_scan_child_is_refused_in_one_line(
     scan.write_text('name = "gated-scan"\nchild = "child.toml"\n[scan]\n'
                     'max_concurrent_runs = 1\n[[scan.parameters]]\n'
                     'name = "integrand.params.a"\nvalues = [3.0]\n')
-    runner = integrate_in_background(config, scan)
+    runner = integrate_in_background(config, scan, workers=0)
     parent = None
 
     def child_started() -> bool:

@@ -1,7 +1,9 @@
 """A run's ``[[tasks]]``: train, sample frozen, plot, branch ``from`` a task, append.
 
-Real Redis, real Celery workers started as processes (``--workers 2`` / ``workers=1``),
-real `mainboard` subprocesses for what a user types; small budgets.
+Real Redis, real Celery workers as processes: the module's fleet of 2 (``--workers 0``) where
+the scenario is not the workers' own start, ``--workers N`` where it is (1 and 2 workers giving
+the same numbers, a run in the background); real `mainboard` subprocesses for what a user
+types; small budgets.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from mainboard.integrators.spec import load_run_file, parse_run
 from mainboard.integrators.spec_taskfile import load_task_file
 from mainboard.receipts import IterationDone, Receipts
 from mainboard.runs.store import RECEIPTS_NAME
-from tests.support.integration import write_workspace
+from mainboard.tasks.workers import LocalWorkers
+from tests.support.integration import module_fixtures, write_workspace
 from tests.support.run_tasks import (
     HEAD,
     cli,
@@ -49,9 +52,7 @@ APPENDED = "\n".join([
     new_task("sample", "more", frozen=True, nr_samples=16000)])
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Config:
-    return write_workspace(tmp_path_factory.mktemp("ws"), redis_server)
+workspace_fixture, fleet_fixture = module_fixtures(2)
 
 
 # ---------------------------------------------------------------- the run id
@@ -149,13 +150,14 @@ def slow_head(name: str, delay: float) -> str:
 
 # ---------------------------------------------------------------- a run of tasks
 @pytest.mark.live
-def test_tasks_run_to_the_end_then_an_appended_task(workspace: Config) -> None:
-    """train -> sample frozen -> plot_line -> sample from train, on 2 local workers; `runs
+def test_tasks_run_to_the_end_then_an_appended_task(workspace: Config,
+                                                    fleet: LocalWorkers) -> None:
+    """train -> sample frozen -> plot_line -> sample from train, on the fleet of 2; `runs
     tasks` shows 4 done tasks; `runs append` continues the finished run with a 5th."""
     path = workspace.root / "tasks.toml"
     path.write_text(HEAD + TASKS)
     run_id = load_run_file(path).run_id()
-    done = cli(workspace, "integrate", str(path), "--workers", "2", "--json")
+    done = cli(workspace, "integrate", str(path), "--workers", "0", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout)
     assert got["run_id"] == run_id and got["samples"] == 32000  # the last task's own
@@ -178,7 +180,7 @@ def test_tasks_run_to_the_end_then_an_appended_task(workspace: Config) -> None:
 
     task = workspace.root / "more.toml"
     task.write_text(APPENDED)
-    more = cli(workspace, "runs", "append", run_id, str(task), "--workers", "2", "--json")
+    more = cli(workspace, "runs", "append", run_id, str(task), "--workers", "0", "--json")
     assert more.returncode == 0, more.stderr[-3000:]
     assert json.loads(more.stdout)["samples"] == 16000
     rows = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)["tasks"]
@@ -240,14 +242,14 @@ nr_samples = 16000
 
 @pytest.mark.live
 def test_a_pause_task_pauses_and_resume_goes_on_with_the_configured_tables(
-        workspace: Config) -> None:
+        workspace: Config, fleet: LocalWorkers) -> None:
     """The run stops at the pause task (status paused, the next task pending); a task
     appended meanwhile waits for the resume; `runs
     resume` runs the next task with the batching the configure task set."""
     path = workspace.root / "pausing.toml"
     path.write_text(HEAD.replace('"tasks-gauss"', '"tasks-pause"') + PAUSING)
     run_id = load_run_file(path).run_id()
-    done = cli(workspace, "integrate", str(path), "--workers", "2", "--json")
+    done = cli(workspace, "integrate", str(path), "--workers", "0", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["stop_reason"] == "paused"
     table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
@@ -261,7 +263,7 @@ def test_a_pause_task_pauses_and_resume_goes_on_with_the_configured_tables(
     assert appended.returncode == 0, appended.stderr
     assert f"`mainboard runs resume {run_id}` runs the new tasks" in appended.stdout
 
-    resumed = cli(workspace, "runs", "resume", run_id, "--workers", "2", "--json")
+    resumed = cli(workspace, "runs", "resume", run_id, "--workers", "0", "--json")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads(resumed.stdout)["samples"] == 8000  # the last task's own
     table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
@@ -277,7 +279,7 @@ def test_a_pause_task_pauses_and_resume_goes_on_with_the_configured_tables(
 
 @pytest.mark.live
 def test_a_task_paused_midway_resumes_to_the_uninterrupted_numbers(
-        workspace: Config, redis_server: RedisServer,
+        workspace: Config, fleet: LocalWorkers, redis_server: RedisServer,
         tmp_path_factory: pytest.TempPathFactory) -> None:
     """`runs pause` inside a sample task, then `runs resume`: the task goes on from its
     last snapshot and every task ends with the numbers of an uninterrupted run. The task's
@@ -308,12 +310,12 @@ def test_a_task_paused_midway_resumes_to_the_uninterrupted_numbers(
     table = json.loads(cli(workspace, "runs", "tasks", run_id, "--json").stdout)
     assert table["status"] == "paused"
     assert [r["state"] for r in table["tasks"]] == ["running", "pending"]
-    resumed = cli(workspace, "runs", "resume", run_id, "--workers", "1", "--json")
+    resumed = cli(workspace, "runs", "resume", run_id, "--workers", "0", "--json")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     other = write_workspace(tmp_path_factory.mktemp("midway"), redis_server)
     (other.root / "midway.toml").write_text(text)
-    mainboard.integrate(other.root / "midway.toml", workers=1, config=other)
+    mainboard.integrate(other.root / "midway.toml", workers=0, config=other)
     expect = [(t.name, t.samples, t.estimate, t.error) for t in task_receipts(other, run_id)]
     assert [(t.name, t.samples, t.estimate, t.error)
             for t in task_receipts(workspace, run_id)] == expect
