@@ -2,7 +2,7 @@
 
 Every ``fleet`` command runs as ``python -m mainboard ...`` in its own process, so each
 test also proves that status and down work from a new process (receipts, not memory).
-Host roots share one directory provisioned once per session (``provisioned_root``):
+Host roots share one directory provisioned once per run (``provisioned_root``):
 the first provision builds the uv environment, every host after that finds it ready,
 which is also the only way a network-namespaced host (no route to an index) gets one.
 """
@@ -224,9 +224,20 @@ def provision_root(root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def provisioned_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One host root for every fleet test host, its environment built once per process."""
+    """One host root for every fleet test host of the run, its environment built once.
+
+    Under xdist every worker's temporary folder sits in the run's own folder, and the
+    workers share the root there: the first to provision builds the environment (about
+    11 s of CPU), the others wait on the provisioning lock and find it ready, as a second
+    host on a shared file system does. Alone, a process provisions its own root."""
     if "root" not in _ROOT:
-        _ROOT["root"] = provision_root(tmp_path_factory.mktemp("fleet-root"))
+        base = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            root = base.parent / "fleet-root"
+            root.mkdir(exist_ok=True)
+        else:
+            root = tmp_path_factory.mktemp("fleet-root")
+        _ROOT["root"] = provision_root(root)
     return _ROOT["root"]
 
 
