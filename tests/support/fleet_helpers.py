@@ -2,7 +2,7 @@
 
 Every ``fleet`` command runs as ``python -m mainboard ...`` in its own process, so each
 test also proves that status and down work from a new process (receipts, not memory).
-Host roots share one directory provisioned once per run (``provisioned_root``):
+Host roots share one directory provisioned once per session (``provisioned_root``):
 the first provision builds the uv environment, every host after that finds it ready,
 which is also the only way a network-namespaced host (no route to an index) gets one.
 """
@@ -224,21 +224,28 @@ def provision_root(root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def provisioned_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One host root for every fleet test host of the run, its environment built once.
+    """One host root per test process for every fleet test host, its environment built once
+    per run.
 
-    Under xdist every worker's temporary folder sits in the run's own folder, and the
-    workers share the root there: the first to provision builds the environment (about
-    11 s of CPU), the others wait on the provisioning lock and find it ready, as a second
-    host on a shared file system does. Alone, a process provisions its own root."""
+    Under xdist the workers' roots share the run's one environment: it is built in a root of
+    its own in the run's folder (the first worker to get there builds it, about 11 s of CPU;
+    the others wait on the provisioning lock and find it ready), and each worker's root
+    links its ``.mainboard/envs`` and ``tools`` there, as hosts on one shared file system
+    do. The rest of a root (brokers' files, job folders, shipped modules) stays the worker's
+    own, so one worker's fleet never sees another's."""
     if "root" not in _ROOT:
-        base = tmp_path_factory.getbasetemp()
+        root = tmp_path_factory.mktemp("fleet-root")
         if os.environ.get("PYTEST_XDIST_WORKER"):
-            root = base.parent / "fleet-root"
-            root.mkdir(exist_ok=True)
-        else:
-            root = tmp_path_factory.mktemp("fleet-root")
+            shared = provision_root(_mkdir(tmp_path_factory.getbasetemp().parent / "fleet-env"))
+            for name in ("envs", "tools"):
+                (_mkdir(root / ".mainboard") / name).symlink_to(shared / ".mainboard" / name)
         _ROOT["root"] = provision_root(root)
     return _ROOT["root"]
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def kill_keeper_and_lose_starts(ws: Path) -> list[str]:
