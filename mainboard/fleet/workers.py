@@ -42,6 +42,7 @@ from mainboard.redisclient import redis_client
 from mainboard.services.broker import EmbeddedBroker, worker_url
 
 DRAIN_TIMEOUT_S = 60.0
+REDRAIN_S = 2.0  # while draining, the workers still running are asked again this often
 CANCEL_WAIT_S = 20.0
 
 def broker_route(config: Config, *, start: bool) -> BrokerRoute | None:
@@ -201,13 +202,23 @@ def _unfinished(workers: Sequence[WorkerStarted], found: dict[str, JobStatus | M
             and not s.final and (state is None or s.state.value == state)]
 
 
-def _wait_final(config: Config, workers: list[WorkerStarted], timeout: float
-                ) -> dict[str, JobStatus | MainboardError]:
+def _wait_final(config: Config, workers: list[WorkerStarted], timeout: float,
+                route: BrokerRoute | None = None) -> dict[str, JobStatus | MainboardError]:
+    """Until every job is final or ``timeout``; with ``route``, the workers still running
+    are asked to drain again every ``REDRAIN_S``: one that had not beat into the registry
+    when first asked (started a moment before, or its entry lost with the broker's data)
+    is asked once it has, instead of being cancelled at the timeout."""
     deadline = time.monotonic() + timeout
+    asked = time.monotonic()
     while True:
         found = poll_jobs(config, workers)
-        if not _unfinished(workers, found) or time.monotonic() >= deadline:
+        left = _unfinished(workers, found)
+        if not left or time.monotonic() >= deadline:
             return found
+        if route is not None and time.monotonic() - asked >= REDRAIN_S:
+            with contextlib.suppress(redis.RedisError):
+                drain(route, left)
+            asked = time.monotonic()
         time.sleep(0.3)
 
 
@@ -244,8 +255,9 @@ def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: st
     workers = [w for w in workers if w.worker_id not in skip]
     found = poll_jobs(config, workers)
     _cancel(config, _unfinished(workers, found, "pending"))  # never started: nothing to drain
-    drain(broker_route(config, start=False), _unfinished(workers, found))
-    found = _wait_final(config, workers, timeout)
+    route = broker_route(config, start=False)
+    drain(route, _unfinished(workers, found))
+    found = _wait_final(config, workers, timeout, route)
     late = _unfinished(workers, found)
     _cancel(config, late)
     if late:

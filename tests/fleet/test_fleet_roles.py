@@ -224,3 +224,29 @@ def test_bad_roles_input_is_one_line_exit_2_and_nothing_recorded(tmp_path: Path,
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and expect in lines[0], lines
     assert not (ws / ".mainboard" / "fleet.ndjson").exists()
+
+
+def test_down_drains_a_worker_that_was_not_in_the_registry_when_first_asked(
+        tmp_path: Path) -> None:
+    """`fleet down` asks the workers it finds in the registry to drain; one that had not
+    beat there yet (started a moment before: seen after a Sentinel failover's warm start)
+    was never asked and was cancelled at the timeout. Its entry removed just before the
+    down, its next beat (every few seconds) puts it back and the down asks it then: it
+    drains (completed), well before the timeout."""
+    ws = workspace(tmp_path / "ws")
+    try:
+        up_ok(ws, "--on", "local", "--no-flower")
+        wait_until(lambda: [r for r in status(ws) if r["online"]], 120, "the worker online")
+        route = broker_route(config(ws), start=False)
+        assert route is not None
+        with registry(route) as client:
+            (node,) = [n for n in client.zrange(keys.workers_index(), 0, -1)
+                       if n.startswith("local-")]
+            client.zrem(keys.workers_index(), node)
+            client.delete(keys.worker(node))
+        done = cli(ws, "fleet", "down", "--timeout", "120")
+        assert done.returncode == 0, done.stderr
+        (line,) = done.stdout.splitlines()
+        assert line.startswith("local: worker ") and line.endswith(" completed"), line
+    finally:
+        tear_down(ws)
