@@ -263,7 +263,7 @@ class Autoscaler:
     def carry(self, name: str, look: Look) -> None:
         """Record what the look found, then carry out the policy's decisions."""
         pool = look.view.pool
-        for worker, final in look.ended:
+        for worker, final in self._still_live(look.ended):
             record_ended(self.config, worker, final)  # lost unless it completed
         for worker, wait in look.began:  # the queue waits replacements are timed by
             fleet_receipts(self.config.state_dir).append(FleetScale(
@@ -329,6 +329,21 @@ class Autoscaler:
                     append_logs(client, run_id, lines)
         self.stop_later(workers, f"stalled: {decision.reason}", drain_s=STALL_DRAIN_S,
                         lost=True)
+
+    def _still_live(self, ended: list[tuple[WorkerStarted, str]]
+                    ) -> list[tuple[WorkerStarted, str]]:
+        """The ended workers no stop thread has recorded meanwhile. The look read the fleet
+        record at the tick's start; a stop thread that recorded its worker stopped (its own
+        reason: stalled, retired) after that read and left ``stopping`` before the look
+        would have it recorded a second time as "its job ended". ``stopping`` is read first,
+        then the record: a thread that left it had recorded its stop before."""
+        if not ended:
+            return ended
+        with self._lock:
+            stopping = set(self.stopping)
+        live = {w.worker_id for w in read_fleet(self.config.state_dir).live()}
+        return [(w, final) for w, final in ended
+                if w.worker_id not in stopping and w.worker_id in live]
 
     def stop_later(self, workers: list[WorkerStarted], reason: str, drain_s: float,
                    lost: bool = False) -> None:
