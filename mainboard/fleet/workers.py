@@ -42,7 +42,7 @@ from mainboard.redisclient import redis_client
 from mainboard.services.broker import EmbeddedBroker, worker_url
 
 DRAIN_TIMEOUT_S = 60.0
-REDRAIN_S = 2.0  # while draining, the workers still running are asked again this often
+REDRAIN_S = 2.0  # while draining, the registry is looked at again this often for new nodes
 CANCEL_WAIT_S = 20.0
 
 def broker_route(config: Config, *, start: bool) -> BrokerRoute | None:
@@ -167,8 +167,10 @@ def poll_jobs(config: Config, workers: Sequence[WorkerStarted], share: Share | N
     return out
 
 
-def drain(route: BrokerRoute | None, workers: Sequence[WorkerStarted]) -> list[str]:
-    """Ask the workers for Celery's warm shutdown (stop consuming, finish the task in hand).
+def drain(route: BrokerRoute | None, workers: Sequence[WorkerStarted],
+          asked: Iterable[str] = ()) -> list[str]:
+    """Ask the workers for Celery's warm shutdown (stop consuming, finish the task in hand);
+    the nodes asked, none of ``asked`` (asked before).
 
     Node names come from the registry the workers beat into (:mod:`mainboard.tasks.fleet`), so no
     broadcast round has to be waited for; a node that is gone ignores the request.
@@ -176,8 +178,10 @@ def drain(route: BrokerRoute | None, workers: Sequence[WorkerStarted]) -> list[s
     if route is None or not workers:
         return []
     make_app = lazy("celery.app")  # Celery loads only where a message is sent
+    before = set(asked)
     try:
-        nodes = [e["node"] for e in fleet_entries(route, workers).values()]
+        nodes = [e["node"] for e in fleet_entries(route, workers).values()
+                 if e["node"] not in before]
     except redis.RedisError:
         return []
     if nodes:
@@ -203,22 +207,24 @@ def _unfinished(workers: Sequence[WorkerStarted], found: dict[str, JobStatus | M
 
 
 def _wait_final(config: Config, workers: list[WorkerStarted], timeout: float,
-                route: BrokerRoute | None = None) -> dict[str, JobStatus | MainboardError]:
-    """Until every job is final or ``timeout``; with ``route``, the workers still running
-    are asked to drain again every ``REDRAIN_S``: one that had not beat into the registry
-    when first asked (started a moment before, or its entry lost with the broker's data)
-    is asked once it has, instead of being cancelled at the timeout."""
+                route: BrokerRoute | None = None, asked: Iterable[str] = ()
+                ) -> dict[str, JobStatus | MainboardError]:
+    """Until every job is final or ``timeout``. With ``route``, the registry is looked at
+    again every ``REDRAIN_S`` for workers still running that were not among ``asked``: one
+    that had not beat into it when the drain began (started a moment before, or its entry
+    lost with the broker's data) is asked once it has, instead of being cancelled at the
+    timeout. (One look, one Redis round trip; Celery is loaded only to ask a new one.)"""
     deadline = time.monotonic() + timeout
-    asked = time.monotonic()
+    looked = time.monotonic()
+    asked = set(asked)
     while True:
         found = poll_jobs(config, workers)
         left = _unfinished(workers, found)
         if not left or time.monotonic() >= deadline:
             return found
-        if route is not None and time.monotonic() - asked >= REDRAIN_S:
-            with contextlib.suppress(redis.RedisError):
-                drain(route, left)
-            asked = time.monotonic()
+        if route is not None and time.monotonic() - looked >= REDRAIN_S:
+            asked.update(drain(route, left, asked))
+            looked = time.monotonic()
         time.sleep(0.3)
 
 
@@ -256,8 +262,8 @@ def stop_workers(config: Config, workers: Sequence[WorkerStarted], *, reason: st
     found = poll_jobs(config, workers)
     _cancel(config, _unfinished(workers, found, "pending"))  # never started: nothing to drain
     route = broker_route(config, start=False)
-    drain(route, _unfinished(workers, found))
-    found = _wait_final(config, workers, timeout, route)
+    asked = drain(route, _unfinished(workers, found))
+    found = _wait_final(config, workers, timeout, route, asked)
     late = _unfinished(workers, found)
     _cancel(config, late)
     if late:
