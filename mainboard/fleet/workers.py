@@ -213,7 +213,7 @@ def _wait_final(config: Config, workers: list[WorkerStarted], timeout: float,
     again every ``REDRAIN_S`` for workers still running that were not among ``asked``: one
     that had not beat into it when the drain began (started a moment before, or its entry
     lost with the broker's data) is asked once it has, instead of being cancelled at the
-    timeout. (One look, one Redis round trip; Celery is loaded only to ask a new one.)"""
+    timeout. (A look reads the registry; Celery is loaded only to ask a new node.)"""
     deadline = time.monotonic() + timeout
     looked = time.monotonic()
     asked = set(asked)
