@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
+import foreign_imports  # beside this file: tests/covboot is on sys.path wherever it loads
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = ("mainboard/hosts/facts_probe.py", "bridges/provision_driver.py")
 
@@ -155,7 +157,6 @@ def start() -> None:
     except Exception:
         return
     if os.environ.get(TRACE_FOREIGN_IMPORTS) != "1":
-        import foreign_imports
         foreign_imports.install(ROOT)
     if sys.argv[:1] == ["-"] and not sys.stdin.isatty():
         _run_stdin_program()

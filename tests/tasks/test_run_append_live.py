@@ -39,7 +39,7 @@ from mainboard.tasks.appends import Appended, Inbox, offer
 from mainboard.tasks.lease import Lease
 from mainboard.tasks.runner import append as append_tasks
 from mainboard.tasks.workers import LocalWorkers
-from tests.support.integration import module_fixtures, write_workspace
+from tests.support.integration import fleet_iter, write_workspace
 from tests.support.run_tasks import HEAD, cli, integrate_in_background, task, task_receipts
 from tests.support.services import RedisServer
 
@@ -78,13 +78,12 @@ def tasks_of(config: Config, run_id: str) -> tuple[str, list[tuple[str, str, int
     return table["status"], [(t["name"], t["state"], t["samples"]) for t in table["tasks"]]
 
 
-_, fleet_fixture = module_fixtures(2)  # the fleet; each test writes its own workspaces
-
-
-@pytest.fixture(autouse=True)
-def _module_fleet(fleet: LocalWorkers) -> LocalWorkers:
-    """Every run here is served by the module's fleet (``--workers 0``)."""
-    return fleet
+@pytest.fixture(scope="module", autouse=True)
+def fleet(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[LocalWorkers]:
+    """The module's 2 workers: every run here is served by them (``--workers 0``); each
+    test writes its own workspaces."""
+    yield from fleet_iter(2, redis_server, tmp_path_factory.mktemp("fleet"))
 
 
 @pytest.fixture()
