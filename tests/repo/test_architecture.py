@@ -5,17 +5,19 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from tests.support.importgraph import (
     REPO,
     ROOTS,
     cycles,
+    import_nodes,
     imported,
     local_imports,
     module_graph,
     modules,
-    parse,
+    nodes,
     unit_graph,
 )
 
@@ -130,10 +132,10 @@ SCHEDULER_KINDS = ("slurm", "pbs")
 SCHEDULER_HOMES = ("bridges/", "mainboard/config/hostkinds.py")
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
+def _docstrings(tree: tuple[ast.AST, ...]) -> set[int]:
     """ids of the string constants that are docstrings (prose may name a command)."""
     found = set()
-    for node in ast.walk(tree):
+    for node in tree:
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) \
                 and node.body and isinstance(node.body[0], ast.Expr) \
                 and isinstance(node.body[0].value, ast.Constant):
@@ -144,10 +146,10 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def scheduler_literals(path: Path, rel: str) -> list[str]:
     """``rel:line: text`` for each string in code (not a docstring; comments are not strings)
     that names a scheduler command as a word, or is a scheduler host kind."""
-    tree = parse(path)
+    tree = nodes(path)
     words = re.compile(r"\b(" + "|".join(SCHEDULER_WORDS) + r")\b")
     skip = _docstrings(tree)
-    return [f"{rel}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+    return [f"{rel}:{node.lineno}: {node.value!r}" for node in tree
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and id(node) not in skip
             and (words.search(node.value) or node.value.strip().lower() in SCHEDULER_KINDS)]
@@ -238,12 +240,12 @@ def _base_name(node: ast.expr) -> str:
     return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
 
 
-def exception_classes(source: str, error_names: set[str]) -> list[str]:
-    """Names of the classes in ``source`` that derive from an exception: a builtin one, one
-    of ``error_names``, or one defined earlier in the same source."""
+def exception_classes(tree: Iterable[ast.AST], error_names: set[str]) -> list[str]:
+    """Names of the classes among a module's nodes (``ast.walk`` order) that derive from an
+    exception: a builtin one, one of ``error_names``, or one defined earlier in the module."""
     found: list[str] = []
     names = set(error_names)
-    for node in ast.walk(ast.parse(source)):
+    for node in tree:
         if not isinstance(node, ast.ClassDef):
             continue
         for base in map(_base_name, node.bases):
@@ -276,7 +278,7 @@ def test_every_error_class_lives_in_errors_py_and_derives_from_mainboard_error()
         f"{path}: class {name}" for m in modules().values()
         if m.path != REPO / "mainboard" / "errors.py"
         for path in [m.path.relative_to(REPO).as_posix()]
-        for name in exception_classes(m.path.read_text(encoding="utf-8"), set(tree))
+        for name in exception_classes(nodes(m.path), set(tree))
         if (path, name) not in NOT_ERRORS)
     assert not outside, "error classes belong in mainboard/errors.py:\n" + "\n".join(outside)
 
@@ -284,7 +286,8 @@ def test_every_error_class_lives_in_errors_py_and_derives_from_mainboard_error()
 def test_the_error_check_sees_a_planted_error_class() -> None:
     planted = ("class Fine:\n    pass\n\nclass Oops(ValueError):\n    pass\n\n"
                "class Worse(Oops):\n    pass\n\nclass Ours(errors.HostError):\n    pass\n")
-    assert exception_classes(planted, set(_errors_tree())) == ["Oops", "Worse", "Ours"]
+    assert exception_classes(ast.walk(ast.parse(planted)), set(_errors_tree())) \
+        == ["Oops", "Worse", "Ours"]
 
 
 def test_error_classes_are_imported_from_errors_py_only() -> None:
@@ -294,7 +297,7 @@ def test_error_classes_are_imported_from_errors_py_only() -> None:
         f"{path.relative_to(REPO)}:{node.lineno} takes {alias.name} from {node.module}"
         for folder in ("mainboard", "bridges", "tasks", "integrators", "tests", "bench")
         for path in (REPO / folder).rglob("*.py")
-        for node in ast.walk(parse(path))
+        for node in import_nodes(path)
         if isinstance(node, ast.ImportFrom) and node.module not in (None, "mainboard.errors")
         and node.module.startswith("mainboard")
         for alias in node.names if alias.name in tree)
@@ -305,7 +308,7 @@ def imports_of_test_modules(path: Path, rel: str) -> list[str]:
     """``rel:line module`` for each import of a test module (``test_*``) in ``path``, lazy
     ones too: what files share lives in tests/support/, so a test file can move alone."""
     found = []
-    for node in ast.walk(parse(path)):
+    for node in import_nodes(path):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
