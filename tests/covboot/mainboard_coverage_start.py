@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
-import foreign_imports  # beside this file: tests/covboot is on sys.path wherever it loads
+import fastsave  # these two beside this file: tests/covboot is on sys.path wherever it loads
+import foreign_imports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = ("mainboard/hosts/facts_probe.py", "bridges/provision_driver.py")
@@ -94,6 +95,7 @@ def _run_stdin_program() -> None:
 
 FIND_UNEXECUTED = "MAINBOARD_COVERAGE_FIND_UNEXECUTED"
 TRACE_FOREIGN_IMPORTS = "MAINBOARD_COVERAGE_TRACE_FOREIGN_IMPORTS"  # 1: as coverage alone does
+SQLITE_SAVE = "MAINBOARD_COVERAGE_SQLITE_SAVE"  # 1: each process saves as coverage alone does
 
 
 def _quicken(coverage: object) -> None:
@@ -121,7 +123,10 @@ def _children_leave_parents_data(coverage: object) -> None:
     """A forked child (billiard's pool children, forking daemons) measures itself from the
     fork; on leaving it also saved its parent's whole pre-fork data, which the parent saves
     when it ends, through the parent's os._exit patch its own wraps: a save of every file the
-    parent imported, per child. The parent's object is made to save nothing in the child."""
+    parent imported, per child. The parent's object is made to save nothing in the child.
+    Registered after ``process_startup``, so that it runs after coverage's own fork handler
+    has started the child's object (coverage 7.18 only sets ``_auto_save = False`` on the
+    parent's, which its os._exit patch does not read)."""
     current = getattr(getattr(coverage, "Coverage", None), "current", None)
     if current is None:
         return
@@ -149,13 +154,15 @@ def start() -> None:
         import coverage.collector
         import coverage.inorout
         _quicken(coverage)
-        _children_leave_parents_data(coverage)
+        if os.environ.get(SQLITE_SAVE) != "1":
+            fastsave.install(coverage, FIND_UNEXECUTED)
     except Exception:  # another coverage release: slower, still right
         pass
     try:
         coverage.process_startup()  # type: ignore[attr-defined]
     except Exception:
         return
+    _children_leave_parents_data(coverage)
     if os.environ.get(TRACE_FOREIGN_IMPORTS) != "1":
         foreign_imports.install(ROOT)
     if sys.argv[:1] == ["-"] and not sys.stdin.isatty():

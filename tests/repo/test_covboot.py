@@ -45,3 +45,103 @@ def test_foreign_module_bodies_run_untraced_and_ours_inside_them_traced(tmp_path
          str(foreign)], env=env, capture_output=True, text=True, check=True)
     report = json.loads(done.stdout)
     assert report == {"seen": ["__init__.py"], "back": True, "value": 42}
+
+
+MEASURED = """
+import os
+import sys
+
+
+def shape(n):
+    if n % 2:
+        return "odd"
+    return "even"
+
+
+def child():
+    return [shape(n) for n in range(3)]
+
+
+if __name__ == "__main__":
+    how = sys.argv[1]
+    print(shape(len(how)))
+    if how == "fork":
+        pid = os.fork()
+        if pid == 0:
+            child()
+            os._exit(0)
+        os.waitpid(pid, 0)
+    if how == "exit":
+        os._exit(0)
+"""
+
+
+def _measure(tmp_path: Path, name: str, extra: dict[str, str]) -> Path:
+    """prog.py run under coverage three ways (plain exit, os._exit, a forked child), each a
+    new interpreter started through tests/covboot as the suite's are; their data folder."""
+    data = tmp_path / name
+    data.mkdir()
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("COVERAGE_", "PYTHON", "MAINBOARD_COVERAGE"))}
+    env.update(extra, PYTHONPATH=str(ROOT / "tests" / "covboot"),
+               COVERAGE_PROCESS_START=str(tmp_path / "covrc"), COVERAGE_FILE=str(data / "cov"))
+    for how in ("plain", "exit", "fork"):
+        subprocess.run([sys.executable, str(tmp_path / "prog.py"), how], env=env, check=True,
+                       capture_output=True)
+    return data
+
+
+COMBINE = """
+import json, sys
+from pathlib import Path
+import coverage
+sys.path.insert(0, sys.argv[1])
+import coverage_report
+data, config = Path(sys.argv[2]), sys.argv[3]
+coverage_report.gather_fast(data)
+cov = coverage.Coverage(data_file=str(data / "all"), config_file=config)
+cov.combine([str(p) for p in data.iterdir() if p.name.startswith("cov.")], keep=True)
+combined = cov.get_data()
+print(json.dumps({Path(f).name: sorted(combined.arcs(f) or ()) for f in combined.measured_files()}))
+"""
+
+
+def _combine(data: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    """scripts/coverage_report.py's gathering, then coverage's combine, in a process of their
+    own: a ``coverage.Coverage`` built in this one would stop this process's own save
+    (coverage's ``_prevent_sub_process_measurement``)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("COVERAGE_")}
+    return subprocess.run([sys.executable, "-c", COMBINE, str(ROOT / "scripts"), str(data),
+                           str(config)], env=env, capture_output=True, text=True, check=True)
+
+
+def _arcs(data: Path, tmp_path: Path) -> dict[str, set[tuple[int, int]]]:
+    done = _combine(data, tmp_path / "covrc")
+    return {name: {tuple(arc) for arc in arcs} for name, arcs in json.loads(done.stdout).items()}
+
+
+def test_the_fast_save_records_the_arcs_coverage_own_save_records(tmp_path: Path) -> None:
+    """tests/covboot/fastsave.py: each process writes a marshal file, not a SQLite one, and
+    scripts/coverage_report.py reads them back into exactly coverage's own data."""
+    (tmp_path / "prog.py").write_text(MEASURED)
+    (tmp_path / "covrc").write_text(f"[run]\nbranch = True\nparallel = True\n"
+                                    f"source = {tmp_path}\npatch = _exit\n    fork\n")
+    fast = _measure(tmp_path, "fast", {})
+    sqlite = _measure(tmp_path, "sqlite", {"MAINBOARD_COVERAGE_SQLITE_SAVE": "1"})
+    assert {p.name.split(".")[0] for p in fast.iterdir()} == {"mcov"}
+    assert len(list(fast.iterdir())) == 4  # plain, exit, fork's parent and its child
+    assert {p.name.split(".")[0] for p in sqlite.iterdir()} == {"cov"}
+    got, want = _arcs(fast, tmp_path), _arcs(sqlite, tmp_path)
+    assert got == want
+    assert (7, 8) in got["prog.py"] and (7, 9) in got["prog.py"]  # both ways of the branch
+    assert not [p for p in fast.iterdir() if p.name.startswith("mcov.")]  # read, then deleted
+
+
+def test_a_fast_save_file_left_half_written_is_named_and_skipped(tmp_path: Path) -> None:
+    (tmp_path / "covrc").write_text("[run]\nbranch = True\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "mcov.host.pid1.ab12.part").write_bytes(b"\x00\x01")
+    done = _combine(data, tmp_path / "covrc")
+    assert "1 data file(s) left unfinished by a process killed while saving" in done.stderr
+    assert json.loads(done.stdout) == {} and not (data / "mcov.host.pid1.ab12.part").exists()
