@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from importlib import _bootstrap_external  # type: ignore[attr-defined]
 from types import ModuleType
 from typing import Any
@@ -26,8 +27,11 @@ from typing import Any
 OURS = ("mainboard", "gammaboard_process")  # the package names of the wheel on fleet hosts
 
 
-def install(root: str) -> None:
-    """Wrap the source loader's ``exec_module`` for this process (and its forks)."""
+def install(root: str, bodies: bool = True,
+            after: Callable[[ModuleType], None] | None = None) -> None:
+    """Wrap the source loader's ``exec_module`` for this process (and its forks): other
+    projects' module bodies untraced (unless not ``bodies``); ``after`` sees each module once
+    it has executed."""
     loader = _bootstrap_external._LoaderBasics
     original = loader.exec_module
     if getattr(original, "_mainboard_coverage", False):
@@ -43,6 +47,13 @@ def install(root: str) -> None:
         return path.startswith(root) and not path.startswith(venv)
 
     def exec_module(self: Any, module: ModuleType) -> None:
+        try:
+            return run(self, module) if bodies else original(self, module)
+        finally:
+            if after is not None:
+                after(module)
+
+    def run(self: Any, module: ModuleType) -> None:
         tracer = sys.gettrace()
         if tracer is not None and not ours(module):
             stack = put_aside.__dict__.setdefault("tracers", [])

@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
-import fastsave  # these two beside this file: tests/covboot is on sys.path wherever it loads
+import fastsave  # these beside this file: tests/covboot is on sys.path wherever it loads
+import foreign_calls
 import foreign_imports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,6 +96,7 @@ def _run_stdin_program() -> None:
 
 FIND_UNEXECUTED = "MAINBOARD_COVERAGE_FIND_UNEXECUTED"
 TRACE_FOREIGN_IMPORTS = "MAINBOARD_COVERAGE_TRACE_FOREIGN_IMPORTS"  # 1: as coverage alone does
+TRACE_FOREIGN_CALLS = "MAINBOARD_COVERAGE_TRACE_FOREIGN_CALLS"  # 1: redis-py's calls traced
 SQLITE_SAVE = "MAINBOARD_COVERAGE_SQLITE_SAVE"  # 1: each process saves as coverage alone does
 
 
@@ -163,8 +165,11 @@ def start() -> None:
     except Exception:
         return
     _children_leave_parents_data(coverage)
-    if os.environ.get(TRACE_FOREIGN_IMPORTS) != "1":
-        foreign_imports.install(ROOT)
+    calls = os.environ.get(TRACE_FOREIGN_CALLS) != "1"
+    if calls:
+        foreign_calls.wrap_imported()
+    foreign_imports.install(ROOT, bodies=os.environ.get(TRACE_FOREIGN_IMPORTS) != "1",
+                            after=foreign_calls.wrap if calls else None)
     if sys.argv[:1] == ["-"] and not sys.stdin.isatty():
         _run_stdin_program()
 

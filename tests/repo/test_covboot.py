@@ -145,3 +145,48 @@ def test_a_fast_save_file_left_half_written_is_named_and_skipped(tmp_path: Path)
     done = _combine(data, tmp_path / "covrc")
     assert "1 data file(s) left unfinished by a process killed while saving" in done.stderr
     assert json.loads(done.stdout) == {} and not (data / "mcov.host.pid1.ab12.part").exists()
+
+
+CALLER = """
+import json
+import sys
+
+import redis
+
+seen = {}
+
+
+def get_connection(self, *args, **kwargs):
+    seen["inside"] = sys.gettrace() is None
+    raise redis.ConnectionError("no server here")
+
+
+redis.connection.ConnectionPool.get_connection = get_connection
+before = sys.gettrace() is not None
+try:
+    redis.Redis().ping()
+except redis.ConnectionError:
+    pass
+print(json.dumps({"before": before, "untraced_inside": seen["inside"],
+                  "after": sys.gettrace() is not None}))
+"""
+
+
+def test_redis_commands_run_untraced_and_the_tracer_is_back_after(tmp_path: Path) -> None:
+    """tests/covboot/foreign_calls.py: redis-py's command path runs with the thread's tracer
+    put aside (it calls nothing of ours), and it is back when the command returns or raises;
+    MAINBOARD_COVERAGE_TRACE_FOREIGN_CALLS=1 leaves it traced."""
+    (tmp_path / "caller.py").write_text(CALLER)
+    (tmp_path / "covrc").write_text(f"[run]\nbranch = True\nparallel = True\n"
+                                    f"source = {tmp_path}\n")
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("COVERAGE_", "PYTHON", "MAINBOARD_COVERAGE"))}
+    env.update(PYTHONPATH=str(ROOT / "tests" / "covboot"),
+               COVERAGE_PROCESS_START=str(tmp_path / "covrc"),
+               COVERAGE_FILE=str(tmp_path / "cov"))
+    for traced, inside in (("0", True), ("1", False)):
+        done = subprocess.run([sys.executable, str(tmp_path / "caller.py")], check=True,
+                              env={**env, "MAINBOARD_COVERAGE_TRACE_FOREIGN_CALLS": traced},
+                              capture_output=True, text=True)
+        assert json.loads(done.stdout) == {"before": True, "untraced_inside": inside,
+                                           "after": True}, done.stderr
