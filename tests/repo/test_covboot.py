@@ -190,3 +190,46 @@ def test_redis_commands_run_untraced_and_the_tracer_is_back_after(tmp_path: Path
                               capture_output=True, text=True)
         assert json.loads(done.stdout) == {"before": True, "untraced_inside": inside,
                                            "after": True}, done.stderr
+
+
+THREAD = """
+import json, sys, threading, types
+sys.path.insert(0, sys.argv[1])
+import foreign_calls
+
+seen = {}
+
+
+class Transport:  # paramiko's shape: a thread body that calls a handler handed over earlier
+    def request_port_forward(self, address, port, handler=None):
+        self.handler = handler
+
+    def run(self):
+        seen["run"] = sys.gettrace() is None
+        self.handler()
+
+
+def handler():
+    seen["handler"] = sys.gettrace() is not None
+
+
+module = types.ModuleType("paramiko.transport")
+module.Transport = Transport
+foreign_calls.wrap(module)
+sys.settrace(lambda *args: None)
+threading.settrace(lambda *args: None)
+transport = Transport()
+transport.request_port_forward("127.0.0.1", 0, handler=handler)
+thread = threading.Thread(target=transport.run)
+thread.start()
+thread.join()
+print(json.dumps({**seen, "main": sys.gettrace() is not None}))
+"""
+
+
+def test_a_transport_thread_runs_untraced_and_the_handler_it_calls_traced() -> None:
+    """tests/covboot/foreign_calls.py CALLBACKS: paramiko's transport thread body runs with
+    its tracer put aside, and the port forward's handler (ours) with it taken back."""
+    done = subprocess.run([sys.executable, "-c", THREAD, str(ROOT / "tests" / "covboot")],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == {"run": True, "handler": True, "main": True}
