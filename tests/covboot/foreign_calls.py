@@ -55,7 +55,7 @@ def _untraced(method: Callable[..., Any]) -> Callable[..., Any]:
             stack.pop()
             sys.settrace(tracer)
 
-    call._mainboard_untraced = True  # type: ignore[attr-defined]
+    call._mainboard_wrapped = True  # type: ignore[attr-defined]
     return call
 
 
@@ -82,7 +82,7 @@ def _handing_on(method: Callable[..., Any], keyword: str) -> Callable[..., Any]:
             kwargs[keyword] = _retraced(kwargs[keyword])
         return method(*args, **kwargs)
 
-    call._mainboard_untraced = True  # type: ignore[attr-defined]
+    call._mainboard_wrapped = True  # type: ignore[attr-defined]
     return call
 
 
@@ -90,7 +90,7 @@ def _replace(module: ModuleType, name: str, wrapper: Callable[[Any], Any]) -> No
     owner_name, _, method_name = name.partition(".")
     owner = getattr(module, owner_name, None)
     method = getattr(owner, method_name, None) if owner is not None else None
-    if method is not None and not getattr(method, "_mainboard_untraced", False):
+    if method is not None and not getattr(method, "_mainboard_wrapped", False):
         setattr(owner, method_name, wrapper(method))
 
 
