@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import marshal
 import os
 import sqlite3
 import subprocess
@@ -24,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "covboot"))  # fastsave: the per-process files' format
+import fastsave  # noqa: E402 - found through the line above
+
 TOP_ROOMS = ("bridges", "tasks", "integrators", "gammaboard-process")
 
 
@@ -98,46 +100,6 @@ def drop_torn(parts: list[Path]) -> list[Path]:
     return [p for p in parts if p not in torn]
 
 
-FAST_PREFIX, FAST_FORMAT, PART = "mcov.", 1, ".part"  # tests/covboot/fastsave.py writes them
-
-
-def _unpack(packed: int) -> tuple[int, int]:
-    """One arc from the C tracer's packed int (coverage/ctracer/tracer.c,
-    ``CTracer_record_pair``: two 28-bit line numbers, their signs in bits 56 and 57)."""
-    first, second = packed & 0xFFFFFFF, (packed >> 28) & 0xFFFFFFF
-    return (-first if packed & (1 << 56) else first, -second if packed & (1 << 57) else second)
-
-
-def gather_fast(data: Path) -> None:
-    """The processes' marshal files (tests/covboot/fastsave.py) unioned into one coverage
-    data file beside coverage's own, which combine then takes like the others; each
-    distinct arc is unpacked once. Read files are deleted, as combine deletes its own."""
-    from coverage import CoverageData
-
-    merged: dict[str, set[tuple[int, int]]] = {}
-    packed: dict[str, set[int]] = {}
-    files = sorted(p for p in data.iterdir() if p.name.startswith(FAST_PREFIX))
-    torn = [p for p in files if p.name.endswith(PART)]
-    if torn:
-        print(f"coverage_report: {len(torn)} data file(s) left unfinished by a process killed "
-              f"while saving (skipped): {', '.join(p.name for p in torn)}", file=sys.stderr)
-    for part in files:
-        if part not in torn:
-            fmt, is_packed, arcs = marshal.loads(part.read_bytes())
-            if fmt != FAST_FORMAT:
-                raise SystemExit(f"coverage_report: {part} has format {fmt!r}, this script "
-                                 f"reads {FAST_FORMAT} (tests/covboot/fastsave.py FORMAT)")
-            for name, found in arcs.items():
-                (packed if is_packed else merged).setdefault(name, set()).update(found)
-        part.unlink()
-    for name, found in packed.items():
-        merged.setdefault(name, set()).update(map(_unpack, found))
-    if merged:
-        out = CoverageData(basename=str(data / f"cov.fast.{os.getpid()}"))
-        out.add_arcs(merged)
-        out.write()
-
-
 def combine(data: Path) -> dict[str, dict[str, object]]:
     """Combine the per-process files in ``data``; the per-file summaries, relative paths."""
     import coverage
@@ -145,7 +107,7 @@ def combine(data: Path) -> dict[str, dict[str, object]]:
     os.environ.setdefault("MAINBOARD_COVERAGE_ROOT", str(ROOT))
     os.chdir(ROOT)
     record_unexecuted(data)
-    gather_fast(data)
+    fastsave.gather(data)
     cov = coverage.Coverage(data_file=str(data / "cov"), config_file=str(ROOT / "pyproject.toml"))
     parts = drop_torn([p for p in data.iterdir() if p.name.startswith("cov.")])
     if parts:

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-# module -> "Class.method" names; redis-py 5 to 8. kombu's redis transport reads its BRPOP
-# replies through Redis.parse_response and sends through the connection's send_command.
+# module -> "Class.method" names, as in redis-py 8.2 and paramiko 5.1 (a name another release
+# lacks is left as it is). kombu's redis transport reads its BRPOP replies through
+# Redis.parse_response and sends through the connection's send_command.
 LEAVES = {
     "redis.client": ("Redis.execute_command", "Redis.parse_response", "Pipeline.execute",
                      "PubSub.execute_command", "PubSub.parse_response"),

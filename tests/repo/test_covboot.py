@@ -76,15 +76,21 @@ if __name__ == "__main__":
 """
 
 
+def _measured_env(config: Path, data_file: Path, **extra: str) -> dict[str, str]:
+    """A new interpreter's environment that starts coverage through tests/covboot, as the
+    suite's processes do, with ``config`` and ``data_file`` instead of the suite's own."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("COVERAGE_", "PYTHON", "MAINBOARD_COVERAGE"))}
+    return {**env, **extra, "PYTHONPATH": str(ROOT / "tests" / "covboot"),
+            "COVERAGE_PROCESS_START": str(config), "COVERAGE_FILE": str(data_file)}
+
+
 def _measure(tmp_path: Path, name: str, extra: dict[str, str]) -> Path:
     """prog.py run under coverage three ways (plain exit, os._exit, a forked child), each a
     new interpreter started through tests/covboot as the suite's are; their data folder."""
     data = tmp_path / name
     data.mkdir()
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("COVERAGE_", "PYTHON", "MAINBOARD_COVERAGE"))}
-    env.update(extra, PYTHONPATH=str(ROOT / "tests" / "covboot"),
-               COVERAGE_PROCESS_START=str(tmp_path / "covrc"), COVERAGE_FILE=str(data / "cov"))
+    env = _measured_env(tmp_path / "covrc", data / "cov", **extra)
     for how in ("plain", "exit", "fork"):
         subprocess.run([sys.executable, str(tmp_path / "prog.py"), how], env=env, check=True,
                        capture_output=True)
@@ -96,9 +102,9 @@ import json, sys
 from pathlib import Path
 import coverage
 sys.path.insert(0, sys.argv[1])
-import coverage_report
+import fastsave
 data, config = Path(sys.argv[2]), sys.argv[3]
-coverage_report.gather_fast(data)
+fastsave.gather(data)
 cov = coverage.Coverage(data_file=str(data / "all"), config_file=config)
 cov.combine([str(p) for p in data.iterdir() if p.name.startswith("cov.")], keep=True)
 combined = cov.get_data()
@@ -107,12 +113,13 @@ print(json.dumps({Path(f).name: sorted(combined.arcs(f) or ()) for f in combined
 
 
 def _combine(data: Path, config: Path) -> subprocess.CompletedProcess[str]:
-    """scripts/coverage_report.py's gathering, then coverage's combine, in a process of their
-    own: a ``coverage.Coverage`` built in this one would stop this process's own save
-    (coverage's ``_prevent_sub_process_measurement``)."""
+    """fastsave.gather (what scripts/coverage_report.py runs), then coverage's combine, in a
+    process of their own: a ``coverage.Coverage`` built in this one would stop this
+    process's own save (coverage's ``_prevent_sub_process_measurement``)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("COVERAGE_")}
-    return subprocess.run([sys.executable, "-c", COMBINE, str(ROOT / "scripts"), str(data),
-                           str(config)], env=env, capture_output=True, text=True, check=True)
+    return subprocess.run([sys.executable, "-c", COMBINE, str(ROOT / "tests" / "covboot"),
+                           str(data), str(config)], env=env, capture_output=True, text=True,
+                          check=True)
 
 
 def _arcs(data: Path, tmp_path: Path) -> dict[str, set[tuple[int, int]]]:
@@ -122,7 +129,7 @@ def _arcs(data: Path, tmp_path: Path) -> dict[str, set[tuple[int, int]]]:
 
 def test_the_fast_save_records_the_arcs_coverage_own_save_records(tmp_path: Path) -> None:
     """tests/covboot/fastsave.py: each process writes a marshal file, not a SQLite one, and
-    scripts/coverage_report.py reads them back into exactly coverage's own data."""
+    fastsave.gather reads them back into exactly coverage's own data."""
     (tmp_path / "prog.py").write_text(MEASURED)
     (tmp_path / "covrc").write_text(f"[run]\nbranch = True\nparallel = True\n"
                                     f"source = {tmp_path}\npatch = _exit\n    fork\n")
@@ -164,7 +171,7 @@ def get_connection(self, *args, **kwargs):
 redis.connection.ConnectionPool.get_connection = get_connection
 before = sys.gettrace() is not None
 try:
-    redis.Redis().ping()
+    redis.Redis(port=1).ping()  # the pool's get_connection above answers: no socket opened
 except redis.ConnectionError:
     pass
 print(json.dumps({"before": before, "untraced_inside": seen["inside"],
@@ -179,15 +186,11 @@ def test_redis_commands_run_untraced_and_the_tracer_is_back_after(tmp_path: Path
     (tmp_path / "caller.py").write_text(CALLER)
     (tmp_path / "covrc").write_text(f"[run]\nbranch = True\nparallel = True\n"
                                     f"source = {tmp_path}\n")
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("COVERAGE_", "PYTHON", "MAINBOARD_COVERAGE"))}
-    env.update(PYTHONPATH=str(ROOT / "tests" / "covboot"),
-               COVERAGE_PROCESS_START=str(tmp_path / "covrc"),
-               COVERAGE_FILE=str(tmp_path / "cov"))
     for traced, inside in (("0", True), ("1", False)):
+        env = _measured_env(tmp_path / "covrc", tmp_path / "cov",
+                            MAINBOARD_COVERAGE_TRACE_FOREIGN_CALLS=traced)
         done = subprocess.run([sys.executable, str(tmp_path / "caller.py")], check=True,
-                              env={**env, "MAINBOARD_COVERAGE_TRACE_FOREIGN_CALLS": traced},
-                              capture_output=True, text=True)
+                              env=env, capture_output=True, text=True)
         assert json.loads(done.stdout) == {"before": True, "untraced_inside": inside,
                                            "after": True}, done.stderr
 

@@ -49,25 +49,23 @@ def _parse(path: Path, mtime_ns: int, size: int) -> ast.Module:
 def nodes(path: Path) -> tuple[ast.AST, ...]:
     """Every node of ``path``'s tree, in ``ast.walk`` order, listed once per content: a walk
     is pure Python (5 M node visits over the suite's architecture checks, half their time)."""
-    stat = path.stat()
-    return _nodes(path, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=4096)
-def _nodes(path: Path, mtime_ns: int, size: int) -> tuple[ast.AST, ...]:
-    return tuple(ast.walk(_parse(path, mtime_ns, size)))
+    return _nodes(parse(path))
 
 
 def import_nodes(path: Path) -> tuple[ast.Import | ast.ImportFrom, ...]:
     """``path``'s Import and ImportFrom nodes (module level, in functions, anywhere)."""
-    stat = path.stat()
-    return _import_nodes(path, stat.st_mtime_ns, stat.st_size)
+    return _import_nodes(parse(path))
+
+
+# Keyed by the tree itself: ``parse`` gives one tree object per content.
+@functools.lru_cache(maxsize=4096)
+def _nodes(tree: ast.Module) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(tree))
 
 
 @functools.lru_cache(maxsize=4096)
-def _import_nodes(path: Path, mtime_ns: int, size: int
-                  ) -> tuple[ast.Import | ast.ImportFrom, ...]:
-    return tuple(_imports_under(_parse(path, mtime_ns, size)))
+def _import_nodes(tree: ast.Module) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    return tuple(_imports_under(tree))
 
 
 _BLOCK = (ast.stmt, ast.excepthandler, ast.match_case)
