@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import vegas
+from redis import Redis
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -46,6 +47,8 @@ import mainboard  # noqa: E402
 from mainboard.integrators import genz, kernels  # noqa: E402
 from mainboard.integrators.chunking import SLICE_ROWS  # noqa: E402
 from mainboard.integrators.driver import integrate_local  # noqa: E402
+from mainboard.runs.spans import clock_offset, read_spans  # noqa: E402
+from mainboard.tasks import bundles, dispatch  # noqa: E402
 
 D, A, U = 8, 5.0, 0.5
 
@@ -105,26 +108,78 @@ def local(budget: int, repeat: int) -> tuple[float, float, Any]:
     return best, cpu, result
 
 
-def distributed(budget: int, repeat: int, switch: str, config: Any, url: str, root: Path
-                ) -> tuple[float, float, Any]:
+def _plain_plan(indices: Any, size: int, workers: int = 1) -> list[Any]:
+    """The coordinator's bundles as cut before they were evened out over the slots."""
+    return bundles.plan_bundles(indices, size)
+
+
+def distributed(budget: int, repeat: int, switch: str, config: Any, url: str, root: Path,
+                plain_bundles: bool = False) -> tuple[float, float, Any]:
     """(best wall s, the workers' CPU s in it, result) of integrate on 2 warm workers with
     ``MAINBOARD_KERNELS=switch``; a warm-up run first draws enough rows on each worker for
-    it to load the kernels (see integrators/kernels.py)."""
-    fleet = start_fleet(2, url, root / f"logs-{switch}", env={kernels.ENV: switch})
+    it to load the kernels (see integrators/kernels.py). ``plain_bundles``: the
+    coordinator (this process) cuts every bundle of one size, as before."""
+    plan = dispatch.plan_bundles
+    dispatch.plan_bundles = _plain_plan if plain_bundles else plan
+    fleet = start_fleet(2, url, root / f"logs-{switch}{'-plain' * plain_bundles}",
+                        env={kernels.ENV: switch})
     try:
         warm = max(budget // 10, 4 * kernels.LOAD_AFTER_ROWS)
         mainboard.integrate(gauss_spec(warm, name=f"warm-{switch}"), workers=0, config=config)
-        best, cpu, result = float("inf"), 0.0, None
+        best, cpu, result, window = float("inf"), 0.0, None, (0.0, 0.0)
         for _ in range(repeat):
-            c0, began = cpu_of(fleet.procs), time.perf_counter()
+            c0, began, t0 = cpu_of(fleet.procs), time.perf_counter(), time.time()
             result = mainboard.integrate(gauss_spec(budget, name="floor-workers"), workers=0,
                                          config=config)
             wall = time.perf_counter() - began
             if wall < best:
-                best, cpu = wall, cpu_of(fleet.procs) - c0
+                best, cpu, window = wall, cpu_of(fleet.procs) - c0, (t0, time.time())
+        print(f"  where the 2 workers' wall went ({switch=}): "
+              + where_wall(url, result.run_id, window))
         return best, cpu, result
     finally:
         fleet.stop()
+        dispatch.plan_bundles = plan
+
+
+def where_wall(url: str, run_id: str, window: tuple[float, float]) -> str:
+    """How the workers' time in one call splits, from the run's spans (Redis clock): busy in
+    a stage, before the first span (the call's set-up and first dispatch), between
+    iterations (no worker busy: merge, adapt, record, dispatch, delivery), in an
+    iteration's tail (one worker done, the other still busy), and after the last span."""
+    r = Redis.from_url(url)
+    offset = clock_offset(r)
+    began, ended = window[0] + offset, window[1] + offset
+    spans: list[Any] = []
+    for _ in range(50):  # workers ship spans in the background: wait until none arrive
+        seen = len(spans)
+        spans = [s for s in read_spans(r, run_id) if began <= s.start <= ended]
+        if spans and len(spans) == seen:
+            break
+        time.sleep(0.2)
+    workers = sorted({s.worker for s in spans})
+    by_it: dict[int, list[Any]] = {}
+    for s in spans:
+        by_it.setdefault(s.iteration, []).append(s)
+    busy = sum(s.duration for s in spans)
+    gaps = tails = 0.0
+    last_end = None
+    for k in sorted(by_it):
+        its = by_it[k]
+        lo, hi = min(s.start for s in its), max(s.start + s.duration for s in its)
+        if last_end is not None:
+            gaps += max(0.0, lo - last_end)
+        last_end = hi
+        for w in workers:
+            mine = [s.start + s.duration for s in its if s.worker == w]
+            tails += hi - max(mine) if mine else hi - lo
+    first = min(s.start for s in spans)
+    slots = len(workers) * (ended - began)
+    return (f"{len(spans)} spans, {len(by_it)} iterations on {len(workers)} workers; of "
+            f"{len(workers)} x {ended - began:.2f} s: busy {busy / slots:.0%}, before the "
+            f"first span {first - began:.3f} s, between iterations {gaps:.3f} s "
+            f"({gaps / max(1, len(by_it) - 1) * 1e3:.1f} ms each), tails {tails:.3f} "
+            f"worker-s, after the last {ended - (last_end or ended):.3f} s")
 
 
 def vegas_run(budget: int, repeat: int) -> tuple[float, float, float]:
@@ -158,6 +213,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=4e7)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--plain-bundles", action="store_true",
+                        help="one more 2-worker row: bundles cut all of one size, as before "
+                             "they were evened out over the worker slots (tasks/bundles.py)")
     parser.add_argument("--skip-workers", action="store_true",
                         help="the floor, the local driver and vegas only (no broker)")
     args = parser.parse_args()
@@ -186,6 +244,8 @@ def main() -> None:
         with bench_workspace("floor") as (config, url, root):
             w_before = distributed(budget, args.repeat, "0", config, url, root)
             w_after = distributed(budget, args.repeat, "1", config, url, root)
+            w_plain = distributed(budget, args.repeat, "1", config, url, root,
+                                  plain_bundles=True) if args.plain_bundles else None
         same = (w_after[2].estimate, w_after[2].error) == (w_before[2].estimate,
                                                            w_before[2].error)
         same_local = (w_after[2].estimate, w_after[2].error) == (after[2].estimate,
@@ -194,6 +254,10 @@ def main() -> None:
               f"to the local driver: {same_local}")
         line("before (numpy path)", budget, w_before[0], w_before[1], two, "floor(2)")
         line("after (kernels)", budget, w_after[0], w_after[1], two, "floor(2)")
+        if w_plain is not None:
+            print(f"  plain bundles, identical numbers: "
+                  f"{(w_plain[2].estimate, w_plain[2].error) == (w_after[2].estimate, w_after[2].error)}")
+            line("kernels, plain bundles", budget, w_plain[0], w_plain[1], two, "floor(2)")
         rows["2 workers"] = w_after
         rows["2 workers, numpy"] = w_before
     v_wall, v_cpu, v_err = vegas_run(budget, args.repeat)

@@ -77,12 +77,27 @@ class Bundle:
         return self.members[0]
 
 
-def plan_bundles(indices: Iterable[int], size: int) -> list[Bundle]:
+def plan_bundles(indices: Iterable[int], size: int, workers: int = 1) -> list[Bundle]:
     """Cut the batch indices still to compute (of one iteration) into bundles of at most
-    ``size``, in index order, so the first bundles hold the first batches."""
+    ``size``, in index order, so the first bundles hold the first batches.
+
+    Why not all of ``size``: the iteration ends when its last bundle does, so ``workers``
+    slots pulling bundles should each get the same work. The count is rounded up to a
+    multiple of ``workers`` (while there are batches enough) and the batches spread evenly,
+    the larger bundles first: 10 batches of size 2 on 2 slots are 2,2,2,2,1,1 (5 each), not
+    2,2,2,2,2 (6 against 4, one slot idle for two batches at every iteration's end)."""
     ordered = sorted(indices)
-    size = max(1, size)
-    return [Bundle(tuple(ordered[i:i + size])) for i in range(0, len(ordered), size)]
+    if not ordered:
+        return []
+    slots = max(1, workers)
+    count = min(len(ordered), math.ceil(math.ceil(len(ordered) / max(1, size)) / slots) * slots)
+    base, extra = divmod(len(ordered), count)
+    bundles, start = [], 0
+    for j in range(count):
+        end = start + base + (j < extra)
+        bundles.append(Bundle(tuple(ordered[start:end])))
+        start = end
+    return bundles
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,20 @@ def test_sampler_snapshot_round_trip_through_json() -> None:
         restore_sampler(bad)
 
 
+def test_plain_data_of_arrays_is_json_ready_and_names_non_finite_floats() -> None:
+    """Finite and integer arrays convert whole (Python numbers, exact through JSON); an
+    array with a NaN or an infinity, or of complex numbers, is walked value by value."""
+    finite = np.array([[0.1, 1e-300], [2.5, -3.0]])
+    plain = to_plain({"grid": finite, "counts": np.arange(3, dtype=np.int64),
+                      "mask": np.array([True, False]), "x": np.float32(0.5)})
+    assert plain == {"grid": [[0.1, 1e-300], [2.5, -3.0]], "counts": [0, 1, 2],
+                     "mask": [True, False], "x": 0.5}
+    assert type(plain["grid"][0][0]) is float and type(plain["counts"][0]) is int
+    assert np.array_equal(np.array(json.loads(json.dumps(plain))["grid"]), finite)
+    assert to_plain(np.array([1.0, np.nan, -np.inf])) == [1.0, "nan", "-inf"]
+    assert to_plain(np.array([1 + 2j])) == [1 + 2j]
+
+
 def test_max_samples_is_exact_and_last_iteration_is_short() -> None:
     result = integrate_local(spec(stop={"max_samples": 30_500},
                                   batching={"batch_size": 4000, "batches_per_iteration": 3}))

@@ -97,9 +97,21 @@ def test_bundles_never_straddle_an_iteration_end(workspace: Config,
 
 def test_plan_cuts_pending_batches_in_index_order() -> None:
     assert plan_bundles([5, 0, 1, 2, 7], 2) == [Bundle((0, 1)), Bundle((2, 5)), Bundle((7,))]
-    assert [b.lead for b in plan_bundles(range(10), 4)] == [0, 4, 8]
+    assert [len(b.members) for b in plan_bundles(range(10), 4)] == [4, 3, 3]  # evened out
     assert plan_bundles([], 3) == []
     assert plan_bundles([3], 0) == [Bundle((3,))]
+
+
+def test_plan_gives_every_worker_slot_the_same_share_of_an_iteration() -> None:
+    """Bundles of at most 2 for 10 batches on 2 slots: 6 bundles, 5 batches per slot as
+    they pull them in turn, the shortest last (not 2,2,2,2,2: 6 against 4)."""
+    plan = plan_bundles(range(10), 2, workers=2)
+    assert [len(b.members) for b in plan] == [2, 2, 2, 2, 1, 1]
+    assert [m for b in plan for m in b.members] == list(range(10))
+    assert sum(len(b.members) for b in plan[0::2]) == sum(len(b.members) for b in plan[1::2])
+    assert plan_bundles(range(10), 5, workers=2) == [Bundle((0, 1, 2, 3, 4)),
+                                                     Bundle((5, 6, 7, 8, 9))]
+    assert [len(b.members) for b in plan_bundles(range(3), 2, workers=4)] == [1, 1, 1]
 
 
 def test_each_iteration_of_a_run_is_cut_on_its_own() -> None:
