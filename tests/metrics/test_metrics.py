@@ -112,12 +112,14 @@ def test_flower_metrics_match_queues_pools_allocations_and_a_running_integration
             return parse(text)
 
         _send(ws, "mtr.waiting", WAITING)
+        # Flower's own series, on the same target, exist once its event consumer counted a
+        # worker's first event (its heartbeat), which may come after our collector sees it.
         samples = wait_until(lambda: (s := scrape()) and value(
-            s, "mainboard_workers", pool="steady", state="idle") == 1 and s, 60,
-            "the steady pool's worker online and idle")
+            s, "mainboard_workers", pool="steady", state="idle") == 1
+            and "flower_events_total" in {n for n, _ in s} and s, 60,
+            "the steady pool's worker online and idle, and an event counted by Flower")
         assert value(samples, "mainboard_queue_depth", queue="mtr.waiting") == WAITING
         assert value(samples, "mainboard_broker_up") == 1
-        assert "flower_events_total" in {n for n, _ in samples}  # Flower's own, same target
         for pool in ("steady", "waiting", "doomed"):
             counts = {st: value(samples, "mainboard_workers", pool=pool, state=st)
                       for st in ("queued", "starting", "busy", "idle", "lost", "unknown")}
