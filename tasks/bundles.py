@@ -169,11 +169,14 @@ class Sizer:
         """Forget slots not seen for two iterations (a worker that left)."""
         self.before, self.slots = self.slots, set()
 
+    def seen(self, known: int) -> int:
+        """Worker slots known to be there or seen lately (0: none yet)."""
+        return max(known, len(self.slots | self.before))
+
     def workers(self, known: int) -> int:
-        """Worker slots: those known to be there, or seen lately (``UNKNOWN_WORKERS`` when
-        nothing is known yet)."""
-        seen = len(self.slots | self.before)
-        return max(known, seen) or UNKNOWN_WORKERS
+        """Worker slots to share an iteration among (``UNKNOWN_WORKERS`` when nothing is
+        known yet)."""
+        return self.seen(known) or UNKNOWN_WORKERS
 
     def size(self, batches: int, batch_size: int, known_workers: int = 0) -> int:
         """Batches per bundle for an iteration of ``batches`` batches of ``batch_size``."""

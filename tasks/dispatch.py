@@ -66,7 +66,7 @@ class Dispatch:
             return plan_bundles(todo, 1)
         self.sizer.next_iteration()
         size = self.sizer.size(len(todo), self.batch_size, workers)
-        return plan_bundles(todo, size, self.sizer.workers(workers))
+        return plan_bundles(todo, size, self.sizer.seen(workers))  # evened over real slots
 
     def use(self, units: list[Bundle]) -> None:
         """Make ``units`` those of the iteration in hand (completions, re-sends)."""

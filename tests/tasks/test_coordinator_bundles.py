@@ -137,9 +137,10 @@ def test_sizer_aims_at_the_target_time_and_gives_every_worker_a_share() -> None:
     assert sizer.size(400, 2000) == 100  # 100 ms of work per task
     assert sizer.size(20, 2000) == 10  # two slots seen: half the iteration each
     assert sizer.size(20, 2000, known_workers=4) == 5
+    assert sizer.seen(0) == 2 and sizer.seen(3) == 3
     sizer.next_iteration()
     sizer.next_iteration()  # neither slot seen for two iterations: forgotten
-    assert sizer.workers(0) == bundles.UNKNOWN_WORKERS
+    assert sizer.workers(0) == bundles.UNKNOWN_WORKERS and sizer.seen(0) == 0
     assert Sizer(max_bundle=3, per_batch_s=1e-5).size(400, 2000, 2) == 3
     assert Sizer(per_batch_s=5.0).size(400, 2000, 2) == 1  # slow batches: one per task
 
