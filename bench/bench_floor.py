@@ -109,8 +109,10 @@ def local(budget: int, repeat: int) -> tuple[float, float, Any]:
 
 
 def _plain_plan(indices: Any, size: int, workers: int = 1) -> list[Any]:
-    """The coordinator's bundles as cut before they were evened out over the slots."""
-    return bundles.plan_bundles(indices, size)
+    """The coordinator's bundles as cut before they were evened out over the slots: all of
+    ``size`` in index order, the last one shorter."""
+    ordered = sorted(indices)
+    return [bundles.Bundle(tuple(ordered[i:i + size])) for i in range(0, len(ordered), size)]
 
 
 def distributed(budget: int, repeat: int, switch: str, config: Any, url: str, root: Path,
@@ -134,7 +136,8 @@ def distributed(budget: int, repeat: int, switch: str, config: Any, url: str, ro
             wall = time.perf_counter() - began
             if wall < best:
                 best, cpu, window = wall, cpu_of(fleet.procs) - c0, (t0, time.time())
-        print(f"  where the 2 workers' wall went ({switch=}): "
+        print(f"  where the 2 workers' wall went (kernels {switch}"
+              f"{', plain bundles' * plain_bundles}): "
               + where_wall(url, result.run_id, window))
         return best, cpu, result
     finally:

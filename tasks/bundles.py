@@ -90,7 +90,8 @@ def plan_bundles(indices: Iterable[int], size: int, workers: int = 1) -> list[Bu
     if not ordered:
         return []
     slots = max(1, workers)
-    count = min(len(ordered), math.ceil(math.ceil(len(ordered) / max(1, size)) / slots) * slots)
+    count = math.ceil(len(ordered) / max(1, size))  # the fewest bundles of at most size
+    count = min(len(ordered), math.ceil(count / slots) * slots)
     base, extra = divmod(len(ordered), count)
     bundles, start = [], 0
     for j in range(count):
