@@ -37,6 +37,14 @@ from .transport import Command, Completed, StreamSink, Transport
 COMMAND_TIMEOUT_S = 120.0
 _UID_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _FACTS = "mb-facts:"
+# `running DIR`: the pid recorded in DIR (left in $p) still runs DIR's job script. ps shows
+# `[name]` for a process between two execs (the launcher's nohup, setsid and bash exec in
+# turn; it has no command line for that moment: alive) and `[name] <defunct>` for a zombie;
+# ``-ww``: without it ps cuts the command line at $COLUMNS and a long path looks dead.
+RUNNING_SH = ('running() { p=$(cat "$1/pid" 2>/dev/null) || return 1\n'
+              '  case "$(ps -ww -p "$p" -o args= 2>/dev/null)" in\n'
+              '    *"$1/job.sh"*|"["*"]") return 0 ;;\n'
+              '  esac; return 1; }\n')
 _LOG = "mb-log:"
 LOG_CHUNK = 1 << 20
 TAG_ENV = "MAINBOARD_JOB_TAG"  # the job script exports its spec's tag (process hosts list it)  # bytes per read of a followed log
@@ -414,15 +422,16 @@ class Bridge(ABC):
         """Read pid liveness, exit code and markers of several job directories in one command.
 
         Liveness is read first: a process seen alive may have finished by the time its
-        exit code is read (fine), but one seen dead has already recorded its code. ``ps -ww``:
-        without it ps cuts the command line at $COLUMNS and a long path looks dead.
+        exit code is read (fine), but one seen dead has already recorded its code
+        (``RUNNING_SH``: a process between two execs is alive; without that, a job was once
+        reported failed before its script ran).
         """
         script = (
+            RUNNING_SH +
             'for d in "$@"; do\n'
             '  [ -d "$d" ] || { echo "' + _FACTS + 'missing"; continue; }\n'
             '  e=; p=; a=0; c=0; t=0\n'
-            '  if [ -r "$d/pid" ]; then p=$(cat "$d/pid")\n'
-            '    ps -ww -p "$p" -o args= 2>/dev/null | grep -qF -- "$d/job.sh" && a=1; fi\n'
+            '  running "$d" && a=1\n'
             '  [ -r "$d/exit_code" ] && e=$(cat "$d/exit_code")\n'
             '  [ -e "$d/cancelled" ] && c=1\n'
             '  [ -e "$d/timeout" ] && t=1\n'

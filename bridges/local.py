@@ -18,7 +18,7 @@ import shlex
 
 from mainboard.errors import HostError
 
-from .base import TAG_ENV, Bridge, DirFacts, JobPaths
+from .base import RUNNING_SH, TAG_ENV, Bridge, DirFacts, JobPaths
 from .jobstate import JobState, JobStatus
 from .poller import Poller
 
@@ -75,9 +75,7 @@ class ProcessBridge(Bridge):
         """Mark, TERM each script's process group, wait, then KILL what is left (and its child)."""
         dirs = " ".join(shlex.quote(job_dirs.get(i) or self.job_dir(i)) for i in ids)
         return (
-            # running: the pid still runs this job's script (not a zombie, not a reused pid)
-            'running() { p=$(cat "$1/pid" 2>/dev/null) && '
-            'ps -ww -p "$p" -o args= 2>/dev/null | grep -qF -- "$1/job.sh"; }\n'
+            RUNNING_SH +  # the pid still runs this job's script (not a zombie, not a reused pid)
             f"for d in {dirs}; do\n"
             '  : > "$d/cancelled"\n'
             '  running "$d" && { kill -TERM "-$p" || kill -TERM "$p"; }\n'

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -85,6 +86,32 @@ def test_local_outcomes_logs_and_hostile_values(local: Bridge, tmp_path: Path) -
     assert not mark.exists()
     local.cancel([ok, bad])  # already over: nothing to stop, no error, outcome unchanged
     assert local.poll([bad])[bad.job_id].exit_code == 3
+
+
+@pytest.mark.parametrize(("shown", "alive"), [
+    ("[bash]", True),  # mid-exec: no command line yet (nohup -> setsid -> bash)
+    ("[bash] <defunct>", False),  # a zombie
+    ("/usr/bin/python3 something else", False),  # the pid was reused
+    ("/bin/bash {script}", True),
+])
+def test_a_job_process_between_two_execs_is_alive_and_a_zombie_is_not(
+        local: Bridge, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shown: str,
+        alive: bool) -> None:
+    """What ps shows for the recorded pid decides liveness. A simulation: ``ps`` on PATH
+    prints the given line (the real window in which a process has no command line is too
+    short to hit on purpose); the job directory is a real one, with a live pid recorded."""
+    job = Path(local.root) / "probe-dir"
+    job.mkdir(parents=True)
+    (job / "pid").write_text(f"{os.getpid()}\n")
+    (job / "started").write_text("1.5\n")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ps").write_text("#!/bin/sh\nprintf '%s\\n' " +
+                             shlex.quote(shown.format(script=job / "job.sh")) + "\n")
+    (fake / "ps").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    facts = local.read_facts([str(job)])[str(job)]
+    assert (facts.alive, facts.exit_code, facts.pid) == (alive, None, os.getpid())
 
 
 def test_job_dir_is_private_but_the_job_keeps_the_usual_umask(local: Bridge) -> None:
