@@ -86,12 +86,16 @@ class Batch:
 
     ``aux`` carries sampler-private per-sample arrays (e.g. VEGAS bin numbers) that transforms
     pass through untouched so the sampler can turn evaluated values into training data.
+    ``in_cube``: the sampler checked every point into [0, 1)^d while making it (the compiled
+    VEGAS map, in the same pass); the materialize stage then skips its own pass over the
+    points. Never carried over: a replaced, transformed or decoded batch is checked again.
     """
 
     x: np.ndarray
     idx: np.ndarray
     weights: np.ndarray
     aux: dict[str, np.ndarray] = field(default_factory=dict)
+    in_cube: bool = False
 
     @property
     def n(self) -> int:
@@ -128,11 +132,12 @@ def _check_array(stage: str, name: str, value: Any, kind: str, shape: tuple[int,
 
 def validate(batch: Batch, domain: Domain, stage: str, *, dim: int | None = None,
              region: Region = Region.CUBE, center: np.ndarray | None = None,
-             radius: float = 1.0) -> Batch:
+             radius: float = 1.0, in_cube: bool = False) -> Batch:
     """Check shape, dtype, range and finiteness; raise :class:`BatchError` naming ``stage``.
 
     ``dim``/``region``/``center``/``radius`` describe where a transform put the points; by
-    default the points must lie in the unit cube of the domain.
+    default the points must lie in the unit cube of the domain. ``in_cube``: they were
+    checked into it where they were made (``Batch.in_cube``); the range pass is skipped.
     """
     if not isinstance(batch, Batch):
         raise BatchError(stage, f"expected a Batch, got {type(batch).__name__}")
@@ -155,7 +160,8 @@ def validate(batch: Batch, domain: Domain, stage: str, *, dim: int | None = None
                                     f"(first at sample {first}: {weights[first]!r})")
     if n and weights.min() < 0:
         raise BatchError(stage, "weights must be >= 0 (a Jacobian over a density)")
-    _check_points(stage, batch.x, region, center, radius)
+    if not (in_cube and region is Region.CUBE):
+        _check_points(stage, batch.x, region, center, radius)
     if domain.discrete:
         cards = np.asarray(domain.discrete, dtype=np.int64)
         out = (batch.idx < 0) | (batch.idx >= cards)

@@ -84,34 +84,37 @@ def _import_kernels() -> dict[str, Callable[..., None] | None]:
 def stratified_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,
                     tables: GridTables, step: np.ndarray, corners: np.ndarray,
                     starts: np.ndarray, factors: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(x (d, n), Jacobians with the stratum factor (n,), bins (d, n), factors (n,)) of a
-    stratified batch: the uniforms drawn slice by slice exactly as the numpy path draws
-    them, each slice mapped by ``kernel``. ``corners`` (d, runs), ``starts`` (runs + 1) and
-    ``factors`` (runs,) describe the batch's runs of strata."""
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(x (d, n), Jacobians with the stratum factor (n,), bins (d, n), factors (n,), whether
+    every point is in [0, 1)^d) of a stratified batch: the uniforms drawn slice by slice
+    exactly as the numpy path draws them, each slice mapped by ``kernel``. ``corners`` (d,
+    runs), ``starts`` (runs + 1) and ``factors`` (runs,) describe the batch's runs of
+    strata."""
     d = tables.dim
     x, jac, scale = np.empty((d, n)), np.empty(n), np.empty(n)
     bins = np.empty((d, n), dtype=tables.bin_dtype)
     slices = row_slices(n)
     buffer = np.empty(d * (slices[0].stop - slices[0].start))
     corners = np.ascontiguousarray(corners)
+    outside = 0
     for sl in slices:
         part = buffer[:d * (sl.stop - sl.start)].reshape(d, sl.stop - sl.start)
         rng.random(out=part)
-        kernel(part, step, corners, starts, factors, tables.lower, tables.width,
-               tables.bins, x, jac, bins, scale, sl.start)
-    return x, jac, bins, scale
+        outside += kernel(part, step, corners, starts, factors, tables.lower, tables.width,
+                          tables.bins, x, jac, bins, scale, sl.start)
+    return x, jac, bins, scale, outside == 0
 
 
 def classic_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,
-                 tables: GridTables) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x, Jacobians, bins) of an unstratified batch of one grid, as ``tables.draw(rng, n)``
-    gives them: one run over the whole batch, step N, corner 0, factor 1 (exact no-ops)."""
+                 tables: GridTables) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(x, Jacobians, bins, in the cube) of an unstratified batch of one grid, as
+    ``tables.draw(rng, n)`` gives them: one run over the whole batch, step N, corner 0,
+    factor 1 (exact no-ops)."""
     d = tables.dim
-    x, jac, bins, _ = stratified_draw(
+    x, jac, bins, _, inside = stratified_draw(
         kernel, rng, n, tables, np.full(d, float(tables.bins)), np.zeros((d, 1)),
         np.array([0, n], dtype=np.intp), np.ones(1))
-    return x, jac, bins
+    return x, jac, bins, inside
 
 
 def grid_training(kernel: Callable[..., None], tables: GridTables, bins: np.ndarray,

@@ -235,10 +235,11 @@ class VegasSampler(Sampler):
         strata follow from the plan and its index, see :meth:`strata_layout`)."""
         rng = latent.rng()
         idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
+        inside = False  # the compiled map counts points outside the cube; numpy does not
         if self.strata is None or not self.strata.covers(latent.batch_index, latent.n):
             kernel = stratified_kernel(latent.n) if self.tables.groups == 1 else None
             if kernel is not None:  # the same numbers, in one compiled pass
-                x, jac, bins = classic_draw(kernel, rng, latent.n, self.tables)
+                x, jac, bins, inside = classic_draw(kernel, rng, latent.n, self.tables)
             else:
                 x, jac, bins = self.tables.draw(rng, latent.n)
             aux = {"bins": bins.T}
@@ -247,7 +248,7 @@ class VegasSampler(Sampler):
             step, span = self.bins / self.strata.nstrat, slice(first, first + local.size)
             kernel = stratified_kernel(latent.n)
             if kernel is not None:  # the same numbers, in one compiled pass
-                x, jac, bins, scale = stratified_draw(
+                x, jac, bins, scale, inside = stratified_draw(
                     kernel, rng, latent.n, self.tables, step, self.bin_corners[:, span],
                     run_starts(local), self.strata.factors[span])
             else:
@@ -258,7 +259,7 @@ class VegasSampler(Sampler):
             aux = {"bins": bins.T, "stratum_factor": scale}
         if factor != 1.0:
             jac *= factor
-        return Batch(x=x.T, idx=idx, weights=jac, aux=aux)
+        return Batch(x=x.T, idx=idx, weights=jac, aux=aux, in_cube=inside)
 
     def training(self, batch: Batch, wf2: np.ndarray, finite: np.ndarray | None) -> Training:
         """Per-dimension per-bin sums of |w f|^2 and counts (stratified: |w f|^2 without

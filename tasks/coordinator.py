@@ -278,8 +278,10 @@ class Coordinator:
 
         stale = self.steer.stale(self.dispatch.gen, self.outage.run(write))
         self._control_read = True
-        # On the writer's thread: the next iteration is out already, its batches computed
-        # while this line is fsynced (a crash before it is written redoes the iteration).
+        # On the writer's thread, once the next iteration is out (held till then: see
+        # ReceiptWriter), its batches computed while this line is encoded and fsynced (a
+        # crash before it is written redoes the iteration).
+        self.receipts.hold()
         self.receipts.record(IterationDone(
             run_id=self.run_id, iteration=k, samples=st.samples, estimate=plain["estimate"],
             error=plain["error"], snapshot=snap_plain, wall_s=self.wall_before + wall,
@@ -354,6 +356,7 @@ class Coordinator:
         self.steer.mark("dispatch", launch.sent_at)
         if not self.steer.halting:
             self.launcher.send_ahead(self.state, sizes)
+        self.receipts.release()  # the last iteration's line, written while this one computes
         return self._collect(launch)
 
     def _opening(self, fresh: bool) -> str:

@@ -153,13 +153,29 @@ class Launcher:
 
 class ReceiptWriter:
     """A run store's ``record`` on a thread: lines in the order given, each fsynced as
-    before; ``flush`` waits for all of them and raises what writing one raised."""
+    before; ``flush`` waits for all of them and raises what writing one raised.
+
+    ``hold`` keeps the thread from starting on a line until ``release``: encoding an
+    iteration's line (a VEGAS+ snapshot is tens of thousands of floats, ~25-45 ms of
+    ``json.dumps``) holds the GIL throughout, so written at once it stalled the
+    coordinator's dispatch of the next iteration while every worker waited; held until
+    that dispatch is out, it is written while the workers compute."""
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
         self._queue: queue.Queue[Payload | None] = queue.Queue()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._open = threading.Event()
+        self._open.set()
+
+    def hold(self) -> None:
+        """Lines handed over from now on wait until :meth:`release` (or a flush)."""
+        self._open.clear()
+
+    def release(self) -> None:
+        """Write what waits, and what comes, at once again."""
+        self._open.set()
 
     def record(self, payload: Payload) -> None:
         """Queue one receipt line (the thread starts with the first)."""
@@ -171,6 +187,7 @@ class ReceiptWriter:
 
     def _write(self) -> None:
         while (payload := self._queue.get()) is not None:
+            self._open.wait()
             try:
                 if self._error is None:  # after a failure nothing later is written
                     self.store.record(payload)
@@ -187,11 +204,13 @@ class ReceiptWriter:
 
     def flush(self) -> None:
         """Wait until every queued line is written."""
+        self.release()
         self._queue.join()
         self._raise()
 
     def close(self) -> None:
         """Write what is queued, then end the thread."""
+        self.release()
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join()

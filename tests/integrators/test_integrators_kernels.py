@@ -15,7 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from mainboard.integrators import kernels
+from mainboard.errors import BatchError
+from mainboard.integrators import kernels, stages
 from mainboard.integrators.driver import RunState, integrate_local, step
 from mainboard.integrators.grid import ONE_BELOW, GridTables
 from mainboard.integrators.stages import build_run
@@ -85,10 +86,11 @@ def test_kernel_puts_a_sum_that_rounds_up_to_the_bin_count_in_the_last_bin() -> 
     kernel = kernels.stratified_kernel(10 ** 6)
     assert kernel is not None
     starts = run_starts(local)
-    kx, kjac, kbins, _ = kernels.stratified_draw(
+    kx, kjac, kbins, _, inside = kernels.stratified_draw(
         kernel, _Draws(), 90, tables, step_, corners[:, first:first + local.size], starts,
         plan.factors[first:first + local.size])
     assert (got_bins == bins - 1).any()  # the clamp happened
+    assert inside  # the sum that rounds up to N stays in the cube
     assert np.array_equal(kx, x) and np.array_equal(kjac, jac)
     assert np.array_equal(kbins, got_bins)
 
@@ -160,8 +162,9 @@ def test_classic_draw_and_training_match_numpy_to_the_last_bit(
     assert kernels.preload(), "numba did not load"
     tables = _random_tables(seed, dim, bins)
     x, jac, got_bins = tables.draw(np.random.default_rng(seed), n)
-    kx, kjac, kbins = kernels.classic_draw(kernels._LOADED["stratified"],
-                                           np.random.default_rng(seed), n, tables)
+    kx, kjac, kbins, inside = kernels.classic_draw(kernels._LOADED["stratified"],
+                                                   np.random.default_rng(seed), n, tables)
+    assert inside
     for got, want in ((kx, x), (kjac, jac), (kbins, got_bins)):
         assert got.dtype == want.dtype and np.array_equal(got, want)
     f2 = np.random.default_rng(seed + 10).random(n) ** 4 * 1e3
@@ -190,9 +193,10 @@ def test_stratified_draw_matches_numpy_on_other_seeds_and_dimensions(seed: int, 
                                    into=StratifiedFill(corners, nstrat, step_, first, local))
     factors = plan.factors[first:first + local.size]
     jac *= np.repeat(factors, local)
-    kx, kjac, kbins, scale = kernels.stratified_draw(
+    kx, kjac, kbins, scale, inside = kernels.stratified_draw(
         kernels._LOADED["stratified"], np.random.default_rng(seed), n, tables, step_,
         corners[:, first:first + local.size], run_starts(local), factors)
+    assert inside
     assert np.array_equal(kx, x) and np.array_equal(kjac, jac)
     assert np.array_equal(kbins, got_bins) and np.array_equal(scale, np.repeat(factors, local))
 
@@ -212,3 +216,28 @@ def test_a_run_with_a_mask_gives_the_same_result_with_and_without_kernels(
         assert r.nan_count > 0  # the mask was used
         results.append((float(r.estimate).hex(), float(r.error).hex(), r.samples))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.75])
+def test_the_compiled_map_checks_its_points_into_the_cube_and_a_bad_grid_fails_as_on_numpy(
+        monkeypatch: pytest.MonkeyPatch, small_kernel_rows: None, beta: float) -> None:
+    """The compiled map counts coordinates outside [0, 1) as it makes them, so the
+    materialize stage skips its own pass over the points (``Batch.in_cube``); a grid with
+    an edge below 0 (a damaged snapshot) still fails the batch, with numpy's message."""
+    run = build_run({**SPEC, "domain": {"continuous": 5}, "sampler": {**SPEC["sampler"],
+                                                                      "beta": beta}})
+    assert kernels.preload(), "numba did not load"
+    messages = []
+    for switch in ("0", "1"):
+        monkeypatch.setenv(kernels.ENV, switch)
+        sampler = run.new_sampler()
+        sampler.plan([9000, 9000])
+        good = stages.materialize(run, sampler, sampler.sample(11, 0, 1, 9000))
+        assert good.in_cube is (switch == "1")
+        edges = sampler.tables.edges.copy()
+        edges[0, 2, 0] = -0.25  # axis 2's first bin starts below the cube
+        sampler.tables = GridTables(edges)
+        with pytest.raises(BatchError) as caught:
+            stages.materialize(run, sampler, sampler.sample(11, 0, 1, 9000))
+        messages.append(str(caught.value))
+    assert "outside the unit cube" in messages[0] and messages[0] == messages[1]
