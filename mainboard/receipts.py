@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mainboard.errors import ReceiptError
@@ -349,6 +350,22 @@ def register(cls: type[Payload]) -> type[Payload]:
     return cls
 
 
+def encode_line(record: dict[str, Any]) -> bytes:
+    """One NDJSON line, compact, keys in the record's order (runs/lazy.py cuts snapshots
+    out by that layout).
+
+    Why orjson: an iteration's line carries its sampler's snapshot, for VEGAS+ tens of
+    thousands of floats, and the standard encoder's float repr took 25-45 ms of a
+    coordinator's CPU an iteration (~1.5 ms here), on cores its workers share. Both write
+    the shortest repr that reads back as the same float (``1e-07`` vs ``1e-7``). What
+    orjson refuses (an int beyond 64 bits, a non-string key) goes through ``json``. No
+    NaN reaches here: ``model_dump(mode="json")`` has made it null already."""
+    try:
+        return orjson.dumps(record) + b"\n"
+    except TypeError:  # orjson.JSONEncodeError is one
+        return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+
 class Receipts:
     """An append-only NDJSON log in one file, safe for concurrent writers (flock)."""
 
@@ -359,12 +376,12 @@ class Receipts:
         """Write one line ``{"topic", "ts", "payload"}`` durably and return it."""
         record = {"topic": payload.topic, "ts": time.time(),
                   "payload": payload.model_dump(mode="json")}
-        line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
+        line = encode_line(record)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            os.write(fd, line.encode())
+            os.write(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
