@@ -21,15 +21,19 @@ seconds (this process, or the workers' rusage) are given beside them, as the ste
 on a shared machine. Nothing is asserted.
 
     .venv/bin/python bench/bench_floor.py [--budget 4e7] [--repeat 2] [--skip-workers]
+                                          [--plain-bundles] [--old-receipts]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import multiprocessing as mp
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +48,12 @@ from bench_integrate import bench_workspace, gauss_spec, start_fleet  # noqa: E4
 from capacity import cpu_of  # noqa: E402
 
 import mainboard  # noqa: E402
+from mainboard import receipts  # noqa: E402
 from mainboard.integrators import genz, kernels  # noqa: E402
 from mainboard.integrators.chunking import SLICE_ROWS  # noqa: E402
 from mainboard.integrators.driver import integrate_local  # noqa: E402
 from mainboard.runs.spans import clock_offset, read_spans  # noqa: E402
-from mainboard.tasks import bundles, dispatch  # noqa: E402
+from mainboard.tasks import bundles, dispatch, pipeline  # noqa: E402
 
 D, A, U = 8, 5.0, 0.5
 
@@ -115,34 +120,51 @@ def _plain_plan(indices: Any, size: int, workers: int = 1) -> list[Any]:
     return [bundles.Bundle(tuple(ordered[i:i + size])) for i in range(0, len(ordered), size)]
 
 
+@contextlib.contextmanager
+def as_before(variant: str | None) -> Iterator[None]:
+    """The coordinator (this process) as it was before one change, for a row beside the
+    current code in the same run: ``plain bundles`` (all of one size, not evened over the
+    slots), ``old receipts`` (each iteration's line encoded at once with json, not held
+    until the next iteration is out and encoded with orjson)."""
+    saved = (dispatch.plan_bundles, pipeline.ReceiptWriter.hold, receipts.encode_line)
+    if variant == "plain bundles":
+        dispatch.plan_bundles = _plain_plan
+    elif variant == "old receipts":
+        pipeline.ReceiptWriter.hold = lambda self: None  # type: ignore[method-assign]
+        receipts.encode_line = lambda record: (json.dumps(
+            record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    try:
+        yield
+    finally:
+        dispatch.plan_bundles, pipeline.ReceiptWriter.hold, receipts.encode_line = saved
+
+
 def distributed(budget: int, repeat: int, switch: str, config: Any, url: str, root: Path,
-                plain_bundles: bool = False) -> tuple[float, float, Any]:
+                variant: str | None = None) -> tuple[float, float, Any]:
     """(best wall s, the workers' CPU s in it, result) of integrate on 2 warm workers with
     ``MAINBOARD_KERNELS=switch``; a warm-up run first draws enough rows on each worker for
-    it to load the kernels (see integrators/kernels.py). ``plain_bundles``: the
-    coordinator (this process) cuts every bundle of one size, as before."""
-    plan = dispatch.plan_bundles
-    dispatch.plan_bundles = _plain_plan if plain_bundles else plan
-    fleet = start_fleet(2, url, root / f"logs-{switch}{'-plain' * plain_bundles}",
+    it to load the kernels (see integrators/kernels.py). ``variant``: the coordinator as
+    before one change (:func:`as_before`)."""
+    label = f"kernels {switch}" + (f", {variant}" if variant else "")
+    fleet = start_fleet(2, url, root / f"logs-{label.replace(' ', '-').replace(',', '')}",
                         env={kernels.ENV: switch})
     try:
         warm = max(budget // 10, 4 * kernels.LOAD_AFTER_ROWS)
         mainboard.integrate(gauss_spec(warm, name=f"warm-{switch}"), workers=0, config=config)
         best, cpu, result, where = float("inf"), 0.0, None, ""
-        for _ in range(repeat):
-            c0, began, t0 = cpu_of(fleet.procs), time.perf_counter(), time.time()
-            result = mainboard.integrate(gauss_spec(budget, name="floor-workers"), workers=0,
-                                         config=config)
-            wall = time.perf_counter() - began
-            if wall < best:  # read now: the next call of the same run clears its spans
-                best, cpu = wall, cpu_of(fleet.procs) - c0
-                where = where_wall(url, result.run_id, (t0, time.time()))
-        print(f"  where the 2 workers' wall went (kernels {switch}"
-              f"{', plain bundles' * plain_bundles}): {where}")
+        with as_before(variant):
+            for _ in range(repeat):
+                c0, began, t0 = cpu_of(fleet.procs), time.perf_counter(), time.time()
+                result = mainboard.integrate(gauss_spec(budget, name="floor-workers"),
+                                             workers=0, config=config)
+                wall = time.perf_counter() - began
+                if wall < best:  # read now: the next call of the same run clears its spans
+                    best, cpu = wall, cpu_of(fleet.procs) - c0
+                    where = where_wall(url, result.run_id, (t0, time.time()))
+        print(f"  where the 2 workers' wall went ({label}): {where}")
         return best, cpu, result
     finally:
         fleet.stop()
-        dispatch.plan_bundles = plan
 
 
 def where_wall(url: str, run_id: str, window: tuple[float, float]) -> str:
@@ -219,6 +241,10 @@ def main() -> None:
     parser.add_argument("--plain-bundles", action="store_true",
                         help="one more 2-worker row: bundles cut all of one size, as before "
                              "they were evened out over the worker slots (tasks/bundles.py)")
+    parser.add_argument("--old-receipts", action="store_true",
+                        help="one more 2-worker row: each iteration's receipt line encoded "
+                             "at once with json, as before it was held until the next "
+                             "iteration is out and encoded with orjson (tasks/pipeline.py)")
     parser.add_argument("--skip-workers", action="store_true",
                         help="the floor, the local driver and vegas only (no broker)")
     args = parser.parse_args()
@@ -247,8 +273,10 @@ def main() -> None:
         with bench_workspace("floor") as (config, url, root):
             w_before = distributed(budget, args.repeat, "0", config, url, root)
             w_after = distributed(budget, args.repeat, "1", config, url, root)
-            w_plain = distributed(budget, args.repeat, "1", config, url, root,
-                                  plain_bundles=True) if args.plain_bundles else None
+            others = [(variant, distributed(budget, args.repeat, "1", config, url, root,
+                                            variant))
+                      for variant, wanted in (("plain bundles", args.plain_bundles),
+                                              ("old receipts", args.old_receipts)) if wanted]
         same = (w_after[2].estimate, w_after[2].error) == (w_before[2].estimate,
                                                            w_before[2].error)
         same_local = (w_after[2].estimate, w_after[2].error) == (after[2].estimate,
@@ -257,10 +285,10 @@ def main() -> None:
               f"to the local driver: {same_local}")
         line("before (numpy path)", budget, w_before[0], w_before[1], two, "floor(2)")
         line("after (kernels)", budget, w_after[0], w_after[1], two, "floor(2)")
-        if w_plain is not None:
-            print(f"  plain bundles, identical numbers: "
-                  f"{(w_plain[2].estimate, w_plain[2].error) == (w_after[2].estimate, w_after[2].error)}")
-            line("kernels, plain bundles", budget, w_plain[0], w_plain[1], two, "floor(2)")
+        for variant, row in others:
+            print(f"  {variant}, identical numbers: "
+                  f"{(row[2].estimate, row[2].error) == (w_after[2].estimate, w_after[2].error)}")
+            line(f"kernels, {variant}", budget, row[0], row[1], two, "floor(2)")
         rows["2 workers"] = w_after
         rows["2 workers, numpy"] = w_before
     v_wall, v_cpu, v_err = vegas_run(budget, args.repeat)
