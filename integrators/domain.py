@@ -86,9 +86,10 @@ class Batch:
 
     ``aux`` carries sampler-private per-sample arrays (e.g. VEGAS bin numbers) that transforms
     pass through untouched so the sampler can turn evaluated values into training data.
-    ``in_cube``: the sampler checked every point into [0, 1)^d while making it (the compiled
-    VEGAS map, in the same pass); the materialize stage then skips its own pass over the
-    points. Never carried over: a replaced, transformed or decoded batch is checked again.
+    ``in_cube``: the sampler made every point in [0, 1)^d by construction (the compiled
+    VEGAS map from checked tables: ``kernels.maps_into_cube``); the materialize stage then
+    skips its own pass over the points. Never carried over: a replaced, transformed or
+    decoded batch is checked again.
     """
 
     x: np.ndarray

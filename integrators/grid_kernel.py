@@ -29,10 +29,8 @@ ONE_BELOW = np.nextafter(1.0, 0.0)
 def stratified_slice(u: np.ndarray, step: np.ndarray, corners: np.ndarray,
                      starts: np.ndarray, factors: np.ndarray, lower: np.ndarray,
                      width: np.ndarray, nbins: int, x: np.ndarray, jac: np.ndarray,
-                     bins: np.ndarray, scale: np.ndarray, lo: int) -> int:
-    """Rows lo .. lo + rows of a batch from their uniforms ``u`` (d, rows); how many of
-    their coordinates fell outside [0, 1) before the cap (a NaN counts): 0 lets the stage
-    skip its own pass over the points (``validate(..., in_cube=True)``).
+                     bins: np.ndarray, scale: np.ndarray, lo: int) -> None:
+    """Rows lo .. lo + rows of a batch from their uniforms ``u`` (d, rows).
 
     ``corners`` (d, runs) and ``factors`` (runs,) belong to the batch's runs of strata,
     ``starts`` (runs + 1) are the runs' first rows; ``lower``/``width`` the grid's flat
@@ -40,7 +38,6 @@ def stratified_slice(u: np.ndarray, step: np.ndarray, corners: np.ndarray,
     outputs."""
     d, rows = u.shape
     hi = lo + rows
-    outside = 0
     first = np.searchsorted(starts, lo, side="right") - 1
     scale_n = float(nbins)
     for j in range(d):
@@ -57,10 +54,7 @@ def stratified_slice(u: np.ndarray, step: np.ndarray, corners: np.ndarray,
                 whole = np.floor(y)
                 b = min(int(whole), nbins - 1)
                 w = width_j[b]
-                t = lower_j[b] + (y - whole) * w
-                if not t >= 0.0:  # the cap keeps it below 1; NaN fails this too
-                    outside += 1
-                x_j[row] = min(t, ONE_BELOW)
+                x_j[row] = min(lower_j[b] + (y - whole) * w, ONE_BELOW)
                 bins_j[row] = b
                 if j == 0:
                     jac[row] = w * scale_n
@@ -75,7 +69,6 @@ def stratified_slice(u: np.ndarray, step: np.ndarray, corners: np.ndarray,
             jac[row] = jac[row] * factor
             scale[row] = factor
         r0, run = r1, run + 1
-    return outside
 
 
 @numba.njit(cache=True, nogil=True)

@@ -96,13 +96,24 @@ def stratified_draw(kernel: Callable[..., None], rng: np.random.Generator, n: in
     slices = row_slices(n)
     buffer = np.empty(d * (slices[0].stop - slices[0].start))
     corners = np.ascontiguousarray(corners)
-    outside = 0
     for sl in slices:
         part = buffer[:d * (sl.stop - sl.start)].reshape(d, sl.stop - sl.start)
         rng.random(out=part)
-        outside += kernel(part, step, corners, starts, factors, tables.lower, tables.width,
-                          tables.bins, x, jac, bins, scale, sl.start)
-    return x, jac, bins, scale, outside == 0
+        kernel(part, step, corners, starts, factors, tables.lower, tables.width,
+               tables.bins, x, jac, bins, scale, sl.start)
+    return x, jac, bins, scale, maps_into_cube(tables, step, corners)
+
+
+def maps_into_cube(tables: GridTables, step: np.ndarray, corners: np.ndarray) -> bool:
+    """Whether the map puts every uniform u in [0, 1) into [0, 1): true when the bins'
+    lower edges and widths, the strata's step and corners are finite and >= 0. Then
+    y = u * step + corner is finite and >= 0, y - floor(y) is exact and in [0, 1), and
+    lower + (y - floor(y)) * width rounds to a number >= 0, which the cap keeps below 1.
+
+    Why: a look at d x N table entries instead of a pass over the batch's d x n points
+    (the materialize stage's range check, 7% of a worker's CPU on the 8-d gaussian)."""
+    return all(bool(np.isfinite(a).all() and (a >= 0.0).all())
+               for a in (tables.lower, tables.width, step, corners))
 
 
 def classic_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,

@@ -235,7 +235,7 @@ class VegasSampler(Sampler):
         strata follow from the plan and its index, see :meth:`strata_layout`)."""
         rng = latent.rng()
         idx, _flat, factor = _uniform_channels(self.domain, rng, latent.n)
-        inside = False  # the compiled map counts points outside the cube; numpy does not
+        inside = False  # the compiled map's tables are checked (kernels.maps_into_cube)
         if self.strata is None or not self.strata.covers(latent.batch_index, latent.n):
             kernel = stratified_kernel(latent.n) if self.tables.groups == 1 else None
             if kernel is not None:  # the same numbers, in one compiled pass

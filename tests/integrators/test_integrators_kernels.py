@@ -90,7 +90,7 @@ def test_kernel_puts_a_sum_that_rounds_up_to_the_bin_count_in_the_last_bin() -> 
         kernel, _Draws(), 90, tables, step_, corners[:, first:first + local.size], starts,
         plan.factors[first:first + local.size])
     assert (got_bins == bins - 1).any()  # the clamp happened
-    assert inside  # the sum that rounds up to N stays in the cube
+    assert inside  # the tables are finite and >= 0
     assert np.array_equal(kx, x) and np.array_equal(kjac, jac)
     assert np.array_equal(kbins, got_bins)
 
@@ -219,11 +219,11 @@ def test_a_run_with_a_mask_gives_the_same_result_with_and_without_kernels(
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.75])
-def test_the_compiled_map_checks_its_points_into_the_cube_and_a_bad_grid_fails_as_on_numpy(
+def test_the_compiled_map_checks_its_tables_for_the_cube_and_a_bad_grid_fails_as_on_numpy(
         monkeypatch: pytest.MonkeyPatch, small_kernel_rows: None, beta: float) -> None:
-    """The compiled map counts coordinates outside [0, 1) as it makes them, so the
-    materialize stage skips its own pass over the points (``Batch.in_cube``); a grid with
-    an edge below 0 (a damaged snapshot) still fails the batch, with numpy's message."""
+    """The compiled map's tables are checked (finite, >= 0: every point lands in [0, 1)),
+    so the materialize stage skips its own pass over the points (``Batch.in_cube``); a grid
+    with an edge below 0 (a damaged snapshot) still fails the batch, with numpy's message."""
     run = build_run({**SPEC, "domain": {"continuous": 5}, "sampler": {**SPEC["sampler"],
                                                                       "beta": beta}})
     assert kernels.preload(), "numba did not load"
@@ -241,3 +241,7 @@ def test_the_compiled_map_checks_its_points_into_the_cube_and_a_bad_grid_fails_a
             stages.materialize(run, sampler, sampler.sample(11, 0, 1, 9000))
         messages.append(str(caught.value))
     assert "outside the unit cube" in messages[0] and messages[0] == messages[1]
+    tables, step, corners = _random_tables(1, 2, 8), np.full(2, 4.0), np.zeros((2, 1))
+    assert kernels.maps_into_cube(tables, step, corners)
+    assert not kernels.maps_into_cube(tables, np.array([4.0, np.nan]), corners)
+    assert not kernels.maps_into_cube(tables, step, np.array([[0.0], [-1.0]]))
