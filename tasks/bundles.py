@@ -29,7 +29,10 @@ import redis
 
 from mainboard import keys
 
-TARGET_S = 0.1  # compute time one task should carry (the middle of 50-200 ms)
+# compute time one task should carry: the top of 50-200 ms, as a task's own cost (claim,
+# store, Celery's delivery, ack and events) is ~8-10 ms on a loaded 2-core machine; 0.1 s
+# cost the 8-d gaussian on 2 workers 5% more wall and 7% more CPU (docs/performance.md)
+TARGET_S = 0.2
 PRIOR_S_PER_SAMPLE = 1e-6  # before anything was measured: a guess that keeps tasks short
 UNKNOWN_WORKERS = 8  # bundles per iteration at least, before any worker was seen
 AUTO_MAX = 4096  # the cap when the run sets no max_bundle

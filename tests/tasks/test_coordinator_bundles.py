@@ -134,7 +134,7 @@ def test_sizer_aims_at_the_target_time_and_gives_every_worker_a_share() -> None:
     assert sizer.size(400, 2000) == 50  # nothing seen yet: 8 workers assumed
     sizer.record(Done((0, 1, 2, 3), 0.004, "w1"))  # 1 ms per batch
     sizer.record(Done((4, 5), 0.002, "w2"))
-    assert sizer.size(400, 2000) == 100  # 100 ms of work per task
+    assert sizer.size(1000, 2000) == round(bundles.TARGET_S / 0.001)  # TARGET_S of work a task
     assert sizer.size(20, 2000) == 10  # two slots seen: half the iteration each
     assert sizer.size(20, 2000, known_workers=4) == 5
     assert sizer.seen(0) == 2 and sizer.seen(3) == 3
