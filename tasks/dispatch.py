@@ -133,7 +133,8 @@ class Dispatch:
             message["latents"] = [self.latents[i] for i in unit.members]
         self.app.send_task(STAGE_PREFIX + "bundle", args=(message,), producer=self._producer,
                            shadow=shadow_name("bundle", self.name, k + 1, lead),
-                           headers=self.headers(), **OPTIONS)
+                           headers=self.headers(), argsrepr=bundle_repr(self.run_id, k, unit),
+                           kwargsrepr="{}", **OPTIONS)
 
     def chain_for(self, k: int, batch: int, n: int, attempt: int) -> Signature:
         """The per-batch chain: sample | materialize | [transform] | evaluate (storing)."""
@@ -153,4 +154,15 @@ class Dispatch:
                      *rest)
 
 
-__all__ = ["Dispatch"]
+def bundle_repr(run_id: str, k: int, unit: Bundle) -> str:
+    """What Flower and the task events show as a bundle's arguments.
+
+    Why given: left to Celery, ``saferepr`` walks the message (its ref and every member's
+    size) for every task sent, about 1 ms of the coordinator's CPU a bundle, on the path
+    between two iterations."""
+    first, last = unit.members[0], unit.members[-1]
+    return (f"(run {run_id}, iteration {k + 1}, batches {first}..{last}, "
+            f"{len(unit.members)} of them)")
+
+
+__all__ = ["Dispatch", "bundle_repr"]
