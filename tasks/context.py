@@ -299,8 +299,14 @@ class Claim:
 
     def __init__(self, r: redis.Redis, key: str, holder: str) -> None:
         self.r, self.key, self.holder = r, key, holder
+        self.staked = False  # set already, in the round trip of the pause check
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"claim {key}", daemon=True)
+
+    def stake(self, pipe: Any) -> None:
+        """Set the claim in the caller's pipeline (:meth:`StageContext.hold`'s round trip)."""
+        pipe.set(self.key, self.holder, px=CLAIM_TTL_MS)
+        self.staked = True
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -310,7 +316,8 @@ class Claim:
                 continue
 
     def __enter__(self) -> Claim:
-        self.r.set(self.key, self.holder, px=CLAIM_TTL_MS)
+        if not self.staked:
+            self.r.set(self.key, self.holder, px=CLAIM_TTL_MS)
         self._thread.start()
         return self
 
@@ -335,13 +342,21 @@ class StageContext:
             raise Skip(f"{ref}: already stored once; duplicate delivery skipped")
         self.run, self.sampler = load_iteration(self.r, ref)
 
-    def hold(self, batches: Sequence[int] = ()) -> None:
+    def hold(self, batches: Sequence[int] = (), claim: Claim | None = None) -> None:
         """Before sampling: a run asked to pause or stop samples nothing new; the batch (or
         each batch of a bundle) is parked (``p:<batch>`` on the done list tells the
-        coordinator) and skipped."""
+        coordinator) and skipped. ``claim``: staked in the same round trip (a task's first
+        two round trips were these two), and taken back when the run halts."""
         ref = self.ref
-        if self.r.hget(keys.run_state(ref.run), "control") is None:
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.run_state(ref.run), "control")
+            if claim is not None:
+                claim.stake(pipe)
+            control = pipe.execute()[0]
+        if control is None:
             return
+        if claim is not None:
+            self.r.delete(claim.key)
         self.r.lpush(keys.iteration_done(ref.run, ref.iteration),
                      *[f"p:{b}" for b in (batches or (ref.batch,))])
         raise Skip(f"{ref}: the run pauses or stops; batch left for the resume")

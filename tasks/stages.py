@@ -79,9 +79,10 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
             ctx.stage = "sample"  # a load failure is its first stage's, as in a chain
         # an instant stage leaves the check to the next one, a bundle to its body
         ctx.load(check_stored=claim and members is None)
+        held = ctx.claim() if claim else None
         if stage == "sample" or members is not None:
-            ctx.hold(members or ())
-        with ctx.claim() if claim else nullcontext(), ctx.processes():
+            ctx.hold(members or (), held)  # the claim staked in the same round trip
+        with held if held is not None else nullcontext(), ctx.processes():
             out = body(ctx)
     except Skip as skip:
         began = 0.0  # nothing ran: no span

@@ -29,7 +29,7 @@ from mainboard.receipts import RunFailed
 from mainboard.runs.store import RunStore
 from mainboard.tasks import STAGE_PREFIX, codec
 from mainboard.tasks.app import make_app
-from mainboard.tasks.context import BatchRef, StageContext
+from mainboard.tasks.context import BatchRef, Skip, StageContext
 from mainboard.tasks.coordinator import publish_run
 from mainboard.tasks.runner import load_spec
 from mainboard.tasks.stages import unpack_batch
@@ -137,6 +137,30 @@ def test_a_redelivered_result_is_stored_once(app: Celery, fleet: LocalWorkers,
     late = StageContext(redis_server.url, BatchRef(run_id, 0, 5, 1000), "accumulate", "late")
     assert late.store_result(evaluated["result"]) is False
     assert not r.hexists(keys.iteration_results(run_id, 0), "5")
+
+
+def test_the_pause_check_stakes_the_claim_in_its_round_trip_and_takes_it_back_on_a_halt(
+        redis_server: RedisServer) -> None:
+    """A sampling task's first two round trips (is the run pausing? claim the attempt) are
+    one: the claim is staked with the check, held while the task runs, and gone again when
+    the run halts, its batches parked."""
+    r = redis.Redis.from_url(redis_server.url)
+    run_id = "stages-hold-claim"
+    ctx = StageContext(redis_server.url, BatchRef(run_id, 0, 6, 1000), "fused", "holder")
+    claim_key = keys.batch_claim(run_id, 0, 6, 0)
+    held = ctx.claim()
+    ctx.hold((6, 7), held)
+    assert held.staked and r.get(claim_key) == held.holder.encode()
+    assert 0 < r.pttl(claim_key) <= 3000
+    with held:  # entering does not set it again; leaving stops the heartbeat
+        assert r.exists(claim_key)
+    r.delete(claim_key)
+    r.hset(keys.run_state(run_id), "control", "pause")
+    halted = ctx.claim()
+    with pytest.raises(Skip, match="pauses or stops"):
+        ctx.hold((6, 7), halted)
+    assert not r.exists(claim_key)
+    assert r.lrange(keys.iteration_done(run_id, 0), 0, -1) == [b"p:7", b"p:6"]
 
 
 @pytest.mark.parametrize(("target", "stage", "cause"), [
