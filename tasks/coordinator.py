@@ -453,6 +453,7 @@ class Coordinator:
                                         batch=exc.batch, stage=exc.stage))
             with contextlib.suppress(*BROKER_ERRORS):
                 self._write_snapshot()
+            with contextlib.suppress(*BROKER_ERRORS):
                 self.r.delete(*iteration_keys(self.run_id, k))
                 self.r.hset(keys.run_state(self.run_id), "status", "failed")
             self._forecast_end(None)
