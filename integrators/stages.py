@@ -209,7 +209,9 @@ def materialize(run: Run, sampler: Sampler | Mapping[str, Any],
     """Stage 2: concrete points in the unit cube, validated against the domain."""
     with scope(run):
         batch = _sampler(run, sampler).materialize(_latent(latent))
-    # in_cube: a built-in map counted its points into the cube as it made them
+    # in_cube: the compiled VEGAS map's tables put every point in the cube. Passed here only,
+    # straight from the sampler: a transform that edits x in place keeps the flag and must
+    # be checked
     return validate(batch, run.domain, "materialize", in_cube=batch.in_cube)
 
 
