@@ -254,8 +254,10 @@ class Coordinator:
             with contextlib.suppress(*BROKER_ERRORS):
                 self.forecast.ended(reason)
 
-    def _record(self, began: float, samples_before: int) -> RunResult | None:
-        """Snapshot the state after an iteration to Redis and to a receipt line."""
+    def _record(self, began: float, samples_before: int) -> None:
+        """After an iteration: the run's state in Redis now (the next boundary reads the
+        pause/stop request from it); its receipt line and snapshot copy once the next
+        iteration is out (held writer, :meth:`_write_snapshot`)."""
         st, k = self.state, self.state.iteration
         snap = st.snapshot()
         result = st.result() if st.accumulator.iterations else None  # None while training
@@ -295,7 +297,6 @@ class Coordinator:
             self.progress(Progress(self.run_id, k, st.samples, st.run.spec.stop.max_samples,
                                    result.estimate, result.error,
                                    (st.samples - samples_before) / max(wall, 1e-9), wall))
-        return result
 
     def _write_snapshot(self) -> None:
         """The last merged iteration's snapshot into Redis (``keys.run_snapshot``), written
