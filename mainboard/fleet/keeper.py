@@ -119,14 +119,15 @@ class Keeper:
         return bool(wanted)
 
     def give_up(self, worker_id: str, host: str, tunnel: object | None) -> None:
-        """The retry budget ran out: record the worker lost and stop dialling its host."""
+        """The retry budget ran out: stop dialling its host, then record the worker lost
+        (in that order: once anyone sees it lost, no dial is still under way)."""
         why = self.errors.get(worker_id) or getattr(tunnel, "last_error", None) or "no answer"
         reason = f"host {host!r} unreachable for {self.lost_after:.0f} s: {why}"
+        self.tunnels.close(worker_id)  # joins the tunnel's reconnect loop
+        self.down_since.pop(worker_id, None)
         log.warning("worker %s marked lost: %s", worker_id, reason)
         fleet_receipts(self.state_dir).append(WorkerLost(worker_id=worker_id, host=host,
                                                          reason=reason))
-        self.tunnels.close(worker_id)
-        self.down_since.pop(worker_id, None)
 
     def write_status(self, wanted: dict[str, object]) -> None:
         held = self.tunnels.status()
