@@ -28,9 +28,7 @@ def _shifted(x: Array, u: Array) -> Array:
 
 def oscillatory(x: Array, a: Array, u: Array) -> Array:
     """cos(2 pi u_1 + sum a_i x_i)."""
-    s = _lin(x, a)
-    s += 2.0 * math.pi * u[0]
-    return np.cos(s, out=s)
+    return _cos_shifted(_lin(x, a), a, u, x.shape[1])
 
 
 def product_peak(x: Array, a: Array, u: Array) -> Array:
@@ -44,9 +42,7 @@ def product_peak(x: Array, a: Array, u: Array) -> Array:
 
 def corner_peak(x: Array, a: Array, u: Array) -> Array:
     """(1 + sum a_i x_i)^-(d+1)."""
-    s = _lin(x, a)
-    s += 1.0
-    return np.power(s, -(x.shape[1] + 1.0), out=s)
+    return _corner_power(_lin(x, a), a, u, x.shape[1])
 
 
 def gaussian(x: Array, a: Array, u: Array) -> Array:
@@ -54,9 +50,7 @@ def gaussian(x: Array, a: Array, u: Array) -> Array:
     t = _shifted(x, u)
     t *= a
     t *= t
-    s = t.sum(axis=1)
-    np.negative(s, out=s)
-    return np.exp(s, out=s)
+    return _exp_negative(t.sum(axis=1), a, u, x.shape[1])
 
 
 def continuous(x: Array, a: Array, u: Array) -> Array:
@@ -64,9 +58,37 @@ def continuous(x: Array, a: Array, u: Array) -> Array:
     t = _shifted(x, u)
     np.abs(t, out=t)
     t *= a
-    s = t.sum(axis=1)
+    return _exp_negative(t.sum(axis=1), a, u, x.shape[1])
+
+
+def _exp_negative(s: Array, a: Array, u: Array, d: int) -> Array:
+    """exp(-s), in place."""
     np.negative(s, out=s)
     return np.exp(s, out=s)
+
+
+def _cos_shifted(s: Array, a: Array, u: Array, d: int) -> Array:
+    """cos(2 pi u_1 + s), in place."""
+    s += 2.0 * math.pi * u[0]
+    return np.cos(s, out=s)
+
+
+def _corner_power(s: Array, a: Array, u: Array, d: int) -> Array:
+    """(1 + s)^-(d+1), in place."""
+    s += 1.0
+    return np.power(s, -(d + 1.0), out=s)
+
+
+#: The families that are a sum over the axes of one term per coordinate, finished by numpy:
+#: kind -> (the term: 0 (a (x - u))^2, 1 a |x - u|, 2 x a; the finish of the row sums s).
+#: A compiled twin (``kernels.column_values``) adds the terms axis by axis, as numpy's sum
+#: over axis 1 of a column-major array does, and hands s to the same finish.
+COLUMN_SUMS: dict[str, tuple[int, Callable[[Array, Array, Array, int], Array]]] = {
+    "genz.gaussian": (0, _exp_negative),
+    "genz.continuous": (1, _exp_negative),
+    "genz.oscillatory": (2, _cos_shifted),
+    "genz.corner_peak": (2, _corner_power),
+}
 
 
 def discontinuous(x: Array, a: Array, u: Array) -> Array:

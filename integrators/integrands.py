@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mainboard.errors import BatchError, ConfigError, SpecError
-from mainboard.integrators import genz
+from mainboard.integrators import genz, kernels
 from mainboard.integrators.spec import DomainSpec, IntegrandSpec, check_integrand
 from mainboard.integrators.spec_errors import to_config_error
 from mainboard.names import symbol_by_name
@@ -31,6 +31,7 @@ from mainboard.names import symbol_by_name
 Components = int | Literal["complex"]
 Exact = float | complex | list[float] | None
 EvalFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+ColumnFn = Callable[[np.ndarray, int, int], "np.ndarray | None"]
 Factory = Callable[[Any, int, tuple[int, ...]], "Integrand"]
 _REGISTRY: dict[str, Factory] = {}
 CORNER_PEAK_MAX_EXACT_DIM = 22  # 2^d vertex terms
@@ -51,6 +52,9 @@ class Integrand:
     # True for row-wise functions that may be called on slices of a batch (built-ins); user
     # and process integrands always get the whole batch in one call.
     sliceable: bool = False
+    # A compiled twin for points by column (``kernels.column_values``): the values at rows
+    # lo .. hi from x.T, the same numbers as ``fn``, or None when it cannot run (then fn).
+    columns: ColumnFn | None = None
 
     @property
     def width(self) -> int:
@@ -67,6 +71,16 @@ class Integrand:
                              f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
                              ) from exc
         return check_values(values, x.shape[0], self.components, self.label or self.kind)
+
+    def evaluate_rows(self, x: np.ndarray, idx: np.ndarray, rows: slice,
+                      cols: np.ndarray | None) -> np.ndarray:
+        """Values at ``rows`` of a batch (a sliceable integrand); ``cols``: its points by
+        column (x.T, C-contiguous) when they come so, for the compiled twin."""
+        if cols is not None and self.columns is not None:
+            values = self.columns(cols, rows.start, rows.stop)
+            if values is not None:
+                return values
+        return self.evaluate(x[rows], idx[rows])
 
 
 def check_values(values: Any, n: int, components: Components, label: str) -> np.ndarray:
@@ -142,7 +156,7 @@ def _genz(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:
     # Discrete dimensions are summed over: each channel contributes the same integral.
     exact = None if big else exact_fn(a, u) * math.prod(discrete)
     return Integrand(spec.kind, dim, lambda x, idx: fn(x, a, u), exact=exact, label=spec.kind,
-                     sliceable=True)
+                     sliceable=True, columns=kernels.column_values(spec.kind, a, u))
 
 
 def _constant(spec: Any, dim: int, discrete: tuple[int, ...]) -> Integrand:

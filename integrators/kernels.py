@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from mainboard.integrators import genz
 from mainboard.integrators.chunking import SLICE_ROWS, row_slices
 from mainboard.integrators.grid import GridTables
 from mainboard.names import lazy
@@ -76,9 +77,34 @@ def preload() -> bool:
 
 def _import_kernels() -> dict[str, Callable[..., None] | None]:
     try:  # numba is optional: the registry imports it here, once a process has drawn enough
-        return {"stratified": lazy("numba.stratified"), "training": lazy("numba.training")}
+        return {"stratified": lazy("numba.stratified"), "training": lazy("numba.training"),
+                "columns": lazy("numba.columns")}
     except Exception:  # no numba, or one whose llvmlite does not load: numpy does it
-        return {"stratified": None, "training": None}
+        return {"stratified": None, "training": None, "columns": None}
+
+
+def column_values(kind: str, a: np.ndarray, u: np.ndarray
+                  ) -> Callable[[np.ndarray, int, int], np.ndarray | None] | None:
+    """For a Genz family that is a sum over the axes (``genz.COLUMN_SUMS``), the compiled
+    twin of its numpy function: ``values(cols, lo, hi)``, the values at rows lo .. hi of a
+    batch whose points come by column (``cols`` = x.T, C-contiguous, as the VEGAS map
+    leaves them), or None while the kernels are not loaded in this process (numpy then);
+    None for the other families."""
+    form = genz.COLUMN_SUMS.get(kind)
+    if form is None:
+        return None
+    term, finish = form
+    a, u = np.ascontiguousarray(a, dtype=np.float64), np.ascontiguousarray(u, dtype=np.float64)
+
+    def values(cols: np.ndarray, lo: int, hi: int) -> np.ndarray | None:
+        kernel = _LOADED.get("columns")
+        if kernel is None or os.environ.get(ENV, "1") == "0":
+            return None
+        out = np.empty(hi - lo)
+        kernel(cols, lo, hi, a, u, term, out)
+        return finish(out, a, u, cols.shape[0])
+
+    return values
 
 
 def stratified_draw(kernel: Callable[..., None], rng: np.random.Generator, n: int,

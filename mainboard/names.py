@@ -38,6 +38,7 @@ LAZY: dict[str, str] = {
     "paramiko": "paramiko",                             # ~0.25 s: ssh hosts only, not a quoted word
     "numba.stratified": "mainboard.integrators.grid_kernel:stratified_slice",  # numba: optional
     "numba.training": "mainboard.integrators.grid_kernel:training_sums",
+    "numba.columns": "mainboard.integrators.genz_kernel:column_sums",
 }
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from mainboard.errors import BatchError
-from mainboard.integrators import kernels, stages
+from mainboard.integrators import genz, kernels, stages
 from mainboard.integrators.driver import RunState, integrate_local, step
 from mainboard.integrators.grid import ONE_BELOW, GridTables
 from mainboard.integrators.stages import build_run
@@ -245,3 +245,46 @@ def test_the_compiled_map_checks_its_tables_for_the_cube_and_a_bad_grid_fails_as
     assert kernels.maps_into_cube(tables, step, corners)
     assert not kernels.maps_into_cube(tables, np.array([4.0, np.nan]), corners)
     assert not kernels.maps_into_cube(tables, step, np.array([[0.0], [-1.0]]))
+
+
+@pytest.mark.parametrize("kind", sorted(genz.COLUMN_SUMS))
+@pytest.mark.parametrize("dim", [1, 2, 5, 8, 9])
+def test_the_compiled_genz_sums_give_numpys_values_to_the_last_bit(kind: str, dim: int) -> None:
+    """Points by column (x.T C-contiguous, as the VEGAS map leaves them), slices that start
+    anywhere; coefficients of both signs and zero, coordinates of exact zeros and of every
+    magnitude, so both the order of additions and the sign of a zero sum show."""
+    assert kernels.preload(), "numba did not load"
+    rng = np.random.default_rng(dim)
+    cols = rng.random((dim, 20000)) * 10.0 ** rng.integers(-6, 3, (dim, 1))
+    cols[:, ::97] = 0.0
+    a = rng.normal(size=dim) * 3.0
+    a[0] = -0.0 if dim > 1 else a[0]
+    u = rng.random(dim)
+    values = kernels.column_values(kind, a, u)
+    assert values is not None
+    fn = genz.FAMILIES[kind][0]
+    x = cols.T
+    for lo, hi in ((0, 8192), (8192, 16384), (16384, 20000), (5, 6), (123, 4321)):
+        want, got = fn(x[lo:hi], a, u), values(cols, lo, hi)
+        assert got is not None and got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got.view(np.int64), want.view(np.int64))  # bits, signs of zero
+
+
+def test_the_compiled_genz_sums_wait_for_the_kernels_and_leave_other_layouts_to_numpy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run = build_run(SPEC)
+    assert run.integrand.columns is not None
+    cols = np.random.default_rng(3).random((5, 100))
+    idx = np.zeros((100, 1), dtype=np.int64)
+    want = run.integrand.evaluate(cols.T[10:60], idx[10:60])
+    assert kernels.preload()
+    got = run.integrand.evaluate_rows(cols.T, idx, slice(10, 60), cols)  # the batch's way
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
+    monkeypatch.setattr(kernels, "_LOADED", {})
+    assert run.integrand.columns(cols, 0, 100) is None  # not loaded: numpy
+    assert kernels.preload()
+    monkeypatch.setenv(kernels.ENV, "0")
+    assert run.integrand.columns(cols, 0, 100) is None  # switched off: numpy
+    monkeypatch.setenv(kernels.ENV, "1")
+    assert run.integrand.columns(cols, 0, 100) is not None
+    assert kernels.column_values("genz.product_peak", np.ones(2), np.ones(2)) is None
