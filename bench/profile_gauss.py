@@ -67,7 +67,8 @@ def profile(budget: int, switch: str) -> dict[str, float]:
     materialize = _cum(st, "samplers.py", "materialize")
     validate = _cum(st, "domain.py", "validate")
     evaluate = _cum(st, "integrators/stages.py", "evaluate")
-    integrand = _cum(st, "genz.py", "gaussian")
+    # numpy's gaussian, or its compiled twin for points by column (kernels.column_values)
+    integrand = _cum(st, "genz.py", "gaussian") + _cum(st, "integrators/kernels.py", "values")
     training = _cum(st, "samplers.py", "training")
     return {"draw uniforms (RNG)": rng, "VEGAS map + Jacobian": materialize - rng,
             "validate the batch": validate, "integrand": integrand,

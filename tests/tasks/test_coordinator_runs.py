@@ -21,6 +21,7 @@ from mainboard import keys
 from mainboard.config import Config
 from mainboard.errors import UserError
 from mainboard.integrators.driver import integrate_local
+from mainboard.integrators.plain import to_plain
 from mainboard.receipts import IterationDone, Receipts
 from mainboard.runs.store import RECEIPTS_NAME
 from mainboard.tasks.codec import loads
@@ -72,7 +73,7 @@ def test_integrate_json_prints_one_object_with_the_result(workspace: Config,
              .read() if isinstance(p, IterationDone)]
     assert [p.iteration for p in lines] == [1, 2, 3]
     for line in lines:
-        stored = loads(r.get(keys.run_snapshot(local.run_id, line.iteration)))
+        stored = to_plain(loads(r.get(keys.run_snapshot(local.run_id, line.iteration))))
         assert stored == line.snapshot and set(stored) >= {"sampler", "accumulator"}
 
     human = cli(workspace, "integrate", str(write_run(workspace, "cli-json", run)),
