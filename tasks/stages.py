@@ -77,11 +77,12 @@ def run_stage(task: Task, ref: BatchRef, stage: str, body: Callable[[StageContex
         timeneed.check(task.request)  # given up for its time need: the batch's error
         if members is not None:
             ctx.stage = "sample"  # a load failure is its first stage's, as in a chain
-        # an instant stage leaves the check to the next one, a bundle to its body
-        ctx.load(check_stored=claim and members is None)
+        # an instant stage leaves the check to the next one, a bundle to its body; a
+        # sampling one is held (pause, stop) with its claim staked, all in one round trip
         held = ctx.claim() if claim else None
-        if stage == "sample" or members is not None:
-            ctx.hold(members or (), held)  # the claim staked in the same round trip
+        ctx.load(check_stored=claim and members is None,
+                 hold=(members or ()) if stage == "sample" or members is not None else None,
+                 claim=held)
         with held if held is not None else nullcontext(), ctx.processes():
             out = body(ctx)
     except Skip as skip:

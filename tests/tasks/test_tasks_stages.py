@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,9 +28,9 @@ from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.stages import Run, build_run, process_batch
 from mainboard.receipts import RunFailed
 from mainboard.runs.store import RunStore
-from mainboard.tasks import STAGE_PREFIX, codec
+from mainboard.tasks import STAGE_PREFIX, codec, context
 from mainboard.tasks.app import make_app
-from mainboard.tasks.context import BatchRef, Skip, StageContext
+from mainboard.tasks.context import BatchRef, Claim, Skip, StageContext
 from mainboard.tasks.coordinator import publish_run
 from mainboard.tasks.runner import load_spec
 from mainboard.tasks.stages import unpack_batch
@@ -140,17 +141,27 @@ def test_a_redelivered_result_is_stored_once(app: Celery, fleet: LocalWorkers,
 
 
 def test_the_pause_check_stakes_the_claim_in_its_round_trip_and_takes_it_back_on_a_halt(
-        redis_server: RedisServer) -> None:
-    """A sampling task's first two round trips (is the run pausing? claim the attempt) are
-    one: the claim is staked with the check, held while the task runs, and gone again when
-    the run halts, its batches parked."""
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampling task's first three round trips (the iteration's sampler, is the run
+    pausing? claim the attempt) are one: the claim is staked with the check, held while the
+    task runs, and gone again when the run halts, its batches parked, or when the batch is
+    stale."""
     r = redis.Redis.from_url(redis_server.url)
     run_id = "stages-hold-claim"
+    published(r, spec(GAUSS_4D, name="hold-claim"), run_id)
     ctx = StageContext(redis_server.url, BatchRef(run_id, 0, 6, 1000), "fused", "holder")
     claim_key = keys.batch_claim(run_id, 0, 6, 0)
     held = ctx.claim()
-    ctx.hold((6, 7), held)
-    assert held.staked and r.get(claim_key) == held.holder.encode()
+    trips: list[Any] = []  # what goes to Redis: one pipeline, no command of its own
+    execute, command = redis.client.Pipeline.execute, redis.Redis.execute_command
+    monkeypatch.setattr(redis.client.Pipeline, "execute",
+                        lambda pipe, *a, **k: trips.append("pipeline") or execute(pipe, *a, **k))
+    monkeypatch.setattr(redis.Redis, "execute_command",
+                        lambda client, *a, **k: trips.append(a[0]) or command(client, *a, **k))
+    ctx.load(check_stored=False, hold=(6, 7), claim=held)
+    monkeypatch.undo()
+    assert trips == ["pipeline"]
+    assert ctx.sampler is not None and held.staked and r.get(claim_key) == held.holder.encode()
     assert 0 < r.pttl(claim_key) <= 3000
     with held:  # entering does not set it again; leaving stops the heartbeat
         assert r.exists(claim_key)
@@ -158,9 +169,37 @@ def test_the_pause_check_stakes_the_claim_in_its_round_trip_and_takes_it_back_on
     r.hset(keys.run_state(run_id), "control", "pause")
     halted = ctx.claim()
     with pytest.raises(Skip, match="pauses or stops"):
-        ctx.hold((6, 7), halted)
+        ctx.load(check_stored=False, hold=(6, 7), claim=halted)
     assert not r.exists(claim_key)
     assert r.lrange(keys.iteration_done(run_id, 0), 0, -1) == [b"p:7", b"p:6"]
+    r.hdel(keys.run_state(run_id), "control")
+    late = StageContext(redis_server.url, BatchRef(run_id, 1, 8, 1000), "fused", "holder")
+    stale = late.claim()  # iteration 1 was never published here: not live
+    with pytest.raises(Skip, match="no longer live"):
+        late.load(check_stored=False, hold=(8,), claim=stale)
+    assert stale.staked and not r.exists(keys.batch_claim(run_id, 1, 8, 0))
+
+
+def test_one_heartbeat_keeps_every_claim_of_a_process_alive_and_none_after_its_release(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claims held at once are refreshed by the process's one heartbeat thread (not a thread
+    each); once released, a claim is never set again and runs out."""
+    monkeypatch.setattr(context, "HEARTBEAT_S", 0.01)
+    monkeypatch.setattr(context, "CLAIM_TTL_MS", 400)
+    r = redis.Redis.from_url(redis_server.url)
+    claims = [Claim(r, f"stages-heartbeat-{i}", "holder") for i in range(2)]
+    with claims[0], claims[1]:
+        for claim in claims:  # a beat: the key's time to live went back up
+            first = r.pttl(claim.key)
+            while r.pttl(claim.key) <= first:
+                first = min(first, r.pttl(claim.key))
+        beaters = [t for t in threading.enumerate() if t.name == "claims heartbeat"]
+        assert len(beaters) == 1
+    left = [r.pttl(c.key) for c in claims]
+    while any(r.exists(c.key) for c in claims):  # released: each only runs out
+        now = [r.pttl(c.key) for c in claims]
+        assert all(n <= was for n, was in zip(now, left, strict=True)), (now, left)
+        left = now
 
 
 @pytest.mark.parametrize(("target", "stage", "cause"), [
