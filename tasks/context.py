@@ -23,7 +23,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -37,10 +36,9 @@ from mainboard.integrators.samplers import Sampler, restore_sampler
 from mainboard.integrators.stages import Run, build_run, release_processes
 from mainboard.redisclient import min_replicas, redis_client, wait_replicas
 from mainboard.tasks import codec, modules
+from mainboard.tasks.claims import Claim
 from mainboard.tasks.paths import add_roots, localize
 
-CLAIM_TTL_MS = 3000  # a claim not refreshed for this long means its worker is gone
-HEARTBEAT_S = 1.0
 JANITOR_S = 1.0  # how often a worker process checks whether runs with live processes ended
 ENDED = (b"finished", b"failed", b"paused", b"stopped")
 _CACHE_SIZE = 4
@@ -315,68 +313,6 @@ def process_scope(url: str, run: Run, run_id: str) -> Iterator[None]:
         yield
 
 
-class _Heartbeat:
-    """One thread per process keeps every claim of the process alive.
-
-    Why one: a thread per claim cost a start and a join per task, about 0.5 ms of a small
-    bundle's 6 ms. A claim is refreshed under the lock, so once :meth:`drop` returns it is
-    never set again. A forked child starts with none (``os.register_at_fork``)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.claims: dict[str, Claim] = {}
-        self.thread: threading.Thread | None = None
-
-    def add(self, claim: Claim) -> None:
-        with self.lock:
-            self.claims[claim.key] = claim
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._beat, name="claims heartbeat",
-                                               daemon=True)
-                self.thread.start()
-
-    def drop(self, claim: Claim) -> None:
-        with self.lock:
-            self.claims.pop(claim.key, None)
-
-    def _beat(self) -> None:
-        while True:
-            time.sleep(HEARTBEAT_S)
-            with self.lock:
-                for claim in list(self.claims.values()):
-                    try:
-                        claim.r.set(claim.key, claim.holder, px=CLAIM_TTL_MS)
-                    except redis.RedisError:  # a missed beat only risks a harmless duplicate
-                        continue
-
-
-_HEARTBEAT = _Heartbeat()
-os.register_at_fork(after_in_child=lambda: _HEARTBEAT.__init__())
-
-
-class Claim:
-    """A short-TTL key saying "this worker is running this attempt", kept alive by the
-    process's heartbeat while held."""
-
-    def __init__(self, r: redis.Redis, key: str, holder: str) -> None:
-        self.r, self.key, self.holder = r, key, holder
-        self.staked = False  # set already, in the round trip of the pause check
-
-    def stake(self, pipe: Any) -> None:
-        """Set the claim in the caller's pipeline (:meth:`StageContext.hold`'s round trip)."""
-        pipe.set(self.key, self.holder, px=CLAIM_TTL_MS)
-        self.staked = True
-
-    def __enter__(self) -> Claim:
-        if not self.staked:
-            self.r.set(self.key, self.holder, px=CLAIM_TTL_MS)
-        _HEARTBEAT.add(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _HEARTBEAT.drop(self)
-
-
 class StageContext:
     """Everything one stage task of one batch attempt uses: Redis, run, sampler, claim."""
 
@@ -472,6 +408,6 @@ class StageContext:
                             codec.dumps(record), f"e:{ref.batch}")
 
 
-__all__ = ["CLAIM_TTL_MS", "HEARTBEAT_S", "BatchRef", "Claim", "Skip", "StageContext", "client",
+__all__ = ["BatchRef", "Claim", "Skip", "StageContext", "client",
            "close_sampler", "process_scope", "release_all", "release_run", "run_ended",
            "watch_processes"]

@@ -28,9 +28,10 @@ from mainboard.integrators.samplers import Sampler
 from mainboard.integrators.stages import Run, build_run, process_batch
 from mainboard.receipts import RunFailed
 from mainboard.runs.store import RunStore
-from mainboard.tasks import STAGE_PREFIX, codec, context
+from mainboard.tasks import STAGE_PREFIX, claims, codec
 from mainboard.tasks.app import make_app
-from mainboard.tasks.context import BatchRef, Claim, Skip, StageContext
+from mainboard.tasks.claims import Claim
+from mainboard.tasks.context import BatchRef, Skip, StageContext
 from mainboard.tasks.coordinator import publish_run
 from mainboard.tasks.runner import load_spec
 from mainboard.tasks.stages import unpack_batch
@@ -184,20 +185,20 @@ def test_one_heartbeat_keeps_every_claim_of_a_process_alive_and_none_after_its_r
         redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """Claims held at once are refreshed by the process's one heartbeat thread (not a thread
     each); once released, a claim is never set again and runs out."""
-    monkeypatch.setattr(context, "HEARTBEAT_S", 0.01)
-    monkeypatch.setattr(context, "CLAIM_TTL_MS", 400)
+    monkeypatch.setattr(claims, "HEARTBEAT_S", 0.01)
+    monkeypatch.setattr(claims, "CLAIM_TTL_MS", 400)
     r = redis.Redis.from_url(redis_server.url)
-    claims = [Claim(r, f"stages-heartbeat-{i}", "holder") for i in range(2)]
-    with claims[0], claims[1]:
-        for claim in claims:  # a beat: the key's time to live went back up
+    held = [Claim(r, f"stages-heartbeat-{i}", "holder") for i in range(2)]
+    with held[0], held[1]:
+        for claim in held:  # a beat: the key's time to live went back up
             first = r.pttl(claim.key)
             while r.pttl(claim.key) <= first:
                 first = min(first, r.pttl(claim.key))
         beaters = [t for t in threading.enumerate() if t.name == "claims heartbeat"]
         assert len(beaters) == 1
-    left = [r.pttl(c.key) for c in claims]
-    while any(r.exists(c.key) for c in claims):  # released: each only runs out
-        now = [r.pttl(c.key) for c in claims]
+    left = [r.pttl(c.key) for c in held]
+    while any(r.exists(c.key) for c in held):  # released: each only runs out
+        now = [r.pttl(c.key) for c in held]
         assert all(n <= was for n, was in zip(now, left, strict=True)), (now, left)
         left = now
 
