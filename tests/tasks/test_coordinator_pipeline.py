@@ -94,7 +94,9 @@ def test_an_error_target_met_leaves_the_iteration_sent_ahead_unused_and_gone(
     r = redis_client(workspace.broker.url)
     left = [k for k in r.scan_iter(match=keys.run_pattern(result.run_id)) if b":it:" in k]
     claims = [k for k in left if b":claim:" in k]  # a worker's claim on a batch it started
-    assert all(r.ttl(k) > 0 for k in claims)  # expires by itself (its store was a no-op)
+    # each expires by itself (its store was a no-op): a time to live, or gone already (-2;
+    # the claims run out 2-3 s after their task, and the local run above takes its time)
+    assert all(r.pttl(k) != -1 for k in claims)
     assert [k for k in left if k not in claims] == [], left  # the unused one's keys went
 
 
