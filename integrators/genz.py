@@ -28,7 +28,7 @@ def _shifted(x: Array, u: Array) -> Array:
 
 def oscillatory(x: Array, a: Array, u: Array) -> Array:
     """cos(2 pi u_1 + sum a_i x_i)."""
-    return _cos_shifted(_lin(x, a), a, u, x.shape[1])
+    return _cos_shifted(_lin(x, a), u, x.shape[1])
 
 
 def product_peak(x: Array, a: Array, u: Array) -> Array:
@@ -42,7 +42,7 @@ def product_peak(x: Array, a: Array, u: Array) -> Array:
 
 def corner_peak(x: Array, a: Array, u: Array) -> Array:
     """(1 + sum a_i x_i)^-(d+1)."""
-    return _corner_power(_lin(x, a), a, u, x.shape[1])
+    return _corner_power(_lin(x, a), u, x.shape[1])
 
 
 def gaussian(x: Array, a: Array, u: Array) -> Array:
@@ -50,7 +50,7 @@ def gaussian(x: Array, a: Array, u: Array) -> Array:
     t = _shifted(x, u)
     t *= a
     t *= t
-    return _exp_negative(t.sum(axis=1), a, u, x.shape[1])
+    return _exp_negative(t.sum(axis=1), u, x.shape[1])
 
 
 def continuous(x: Array, a: Array, u: Array) -> Array:
@@ -58,22 +58,22 @@ def continuous(x: Array, a: Array, u: Array) -> Array:
     t = _shifted(x, u)
     np.abs(t, out=t)
     t *= a
-    return _exp_negative(t.sum(axis=1), a, u, x.shape[1])
+    return _exp_negative(t.sum(axis=1), u, x.shape[1])
 
 
-def _exp_negative(s: Array, a: Array, u: Array, d: int) -> Array:
+def _exp_negative(s: Array, u: Array, d: int) -> Array:
     """exp(-s), in place."""
     np.negative(s, out=s)
     return np.exp(s, out=s)
 
 
-def _cos_shifted(s: Array, a: Array, u: Array, d: int) -> Array:
+def _cos_shifted(s: Array, u: Array, d: int) -> Array:
     """cos(2 pi u_1 + s), in place."""
     s += 2.0 * math.pi * u[0]
     return np.cos(s, out=s)
 
 
-def _corner_power(s: Array, a: Array, u: Array, d: int) -> Array:
+def _corner_power(s: Array, u: Array, d: int) -> Array:
     """(1 + s)^-(d+1), in place."""
     s += 1.0
     return np.power(s, -(d + 1.0), out=s)
@@ -83,7 +83,7 @@ def _corner_power(s: Array, a: Array, u: Array, d: int) -> Array:
 #: kind -> (the term: 0 (a (x - u))^2, 1 a |x - u|, 2 x a; the finish of the row sums s).
 #: A compiled twin (``kernels.column_values``) adds the terms axis by axis, as numpy's sum
 #: over axis 1 of a column-major array does, and hands s to the same finish.
-COLUMN_SUMS: dict[str, tuple[int, Callable[[Array, Array, Array, int], Array]]] = {
+COLUMN_SUMS: dict[str, tuple[int, Callable[[Array, Array, int], Array]]] = {
     "genz.gaussian": (0, _exp_negative),
     "genz.continuous": (1, _exp_negative),
     "genz.oscillatory": (2, _cos_shifted),

@@ -48,11 +48,8 @@ def _through_bins(lower_j: np.ndarray, width_j: np.ndarray, scale_n: float, x: n
     """One axis of a slice: x from its position in the bin, lower edge + position * width,
     capped below 1, and the bin's width * N into the Jacobian (the first axis starts it).
     Two table lookups a row: this loop stays scalar."""
-    nbins = lower_j.shape[0]
     for i in range(x.shape[0]):
-        b = np.intp(bins[i])
-        if b < 0:  # as a negative index of the numpy path's tables
-            b += nbins
+        b = bins[i]
         w = width_j[b]
         x[i] = min(lower_j[b] + x[i] * w, ONE_BELOW)
         if first:

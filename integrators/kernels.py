@@ -102,7 +102,7 @@ def column_values(kind: str, a: np.ndarray, u: np.ndarray
             return None
         out = np.empty(hi - lo)
         kernel(cols, lo, hi, a, u, term, out)
-        return finish(out, a, u, cols.shape[0])
+        return finish(out, u, cols.shape[0])
 
     return values
 

@@ -247,8 +247,9 @@ def evaluate(run: Run, sampler: Sampler | Mapping[str, Any],
         bins = obs.bins(batch.x, batch.idx) if obs is not None else []
         layout = smp.strata_layout(batch, latent.batch_index) if obs is not None else None
         whole = None if run.integrand.sliceable else run.integrand.evaluate(batch.x, batch.idx)
-        cols = batch.x.T  # points by column (the VEGAS map's layout): a compiled twin's input
-        cols = cols if run.integrand.columns is not None and cols.flags.c_contiguous else None
+        # points by column (the VEGAS map's layout): a compiled twin's input
+        cols = batch.x.T if run.integrand.columns is not None and \
+            batch.x.T.flags.c_contiguous else None
         for sl in row_slices(n):
             values = (run.integrand.evaluate_rows(batch.x, batch.idx, sl, cols)
                       if whole is None else whole[sl])

@@ -25,6 +25,10 @@ class _Heartbeat:
     never set again. A forked child starts with none (``os.register_at_fork``)."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """No claims and no thread (a new process)."""
         self.lock = threading.Lock()
         self.claims: dict[str, Claim] = {}
         self.thread: threading.Thread | None = None
@@ -49,11 +53,11 @@ class _Heartbeat:
                     try:
                         claim.r.set(claim.key, claim.holder, px=CLAIM_TTL_MS)
                     except redis.RedisError:  # a missed beat only risks a harmless duplicate
-                        continue
+                        pass
 
 
 _HEARTBEAT = _Heartbeat()
-os.register_at_fork(after_in_child=lambda: _HEARTBEAT.__init__())
+os.register_at_fork(after_in_child=_HEARTBEAT.reset)
 
 
 class Claim:
@@ -62,7 +66,7 @@ class Claim:
 
     def __init__(self, r: redis.Redis, key: str, holder: str) -> None:
         self.r, self.key, self.holder = r, key, holder
-        self.staked = False  # set already, in the round trip of the pause check
+        self.staked = False  # set already, in the round trip of the task's load
 
     def stake(self, pipe: Any) -> None:
         """Set the claim in the caller's pipeline (:meth:`StageContext.load`'s round trip)."""

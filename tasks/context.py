@@ -323,13 +323,14 @@ class StageContext:
 
     def load(self, check_stored: bool = True, hold: Sequence[int] | None = None,
              claim: Claim | None = None) -> None:
-        """Fetch run and sampler (cached); raise Skip for a batch already stored or stale.
+        """Fetch run and sampler (cached); raise Skip for a batch already stored or stale,
+        all in one round trip with the rest of a task's start (it was three: the sampler,
+        the pause check, the claim).
 
-        ``hold``: a sampling task's batches (its own when empty), checked in the same round
-        trip: a run asked to pause or stop samples nothing new, the batches are parked
-        (``p:<batch>`` on the done list tells the coordinator) and skipped; ``claim`` is
-        staked there too, and taken back when the task samples nothing (a task's first round
-        trips were three: the sampler, the pause check, the claim)."""
+        ``hold``: a sampling task's batches (its own when empty): a run asked to pause or
+        stop samples nothing new, the batches are parked (``p:<batch>`` on the done list
+        tells the coordinator) and skipped. ``claim`` is staked, and taken back when the
+        task skips."""
         ref = self.ref
         hit = cached_iteration(ref)
         with self.r.pipeline(transaction=False) as pipe:
@@ -339,16 +340,15 @@ class StageContext:
                 fetch_iteration(pipe, ref)
             if hold is not None:
                 pipe.hget(keys.run_state(ref.run), "control")
-                if claim is not None:
-                    claim.stake(pipe)
-            out = pipe.execute() if len(pipe) else []
-        at = int(check_stored)
+            if claim is not None:
+                claim.stake(pipe)
+            answers = iter(pipe.execute() if len(pipe) else [])
         try:
-            if check_stored and out[0]:
+            if check_stored and next(answers):
                 raise Skip(f"{ref}: already stored once; duplicate delivery skipped")
             self.run, self.sampler = hit if hit is not None else \
-                iteration_from(ref, out[at:at + 3])
-            if hold is not None and out[at + (3 if hit is None else 0)] is not None:
+                iteration_from(ref, [next(answers) for _ in range(3)])
+            if hold is not None and next(answers) is not None:
                 self.r.lpush(keys.iteration_done(ref.run, ref.iteration),
                              *[f"p:{b}" for b in (hold or (ref.batch,))])
                 raise Skip(f"{ref}: the run pauses or stops; batch left for the resume")

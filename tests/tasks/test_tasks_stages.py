@@ -38,6 +38,7 @@ from mainboard.tasks.stages import unpack_batch
 from mainboard.tasks.workers import LocalWorkers
 from tests.support.integration import GAUSS_4D, module_fixtures, spec
 from tests.support.services import RedisServer
+from tests.support.waiting import poll
 
 pytestmark = pytest.mark.live
 BALL = spec(GAUSS_4D, name="stages", transforms=[{"kind": "unit_ball", "radius": 1.0}],
@@ -191,9 +192,14 @@ def test_one_heartbeat_keeps_every_claim_of_a_process_alive_and_none_after_its_r
     held = [Claim(r, f"stages-heartbeat-{i}", "holder") for i in range(2)]
     with held[0], held[1]:
         for claim in held:  # a beat: the key's time to live went back up
-            first = r.pttl(claim.key)
-            while r.pttl(claim.key) <= first:
-                first = min(first, r.pttl(claim.key))
+            lowest = [r.pttl(claim.key)]
+
+            def beat(key: str = claim.key, lowest: list[int] = lowest) -> bool:
+                now = r.pttl(key)
+                risen, lowest[0] = now > lowest[0], min(lowest[0], now)
+                return risen
+
+            poll(beat, 30, f"a heartbeat refreshing {claim.key}", every=0.001)
         beaters = [t for t in threading.enumerate() if t.name == "claims heartbeat"]
         assert len(beaters) == 1
     left = [r.pttl(c.key) for c in held]
